@@ -1,0 +1,79 @@
+/* flashcore C ABI: the same three operations as flashcore.hpp, with status codes.
+ * No exception crosses this boundary; on failure fc_last_error() returns the message
+ * (thread-local, valid until the next call on this thread). Conventions are those of
+ * flashcore.hpp: shapes in logical order, strides in elements, last dim contiguous,
+ * GQA by H % Hkv == 0, causal/window aligned bottom-right when Sq != Sk, fully masked
+ * rows give O = 0 and lse = -inf. */
+#ifndef FLASHCORE_H
+#define FLASHCORE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+typedef enum { FC_F32 = 0, FC_F16 = 1, FC_BF16 = 2, FC_E4M3 = 3, FC_E5M2 = 4, FC_I32 = 5 } fc_dtype;
+typedef enum { FC_CPU = 0, FC_CUDA = 1 } fc_device;
+typedef enum { FC_AUTO = 0, FC_TWO_PASS = 1, FC_THREE_PASS = 2, FC_ONLINE = 3 } fc_strategy;
+typedef enum { FC_EXP_EXACT = 0, FC_EXP_FAST = 1 } fc_exp2_mode;
+typedef enum {
+  FC_OK = 0,
+  FC_INVALID_ARGUMENT = 1,
+  FC_UNSUPPORTED = 2,
+  FC_DEVICE_ERROR = 3,
+  FC_INTERNAL_ERROR = 4
+} fc_status;
+
+typedef struct {
+  void* data;
+  fc_dtype dtype;
+  fc_device device;
+  int rank;
+  int64_t shape[4];
+  int64_t strides[4]; /* elements */
+} fc_tensor;
+
+typedef struct {
+  float scale; /* 0 = 1/sqrt(D) */
+  int causal;
+  int64_t window_left, window_right; /* -1 = unbounded */
+  fc_strategy strategy;
+  fc_exp2_mode exp2;
+  const fc_tensor* lse; /* optional fp32 [B,H,Sq] */
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int64_t varlen_batch;
+  int threads;
+  const char* impl;
+  void* stream;
+  int exact_fp32;
+} fc_attention_params;
+
+/* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp. */
+void fc_attention_params_init(fc_attention_params* p);
+
+fc_status fc_attention(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                       const fc_tensor* out, const fc_attention_params* params);
+fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* out, float scale,
+                       fc_strategy strategy, fc_exp2_mode exp2, int threads);
+fc_status fc_gemm_chain(const fc_tensor* a, const fc_tensor* b, const fc_tensor* c,
+                        const fc_tensor* out, int threads);
+/* fp64 reference of fc_attention (CPU tensors). */
+fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                                 const fc_tensor* out, const fc_attention_params* params);
+
+/* Message of the last failed call on this thread ("" after a success). */
+const char* fc_last_error(void);
+const char* fc_version(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCORE_H */

@@ -1,0 +1,168 @@
+// flashcore: fused attention kernels behind one C++ API.
+//
+// Three operations (see docs/api.md for worked examples):
+//
+//   attention   O = softmax(scale * Q K^T + mask) V
+//   softmax_v   O = softmax(scale * S) V            (S given: fp32, or int32 with a scale)
+//   gemm_chain  E = (A B) C                          (A B never materialized)
+//
+// Conventions, checked by the library and by tests/api:
+//  * Tensors are strided views. attention takes Q [B, Sq, H, D], K [B, Sk, Hkv, D],
+//    V [B, Sk, Hkv, Dv] and writes O [B, Sq, H, Dv]: shape is always given in that
+//    logical order, strides (in elements) say the memory order, so BSHD and BHSD
+//    layouts both work. The last dim must be contiguous (stride 1).
+//  * GQA/MQA: H % Hkv == 0; query head h reads KV head h / (H / Hkv).
+//  * Masks: `causal` and a local window (window_left, window_right), -1 = unbounded.
+//    When Sq != Sk both align to the bottom-right corner (as FlashAttention >= 2.1):
+//    query i may see key j iff  j <= i + (Sk - Sq) + window_right  (causal sets
+//    window_right = 0) and  j >= i + (Sk - Sq) - window_left.
+//  * A fully masked query row gives O = 0 and lse = -inf, never NaN.
+//  * lse (optional) is fp32 [B, H, Sq], natural log: lse = log(sum_j exp(scale * q.k_j)).
+//  * scale defaults to 1/sqrt(D) (attention) or 1 (softmax_v). exp is computed as exp2
+//    with scale*log2(e) folded in; Exp2Mode::exact is within 2 ulp of fp32 exp2,
+//    Exp2Mode::fast is a cheap approximation (relative error <= 2e-3, see src/core/exp2.hpp).
+//  * Storage dtypes f32, f16, bf16 (fp8 on GPUs that have it); accumulation is fp32.
+//    The output has the dtype of Q (attention), V (softmax_v) or A (gemm_chain).
+//  * Errors: every function throws flashcore::Error, whose message names the bad
+//    argument and its value, before any kernel runs; the output is then untouched.
+//  * A problem with a zero-sized dimension (B = 0, Sq = 0, ...) is a no-op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
+#pragma GCC visibility push(default)
+namespace flashcore {
+
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, e4m3 = 3, e5m2 = 4, i32 = 5 };
+enum class Device : int { cpu = 0, cuda = 1 };
+
+// Softmax strategies of the seeds (see DESIGN.md). For `attention`, `online` is the
+// fully fused FlashAttention path (Q K^T, softmax, P V tile by tile, S never stored);
+// `two_pass` and `three_pass` keep one query block's score strip [MR x Sk].
+enum class Strategy : int { automatic = 0, two_pass = 1, three_pass = 2, online = 3 };
+enum class Exp2Mode : int { exact = 0, fast = 1 };
+
+enum class Status : int {
+  ok = 0,
+  invalid_argument = 1,  // shape, stride, dtype, null pointer, aliasing
+  unsupported = 2,       // valid request this build/device cannot run (dtype, head dim, backend)
+  device_error = 3,      // CUDA launch/runtime failure
+  internal_error = 4,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(Status code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Status code() const noexcept { return code_; }
+
+ private:
+  Status code_;
+};
+
+constexpr int kMaxRank = 4;
+
+// A non-owning strided view. shape/strides are in elements, rank <= 4.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {0, 0, 0, 0};
+  int64_t strides[kMaxRank] = {0, 0, 0, 0};
+
+  // Contiguous (row-major) view of the given shape.
+  static Tensor contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                           Device device = Device::cpu);
+  int64_t numel() const;
+};
+
+// Names the library uses in messages and in kernel keys ("f32", "bf16", ...).
+const char* to_string(DType d);
+const char* to_string(Strategy s);
+const char* to_string(Exp2Mode m);
+size_t dtype_size(DType d);
+
+struct AttentionParams {
+  float scale = 0.0f;         // 0 = default 1/sqrt(D)
+  bool causal = false;        // bottom-right aligned when Sq != Sk
+  int64_t window_left = -1;   // -1 = unbounded
+  int64_t window_right = -1;  // -1 = unbounded (causal forces 0)
+  Strategy strategy = Strategy::automatic;
+  Exp2Mode exp2 = Exp2Mode::exact;
+  Tensor* lse = nullptr;      // optional fp32 [B, H, Sq] output
+  // Variable-length batches (FlashAttention varlen convention): when given, Q/K/V/O have
+  // B = 1 and hold the sequences back to back along the sequence dim; cu_seqlens_q/k are
+  // int32 arrays of length batch + 1 on the tensors' device (prefix sums), and lse is
+  // [1, H, total_q]. `varlen_batch` is the number of sequences.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int64_t varlen_batch = 0;
+  int threads = 0;             // CPU threads; 0 = OMP_NUM_THREADS / all cores
+  const char* impl = nullptr;  // force a kernel by key (see list_kernels); nullptr = auto
+  void* stream = nullptr;      // cudaStream_t for CUDA tensors; nullptr = default stream
+  bool exact_fp32 = false;     // CUDA fp32 storage: FFMA instead of TF32 tensor cores
+};
+
+struct SoftmaxVParams {
+  float scale = 1.0f;  // O = softmax(scale * S) V; for int32 S this is the dequant scale too
+  Strategy strategy = Strategy::automatic;
+  Exp2Mode exp2 = Exp2Mode::exact;
+  int threads = 0;
+  const char* impl = nullptr;
+};
+
+struct GemmChainParams {
+  int threads = 0;
+  const char* impl = nullptr;
+};
+
+// Per-phase time of the CPU pipelines (seconds, summed over threads), filled when given.
+struct PhaseTimes {
+  double pack = 0, max_find = 0, exp_pack = 0, gemm = 0, normalize = 0;
+  std::string kernel;    // the GEMM micro-kernel key that ran
+  std::string strategy;  // the strategy that ran (after `automatic` was resolved)
+};
+
+// attention: q [B,Sq,H,D], k [B,Sk,Hkv,D], v [B,Sk,Hkv,Dv], out [B,Sq,H,Dv].
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+               const AttentionParams& params = {}, PhaseTimes* times = nullptr);
+
+// softmax_v: s [M,L] (f32, or i32 scaled by params.scale), v [L,d], out [M,d] (dtype of v).
+void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
+               const SoftmaxVParams& params = {}, PhaseTimes* times = nullptr);
+
+// gemm_chain: a [M,K1], b [K1,K2], c [K2,N], out [M,N]; all one dtype.
+void gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,
+                const GemmChainParams& params = {}, PhaseTimes* times = nullptr);
+
+// fp64 reference implementations: the truth for tests and benchmarks. Same arguments
+// and checks as above, CPU tensors only, slow (O(Sq*Sk*D) with no blocking).
+namespace reference {
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+               const AttentionParams& params = {});
+void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
+               const SoftmaxVParams& params = {});
+void gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out);
+}  // namespace reference
+
+// Kernels this build has and this machine can run, for --impl and the tests.
+struct KernelInfo {
+  std::string key;      // e.g. "f32_4x16_generic", "fwd_sm80_f16_hd128"
+  std::string isa;      // "generic", "avx512f", "sve", "sm80", ...
+  bool available;       // the machine can run it now
+};
+int list_kernels(KernelInfo* out, int capacity);  // returns the count (fills up to capacity)
+
+// Forces the portable kernels (like ggml's use_ref) for every later call when true;
+// the FLASHCORE_FORCE_GENERIC=1 environment variable sets it at start-up.
+void set_force_generic(bool on);
+bool force_generic();
+
+const char* version();
+
+}  // namespace flashcore
+#pragma GCC visibility pop

@@ -1,0 +1,144 @@
+// C ABI over the C++ API: converts structs, catches every exception, keeps the message.
+#include <exception>
+#include <new>
+#include <string>
+
+#include "flashcore/flashcore.h"
+#include "flashcore/flashcore.hpp"
+
+namespace {
+
+thread_local std::string g_last_error;
+
+flashcore::Tensor to_cpp(const fc_tensor& t) {
+  flashcore::Tensor r;
+  r.data = t.data;
+  r.dtype = static_cast<flashcore::DType>(t.dtype);
+  r.device = static_cast<flashcore::Device>(t.device);
+  r.rank = t.rank;
+  for (int i = 0; i < 4; ++i) {
+    r.shape[i] = t.shape[i];
+    r.strides[i] = t.strides[i];
+  }
+  return r;
+}
+
+template <class F>
+fc_status guarded(F&& f) {
+  try {
+    f();
+    g_last_error.clear();
+    return FC_OK;
+  } catch (const flashcore::Error& e) {
+    g_last_error = e.what();
+    return static_cast<fc_status>(e.code());
+  } catch (const std::bad_alloc&) {
+    g_last_error = "out of memory";
+    return FC_INTERNAL_ERROR;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return FC_INTERNAL_ERROR;
+  } catch (...) {
+    g_last_error = "unknown error";
+    return FC_INTERNAL_ERROR;
+  }
+}
+
+// Null struct pointers are refused with the argument's name, like every other bad input.
+bool null_arg(const void* p, const char* name, fc_status* st) {
+  if (p != nullptr) return false;
+  g_last_error = std::string(name) + ": is a null pointer";
+  *st = FC_INVALID_ARGUMENT;
+  return true;
+}
+
+flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tensor* lse) {
+  flashcore::AttentionParams r;
+  if (p == nullptr) return r;
+  r.scale = p->scale;
+  r.causal = p->causal != 0;
+  r.window_left = p->window_left;
+  r.window_right = p->window_right;
+  r.strategy = static_cast<flashcore::Strategy>(p->strategy);
+  r.exp2 = static_cast<flashcore::Exp2Mode>(p->exp2);
+  if (p->lse != nullptr) {
+    *lse = to_cpp(*p->lse);
+    r.lse = lse;
+  }
+  r.cu_seqlens_q = p->cu_seqlens_q;
+  r.cu_seqlens_k = p->cu_seqlens_k;
+  r.varlen_batch = p->varlen_batch;
+  r.threads = p->threads;
+  r.impl = p->impl;
+  r.stream = p->stream;
+  r.exact_fp32 = p->exact_fp32 != 0;
+  return r;
+}
+
+}  // namespace
+
+extern "C" {
+
+void fc_attention_params_init(fc_attention_params* p) {
+  if (p == nullptr) return;
+  *p = fc_attention_params{};
+  p->window_left = -1;
+  p->window_right = -1;
+}
+
+fc_status fc_attention(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                       const fc_tensor* out, const fc_attention_params* params) {
+  fc_status st = FC_OK;
+  if (null_arg(q, "q", &st) || null_arg(k, "k", &st) || null_arg(v, "v", &st) ||
+      null_arg(out, "out", &st))
+    return st;
+  return guarded([&] {
+    flashcore::Tensor lse;
+    flashcore::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out), to_cpp(params, &lse));
+  });
+}
+
+fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                                 const fc_tensor* out, const fc_attention_params* params) {
+  fc_status st = FC_OK;
+  if (null_arg(q, "q", &st) || null_arg(k, "k", &st) || null_arg(v, "v", &st) ||
+      null_arg(out, "out", &st))
+    return st;
+  return guarded([&] {
+    flashcore::Tensor lse;
+    flashcore::reference::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out),
+                                    to_cpp(params, &lse));
+  });
+}
+
+fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* out, float scale,
+                       fc_strategy strategy, fc_exp2_mode exp2, int threads) {
+  fc_status st = FC_OK;
+  if (null_arg(s, "s", &st) || null_arg(v, "v", &st) || null_arg(out, "out", &st)) return st;
+  return guarded([&] {
+    flashcore::SoftmaxVParams p;
+    p.scale = scale;
+    p.strategy = static_cast<flashcore::Strategy>(strategy);
+    p.exp2 = static_cast<flashcore::Exp2Mode>(exp2);
+    p.threads = threads;
+    flashcore::softmax_v(to_cpp(*s), to_cpp(*v), to_cpp(*out), p);
+  });
+}
+
+fc_status fc_gemm_chain(const fc_tensor* a, const fc_tensor* b, const fc_tensor* c,
+                        const fc_tensor* out, int threads) {
+  fc_status st = FC_OK;
+  if (null_arg(a, "a", &st) || null_arg(b, "b", &st) || null_arg(c, "c", &st) ||
+      null_arg(out, "out", &st))
+    return st;
+  return guarded([&] {
+    flashcore::GemmChainParams p;
+    p.threads = threads;
+    flashcore::gemm_chain(to_cpp(*a), to_cpp(*b), to_cpp(*c), to_cpp(*out), p);
+  });
+}
+
+const char* fc_last_error(void) { return g_last_error.c_str(); }
+const char* fc_version(void) { return flashcore::version(); }
+
+}  // extern "C"

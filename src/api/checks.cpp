@@ -1,0 +1,288 @@
+// Argument checks: every public entry point goes through these before any kernel runs.
+// Each failure names the argument and the offending value; nothing is written on failure.
+#include "api/checks.hpp"
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "api/errors.hpp"
+
+namespace flashcore::api {
+namespace {
+
+// Shapes and strides beyond this are refused so that byte extents cannot overflow int64.
+constexpr int64_t kMaxDim = int64_t(1) << 40;
+
+std::string shape_str(const Tensor& t) {
+  std::ostringstream s;
+  s << '[';
+  for (int i = 0; i < t.rank && i < kMaxRank; ++i) s << (i ? ", " : "") << t.shape[i];
+  s << ']';
+  return s.str();
+}
+
+[[noreturn]] void bad(const char* name, const std::string& what) {
+  throw_error(Status::invalid_argument, std::string(name) + ": " + what);
+}
+
+bool valid_dtype(DType d) { return int(d) >= 0 && int(d) <= int(DType::i32); }
+
+void check_tensor(const Tensor& t, const char* name, int rank, const char* layout) {
+  if (t.rank != rank)
+    bad(name, "expected rank " + std::to_string(rank) + " " + layout + ", got rank " +
+                  std::to_string(t.rank));
+  if (!valid_dtype(t.dtype)) bad(name, "unknown dtype code " + std::to_string(int(t.dtype)));
+  if (int(t.device) != 0 && int(t.device) != 1)
+    bad(name, "unknown device code " + std::to_string(int(t.device)));
+  for (int i = 0; i < rank; ++i) {
+    if (t.shape[i] < 0 || t.shape[i] > kMaxDim)
+      bad(name, "shape " + shape_str(t) + " has an invalid size in dim " + std::to_string(i));
+    if (t.strides[i] < 0 || t.strides[i] > kMaxDim)
+      bad(name, "stride " + std::to_string(t.strides[i]) + " in dim " + std::to_string(i) +
+                    " is negative or too large");
+  }
+  if (t.shape[rank - 1] > 1 && t.strides[rank - 1] != 1)
+    bad(name, "the last dim must be contiguous (stride 1), got stride " +
+                  std::to_string(t.strides[rank - 1]));
+  // Byte extent must fit in int64 (each term < 2^40 * 2^40 is still too much: check).
+  __int128 span = 0;
+  for (int i = 0; i < rank; ++i)
+    if (t.shape[i] > 0) span += __int128(t.shape[i] - 1) * t.strides[i];
+  if (span > (__int128(1) << 56)) bad(name, "shape " + shape_str(t) + " with these strides spans too much memory");
+  if (t.numel() > 0 && t.data == nullptr) bad(name, "data is a null pointer");
+}
+
+// [first byte, one past last byte) of a non-empty view.
+struct Extent { uintptr_t lo, hi; };
+Extent extent(const Tensor& t) {
+  int64_t span = 0;
+  for (int i = 0; i < t.rank; ++i) span += (t.shape[i] - 1) * t.strides[i];
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+  return {lo, lo + uintptr_t((span + 1) * int64_t(dtype_size(t.dtype)))};
+}
+
+void check_no_alias(const Tensor& out, const char* out_name, const Tensor& in, const char* in_name) {
+  if (out.numel() == 0 || in.numel() == 0) return;
+  const Extent a = extent(out), b = extent(in);
+  if (a.lo < b.hi && b.lo < a.hi)
+    bad(out_name, std::string("overlaps ") + in_name + " in memory (outputs may not alias inputs)");
+}
+
+void check_same_device(const Tensor& t, const char* name, Device d) {
+  if (t.device != d)
+    bad(name, std::string("is on ") + (t.device == Device::cuda ? "cuda" : "cpu") +
+                  " but the other operands are on " + (d == Device::cuda ? "cuda" : "cpu"));
+}
+
+void check_dim(const Tensor& t, const char* name, int dim, const char* dim_name, int64_t expect,
+               const char* from) {
+  if (t.shape[dim] != expect)
+    bad(name, std::string("dim ") + std::to_string(dim) + " (" + dim_name + ") is " +
+                  std::to_string(t.shape[dim]) + " but " + from + " says " + std::to_string(expect) +
+                  "; shape " + shape_str(t));
+}
+
+void check_storage_dtype(DType d, const char* name, Device dev) {
+  const bool gpu8 = dev == Device::cuda && (d == DType::e4m3 || d == DType::e5m2);
+  if (d == DType::f32 || d == DType::f16 || d == DType::bf16 || gpu8) return;
+  throw_error(Status::unsupported, std::string(name) + ": dtype " + to_string(d) +
+                                       " is not supported here (use f32, f16 or bf16)");
+}
+
+void check_strategy(Strategy s, Exp2Mode e, int threads) {
+  if (int(s) < 0 || int(s) > int(Strategy::online))
+    bad("params.strategy", "unknown strategy code " + std::to_string(int(s)));
+  if (int(e) != 0 && int(e) != 1) bad("params.exp2", "unknown exp2 mode code " + std::to_string(int(e)));
+  if (threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(threads));
+}
+
+}  // namespace
+
+core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& out, const AttentionParams& p) {
+  check_tensor(q, "q", 4, "[B, Sq, H, D]");
+  check_tensor(k, "k", 4, "[B, Sk, Hkv, D]");
+  check_tensor(v, "v", 4, "[B, Sk, Hkv, Dv]");
+  check_tensor(out, "out", 4, "[B, Sq, H, Dv]");
+  check_same_device(k, "k", q.device);
+  check_same_device(v, "v", q.device);
+  check_same_device(out, "out", q.device);
+  check_storage_dtype(q.dtype, "q", q.device);
+  if (k.dtype != q.dtype) bad("k", std::string("dtype ") + to_string(k.dtype) + " differs from q's " + to_string(q.dtype));
+  if (v.dtype != q.dtype) bad("v", std::string("dtype ") + to_string(v.dtype) + " differs from q's " + to_string(q.dtype));
+  const bool fp8 = q.dtype == DType::e4m3 || q.dtype == DType::e5m2;
+  if (!fp8 && out.dtype != q.dtype)
+    bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from q's " + to_string(q.dtype));
+  if (fp8 && out.dtype != DType::bf16 && out.dtype != DType::f16)
+    bad("out", "fp8 attention writes bf16 or f16, got " + std::string(to_string(out.dtype)));
+
+  const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], D = q.shape[3];
+  const int64_t Sk = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
+  check_dim(k, "k", 0, "B", B, "q");
+  check_dim(v, "v", 0, "B", B, "q");
+  check_dim(out, "out", 0, "B", B, "q");
+  check_dim(k, "k", 3, "D", D, "q");
+  check_dim(v, "v", 1, "Sk", Sk, "k");
+  check_dim(v, "v", 2, "Hkv", Hkv, "k");
+  check_dim(out, "out", 1, "Sq", Sq, "q");
+  check_dim(out, "out", 2, "H", H, "q");
+  check_dim(out, "out", 3, "Dv", Dv, "v");
+  if (D < 1) bad("q", "head dim D must be >= 1, got 0");
+  if (H > 0 && (Hkv < 1 || H % Hkv != 0))
+    bad("k", "kv heads Hkv = " + std::to_string(Hkv) + " must divide the query heads H = " +
+                 std::to_string(H) + " (GQA/MQA)");
+  check_no_alias(out, "out", q, "q");
+  check_no_alias(out, "out", k, "k");
+  check_no_alias(out, "out", v, "v");
+
+  if (!std::isfinite(p.scale)) bad("params.scale", "must be finite, got " + std::to_string(p.scale));
+  if (p.window_left < -1) bad("params.window_left", "must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_left));
+  if (p.window_right < -1) bad("params.window_right", "must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_right));
+  check_strategy(p.strategy, p.exp2, p.threads);
+
+  core::AttentionProblem pr;
+  pr.dtype = q.dtype;
+  pr.device = q.device;
+  pr.q = {q.data, q.strides[0], q.strides[1], q.strides[2]};
+  pr.k = {k.data, k.strides[0], k.strides[1], k.strides[2]};
+  pr.v = {v.data, v.strides[0], v.strides[1], v.strides[2]};
+  pr.o = out.data;
+  pr.o_sb = out.strides[0]; pr.o_ss = out.strides[1]; pr.o_sh = out.strides[2];
+  pr.batch = B; pr.sq = Sq; pr.sk = Sk; pr.heads = H; pr.kv_heads = Hkv; pr.d = D; pr.dv = Dv;
+  pr.scale = p.scale != 0.0f ? p.scale : float(1.0 / std::sqrt(double(D)));
+  pr.causal = p.causal;
+  pr.window_left = p.window_left;
+  pr.window_right = p.window_right;
+  pr.strategy = p.strategy;
+  pr.exp2 = p.exp2;
+  pr.threads = p.threads;
+  pr.impl = p.impl;
+  pr.stream = p.stream;
+  pr.exact_fp32 = p.exact_fp32;
+
+  const bool varlen = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr;
+  if (varlen) {
+    if (p.cu_seqlens_q == nullptr) bad("params.cu_seqlens_q", "is null but cu_seqlens_k is given");
+    if (p.cu_seqlens_k == nullptr) bad("params.cu_seqlens_k", "is null but cu_seqlens_q is given");
+    if (p.varlen_batch < 1) bad("params.varlen_batch", "must be >= 1 with cu_seqlens, got " + std::to_string(p.varlen_batch));
+    if (B != 1) bad("q", "varlen input must have B = 1 (sequences packed along dim 1), got B = " + std::to_string(B));
+    pr.cu_q = p.cu_seqlens_q;
+    pr.cu_k = p.cu_seqlens_k;
+    pr.batch = p.varlen_batch;
+    if (q.device == Device::cpu) {
+      // Host arrays: check them now. Device arrays are checked by the CUDA backend
+      // (copied to the host) before its launch.
+      int64_t max_q = 0, max_k = 0;
+      check_cu_seqlens(p.cu_seqlens_q, p.varlen_batch, Sq, "params.cu_seqlens_q", &max_q);
+      check_cu_seqlens(p.cu_seqlens_k, p.varlen_batch, Sk, "params.cu_seqlens_k", &max_k);
+      pr.sq = max_q;
+      pr.sk = max_k;
+    }
+  } else if (p.varlen_batch != 0) {
+    bad("params.varlen_batch", "is set but cu_seqlens_q/k are null");
+  }
+
+  if (p.lse != nullptr) {
+    const Tensor& l = *p.lse;
+    check_tensor(l, "params.lse", 3, "[B, H, Sq]");
+    check_same_device(l, "params.lse", q.device);
+    if (l.dtype != DType::f32) bad("params.lse", std::string("must be f32, got ") + to_string(l.dtype));
+    check_dim(l, "params.lse", 0, "B", B, "q");
+    check_dim(l, "params.lse", 1, "H", H, "q");
+    check_dim(l, "params.lse", 2, "Sq", Sq, "q");
+    check_no_alias(l, "params.lse", q, "q");
+    check_no_alias(l, "params.lse", k, "k");
+    check_no_alias(l, "params.lse", v, "v");
+    check_no_alias(l, "params.lse", out, "out");
+    pr.lse = static_cast<float*>(l.data);
+    pr.lse_sb = l.strides[0];
+    pr.lse_sh = l.strides[1];
+  }
+  return pr;
+}
+
+void check_cu_seqlens(const int32_t* cu, int64_t batch, int64_t total, const char* name,
+                      int64_t* max_len) {
+  if (cu[0] != 0) bad(name, "must start at 0, got " + std::to_string(cu[0]));
+  int64_t mx = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (cu[b + 1] < cu[b])
+      bad(name, "must be non-decreasing, but entry " + std::to_string(b + 1) + " (" +
+                    std::to_string(cu[b + 1]) + ") < entry " + std::to_string(b) + " (" +
+                    std::to_string(cu[b]) + ")");
+    mx = std::max<int64_t>(mx, cu[b + 1] - cu[b]);
+  }
+  if (cu[batch] > total)
+    bad(name, "last entry " + std::to_string(cu[batch]) + " exceeds the sequence dim " +
+                  std::to_string(total));
+  *max_len = mx;
+}
+
+core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
+                                      const SoftmaxVParams& p) {
+  if (s.rank != 2) bad("s", "expected rank 2 [M, L], got rank " + std::to_string(s.rank));
+  // Scores may be row- or column-major (seed 000 keeps them column-major).
+  Tensor s_rowmajor = s;
+  const bool colmajor = s.shape[1] > 1 && s.strides[1] != 1 && s.strides[0] == 1;
+  if (colmajor) std::swap(s_rowmajor.strides[0], s_rowmajor.strides[1]);
+  check_tensor(s_rowmajor, "s", 2, "[M, L]");
+  check_tensor(v, "v", 2, "[L, d]");
+  check_tensor(out, "out", 2, "[M, d]");
+  if (s.device != Device::cpu) throw_error(Status::unsupported, "s: softmax_v runs on the CPU backend only");
+  check_same_device(v, "v", s.device);
+  check_same_device(out, "out", s.device);
+  if (s.dtype != DType::f32 && s.dtype != DType::i32)
+    throw_error(Status::unsupported, std::string("s: scores must be f32 or i32, got ") + to_string(s.dtype));
+  check_storage_dtype(v.dtype, "v", Device::cpu);
+  if (out.dtype != v.dtype) bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from v's " + to_string(v.dtype));
+  check_dim(v, "v", 0, "L", s.shape[1], "s");
+  check_dim(out, "out", 0, "M", s.shape[0], "s");
+  check_dim(out, "out", 1, "d", v.shape[1], "v");
+  check_no_alias(out, "out", s, "s");
+  check_no_alias(out, "out", v, "v");
+  if (!std::isfinite(p.scale)) bad("params.scale", "must be finite, got " + std::to_string(p.scale));
+  check_strategy(p.strategy, p.exp2, p.threads);
+  core::SoftmaxVProblem pr;
+  pr.s = s.data; pr.s_dtype = s.dtype; pr.s_sm = s.strides[0]; pr.s_sl = s.strides[1];
+  pr.v = v.data; pr.v_sl = v.strides[0]; pr.dtype = v.dtype;
+  pr.o = out.data; pr.o_sm = out.strides[0];
+  pr.m = s.shape[0]; pr.l = s.shape[1]; pr.d = v.shape[1];
+  pr.scale = p.scale; pr.strategy = p.strategy; pr.exp2 = p.exp2; pr.threads = p.threads;
+  pr.impl = p.impl;
+  return pr;
+}
+
+core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,
+                                        const Tensor& out, const GemmChainParams& p) {
+  check_tensor(a, "a", 2, "[M, K1]");
+  check_tensor(b, "b", 2, "[K1, K2]");
+  check_tensor(c, "c", 2, "[K2, N]");
+  check_tensor(out, "out", 2, "[M, N]");
+  if (a.device != Device::cpu) throw_error(Status::unsupported, "a: gemm_chain runs on the CPU backend only");
+  check_same_device(b, "b", a.device);
+  check_same_device(c, "c", a.device);
+  check_same_device(out, "out", a.device);
+  check_storage_dtype(a.dtype, "a", Device::cpu);
+  for (const auto& [t, n] : {std::pair<const Tensor*, const char*>{&b, "b"}, {&c, "c"}, {&out, "out"}})
+    if (t->dtype != a.dtype) bad(n, std::string("dtype ") + to_string(t->dtype) + " differs from a's " + to_string(a.dtype));
+  check_dim(b, "b", 0, "K1", a.shape[1], "a");
+  check_dim(c, "c", 0, "K2", b.shape[1], "b");
+  check_dim(out, "out", 0, "M", a.shape[0], "a");
+  check_dim(out, "out", 1, "N", c.shape[1], "c");
+  check_no_alias(out, "out", a, "a");
+  check_no_alias(out, "out", b, "b");
+  check_no_alias(out, "out", c, "c");
+  if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
+  core::GemmChainProblem pr;
+  pr.dtype = a.dtype;
+  pr.a = a.data; pr.a_sm = a.strides[0];
+  pr.b = b.data; pr.b_sk = b.strides[0];
+  pr.c = c.data; pr.c_sk = c.strides[0];
+  pr.e = out.data; pr.e_sm = out.strides[0];
+  pr.m = a.shape[0]; pr.k1 = a.shape[1]; pr.k2 = b.shape[1]; pr.n = c.shape[1];
+  pr.threads = p.threads; pr.impl = p.impl;
+  return pr;
+}
+
+}  // namespace flashcore::api

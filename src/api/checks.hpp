@@ -1,0 +1,19 @@
+#pragma once
+
+#include "core/problem.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore::api {
+
+core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& out, const AttentionParams& p);
+core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
+                                      const SoftmaxVParams& p);
+core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,
+                                        const Tensor& out, const GemmChainParams& p);
+// Host-side cu_seqlens check (cu[0] == 0, non-decreasing, cu[batch] <= total); gives the
+// longest sequence. The CUDA backend calls it on a host copy of device arrays.
+void check_cu_seqlens(const int32_t* cu, int64_t batch, int64_t total, const char* name,
+                      int64_t* max_len);
+
+}  // namespace flashcore::api

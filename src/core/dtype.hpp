@@ -1,0 +1,76 @@
+// Scalar storage conversions shared by every backend's host code and the reference.
+// Portable bit manipulation (no _Float16 / F16C dependence): used when packing operands,
+// never inside a micro-kernel's inner loop.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore::core {
+
+static inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+static inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+
+// IEEE binary16 -> binary32, exact (subnormals, inf, NaN kept).
+static inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return bits_f32(sign | 0x7F800000u | (man << 13));  // inf / NaN
+  if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+  // Subnormal (or zero): value = man * 2^-24, exact in fp32.
+  const float mag = float(man) * 5.9604644775390625e-8f;
+  return sign ? -mag : mag;
+}
+
+// binary32 -> binary16, round to nearest even, overflow to inf, NaN stays NaN.
+static inline uint16_t f32_to_f16(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) return uint16_t(sign | 0x7C00u | (abs > 0x7F800000u ? 0x200u : 0u));
+  if (abs >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {  // result is subnormal or zero: value / 2^-24, rounded
+    const float mag = bits_f32(abs) * 16777216.0f;   // exact scaling by 2^24
+    // round-to-nearest-even of a value < 1024 via the fp32 adder
+    const float r = (mag + 8388608.0f) - 8388608.0f;
+    return uint16_t(sign | uint32_t(r));
+  }
+  const uint32_t rounded = abs + 0x0FFFu + ((abs >> 13) & 1u);  // RNE on the 13 dropped bits
+  return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+static inline float bf16_to_f32(uint16_t b) { return bits_f32(uint32_t(b) << 16); }
+
+static inline uint16_t f32_to_bf16(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float load_as_f32(const void* base, int64_t i, DType t) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(base)[i];
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::i32: return float(static_cast<const int32_t*>(base)[i]);
+    default: return 0.0f;
+  }
+}
+
+static inline void store_from_f32(void* base, int64_t i, DType t, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(base)[i] = v; break;
+    case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
+    case DType::bf16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
+    default: break;
+  }
+}
+
+// Row conversions used by packing and epilogues (loops the compiler vectorizes for f32).
+void convert_row(const void* src, DType st, int64_t n, float* dst);
+void convert_row(const float* src, int64_t n, void* dst, DType dt);
+
+}  // namespace flashcore::core

@@ -1,0 +1,76 @@
+// Resolved problems: what the API hands a backend after every check has passed.
+// Plain data (no ownership); strides in elements; the last dim of every operand is
+// contiguous. The CPU pipelines and the CUDA kernels read the same structs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/variants/mask.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore::core {
+
+// One operand of attention: element (b, s, h, d) at data + b*sb + s*ss + h*sh + d.
+struct Operand4 {
+  const void* data = nullptr;
+  int64_t sb = 0, ss = 0, sh = 0;
+};
+
+struct AttentionProblem {
+  DType dtype = DType::f32;      // storage of q, k, v and o
+  Device device = Device::cpu;
+  Operand4 q, k, v;
+  void* o = nullptr;
+  int64_t o_sb = 0, o_ss = 0, o_sh = 0;
+  float* lse = nullptr;          // optional: element (b, h, s) at lse + b*lse_sb + h*lse_sh + s
+  int64_t lse_sb = 0, lse_sh = 0;
+  int64_t batch = 0, sq = 0, sk = 0, heads = 0, kv_heads = 0, d = 0, dv = 0;
+  // varlen: when set, batch = number of sequences and sequence b spans
+  // [cu_q[b], cu_q[b+1]) along the s dim of q/o (and cu_k for k/v); sq/sk are the max lengths.
+  const int32_t* cu_q = nullptr;
+  const int32_t* cu_k = nullptr;
+  float scale = 1.0f;            // softmax scale (natural exp domain)
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  Strategy strategy = Strategy::automatic;
+  Exp2Mode exp2 = Exp2Mode::exact;
+  int threads = 0;
+  const char* impl = nullptr;
+  void* stream = nullptr;
+  bool exact_fp32 = false;
+
+  int64_t group() const { return heads / kv_heads; }
+};
+
+// softmax_v: O[M, d] = softmax(scale * S[M, L]) V[L, d]; S element (m, l) at
+// s + m*s_sm + l*s_sl (either stride may be 1: row- or column-major scores).
+struct SoftmaxVProblem {
+  const void* s = nullptr;
+  DType s_dtype = DType::f32;    // f32 or i32
+  int64_t s_sm = 0, s_sl = 0;
+  const void* v = nullptr;
+  int64_t v_sl = 0;
+  DType dtype = DType::f32;      // storage of v and o
+  void* o = nullptr;
+  int64_t o_sm = 0;
+  int64_t m = 0, l = 0, d = 0;
+  float scale = 1.0f;
+  Strategy strategy = Strategy::automatic;
+  Exp2Mode exp2 = Exp2Mode::exact;
+  int threads = 0;
+  const char* impl = nullptr;
+};
+
+// gemm_chain: E[M, N] = (A[M, K1] B[K1, K2]) C[K2, N], row strides given.
+struct GemmChainProblem {
+  DType dtype = DType::f32;
+  const void* a = nullptr; int64_t a_sm = 0;
+  const void* b = nullptr; int64_t b_sk = 0;
+  const void* c = nullptr; int64_t c_sk = 0;
+  void* e = nullptr; int64_t e_sm = 0;
+  int64_t m = 0, k1 = 0, k2 = 0, n = 0;
+  int threads = 0;
+  const char* impl = nullptr;
+};
+
+}  // namespace flashcore::core

@@ -1,0 +1,185 @@
+#include "cpu/dispatch/dispatch.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "api/errors.hpp"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#include <sys/prctl.h>
+#endif
+
+namespace flashcore::cpu {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::generic: return "generic";
+    case Isa::avx512f: return "avx512f";
+    case Isa::avx512fp16: return "avx512fp16";
+    case Isa::avx512bf16: return "avx512bf16";
+    case Isa::amx_bf16: return "amx_bf16";
+    case Isa::sve: return "sve";
+  }
+  return "?";
+}
+
+namespace {
+
+#if defined(__x86_64__) || defined(_M_X64)
+uint64_t xgetbv0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+// Linux refuses AMX tile data to a process that has not asked for it (the XSTATE
+// permission system, kernel >= 5.16): ask once; no permission means no AMX.
+bool request_amx_permission() {
+  constexpr long kArchGetXcompPerm = 0x1022, kArchReqXcompPerm = 0x1023;
+  constexpr int kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned long bitmask = 0;
+  if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &bitmask) != 0) return false;
+  return (bitmask & (1ul << kXfeatureXtiledata)) != 0;
+}
+#endif
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1;
+  if (!osxsave) return f;
+  const uint64_t xcr0 = xgetbv0();
+  const bool zmm_state = (xcr0 & 0xE6) == 0xE6;   // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM
+  const bool tile_state = (xcr0 & 0x60000) == 0x60000;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (zmm_state) {
+    f.avx512f = (b >> 16) & 1;
+    f.avx512dq = (b >> 17) & 1;
+    f.avx512bw = (b >> 30) & 1;
+    f.avx512vl = (b >> 31) & 1;
+    f.avx512fp16 = f.avx512bw && f.avx512vl && ((d >> 23) & 1);
+  }
+  const bool amx_bf16_bit = (d >> 22) & 1, amx_tile_bit = (d >> 24) & 1;
+  unsigned a1, b1, c1, d1;
+  __cpuid_count(7, 1, a1, b1, c1, d1);
+  f.avx512bf16 = f.avx512f && f.avx512bw && f.avx512vl && ((a1 >> 5) & 1);
+  // OS support first (XCR0 tile bits may be off until permission is granted on Linux).
+  if (amx_bf16_bit && amx_tile_bit) f.amx_bf16 = request_amx_permission();
+  (void)tile_state;
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+  constexpr unsigned long kHwcapSve = 1ul << 22;
+  if (getauxval(AT_HWCAP) & kHwcapSve) {
+    f.sve = true;
+    constexpr int kPrSveGetVl = 51, kPrSveVlLenMask = 0xffff;
+    const int vl = prctl(kPrSveGetVl, 0, 0, 0, 0);
+    f.sve_bits = vl > 0 ? (vl & kPrSveVlLenMask) * 8 : 0;
+  }
+#endif
+  return f;
+}
+
+#define FC_GEMM_UKERNEL(key_, isa_, ab_, acc_, mr_, nr_, ka_) \
+  {#key_, Isa::isa_, DType::ab_, DType::acc_, mr_, nr_, ka_, &ukernels::key_},
+const GemmUkernel kGemm[] = {
+#include "cpu/ukernels/gemm.inc"
+};
+#undef FC_GEMM_UKERNEL
+
+#define FC_VECOPS(key_, isa_) &ukernels::key_,
+const VecOps* const kVec[] = {
+#include "cpu/ukernels/vecops.inc"
+};
+#undef FC_VECOPS
+
+// Automatic choice: the first available kernel in this preference list whose operand
+// dtype can hold the storage dtype exactly. Order from docs/results (bench --op gemm rows);
+// a kernel not listed is still reachable through `impl`.
+const char* const kPreferred[] = {
+    "f32_16x2_avx512", "f32_8x16_generic", "f32_4x16_generic",
+};
+const char* const kPreferredF16[] = {"f16_12x2_sve", "f32_16x2_avx512", "f32_8x16_generic"};
+const char* const kPreferredBf16[] = {"f32_16x2_avx512", "f32_8x16_generic"};
+
+const GemmUkernel* find_gemm(const char* key) {
+  for (const auto& k : kGemm)
+    if (std::strcmp(k.key, key) == 0) return &k;
+  return nullptr;
+}
+
+bool holds_exactly(DType kernel_ab, DType storage) {
+  return kernel_ab == storage || kernel_ab == DType::f32;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = detect();
+  return f;
+}
+
+bool isa_available(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::generic: return true;
+    case Isa::avx512f: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::avx512fp16: return f.avx512fp16;
+    case Isa::avx512bf16: return f.avx512bf16;
+    case Isa::amx_bf16: return f.amx_bf16;
+    case Isa::sve: return f.sve;
+  }
+  return false;
+}
+
+int gemm_ukernel_count() { return int(sizeof(kGemm) / sizeof(kGemm[0])); }
+const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }
+int vecops_count() { return int(sizeof(kVec) / sizeof(kVec[0])); }
+const VecOps& vecops(int i) { return *kVec[i]; }
+
+CpuConfig select_kernels(DType storage, const char* impl) {
+  CpuConfig cfg;
+  const bool generic_only = flashcore::force_generic();
+  if (impl != nullptr && impl[0] != '\0' && std::strcmp(impl, "auto") != 0) {
+    cfg.gemm = find_gemm(impl);
+    if (cfg.gemm == nullptr)
+      throw_error(Status::invalid_argument,
+                  std::string("impl: no CPU micro-kernel named '") + impl + "' in this build");
+    if (!isa_available(cfg.gemm->isa))
+      throw_error(Status::unsupported, std::string("impl: kernel '") + impl + "' needs ISA " +
+                                           isa_name(cfg.gemm->isa) + ", which this CPU lacks");
+    if (!holds_exactly(cfg.gemm->ab, storage) && cfg.gemm->ab != DType::f16 &&
+        cfg.gemm->ab != DType::bf16)
+      throw_error(Status::unsupported, std::string("impl: kernel '") + impl +
+                                           "' cannot take operands stored as " + to_string(storage));
+  } else {
+    const char* const* list = kPreferred;
+    size_t n = sizeof(kPreferred) / sizeof(kPreferred[0]);
+    if (storage == DType::f16) { list = kPreferredF16; n = sizeof(kPreferredF16) / sizeof(list[0]); }
+    if (storage == DType::bf16) { list = kPreferredBf16; n = sizeof(kPreferredBf16) / sizeof(list[0]); }
+    for (size_t i = 0; i < n && cfg.gemm == nullptr; ++i) {
+      const GemmUkernel* g = find_gemm(list[i]);
+      if (g == nullptr || !isa_available(g->isa) || !holds_exactly(g->ab, storage)) continue;
+      if (generic_only && g->isa != Isa::generic) continue;
+      if (g->acc != DType::f32) continue;
+      cfg.gemm = g;
+    }
+    if (cfg.gemm == nullptr) cfg.gemm = find_gemm("f32_8x16_generic");
+  }
+  // Vector ops of the same ISA as the GEMM kernel when there are some, else portable.
+  for (const VecOps* v : kVec)
+    if (v->isa == cfg.gemm->isa && isa_available(v->isa)) cfg.vec = v;
+  if (cfg.vec == nullptr || generic_only) cfg.vec = &ukernels::vecops_generic;
+  return cfg;
+}
+
+}  // namespace flashcore::cpu

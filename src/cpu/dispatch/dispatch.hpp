@@ -1,0 +1,38 @@
+// CPU feature detection (once) and the kernel tables built from the .inc lists.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu {
+
+struct CpuFeatures {
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512fp16 = false, avx512bf16 = false;
+  bool amx_bf16 = false;   // CPUID bit *and* the kernel granted tile-data permission
+  bool sve = false;
+  int sve_bits = 0;        // SVE vector length, 0 without SVE
+};
+
+const CpuFeatures& cpu_features();  // detected on first call
+bool isa_available(Isa isa);
+
+// Every kernel this build compiled, available or not (tests and bench walk these).
+int gemm_ukernel_count();
+const GemmUkernel& gemm_ukernel(int i);
+int vecops_count();
+const VecOps& vecops(int i);
+
+// Chosen kernels for one call.
+struct CpuConfig {
+  const GemmUkernel* gemm = nullptr;
+  const VecOps* vec = nullptr;
+};
+
+// Best available kernels for operands stored as `storage`. `impl` (a GEMM key) forces a
+// kernel: unknown keys and kernels the CPU cannot run raise flashcore::Error naming it.
+CpuConfig select_kernels(DType storage, const char* impl);
+
+}  // namespace flashcore::cpu

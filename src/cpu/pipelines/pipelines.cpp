@@ -1,0 +1,613 @@
+// The CPU strategies, written once against the micro-kernel interface (ukernel.hpp).
+//
+// Data flow for one query block of Mq rows (Mq a multiple of the GEMM kernel's MR and
+// NR). Scores are key-major tiles T[kc][Mq], the A operand of the second GEMM as it is:
+//
+//   stage 1  T  = Xblk (A operand, k = head dim) x Y^T (B panels of Mq queries)
+//            (attention: X = K, Y = Q;  gemm_chain: X = B^T columns, Y = A rows;
+//             softmax_v: T is read from the given scores instead)
+//   softmax  m = max over keys; P = exp2(c*T - c*m) in the kernel's operand dtype;
+//            l = row sums of P (c = scale * log2(e), seed 000's exp2 domain)
+//   stage 2  O[Mq][Dv] += P^T x V panels
+//   finish   O /= l, lse = scale*m + ln(l), convert to the output dtype
+//
+// Strategies differ only in how they order these steps over the key tiles:
+//   two_pass   max-find over all tiles (scores kept in a strip), then exp+pack of tile
+//              t+pipe_ahead interleaved with the GEMM of tile t through a ring buffer
+//   three_pass max-find, then every P block into one buffer, then one pure GEMM over it
+//   online     per tile: running max, rescale O and l when it grows, exp+pack, GEMM
+#include "cpu/pipelines/pipelines.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/exp2.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+
+namespace flashcore::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Key tile: 256 keys keep a Kc x NR panel of V (fp32, NR = 16..64) and the P tile in L1/L2,
+// the seeds' Kc. Packed operands of at most this many bytes are built per chunk of groups.
+constexpr int64_t kKeyTile = 256;
+constexpr int64_t kTargetQueryBlock = 64;
+constexpr size_t kPackBudgetBytes = size_t(64) << 20;
+constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
+int64_t lcm(int64_t a, int64_t b) { return a / gcd(a, b) * b; }
+
+int resolve_threads(int requested) {
+  return requested > 0 ? requested : omp_get_max_threads();
+}
+
+// ---------------------------------------------------------------- timing
+struct Phases {
+  double pack = 0, max_find = 0, exp_pack = 0, gemm = 0, normalize = 0;
+  void add(const Phases& o) {
+    pack += o.pack; max_find += o.max_find; exp_pack += o.exp_pack; gemm += o.gemm;
+    normalize += o.normalize;
+  }
+};
+
+// Lap timer that costs nothing when the caller did not ask for phase times.
+class Lap {
+ public:
+  explicit Lap(bool on) : on_(on) { if (on_) t_ = std::chrono::steady_clock::now(); }
+  void to(double& slot) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    slot += std::chrono::duration<double>(now - t_).count();
+    t_ = now;
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point t_;
+};
+
+// ---------------------------------------------------------------- scratch
+// Per-thread bump arena, reused across calls (grows, never shrinks).
+class Arena {
+ public:
+  void reset(size_t bytes) {
+    if (buf_.size() < bytes + 64) buf_.resize(bytes + 64);
+    off_ = (64 - reinterpret_cast<uintptr_t>(buf_.data()) % 64) % 64;
+  }
+  template <class T>
+  T* take(int64_t n) {
+    T* p = reinterpret_cast<T*>(buf_.data() + off_);
+    off_ += round_up(int64_t(n * sizeof(T)), 64);
+    return p;
+  }
+
+ private:
+  std::vector<char> buf_;
+  size_t off_ = 0;
+};
+Arena& thread_arena() {
+  thread_local Arena arena;
+  return arena;
+}
+
+// ---------------------------------------------------------------- packing
+// A row source: row r starts at base + r * stride (elements of dtype).
+struct Rows {
+  const void* base;
+  int64_t stride;
+  DType dtype;
+  const void* row(int64_t r) const {
+    return static_cast<const char*>(base) + r * stride * int64_t(dtype_size(dtype));
+  }
+};
+
+void store_row(const float* src, int64_t n, void* dst, int64_t dst_stride, DType t) {
+  switch (t) {
+    case DType::f32: {
+      float* d = static_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = src[i];
+      break;
+    }
+    case DType::f16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = core::f32_to_f16(src[i]);
+      break;
+    }
+    default: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = core::f32_to_bf16(src[i]);
+      break;
+    }
+  }
+}
+
+// Blocks of W rows, each stored k-major: block b is [kp][W], element (k, w) = row(b*W+w)[k].
+// Rows >= nrows and k >= len are zero. Packs blocks [b0, b1).
+void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+                     int64_t b0, int64_t b1, void* dst, DType t, float* rowbuf) {
+  const int64_t es = int64_t(dtype_size(t));
+  char* out = static_cast<char*>(dst);
+  for (int64_t b = b0; b < b1; ++b) {
+    char* blk = out + b * kp * w * es;
+    std::memset(blk, 0, size_t(kp * w * es));
+    for (int64_t r = 0; r < w; ++r) {
+      const int64_t row = b * w + r;
+      if (row >= nrows) break;
+      core::convert_row(src.row(row), src.dtype, len, rowbuf);
+      store_row(rowbuf, len, blk + r * es, w, t);
+    }
+  }
+}
+
+// Panels of W columns: panel p is [rp][W], element (r, w) = row(r)[p*W + w]; zero padded.
+// Packs rows [r0, r1) of every panel.
+void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
+                 int64_t r1, void* dst, DType t, float* rowbuf) {
+  const int64_t es = int64_t(dtype_size(t));
+  const int64_t npanels = (cols + w - 1) / w;
+  const int64_t cols_pad = npanels * w;
+  char* out = static_cast<char*>(dst);
+  for (int64_t r = r0; r < r1; ++r) {
+    if (r < nrows) {
+      core::convert_row(src.row(r), src.dtype, cols, rowbuf);
+      std::fill(rowbuf + cols, rowbuf + cols_pad, 0.0f);
+    } else {
+      std::fill(rowbuf, rowbuf + cols_pad, 0.0f);
+    }
+    for (int64_t p = 0; p < npanels; ++p)
+      store_row(rowbuf + p * w, w, out + (p * rp + r) * w * es, 1, t);
+  }
+}
+
+// ---------------------------------------------------------------- shared shapes
+struct Geometry {
+  const GemmUkernel* gk;
+  const VecOps* vec;
+  int64_t mr, nr, mq;   // kernel tile and query block
+  int64_t kc;           // key tile (multiple of mr and k_align)
+  int64_t key_align;    // keys are padded to this
+  int64_t es;           // operand element size
+};
+
+Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
+  Geometry g;
+  g.gk = cfg.gemm;
+  g.vec = cfg.vec;
+  g.mr = g.gk->mr;
+  g.nr = g.gk->nr;
+  const int64_t unit = needs_stage1 ? lcm(g.mr, g.nr) : g.mr;
+  const int64_t target = std::min(round_up(std::max<int64_t>(rows, 1), unit),
+                                  round_up(kTargetQueryBlock, unit));
+  g.mq = target;
+  g.key_align = lcm(g.mr, g.gk->k_align);
+  g.kc = round_up(kKeyTile, g.key_align);
+  g.es = int64_t(dtype_size(g.gk->ab));
+  return g;
+}
+
+// stage 1: T[kc][mq] = X blocks (k-major [kp][mr], starting at key block xb0) x Y panels.
+void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int64_t xb0,
+            const char* ypanels, float* t) {
+  for (int64_t r = 0; r < kc / g.mr; ++r)
+    for (int64_t q = 0; q < g.mq / g.nr; ++q)
+      g.gk->fn(kp, xblocks + (xb0 + r) * kp * g.mr * g.es, g.mr,
+               ypanels + q * kp * g.nr * g.es, t + r * g.mr * g.mq + q * g.nr, g.mq, 0);
+}
+
+// stage 2: O[mq][dvp] += P[kc][mq]^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel).
+void stage2(const Geometry& g, int64_t kc, const char* p, const char* vpanels, int64_t rp,
+            int64_t j0, int64_t dvp, float* o) {
+  for (int64_t i0 = 0; i0 < g.mq; i0 += g.mr)
+    for (int64_t c = 0; c < dvp / g.nr; ++c)
+      g.gk->fn(kc, p + i0 * g.es, g.mq, vpanels + (c * rp + j0) * g.nr * g.es,
+               o + i0 * dvp + c * g.nr, dvp, 1);
+}
+
+// ---------------------------------------------------------------- softmax block
+// One query block through a strategy. `Scores` fills key tile [j0, j0+kc) as T[kc][mq]
+// (masked entries -inf) and gives the visible key range of the block.
+struct BlockOut {
+  void* o;          // output row 0 of the block
+  int64_t o_stride; // between output rows (elements)
+  DType o_type;
+  int64_t rows;     // valid rows (<= mq)
+  int64_t dv;
+  float* lse;       // lse of row 0 (stride 1) or null
+};
+
+template <class Scores>
+void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c, float scale,
+                   const Scores& scores, int64_t key_lo, int64_t key_hi, const char* vpanels,
+                   int64_t rp, int64_t dvp, const BlockOut& out, bool timed, Phases& ph) {
+  const int64_t mq = g.mq;
+  Lap lap(timed);
+  int64_t t_begin = key_lo / g.kc, t_end = key_hi > key_lo ? (key_hi + g.kc - 1) / g.kc : t_begin;
+  const int64_t ntiles = t_end - t_begin;
+  const int64_t keys_total = std::min(ntiles * g.kc, rp - t_begin * g.kc);
+  auto tile_len = [&](int64_t t) { return std::min(g.kc, rp - t * g.kc); };
+
+  Arena& arena = thread_arena();
+  const bool strip = strategy != Strategy::online;
+  const int64_t tbuf_rows = strip ? std::max<int64_t>(keys_total, 1) : g.kc;
+  const int64_t pbuf_rows = strategy == Strategy::three_pass ? std::max<int64_t>(keys_total, 1)
+                            : strategy == Strategy::two_pass ? (kPipeAhead + 1) * g.kc
+                                                             : g.kc;
+  arena.reset(static_cast<size_t>(tbuf_rows * mq * 4 + pbuf_rows * mq * g.es + mq * dvp * 4 + 8 * mq * 4 +
+                     8 * 64));
+  float* T = arena.take<float>(tbuf_rows * mq);
+  char* P = arena.take<char>(pbuf_rows * mq * g.es);
+  float* O = arena.take<float>(mq * dvp);
+  float* m = arena.take<float>(mq);
+  float* l = arena.take<float>(mq);
+  float* cm = arena.take<float>(mq);
+  float* alpha = arena.take<float>(mq);
+  float* tmax = arena.take<float>(mq);
+  std::fill(O, O + mq * dvp, 0.0f);
+  std::fill(m, m + mq, kNegInf);
+  std::fill(l, l + mq, 0.0f);
+
+  // c*m with the fully-masked case (m = -inf) mapped to 0 so that exp2(-inf - 0) = 0.
+  auto fold_max = [&]() {
+    for (int64_t i = 0; i < mq; ++i) cm[i] = m[i] == kNegInf ? 0.0f : c * m[i];
+  };
+
+  if (strategy == Strategy::online) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t kc = tile_len(t);
+      scores(t * g.kc, kc, T, ph, lap);
+      std::fill(tmax, tmax + mq, kNegInf);
+      g.vec->col_max(kc, mq, T, mq, tmax);
+      bool rescale = false;
+      for (int64_t i = 0; i < mq; ++i) {
+        const float mn = std::max(m[i], tmax[i]);
+        alpha[i] = (m[i] == kNegInf || mn == m[i]) ? 1.0f : std::exp2(c * (m[i] - mn));
+        rescale |= alpha[i] != 1.0f;
+        m[i] = mn;
+      }
+      fold_max();
+      lap.to(ph.max_find);
+      if (rescale) {
+        g.vec->scale_rows(mq, dvp, O, dvp, alpha);
+        for (int64_t i = 0; i < mq; ++i) l[i] *= alpha[i];
+      }
+      g.vec->exp2_pack(kc, mq, T, mq, c, cm, P, mq, g.gk->ab, mode, l);
+      lap.to(ph.exp_pack);
+      stage2(g, kc, P, vpanels, rp, t * g.kc, dvp, O);
+      lap.to(ph.gemm);
+    }
+  } else {
+    // Phase 0: scores of every tile into the strip, and the row max.
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t kc = tile_len(t);
+      float* tt = T + (t - t_begin) * g.kc * mq;
+      scores(t * g.kc, kc, tt, ph, lap);
+      g.vec->col_max(kc, mq, tt, mq, m);
+      lap.to(ph.max_find);
+    }
+    fold_max();
+    if (strategy == Strategy::three_pass) {
+      // Phase 1: all of P; phase 2: one pure GEMM over every key.
+      g.vec->exp2_pack(keys_total, mq, T, mq, c, cm, P, mq, g.gk->ab, mode, l);
+      lap.to(ph.exp_pack);
+      if (keys_total > 0) stage2(g, keys_total, P, vpanels, rp, t_begin * g.kc, dvp, O);
+      lap.to(ph.gemm);
+    } else {
+      // Phases 1+2: the producer runs kPipeAhead tiles ahead of the GEMM in a ring.
+      const int64_t slots = kPipeAhead + 1;
+      auto produce = [&](int64_t t) {
+        g.vec->exp2_pack(tile_len(t), mq, T + (t - t_begin) * g.kc * mq, mq, c, cm,
+                         P + ((t - t_begin) % slots) * g.kc * mq * g.es, mq, g.gk->ab, mode, l);
+        lap.to(ph.exp_pack);
+      };
+      for (int64_t t = t_begin; t < std::min(t_end, t_begin + kPipeAhead); ++t) produce(t);
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        if (t + kPipeAhead < t_end) produce(t + kPipeAhead);
+        stage2(g, tile_len(t), P + ((t - t_begin) % slots) * g.kc * mq * g.es, vpanels, rp,
+               t * g.kc, dvp, O);
+        lap.to(ph.gemm);
+      }
+    }
+  }
+
+  // Phase 3: normalize, lse, store. A row with no visible key has l = 0: O = 0, lse = -inf.
+  const int64_t ose = int64_t(dtype_size(out.o_type));
+  for (int64_t i = 0; i < out.rows; ++i) {
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    float* row = O + i * dvp;
+    for (int64_t j = 0; j < out.dv; ++j) row[j] *= inv;
+    core::convert_row(row, out.dv, static_cast<char*>(out.o) + i * out.o_stride * ose, out.o_type);
+    if (out.lse != nullptr)
+      out.lse[i] = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : kNegInf;
+  }
+  lap.to(ph.normalize);
+}
+
+void report(PhaseTimes* times, const std::vector<Phases>& per_thread, const Geometry& g,
+            Strategy s) {
+  if (times == nullptr) return;
+  Phases sum;
+  for (const Phases& p : per_thread) sum.add(p);
+  times->pack = sum.pack;
+  times->max_find = sum.max_find;
+  times->exp_pack = sum.exp_pack;
+  times->gemm = sum.gemm;
+  times->normalize = sum.normalize;
+  times->kernel = g.gk->key;
+  times->strategy = to_string(s);
+}
+
+Strategy resolve(Strategy s, int64_t sq, int64_t sk, int64_t d, DType t) {
+  return s == Strategy::automatic ? choose_strategy(sq, sk, d, t) : s;
+}
+
+}  // namespace
+
+Strategy choose_strategy(int64_t sq, int64_t sk, int64_t d, DType storage) {
+  (void)sq; (void)d; (void)storage;
+  // Measured with flashcore-bench on the portable kernels (docs/results/cpu-generic.md):
+  // online never pays for a score strip; for short key ranges the strip of two_pass fits
+  // in L2 and saves the rescales.
+  return sk <= 1024 ? Strategy::two_pass : Strategy::online;
+}
+
+// ================================================================ attention
+void attention(const core::AttentionProblem& p, PhaseTimes* times) {
+  const CpuConfig cfg = select_kernels(p.dtype, p.impl);
+  const bool varlen = p.cu_q != nullptr;
+  const Geometry g = make_geometry(cfg, p.sq, true);
+  const Strategy strategy = resolve(p.strategy, p.sq, p.sk, p.d, p.dtype);
+  const int nthreads = resolve_threads(p.threads);
+  const float c = p.scale * core::kLog2e;
+  const int64_t kp = round_up(p.d, g.gk->k_align);
+  const int64_t dvp = round_up(p.dv, g.nr);
+  const int64_t es_in = int64_t(dtype_size(p.dtype));
+  const bool timed = times != nullptr;
+  std::vector<Phases> phases(static_cast<size_t>(nthreads));
+
+  // Groups (batch, kv head) share one packed K and V; process them in chunks that fit
+  // the packing budget.
+  const int64_t ngroups = p.batch * p.kv_heads;
+  auto seq = [&](const int32_t* cu, int64_t b, int64_t fixed) -> std::pair<int64_t, int64_t> {
+    return cu ? std::make_pair(int64_t(cu[b]), int64_t(cu[b + 1] - cu[b])) : std::make_pair(int64_t(0), fixed);
+  };
+  const int64_t skp_max = round_up(std::max<int64_t>(p.sk, 1), g.key_align);
+  const int64_t group_bytes = skp_max * (kp + dvp) * g.es;
+  const int64_t chunk = std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
+  std::vector<char> packed(static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
+
+  for (int64_t g0 = 0; g0 < ngroups; g0 += chunk) {
+    const int64_t g1 = std::min(ngroups, g0 + chunk);
+    // Pack K (as stage-1 A blocks of MR keys) and V (as stage-2 panels) of each group,
+    // split into parts so that one large group still uses every thread.
+    const int64_t parts = std::max<int64_t>(1, (nthreads + (g1 - g0) - 1) / (g1 - g0));
+#pragma omp parallel for schedule(dynamic) num_threads(nthreads) collapse(2)
+    for (int64_t gi = g0; gi < g1; ++gi) {
+      for (int64_t part = 0; part < parts; ++part) {
+        Lap lap(timed);
+        const int64_t b = gi / p.kv_heads, hk = gi % p.kv_heads;
+        const auto [k_off, sk] = seq(p.cu_k, b, p.sk);
+        const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
+        const int64_t bb = varlen ? 0 : b;
+        char* kpack = packed.data() + (gi - g0) * group_bytes;
+        char* vpack = kpack + skp_max * kp * g.es;
+        std::vector<float> rowbuf(static_cast<size_t>(std::max(kp, dvp) + 64));
+        const Rows krows{static_cast<const char*>(p.k.data) +
+                             (bb * p.k.sb + k_off * p.k.ss + hk * p.k.sh) * es_in,
+                         p.k.ss, p.dtype};
+        const Rows vrows{static_cast<const char*>(p.v.data) +
+                             (bb * p.v.sb + k_off * p.v.ss + hk * p.v.sh) * es_in,
+                         p.v.ss, p.dtype};
+        const int64_t nblk = skp / g.mr;
+        const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
+        pack_transposed(krows, sk, p.d, kp, g.mr, kb0, kb1, kpack, g.gk->ab, rowbuf.data());
+        pack_panels(vrows, sk, p.dv, skp, g.nr, kb0 * g.mr, kb1 * g.mr, vpack, g.gk->ab,
+                    rowbuf.data());
+        lap.to(phases[size_t(omp_get_thread_num())].pack);
+      }
+    }
+
+    // Work items: (group, head in group, query block).
+    const int64_t qblocks_max = (std::max<int64_t>(p.sq, 1) + g.mq - 1) / g.mq;
+    const int64_t items = (g1 - g0) * p.group() * qblocks_max;
+#pragma omp parallel for schedule(dynamic) num_threads(nthreads)
+    for (int64_t it = 0; it < items; ++it) {
+      Phases& ph = phases[size_t(omp_get_thread_num())];
+      Lap lap(timed);
+      const int64_t qb = it % qblocks_max;
+      const int64_t hg = (it / qblocks_max) % p.group();
+      const int64_t gi = g0 + it / (qblocks_max * p.group());
+      const int64_t b = gi / p.kv_heads, hk = gi % p.kv_heads, h = hk * p.group() + hg;
+      const auto [q_off, sq] = seq(p.cu_q, b, p.sq);
+      const auto [k_off, sk] = seq(p.cu_k, b, p.sk);
+      (void)k_off;
+      const int64_t i0 = qb * g.mq;
+      if (i0 >= sq) continue;
+      const int64_t rows = std::min(g.mq, sq - i0);
+      const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
+      const int64_t bb = varlen ? 0 : b;
+      const char* kpack = packed.data() + (gi - g0) * group_bytes;
+      const char* vpack = kpack + skp_max * kp * g.es;
+      const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
+
+      // Pack this block's queries as stage-1 B panels (Q^T, NR queries per panel).
+      std::vector<char> qpack(static_cast<size_t>(g.mq * kp * g.es));
+      std::vector<float> rowbuf(static_cast<size_t>(kp + 64));
+      std::vector<int64_t> lo(static_cast<size_t>(g.mq)), hi(static_cast<size_t>(g.mq));
+      const Rows qrows{static_cast<const char*>(p.q.data) +
+                           (bb * p.q.sb + (q_off + i0) * p.q.ss + h * p.q.sh) * es_in,
+                       p.q.ss, p.dtype};
+      pack_transposed(qrows, rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack.data(), g.gk->ab,
+                      rowbuf.data());
+      int64_t key_lo = sk, key_hi = 0, all_lo = 0, all_hi = sk;
+      for (int64_t i = 0; i < g.mq; ++i) {
+        lo[size_t(i)] = i < rows ? mask.key_begin(i0 + i, sk) : 0;
+        hi[size_t(i)] = i < rows ? mask.key_end(i0 + i, sk) : sk;
+        if (i < rows && hi[size_t(i)] > lo[size_t(i)]) {
+          key_lo = std::min(key_lo, lo[size_t(i)]);
+          key_hi = std::max(key_hi, hi[size_t(i)]);
+        }
+        all_lo = std::max(all_lo, lo[size_t(i)]);
+        all_hi = std::min(all_hi, hi[size_t(i)]);
+      }
+      lap.to(ph.pack);
+
+      auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
+        stage1(g, kp, kc, kpack, j0 / g.mr, qpack.data(), t);
+        lapx.to(phx.gemm);
+        if (j0 >= all_lo && j0 + kc <= all_hi) return;  // tile fully visible
+        for (int64_t k = 0; k < kc; ++k) {
+          const int64_t j = j0 + k;
+          float* row = t + k * g.mq;
+          for (int64_t i = 0; i < g.mq; ++i)
+            if (j < lo[size_t(i)] || j >= hi[size_t(i)]) row[i] = kNegInf;
+        }
+      };
+      float* lse_row = p.lse ? p.lse + bb * p.lse_sb + h * p.lse_sh + q_off + i0 : nullptr;
+      const BlockOut out{static_cast<char*>(p.o) +
+                             (bb * p.o_sb + (q_off + i0) * p.o_ss + h * p.o_sh) * es_in,
+                         p.o_ss, p.dtype, rows, p.dv, lse_row};
+      if (key_hi <= key_lo) key_lo = key_hi = 0;  // every row fully masked: O = 0
+      softmax_block(g, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, vpack, skp, dvp,
+                    out, timed, ph);
+    }
+  }
+  report(times, phases, g, strategy);
+}
+
+// ================================================================ softmax_v
+void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
+  const CpuConfig cfg = select_kernels(p.dtype, p.impl);
+  const Geometry g = make_geometry(cfg, p.m, false);
+  const Strategy strategy = resolve(p.strategy, p.m, p.l, p.d, p.dtype);
+  const int nthreads = resolve_threads(p.threads);
+  const float c = p.scale * core::kLog2e;
+  const int64_t lp = round_up(std::max<int64_t>(p.l, 1), g.key_align);
+  const int64_t dvp = round_up(p.d, g.nr);
+  const bool timed = times != nullptr;
+  std::vector<Phases> phases(static_cast<size_t>(nthreads));
+  std::vector<char> vpack(static_cast<size_t>(lp * dvp * g.es));
+  const Rows vrows{p.v, p.v_sl, p.dtype};
+  {
+    Lap lap(timed);
+    const int64_t nblk = lp / g.mr;
+#pragma omp parallel num_threads(nthreads)
+    {
+      std::vector<float> rowbuf(static_cast<size_t>(dvp + 64));
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      const int64_t b0 = nblk * id / nt, b1 = nblk * (id + 1) / nt;
+      pack_panels(vrows, p.l, p.d, lp, g.nr, b0 * g.mr, b1 * g.mr, vpack.data(), g.gk->ab,
+                  rowbuf.data());
+    }
+    lap.to(phases[0].pack);
+  }
+  const int64_t ses = int64_t(dtype_size(p.s_dtype));
+  const int64_t oes = int64_t(dtype_size(p.dtype));
+  const int64_t nblocks = (p.m + g.mq - 1) / g.mq;
+#pragma omp parallel for schedule(dynamic) num_threads(nthreads)
+  for (int64_t qb = 0; qb < nblocks; ++qb) {
+    Phases& ph = phases[size_t(omp_get_thread_num())];
+    const int64_t i0 = qb * g.mq, rows = std::min(g.mq, p.m - i0);
+    // Scores tile: T[k][i] = S[i0 + i][j0 + k] (as float; the scale is folded into c).
+    auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
+      for (int64_t k = 0; k < kc; ++k) {
+        float* row = t + k * g.mq;
+        const int64_t j = j0 + k;
+        if (j >= p.l) { std::fill(row, row + g.mq, kNegInf); continue; }
+        for (int64_t i = 0; i < g.mq; ++i) {
+          if (i >= rows) { row[i] = 0.0f; continue; }
+          const int64_t idx = (i0 + i) * p.s_sm + j * p.s_sl;
+          row[i] = p.s_dtype == DType::i32 ? float(static_cast<const int32_t*>(p.s)[idx])
+                                           : static_cast<const float*>(p.s)[idx];
+        }
+      }
+      lapx.to(phx.max_find);
+    };
+    (void)ses;
+    const BlockOut out{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, rows, p.d,
+                       nullptr};
+    softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, vpack.data(), lp, dvp, out,
+                  timed, ph);
+  }
+  report(times, phases, g, strategy);
+}
+
+// ================================================================ gemm_chain
+void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
+  const CpuConfig cfg = select_kernels(p.dtype, p.impl);
+  const Geometry g = make_geometry(cfg, p.m, true);
+  const int nthreads = resolve_threads(p.threads);
+  const int64_t k1p = round_up(p.k1, g.gk->k_align);
+  const int64_t k2p = round_up(std::max<int64_t>(p.k2, 1), g.key_align);
+  const int64_t np = round_up(p.n, g.nr);
+  const bool timed = times != nullptr;
+  std::vector<Phases> phases(static_cast<size_t>(nthreads));
+  // B as stage-1 A blocks ([k1p][MR] per MR columns), C as stage-2 panels ([k2p][NR]).
+  std::vector<char> bpack(static_cast<size_t>(k2p * k1p * g.es)), cpack(static_cast<size_t>(k2p * np * g.es));
+  {
+    Lap lap(timed);
+    const Rows brows{p.b, p.b_sk, p.dtype}, crows{p.c, p.c_sk, p.dtype};
+    // B^T rows are B's columns: pack B's rows as panels of MR columns, which is the
+    // k-major [k1][MR] block layout stage 1 reads.
+#pragma omp parallel num_threads(nthreads)
+    {
+      std::vector<float> rowbuf(static_cast<size_t>(std::max(k2p, np) + 64));
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      pack_panels(brows, p.k1, p.k2, k1p, g.mr, k1p * id / nt, k1p * (id + 1) / nt, bpack.data(),
+                  g.gk->ab, rowbuf.data());
+      const int64_t nb = k2p / g.mr;
+      pack_panels(crows, p.k2, p.n, k2p, g.nr, nb * id / nt * g.mr, nb * (id + 1) / nt * g.mr,
+                  cpack.data(), g.gk->ab, rowbuf.data());
+    }
+    lap.to(phases[0].pack);
+  }
+  const int64_t oes = int64_t(dtype_size(p.dtype));
+  const int64_t nblocks = (p.m + g.mq - 1) / g.mq;
+#pragma omp parallel for schedule(dynamic) num_threads(nthreads)
+  for (int64_t qb = 0; qb < nblocks; ++qb) {
+    Phases& ph = phases[size_t(omp_get_thread_num())];
+    Lap lap(timed);
+    const int64_t i0 = qb * g.mq, rows = std::min(g.mq, p.m - i0);
+    Arena& arena = thread_arena();
+    arena.reset(static_cast<size_t>(g.mq * k1p * g.es + g.kc * g.mq * (4 + g.es) + g.mq * np * 4 + 4 * 64));
+    char* apack = arena.take<char>(g.mq * k1p * g.es);
+    float* T = arena.take<float>(g.kc * g.mq);
+    char* P = arena.take<char>(g.kc * g.mq * g.es);
+    float* E = arena.take<float>(g.mq * np);
+    std::fill(E, E + g.mq * np, 0.0f);
+    std::vector<float> rowbuf(static_cast<size_t>(k1p + 64));
+    const Rows arows{static_cast<const char*>(p.a) + i0 * p.a_sm * oes, p.a_sm, p.dtype};
+    pack_transposed(arows, rows, p.k1, k1p, g.nr, 0, g.mq / g.nr, apack, g.gk->ab, rowbuf.data());
+    lap.to(ph.pack);
+    for (int64_t j0 = 0; j0 < k2p; j0 += g.kc) {
+      const int64_t kc = std::min(g.kc, k2p - j0);
+      // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
+      stage1(g, k1p, kc, bpack.data(), j0 / g.mr, apack, T);
+      lap.to(ph.gemm);
+      const char* pt = reinterpret_cast<const char*>(T);
+      if (g.gk->ab != DType::f32) {
+        for (int64_t k = 0; k < kc; ++k)
+          store_row(T + k * g.mq, g.mq, P + k * g.mq * g.es, 1, g.gk->ab);
+        pt = P;
+        lap.to(ph.exp_pack);
+      }
+      stage2(g, kc, pt, cpack.data(), k2p, j0, np, E);
+      lap.to(ph.gemm);
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      core::convert_row(E + i * np, p.n, static_cast<char*>(p.e) + (i0 + i) * p.e_sm * oes, p.dtype);
+    lap.to(ph.normalize);
+  }
+  report(times, phases, g, Strategy::three_pass);
+  if (times) times->strategy = "fused";
+}
+
+}  // namespace flashcore::cpu

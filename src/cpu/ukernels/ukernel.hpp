@@ -1,0 +1,67 @@
+// The CPU micro-kernel interface. The strategies in cpu/pipelines are written once
+// against these two kinds of kernel; an ISA adds kernels to gemm.inc / vecops.inc.
+//
+// GEMM micro-kernel (seed 000's interface, with an A stride):
+//   C[MR x NR] (=|+=) sum_{k < kc} A(k, i) * B(k, j)
+//   A(k, i) at a[k * a_stride + i]   (column-major K x MR; a_stride >= MR, in elements)
+//   B(k, j) at b[k * NR + j]         (one packed panel, K x NR)
+//   C(i, j) at c[i * ldc + j]        (row-major, fp32 unless acc says otherwise)
+// The pipelines pad every operand to whole MR x NR tiles (zeros in A/B), so kernels have
+// no tail code. kc may be any value >= 1 unless k_align says otherwise.
+//
+// Score tiles are key-major: a block of Kc keys x Mq queries is stored as [Kc][Mq], which
+// is exactly the A operand of the P V product (A(k=key, i=query)). The Q K^T product
+// writes it directly as C = K_blk (A operand, k = head dim) x Q^T (B panels of queries).
+#pragma once
+
+#include <cstdint>
+
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore::cpu {
+
+enum class Isa : int { generic = 0, avx512f, avx512fp16, avx512bf16, amx_bf16, sve };
+const char* isa_name(Isa isa);
+
+using GemmFn = void (*)(int64_t kc, const void* a, int64_t a_stride, const void* b, void* c,
+                        int64_t ldc, int accumulate);
+
+struct GemmUkernel {
+  const char* key;  // {ab}_{MR}x{NR}{_variant}_{isa}, NR in vectors for SIMD kernels
+  Isa isa;
+  DType ab;         // storage of A and B operands (packing converts into it)
+  DType acc;        // C dtype (f32; f16 for the seeds' noepi kernels)
+  int mr;           // rows of C
+  int nr;           // columns of C, in elements
+  int k_align;      // kc must be a multiple of this (packing pads with zeros)
+  GemmFn fn;
+};
+
+// Vector operations of the softmax stages, over key-major tiles t[k * ldt + i]
+// (k < kc keys, i < mq queries, mq a multiple of the vector length).
+struct VecOps {
+  const char* key;
+  Isa isa;
+  // mx[i] = max(mx[i], max_k t[k][i])
+  void (*col_max)(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx);
+  // p[k][i] = exp2(c * t[k][i] - cm[i]) stored as `dst_type` at dst[k * ldd + i];
+  // sum[i] += sum_k p (of the value as stored).
+  void (*exp2_pack)(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
+                    void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum);
+  // rows of an fp32 [mq x n] block (row stride ld) scaled: o[i][j] *= alpha[i]
+  void (*scale_rows)(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha);
+};
+
+// The kernel lists, expanded into declarations here and into tables in dispatch.
+#define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, k_align) \
+  void key(int64_t, const void*, int64_t, const void*, void*, int64_t, int);
+#define FC_VECOPS(key, isa) \
+  extern const VecOps key;
+namespace ukernels {
+#include "cpu/ukernels/gemm.inc"
+#include "cpu/ukernels/vecops.inc"
+}  // namespace ukernels
+#undef FC_GEMM_UKERNEL
+#undef FC_VECOPS
+
+}  // namespace flashcore::cpu

@@ -1,0 +1,91 @@
+// Portable bodies of the softmax vector ops (see VecOps in ukernel.hpp), written as
+// loops over the query axis so that any ISA's compiler flags vectorize them. Each ISA
+// TU includes this file and builds its own table; every function is `static`, so the
+// copies compiled with different flags never meet in the linker.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/exp2.hpp"
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu::portable {
+
+static void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* row = t + k * ldt;
+    for (int64_t i = 0; i < mq; ++i) mx[i] = row[i] > mx[i] ? row[i] : mx[i];
+  }
+}
+
+static inline uint16_t to_half_bits(float f) {
+  // Round-to-nearest-even fp32 -> fp16 for values in [0, 1] (softmax probabilities);
+  // values under the fp16 subnormal range flush to zero, like FZ16.
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if (u < 0x38800000u) return 0;
+  const uint32_t r = u + 0x0FFFu + ((u >> 13) & 1u);
+  return uint16_t((r - 0x38000000u) >> 13);
+}
+static inline float from_half_bits(uint16_t h) {
+  const uint32_t u = h == 0 ? 0u : ((uint32_t(h) << 13) + 0x38000000u);
+  float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t to_bf16_bits(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float from_bf16_bits(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+
+template <bool kFast>
+static void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                        const float* cm, void* dst, int64_t ldd, DType dst_type, float* sum) {
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* row = t + k * ldt;
+    if (dst_type == DType::f32) {
+      float* d = static_cast<float*>(dst) + k * ldd;
+      for (int64_t i = 0; i < mq; ++i) {
+        const float x = c * row[i] - cm[i];
+        const float p = kFast ? core::exp2_fast(x) : core::exp2_exact(x);
+        d[i] = p;
+        sum[i] += p;
+      }
+    } else if (dst_type == DType::f16) {
+      uint16_t* d = static_cast<uint16_t*>(dst) + k * ldd;
+      for (int64_t i = 0; i < mq; ++i) {
+        const float x = c * row[i] - cm[i];
+        const uint16_t h = to_half_bits(kFast ? core::exp2_fast(x) : core::exp2_exact(x));
+        d[i] = h;
+        sum[i] += from_half_bits(h);  // sum what the GEMM will see
+      }
+    } else {
+      uint16_t* d = static_cast<uint16_t*>(dst) + k * ldd;
+      for (int64_t i = 0; i < mq; ++i) {
+        const float x = c * row[i] - cm[i];
+        const uint16_t h = to_bf16_bits(kFast ? core::exp2_fast(x) : core::exp2_exact(x));
+        d[i] = h;
+        sum[i] += from_bf16_bits(h);
+      }
+    }
+  }
+}
+
+static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
+                      void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum) {
+  if (mode == Exp2Mode::fast)
+    exp2_pack_t<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+  else
+    exp2_pack_t<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+}
+
+static void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
+  for (int64_t i = 0; i < mq; ++i) {
+    const float a = alpha[i];
+    float* row = o + i * ld;
+    for (int64_t j = 0; j < n; ++j) row[j] *= a;
+  }
+}
+
+}  // namespace flashcore::cpu::portable

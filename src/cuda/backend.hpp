@@ -1,0 +1,20 @@
+// The CUDA backend's entry points, called by src/api for Device::cuda tensors. Defined
+// in src/cuda when the build has CUDA (FC_BUILD_CUDA); kernels know nothing of the API.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore::cuda {
+
+// Runs attention on device tensors; throws flashcore::Error (unsupported arch/head dim,
+// host pointers, launch failures) before or instead of writing a wrong result.
+void attention(const core::AttentionProblem& p, PhaseTimes* times);
+
+// Kernel keys compiled into this build, with whether the current device can run them.
+std::vector<KernelInfo> kernels();
+
+}  // namespace flashcore::cuda
