@@ -102,14 +102,14 @@ const VecOps* const kVec[] = {
 };
 #undef FC_VECOPS
 
-// Automatic choice: the first available kernel in this preference list whose operand
-// dtype can hold the storage dtype exactly. Order from docs/results (bench --op gemm rows);
-// a kernel not listed is still reachable through `impl`.
-const char* const kPreferred[] = {
-    "f32_16x2_avx512", "f32_8x16_generic", "f32_4x16_generic",
+// Automatic choice: the first available kernel in auto_table.inc for the storage dtype
+// whose operand dtype holds it exactly (f32 operands hold every storage dtype).
+struct AutoEntry { DType storage; const char* key; };
+#define FC_AUTO(storage_, key_) {DType::storage_, #key_},
+const AutoEntry kAuto[] = {
+#include "cpu/dispatch/auto_table.inc"
 };
-const char* const kPreferredF16[] = {"f16_12x2_sve", "f32_16x2_avx512", "f32_8x16_generic"};
-const char* const kPreferredBf16[] = {"f32_16x2_avx512", "f32_8x16_generic"};
+#undef FC_AUTO
 
 const GemmUkernel* find_gemm(const char* key) {
   for (const auto& k : kGemm)
@@ -162,18 +162,16 @@ CpuConfig select_kernels(DType storage, const char* impl) {
       throw_error(Status::unsupported, std::string("impl: kernel '") + impl +
                                            "' cannot take operands stored as " + to_string(storage));
   } else {
-    const char* const* list = kPreferred;
-    size_t n = sizeof(kPreferred) / sizeof(kPreferred[0]);
-    if (storage == DType::f16) { list = kPreferredF16; n = sizeof(kPreferredF16) / sizeof(list[0]); }
-    if (storage == DType::bf16) { list = kPreferredBf16; n = sizeof(kPreferredBf16) / sizeof(list[0]); }
-    for (size_t i = 0; i < n && cfg.gemm == nullptr; ++i) {
-      const GemmUkernel* g = find_gemm(list[i]);
+    for (const AutoEntry& e : kAuto) {
+      if (cfg.gemm != nullptr) break;
+      if (e.storage != storage) continue;
+      const GemmUkernel* g = find_gemm(e.key);
       if (g == nullptr || !isa_available(g->isa) || !holds_exactly(g->ab, storage)) continue;
       if (generic_only && g->isa != Isa::generic) continue;
       if (g->acc != DType::f32) continue;
       cfg.gemm = g;
     }
-    if (cfg.gemm == nullptr) cfg.gemm = find_gemm("f32_8x16_generic");
+    if (cfg.gemm == nullptr) cfg.gemm = find_gemm("f32_4x16_generic");
   }
   // Vector ops of the same ISA as the GEMM kernel when there are some, else portable.
   for (const VecOps* v : kVec)

@@ -1,6 +1,6 @@
 // Portable micro-kernels: plain C++ compiled with the baseline flags. The accumulator
 // block lives in a local array the compiler keeps in vector registers (MR x NR fp32 =
-// 16 SSE registers for 4x16); the k loop is a rank-1 update per step, as in seed 000.
+// 16 SSE registers for 4x16, 12 for 6x8); the k loop is a rank-1 update per step, as in seed 000.
 #include <cstdint>
 
 #include "cpu/ukernels/ukernel.hpp"
@@ -21,8 +21,11 @@ void gemm_f32(int64_t kc, const void* a_, int64_t a_stride, const void* b_, void
   for (int64_t k = 0; k < kc; ++k) {
     const float* ak = a + k * a_stride;
     const float* bk = b + k * NR;
+    // Full unrolling keeps acc in registers (GCC does not do it by itself for these sizes).
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const float ai = ak[i];
+#pragma GCC unroll 16
       for (int j = 0; j < NR; ++j) acc[i][j] += ai * bk[j];
     }
   }
@@ -41,13 +44,13 @@ void f32_4x16_generic(int64_t kc, const void* a, int64_t as, const void* b, void
                       int accumulate) {
   gemm_f32<4, 16>(kc, a, as, b, c, ldc, accumulate);
 }
-void f32_8x16_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
-                      int accumulate) {
-  gemm_f32<8, 16>(kc, a, as, b, c, ldc, accumulate);
+void f32_4x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
+                     int accumulate) {
+  gemm_f32<4, 8>(kc, a, as, b, c, ldc, accumulate);
 }
-void f32_16x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
-                      int accumulate) {
-  gemm_f32<16, 8>(kc, a, as, b, c, ldc, accumulate);
+void f32_6x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
+                     int accumulate) {
+  gemm_f32<6, 8>(kc, a, as, b, c, ldc, accumulate);
 }
 
 const VecOps vecops_generic = {"vecops_generic", Isa::generic, portable::col_max,
