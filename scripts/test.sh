@@ -26,6 +26,7 @@ stage() {  # stage NAME CMD...: runs and times one stage
 skipped() { [[ "$skip" == *" $1 "* ]]; }
 
 stage deps scripts/deps.sh test
+stage names python3 tools/check_names.py
 
 cuda_flag=AUTO
 skipped cuda && cuda_flag=OFF
