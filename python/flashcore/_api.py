@@ -1,0 +1,248 @@
+"""The Python API: argument handling, output allocation, stream lookup.
+
+Arrays go to the C++ library in place (DLPack / buffer protocol through nanobind);
+outputs are allocated here in the framework of the inputs, on their device. Nothing in
+this module imports torch, cupy or jax: a framework is recognised by the module that
+defines the array's type, and its own methods allocate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["attention", "softmax_v", "gemm_chain"]
+
+_STRATEGIES = {
+    "auto": 0, "automatic": 0,
+    "two-pass": 1, "two_pass": 1,
+    "three-pass": 2, "three_pass": 2,
+    "online": 3,
+}
+_EXP_MODES = {"exact": 0, "fast": 1}
+
+# type -> framework name ("numpy", "torch", or the root module of another DLPack array).
+_FRAMEWORK_OF_TYPE: dict[type, str] = {np.ndarray: "numpy"}
+
+
+def _framework(x, name: str) -> str:
+    t = type(x)
+    fw = _FRAMEWORK_OF_TYPE.get(t)
+    if fw is not None:
+        return fw
+    if isinstance(x, np.ndarray):
+        fw = "numpy"
+    elif hasattr(t, "__dlpack__"):
+        fw = t.__module__.partition(".")[0]
+        if fw in ("jaxlib",):
+            fw = "jax"
+    else:
+        raise TypeError(
+            f"{name}: expected an array (numpy, torch, cupy, jax: anything with __dlpack__), "
+            f"got {t.__name__}")
+    _FRAMEWORK_OF_TYPE[t] = fw
+    return fw
+
+
+def _same_framework(x, name: str, fw: str, ref: str) -> None:
+    if x is None:
+        return
+    got = _framework(x, name)
+    if got != fw:
+        raise TypeError(f"{name}: is a {got} array but {ref} is a {fw} array; "
+                        f"pass arrays of one framework")
+
+
+def _empty(like, fw: str, shape: tuple, float32: bool = False):
+    """An uninitialised array of `shape` in `like`'s framework, dtype and device."""
+    if fw == "numpy":
+        return np.empty(shape, dtype=np.float32 if float32 else like.dtype)
+    if fw == "torch":
+        if float32:
+            import torch  # already imported by the caller's program: it made `like`
+            return like.new_empty(shape, dtype=torch.float32)
+        return like.new_empty(shape)
+    ns = getattr(like, "__array_namespace__", None)
+    if ns is None:
+        raise TypeError(f"out: cannot allocate a {fw} array (it has no __array_namespace__); "
+                        f"pass out= (and compute the lse yourself)")
+    xp = ns()
+    dtype = xp.float32 if float32 else like.dtype
+    return xp.empty(shape, dtype=dtype, device=like.device)
+
+
+def _cuda_stream(x, fw: str) -> int:
+    """The framework's current CUDA stream for a CUDA array (0 = default stream)."""
+    if fw == "torch":
+        import torch
+        return torch.cuda.current_stream(x.device).cuda_stream
+    if fw == "cupy":
+        import cupy
+        return cupy.cuda.get_current_stream().ptr
+    return 0
+
+
+def _is_cuda(x, fw: str) -> bool:
+    if fw == "numpy":
+        return False
+    if fw == "torch":
+        return x.is_cuda
+    dev = getattr(x, "__dlpack_device__", None)
+    return dev is not None and dev()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def _shape(x, name: str, rank: int, layout: str) -> tuple:
+    shape = tuple(x.shape)
+    if len(shape) != rank:
+        raise ValueError(f"{name}: expected rank {rank} {layout}, got shape {shape}")
+    return shape
+
+
+def _strategy(strategy) -> int:
+    code = _STRATEGIES.get(strategy) if isinstance(strategy, str) else None
+    if code is None:
+        raise ValueError(f"strategy: must be one of 'auto', 'two-pass', 'three-pass', "
+                         f"'online', got {strategy!r}")
+    return code
+
+
+def _exp(exp) -> int:
+    code = _EXP_MODES.get(exp) if isinstance(exp, str) else None
+    if code is None:
+        raise ValueError(f"exp: must be 'exact' or 'fast', got {exp!r}")
+    return code
+
+
+def _threads(threads) -> int:
+    if threads is None:
+        return 0
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        raise ValueError(f"threads: must be None or an int >= 0, got {threads!r}")
+    return threads
+
+
+def _impl(impl):
+    if impl is not None and not isinstance(impl, str):
+        raise TypeError(f"impl: must be None or a kernel key (str), got {type(impl).__name__}")
+    return impl
+
+
+def _scale(scale, default: float) -> float:
+    if scale is None:
+        return default
+    try:
+        s = float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"scale: must be a float, got {type(scale).__name__}") from None
+    if not math.isfinite(s):
+        raise ValueError(f"scale: must be finite, got {scale!r}")
+    return s
+
+
+def _window(window) -> tuple[int, int]:
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise ValueError(f"window: must be a pair (left, right), got {window!r}") from None
+    for side, w in (("left", left), ("right", right)):
+        if not isinstance(w, (int, np.integer)) or isinstance(w, bool) or w < -1:
+            raise ValueError(f"window: {side} must be an int >= -1 (-1 = unbounded), got {w!r}")
+    return int(left), int(right)
+
+
+def _prepare_attention(q, k, v, causal, window, scale, return_lse, out, strategy, exp,
+                       cu_seqlens_q, cu_seqlens_k, threads, impl, exact_fp32):
+    """Checks the Python-level arguments, allocates outputs; returns the _core arguments."""
+    fw = _framework(q, "q")
+    _same_framework(k, "k", fw, "q")
+    _same_framework(v, "v", fw, "q")
+    _same_framework(out, "out", fw, "q")
+    _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q")
+    _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q")
+    if window == (-1, -1):
+        wl = wr = -1
+    else:
+        wl, wr = _window(window)
+    if out is None or return_lse:
+        b, sq, h, _ = _shape(q, "q", 4, "[B, Sq, H, D]")
+    if out is None:
+        dv = _shape(v, "v", 4, "[B, Sk, Hkv, Dv]")[3]
+        out = _empty(q, fw, (b, sq, h, dv))
+    lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
+    cuda = _is_cuda(q, fw)
+    stream = _cuda_stream(q, fw) if cuda else 0
+    args = (q, k, v, out, lse, _scale(scale, 0.0), bool(causal), wl, wr, _strategy(strategy),
+            _exp(exp), cu_seqlens_q, cu_seqlens_k, _threads(threads), _impl(impl), stream,
+            bool(exact_fp32))
+    return fw, cuda, args
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
+              out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
+              threads=None, impl=None, exact_fp32=False):
+    """O = softmax(scale * Q K^T + mask) V.
+
+    q: [B, Sq, H, D], k: [B, Sk, Hkv, D], v: [B, Sk, Hkv, Dv] (H % Hkv == 0), any strides
+    with a contiguous last dim (so q.transpose of a BHSD array works in place). Returns
+    out [B, Sq, H, Dv] in q's framework, dtype and device, and with return_lse=True also
+    lse [B, H, Sq] float32 (natural log of the softmax denominator; -inf for a fully
+    masked row, whose output is 0).
+
+    causal / window=(left, right) (-1 = unbounded) align to the bottom-right corner when
+    Sq != Sk: query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right.
+    scale defaults to 1/sqrt(D). strategy: 'auto', 'two-pass', 'three-pass', 'online'.
+    exp: 'exact' or 'fast'. Varlen: B = 1 with the sequences packed along dim 1 and
+    int32 prefix sums cu_seqlens_q / cu_seqlens_k (length batch + 1) on q's device.
+    threads: CPU threads (None = all). impl: force a kernel key (see list_kernels()).
+    CUDA arrays run on the framework's current stream.
+    """
+    fw, cuda, args = _prepare_attention(q, k, v, causal, window, scale, return_lse, out, strategy,
+                                  exp, cu_seqlens_q, cu_seqlens_k, threads, impl, exact_fp32)
+    if cuda and fw == "torch":
+        _run_on_device_of(q, _core.attention, args)
+    else:
+        _core.attention(*args)
+    return (args[3], args[4]) if return_lse else args[3]
+
+
+def _run_on_device_of(x, fn, args):
+    import torch
+    index = x.device.index
+    if index is None or index == torch.cuda.current_device():
+        return fn(*args)
+    with torch.cuda.device(index):
+        return fn(*args)
+
+
+def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact", out=None, threads=None,
+              impl=None):
+    """O = softmax(scale * S) V with S [M, L] (float32, or int32 dequantised by scale),
+    V [L, d] and O [M, d] in V's dtype. S may be row- or column-major."""
+    fw = _framework(s, "s")
+    _same_framework(v, "v", fw, "s")
+    _same_framework(out, "out", fw, "s")
+    if out is None:
+        m = _shape(s, "s", 2, "[M, L]")[0]
+        d = _shape(v, "v", 2, "[L, d]")[1]
+        out = _empty(v, fw, (m, d))
+    _core.softmax_v(s, v, out, _scale(scale, 1.0), _strategy(strategy), _exp(exp),
+                    _threads(threads), _impl(impl))
+    return out
+
+
+def gemm_chain(a, b, c, *, out=None, threads=None, impl=None):
+    """E = (A B) C with A [M, K1], B [K1, K2], C [K2, N], all one dtype; A B is never
+    stored. Returns E [M, N]."""
+    fw = _framework(a, "a")
+    _same_framework(b, "b", fw, "a")
+    _same_framework(c, "c", fw, "a")
+    _same_framework(out, "out", fw, "a")
+    if out is None:
+        m = _shape(a, "a", 2, "[M, K1]")[0]
+        n = _shape(c, "c", 2, "[K2, N]")[1]
+        out = _empty(a, fw, (m, n))
+    _core.gemm_chain(a, b, c, out, _threads(threads), _impl(impl))
+    return out

@@ -1,0 +1,394 @@
+// flashcore._core: the thin layer between Python arrays and the C++ API.
+//
+// Arrays come in through nanobind's ndarray (DLPack or the buffer protocol), so numpy,
+// torch, cupy and jax arrays are read in place; the Python package (flashcore/_api.py)
+// allocates outputs in the caller's framework and passes them here. This file only
+// turns arrays into flashcore::Tensor views, checks what the library cannot see (which
+// argument is not an array, mixed devices, unsupported dtypes), releases the GIL and
+// calls the library. No kernel code, no framework headers.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "flashcore/flashcore.hpp"
+
+namespace nb = nanobind;
+namespace fc = flashcore;
+using namespace nb::literals;
+
+namespace {
+
+// DLPack device types that we map onto the library's two devices.
+constexpr int32_t kDlCpu = nb::device::cpu::value;
+constexpr int32_t kDlCuda = nb::device::cuda::value;
+constexpr int32_t kDlCudaHost = nb::device::cuda_host::value;
+constexpr int32_t kDlCudaManaged = nb::device::cuda_managed::value;
+
+[[noreturn]] void raise_type(const std::string& m) { throw nb::type_error(m.c_str()); }
+[[noreturn]] void raise_value(const std::string& m) { throw nb::value_error(m.c_str()); }
+
+std::string py_type_name(nb::handle h) { return nb::type_name(h.type()).c_str(); }
+
+// One imported array: the view handed to the library and the import that keeps the
+// memory alive until the call returns (inputs are imported read-only, outputs writable).
+struct Arg {
+  fc::Tensor t;
+  nb::ndarray<nb::ro> in;
+  nb::ndarray<> out;
+  int32_t dl_device = kDlCpu;
+  int32_t dl_id = 0;
+};
+
+bool is_none(nb::handle h) { return !h.is_valid() || h.is_none(); }
+
+// numpy cannot export ml_dtypes.bfloat16 through DLPack or the buffer protocol; read
+// such an array through a uint16 view of the same memory and call it bf16.
+bool is_numpy_bf16(nb::handle h) {
+  if (!nb::hasattr(h, "dtype") || !nb::hasattr(h, "view")) return false;
+  nb::object dt = h.attr("dtype");
+  if (!nb::hasattr(dt, "name")) return false;
+  return nb::str(dt.attr("name")).equal(nb::str("bfloat16"));
+}
+
+fc::DType map_dtype(nb::dlpack::dtype d, const char* name) {
+  using C = nb::dlpack::dtype_code;
+  const auto code = C(d.code);
+  if (d.lanes == 1) {
+    if (code == C::Float && d.bits == 32) return fc::DType::f32;
+    if (code == C::Float && d.bits == 16) return fc::DType::f16;
+    if (code == C::Bfloat && d.bits == 16) return fc::DType::bf16;
+    if (code == C::Int && d.bits == 32) return fc::DType::i32;
+    if (code == C::Float8_E4M3FN && d.bits == 8) return fc::DType::e4m3;
+    if (code == C::Float8_E5M2 && d.bits == 8) return fc::DType::e5m2;
+  }
+  static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const std::string kind = d.code < 7 ? codes[d.code] : "code " + std::to_string(d.code);
+  raise_type(std::string(name) + ": dtype " + kind + std::to_string(d.bits) +
+             " is not supported (float32, float16, bfloat16; int32 where stated)");
+}
+
+bool try_import(nb::handle h, Arg& a, bool writable) {
+  return writable ? nb::try_cast<nb::ndarray<>>(h, a.out, /*convert=*/false)
+                  : nb::try_cast<nb::ndarray<nb::ro>>(h, a.in, /*convert=*/false);
+}
+
+template <typename Array>
+void fill_view(const Array& x, Arg& a, bool bf16, const char* name) {
+  const size_t nd = x.ndim();
+  if (nd > size_t(fc::kMaxRank))
+    raise_value(std::string(name) + ": rank " + std::to_string(nd) + " is too high (at most " +
+                std::to_string(fc::kMaxRank) + ")");
+  a.t.data = const_cast<void*>(static_cast<const void*>(x.data()));
+  a.t.dtype = bf16 ? fc::DType::bf16 : map_dtype(x.dtype(), name);
+  a.t.rank = int(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    a.t.shape[i] = int64_t(x.shape(i));
+    a.t.strides[i] = x.stride(i);
+  }
+  a.dl_device = x.device_type();
+  a.dl_id = x.device_id();
+}
+
+// Imports `h` (any DLPack / buffer-protocol array) as a view named `name`.
+Arg import_array(nb::handle h, const char* name, bool writable) {
+  Arg a;
+  bool ok = try_import(h, a, writable);
+  bool bf16 = false;
+  if (!ok && is_numpy_bf16(h)) {
+    nb::object view = h.attr("view")("uint16");
+    ok = bf16 = try_import(view, a, writable);
+  }
+  if (!ok) {
+    if (writable && nb::hasattr(h, "__dlpack__"))
+      raise_value(std::string(name) + ": cannot write to this " + py_type_name(h) +
+                  " (read-only?); pass a writable array");
+    raise_type(std::string(name) + ": expected an array with __dlpack__ or the buffer protocol "
+               "(numpy, torch, cupy, jax), got " + py_type_name(h));
+  }
+  if (writable)
+    fill_view(a.out, a, bf16, name);
+  else
+    fill_view(a.in, a, bf16, name);
+  if (a.dl_device == kDlCpu || a.dl_device == kDlCudaHost) {
+    a.t.device = fc::Device::cpu;
+    a.dl_device = kDlCpu;
+    a.dl_id = 0;
+  } else if (a.dl_device == kDlCuda || a.dl_device == kDlCudaManaged) {
+    a.t.device = fc::Device::cuda;
+    a.dl_device = kDlCuda;
+  } else {
+    raise_value(std::string(name) + ": DLPack device type " + std::to_string(a.dl_device) +
+                " is not supported (cpu or cuda)");
+  }
+  return a;
+}
+
+std::string device_str(const Arg& a) {
+  return a.dl_device == kDlCuda ? "cuda:" + std::to_string(a.dl_id) : std::string("cpu");
+}
+
+void same_device(const Arg& a, const char* name, const Arg& ref, const char* ref_name) {
+  if (a.dl_device != ref.dl_device || a.dl_id != ref.dl_id)
+    raise_value(std::string(name) + ": is on " + device_str(a) + " but " + ref_name + " is on " +
+                device_str(ref) + "; move all arrays to one device");
+}
+
+void need_dtype(const Arg& a, const char* name, fc::DType want, const char* ref_name) {
+  if (a.t.dtype != want)
+    raise_type(std::string(name) + ": dtype " + fc::to_string(a.t.dtype) + " differs from " +
+               ref_name + " (" + fc::to_string(want) + ")");
+}
+
+void float_storage(const Arg& a, const char* name) {
+  const fc::DType d = a.t.dtype;
+  const bool fp8 = (d == fc::DType::e4m3 || d == fc::DType::e5m2) && a.t.device == fc::Device::cuda;
+  if (d != fc::DType::f32 && d != fc::DType::f16 && d != fc::DType::bf16 && !fp8)
+    raise_type(std::string(name) + ": dtype " + fc::to_string(d) +
+               " is not supported (float32, float16 or bfloat16)");
+}
+
+fc::Strategy to_strategy(int s) {
+  if (s < 0 || s > int(fc::Strategy::online)) raise_value("strategy: unknown code " + std::to_string(s));
+  return fc::Strategy(s);
+}
+fc::Exp2Mode to_exp(int e) {
+  if (e != 0 && e != 1) raise_value("exp: unknown code " + std::to_string(e));
+  return fc::Exp2Mode(e);
+}
+
+// Everything one attention call needs, imported and checked; the library's own checks
+// (shapes, strides, aliasing, cu_seqlens contents) still run inside fc::attention.
+struct AttentionCall {
+  Arg q, k, v, out, lse, cu_q, cu_k;
+  bool has_lse = false;
+  std::string impl;
+  fc::AttentionParams p;
+
+  AttentionCall(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle out_, nb::handle lse_,
+                double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
+                nb::handle cu_q_, nb::handle cu_k_, int threads, nb::handle impl_,
+                uintptr_t stream, bool exact_fp32) {
+    q = import_array(q_, "q", false);
+    k = import_array(k_, "k", false);
+    v = import_array(v_, "v", false);
+    out = import_array(out_, "out", true);
+    same_device(k, "k", q, "q");
+    same_device(v, "v", q, "q");
+    same_device(out, "out", q, "q");
+    float_storage(q, "q");
+    need_dtype(k, "k", q.t.dtype, "q");
+    need_dtype(v, "v", q.t.dtype, "q");
+    const bool fp8 = q.t.dtype == fc::DType::e4m3 || q.t.dtype == fc::DType::e5m2;
+    if (!fp8) need_dtype(out, "out", q.t.dtype, "q");
+    if (!is_none(lse_)) {
+      lse = import_array(lse_, "lse", true);
+      same_device(lse, "lse", q, "q");
+      if (lse.t.dtype != fc::DType::f32)
+        raise_type(std::string("lse: must be float32, got ") + fc::to_string(lse.t.dtype));
+      has_lse = true;
+      p.lse = &lse.t;
+    }
+    const bool has_cq = !is_none(cu_q_), has_ck = !is_none(cu_k_);
+    if (has_cq != has_ck)
+      raise_value(has_cq ? "cu_seqlens_k: must be given together with cu_seqlens_q"
+                         : "cu_seqlens_q: must be given together with cu_seqlens_k");
+    if (has_cq) {
+      cu_q = import_cu(cu_q_, "cu_seqlens_q");
+      cu_k = import_cu(cu_k_, "cu_seqlens_k");
+      if (cu_q.t.shape[0] != cu_k.t.shape[0])
+        raise_value("cu_seqlens_k: has " + std::to_string(cu_k.t.shape[0]) +
+                    " entries but cu_seqlens_q has " + std::to_string(cu_q.t.shape[0]));
+      p.cu_seqlens_q = static_cast<const int32_t*>(cu_q.t.data);
+      p.cu_seqlens_k = static_cast<const int32_t*>(cu_k.t.data);
+      p.varlen_batch = cu_q.t.shape[0] - 1;
+    }
+    p.scale = float(scale);
+    p.causal = causal;
+    p.window_left = wl;
+    p.window_right = wr;
+    p.strategy = to_strategy(strategy);
+    p.exp2 = to_exp(exp);
+    if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
+    p.threads = threads;
+    if (!is_none(impl_)) {
+      impl = nb::cast<std::string>(impl_);
+      p.impl = impl.c_str();
+    }
+    p.stream = reinterpret_cast<void*>(stream);
+    p.exact_fp32 = exact_fp32;
+  }
+
+  Arg import_cu(nb::handle h, const char* name) {
+    Arg a = import_array(h, name, false);
+    same_device(a, name, q, "q");
+    if (a.t.dtype != fc::DType::i32)
+      raise_type(std::string(name) + ": must be int32, got " + fc::to_string(a.t.dtype));
+    if (a.t.rank != 1 || a.t.shape[0] < 2)
+      raise_value(std::string(name) + ": expected a 1-d array of batch + 1 >= 2 prefix sums");
+    if (a.t.strides[0] != 1) raise_value(std::string(name) + ": must be contiguous");
+    return a;
+  }
+
+  void run() {
+    nb::gil_scoped_release nogil;
+    fc::attention(q.t, k.t, v.t, out.t, p);
+  }
+};
+
+void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+               double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
+               nb::handle cu_q, nb::handle cu_k, int threads, nb::handle impl, uintptr_t stream,
+               bool exact_fp32) {
+  AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
+                  impl, stream, exact_fp32);
+  c.run();
+}
+
+// The C++ side of the overhead measurement: the same call as `attention`, imported once
+// and then run `iters` times in C++; returns each call's time in nanoseconds.
+std::vector<double> attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+                                   nb::handle lse, double scale, bool causal, int64_t wl,
+                                   int64_t wr, int strategy, int exp, nb::handle cu_q,
+                                   nb::handle cu_k, int threads, nb::handle impl,
+                                   uintptr_t stream, bool exact_fp32, int iters) {
+  if (iters < 1) raise_value("iters: must be >= 1, got " + std::to_string(iters));
+  AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
+                  impl, stream, exact_fp32);
+  std::vector<double> ns(size_t(iters), 0.0);
+  {
+    nb::gil_scoped_release nogil;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fc::attention(c.q.t, c.k.t, c.v.t, c.out.t, c.p);
+      const auto t1 = std::chrono::steady_clock::now();
+      ns[size_t(i)] = double(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    }
+  }
+  return ns;
+}
+
+void softmax_v(nb::handle s_, nb::handle v_, nb::handle out_, double scale, int strategy, int exp,
+               int threads, nb::handle impl_) {
+  Arg s = import_array(s_, "s", false);
+  Arg v = import_array(v_, "v", false);
+  Arg out = import_array(out_, "out", true);
+  same_device(v, "v", s, "s");
+  same_device(out, "out", s, "s");
+  if (s.t.dtype != fc::DType::f32 && s.t.dtype != fc::DType::i32)
+    raise_type(std::string("s: dtype ") + fc::to_string(s.t.dtype) +
+               " is not supported (float32 scores, or int32 with a scale)");
+  float_storage(v, "v");
+  need_dtype(out, "out", v.t.dtype, "v");
+  fc::SoftmaxVParams p;
+  p.scale = float(scale);
+  p.strategy = to_strategy(strategy);
+  p.exp2 = to_exp(exp);
+  if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
+  p.threads = threads;
+  std::string impl;
+  if (!is_none(impl_)) {
+    impl = nb::cast<std::string>(impl_);
+    p.impl = impl.c_str();
+  }
+  nb::gil_scoped_release nogil;
+  fc::softmax_v(s.t, v.t, out.t, p);
+}
+
+void gemm_chain(nb::handle a_, nb::handle b_, nb::handle c_, nb::handle out_, int threads,
+                nb::handle impl_) {
+  Arg a = import_array(a_, "a", false);
+  Arg b = import_array(b_, "b", false);
+  Arg c = import_array(c_, "c", false);
+  Arg out = import_array(out_, "out", true);
+  same_device(b, "b", a, "a");
+  same_device(c, "c", a, "a");
+  same_device(out, "out", a, "a");
+  float_storage(a, "a");
+  need_dtype(b, "b", a.t.dtype, "a");
+  need_dtype(c, "c", a.t.dtype, "a");
+  need_dtype(out, "out", a.t.dtype, "a");
+  fc::GemmChainParams p;
+  if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
+  p.threads = threads;
+  std::string impl;
+  if (!is_none(impl_)) {
+    impl = nb::cast<std::string>(impl_);
+    p.impl = impl.c_str();
+  }
+  nb::gil_scoped_release nogil;
+  fc::gemm_chain(a.t, b.t, c.t, out.t, p);
+}
+
+nb::list list_kernels() {
+  const int n = fc::list_kernels(nullptr, 0);
+  std::vector<fc::KernelInfo> all(size_t(n > 0 ? n : 0));
+  fc::list_kernels(all.data(), n);
+  nb::list l;
+  for (const fc::KernelInfo& k : all)
+    l.append(nb::make_tuple(k.key, k.isa, k.available));
+  return l;
+}
+
+bool built_with_cuda() {
+#if defined(FC_BUILD_CUDA)
+  return true;
+#else
+  // The extension links flashcore_static without its build definitions; ask the library.
+  for (const auto& t : list_kernels()) {
+    const std::string isa = nb::cast<std::string>(nb::cast<nb::tuple>(t)[1]);
+    if (isa.rfind("sm", 0) == 0) return true;
+  }
+  return false;
+#endif
+}
+
+// flashcore::Error -> Python: invalid_argument is ValueError (TypeError when it is about
+// a dtype), unsupported is NotImplementedError (TypeError for dtypes), the rest
+// RuntimeError. The library's message names the argument; its C++ spelling
+// "params.x" becomes the Python keyword "x".
+void translate(const std::exception_ptr& e, void*) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const fc::Error& err) {
+    std::string msg = err.what();
+    if (msg.rfind("params.", 0) == 0) msg.erase(0, 7);
+    const bool about_dtype = msg.find("dtype") != std::string::npos;
+    PyObject* type = PyExc_RuntimeError;
+    switch (err.code()) {
+      case fc::Status::invalid_argument: type = about_dtype ? PyExc_TypeError : PyExc_ValueError; break;
+      case fc::Status::unsupported: type = about_dtype ? PyExc_TypeError : PyExc_NotImplementedError; break;
+      default: break;
+    }
+    PyErr_SetString(type, msg.c_str());
+  }
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "flashcore C++ bindings (internal; use the flashcore package)";
+  nb::register_exception_translator(translate);
+
+  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "scale"_a,
+        "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
+        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
+        "stream"_a, "exact_fp32"_a);
+  m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+        "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
+        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
+        "stream"_a, "exact_fp32"_a, "iters"_a);
+  m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,
+        "threads"_a, "impl"_a.none());
+  m.def("gemm_chain", &gemm_chain, "a"_a, "b"_a, "c"_a, "out"_a, "threads"_a, "impl"_a.none());
+  m.def("list_kernels", &list_kernels);
+  m.def("built_with_cuda", &built_with_cuda);
+  m.def("set_force_generic", &fc::set_force_generic, "on"_a);
+  m.def("force_generic", &fc::force_generic);
+  m.def("version", &fc::version);
+}
