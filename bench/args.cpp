@@ -1,0 +1,116 @@
+#include "args.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
+
+namespace fcbench {
+namespace {
+
+bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+bool parse_int(const char* s, int64_t lo, int64_t& out) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s, &end, 10);
+  if (end == s || *end != '\0' || v < lo) return false;
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+void print_usage(const char* argv0) {
+  std::printf(
+      "usage: %s [--op attention|softmax-v|gemm-chain] [--backend cpu|cuda]\n"
+      "  [--impl NAME|auto|naive] [--strategy auto|two-pass|three-pass|online]\n"
+      "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
+      "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
+      "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
+      "  [--tile BMxBN] [--list] [--suite NAME] [--seed N]\n"
+      "\n"
+      "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
+      "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
+      "softmax(S[M,L]) V[L,d] with M = B*H*Sq, L = Sk, d = D; gemm-chain E[M,N] =\n"
+      "(A[M,K1] B[K1,K2]) C[K2,N] with M = B*H*Sq, K2 = Sk, K1 = N = D.\n"
+      "--impl naive: the bench's naive fp32 attention (the baseline of issue 2).\n"
+      "--tile is stored for the CUDA backend's tile override.\n"
+      "Suites: %s\n",
+      argv0, suite_names());
+}
+
+bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
+  if (argc <= 1) {
+    opt.suite = "default";
+    return true;
+  }
+  Config& c = opt.cfg;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    // Flags without a value.
+    if (a == "--causal") { c.causal = true; continue; }
+    if (a == "--check") { c.check = true; continue; }
+    if (a == "--json") { opt.json = true; continue; }
+    if (a == "--list") { opt.list = true; continue; }
+    if (a == "--help" || a == "-h") { opt.help = true; continue; }
+    // Flags with a value.
+    if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",
+                    "--heads", "--kv-heads", "--seq-q", "--seq-k", "--head-dim", "--threads",
+                    "--iters", "--suite", "--seed", "--tile"})) {
+      err = "unknown flag " + a;
+      return false;
+    }
+    if (i + 1 >= argc) { err = a + ": missing value"; return false; }
+    const std::string v = argv[++i];
+    auto choice = [&](std::string& field, std::initializer_list<const char*> allowed) {
+      if (!one_of(v, allowed)) { err = a + ": unknown value '" + v + "'"; return false; }
+      field = v;
+      return true;
+    };
+    auto number = [&](auto& field, int64_t lo) {
+      int64_t n = 0;
+      if (!parse_int(v.c_str(), lo, n)) {
+        err = a + ": expected an integer >= " + std::to_string(lo) + ", got '" + v + "'";
+        return false;
+      }
+      field = static_cast<std::remove_reference_t<decltype(field)>>(n);
+      return true;
+    };
+    bool ok = true;
+    if (a == "--op") ok = choice(c.op, {"attention", "softmax-v", "gemm-chain"});
+    else if (a == "--backend") ok = choice(c.backend, {"cpu", "cuda"});
+    else if (a == "--impl") c.impl = v;
+    else if (a == "--strategy") ok = choice(c.strategy, {"auto", "two-pass", "three-pass", "online"});
+    else if (a == "--dtype") ok = choice(c.dtype, {"f32", "f16", "bf16", "e4m3"});
+    else if (a == "--exp") ok = choice(c.exp, {"exact", "fast"});
+    else if (a == "--batch") ok = number(c.batch, 0);
+    else if (a == "--heads") ok = number(c.heads, 1);
+    else if (a == "--kv-heads") ok = number(c.kv_heads, 1);
+    else if (a == "--seq-q") ok = number(c.seq_q, 0);
+    else if (a == "--seq-k") ok = number(c.seq_k, 0);
+    else if (a == "--head-dim") ok = number(c.head_dim, 1);
+    else if (a == "--threads") ok = number(c.threads, 1);
+    else if (a == "--iters") ok = number(c.iters, 1);
+    else if (a == "--suite") opt.suite = v;
+    else if (a == "--seed") { ok = number(opt.seed, 0); opt.seed_given = ok; }
+    else if (a == "--tile") {
+      int bm = 0, bn = 0;
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%dx%d%c", &bm, &bn, &tail) != 2 || bm <= 0 || bn <= 0) {
+        err = "--tile: expected BMxBN (e.g. 128x64), got '" + v + "'";
+        return false;
+      }
+      c.tile_m = bm;
+      c.tile_n = bn;
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace fcbench

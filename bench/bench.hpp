@@ -1,0 +1,84 @@
+// flashcore-bench: the types shared by its parts.
+//   args.cpp    command line -> Options (one Config, or a suite name)
+//   suites.cpp  named lists of Configs (the default suite of BENCH.md)
+//   ops.cpp     per-op setup: random inputs, the library call, the reference check
+//   naive.cpp   the naive fp32 attention baseline (lives only here)
+//   timing.cpp  steady-clock timing, p50/p90, thread pinning
+//   peak.cpp    measured FMA ceilings per ISA (peak_<isa>.cpp hold the ISA loops)
+//   report.cpp  the table and the JSON lines
+//   cuda_runner.cpp  --backend cuda (device buffers, CUDA events / graphs)
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fcbench {
+
+// One configuration to measure. Shape fields follow BENCH.md's mapping per op.
+struct Config {
+  std::string op = "attention";     // attention | softmax-v | gemm-chain
+  std::string backend = "cpu";      // cpu | cuda
+  std::string impl = "auto";        // kernel key, "auto", or "naive" (bench-only baseline)
+  std::string strategy = "auto";    // auto | two-pass | three-pass | online
+  std::string dtype = "f32";        // f32 | f16 | bf16 | e4m3
+  std::string exp = "exact";        // exact | fast
+  int64_t batch = -1, heads = -1, kv_heads = -1, seq_q = -1, seq_k = -1, head_dim = -1;
+  bool causal = false;
+  int threads = 0;                  // 0 = every online core
+  int iters = 0;                    // 0 = adaptive (~0.3 s, at least 5)
+  bool check = false;
+  int tile_m = 0, tile_n = 0;       // --tile BMxBN: CUDA tile override (0 = table)
+  std::string label;                // suite row name (empty for a single run)
+};
+
+// Fills unset shape fields with the op's defaults and derived values (Hkv = H, Sk = Sq).
+void apply_defaults(Config& c);
+
+struct Phases {
+  bool present = false;
+  double pack_us = 0, max_us = 0, exp_us = 0, gemm_us = 0, norm_us = 0;
+};
+
+struct Result {
+  Config cfg;
+  std::string error;                // non-empty: the configuration did not run
+  std::string strategy_ran;         // after `auto` was resolved by the library
+  std::string kernel;               // micro-kernel / CUDA kernel key that ran
+  std::string peak_name;
+  double peak_gflops = NAN;
+  int iters = 0;
+  double p50_us = NAN, p90_us = NAN, gflops = NAN, pct_peak = NAN;
+  double rel_err = NAN, tol = NAN;
+  bool check_ok = true;
+  std::string check_subset;         // what part of the output the reference covered
+  Phases phases;
+  double speedup_vs_naive = NAN;    // set on the row a naive baseline row belongs to
+  std::string note;
+  uint64_t seed = 0;
+};
+
+// ---- ops.cpp
+double flop_count(const Config& c);           // BENCH.md's FLOP formulas
+Result run_config(const Config& c, uint64_t seed);
+
+// ---- cuda_runner.cpp (a stub in ops.cpp when built without CUDA)
+Result run_cuda(const Config& c, uint64_t seed);
+
+// ---- naive.cpp: O = softmax(scale Q K^T) V, fp32, BSHD, one query row at a time.
+void naive_attention(const float* q, const float* k, const float* v, float* o, int64_t batch,
+                     int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d,
+                     int64_t heads_run, bool causal, int threads);
+
+// ---- suites.cpp
+bool suite_configs(const std::string& name, std::vector<Config>& out, std::string& err);
+const char* suite_names();
+
+// ---- report.cpp
+void print_table(const std::vector<Result>& rows, bool show_header_info);
+void print_json(const Result& r);
+double tolerance(const Config& c);            // BENCH.md's rel_err bounds
+
+}  // namespace fcbench

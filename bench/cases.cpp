@@ -1,0 +1,221 @@
+#include "cases.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "core/dtype.hpp"
+
+namespace fcbench {
+
+using flashcore::DType;
+using flashcore::Tensor;
+
+namespace {
+
+// The fp64 reference is a plain loop (~1 GFLOP/s here): checks cover at most this many
+// reference flops, taking whole rows of the output (a subset of batches, heads, rows).
+constexpr double kRefBudgetFlops = 3e8;
+
+// OCP fp8 e4m3 (bias 7, no infinities, S.1111.111 is NaN).
+float e4m3_to_f32(uint8_t x) {
+  const int sign = x >> 7, e = (x >> 3) & 0xF, m = x & 7;
+  float v;
+  if (e == 0xF && m == 7) v = std::numeric_limits<float>::quiet_NaN();
+  else if (e == 0) v = std::ldexp(float(m) / 8.0f, -6);
+  else v = std::ldexp(1.0f + float(m) / 8.0f, e - 7);
+  return sign ? -v : v;
+}
+
+double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = double(got[i]) - double(ref[i]);
+    num += diff * diff;  // NaN in `got` makes the result NaN: it never passes
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Rows of the output the reference can afford: cost_per_row flops each, at least one.
+int64_t affordable_rows(double cost_per_row, int64_t rows) {
+  const double r = std::floor(kRefBudgetFlops / std::max(cost_per_row, 1.0));
+  return std::clamp<int64_t>(int64_t(r), 1, rows);
+}
+
+}  // namespace
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f16") return DType::f16;
+  if (s == "bf16") return DType::bf16;
+  if (s == "e4m3") return DType::e4m3;
+  return DType::f32;
+}
+
+flashcore::Strategy parse_strategy(const std::string& s) {
+  if (s == "two-pass") return flashcore::Strategy::two_pass;
+  if (s == "three-pass") return flashcore::Strategy::three_pass;
+  if (s == "online") return flashcore::Strategy::online;
+  return flashcore::Strategy::automatic;
+}
+
+float HostArray::at(int64_t i) const {
+  if (dtype == DType::e4m3) return e4m3_to_f32(bytes[size_t(i)]);
+  return flashcore::core::load_as_f32(bytes.data(), i, dtype);
+}
+
+HostArray empty_array(DType t, int64_t n) {
+  HostArray a;
+  a.dtype = t;
+  a.n = n;
+  a.bytes.assign(size_t(n) * flashcore::dtype_size(t), 0);
+  return a;
+}
+
+HostArray random_array(DType t, int64_t n, float lo, float hi, Rng& rng) {
+  HostArray a = empty_array(t, n);
+  if (t == DType::e4m3) {
+    std::uniform_int_distribution<int> exp(4, 9), man(0, 7), sign(0, 1);
+    for (int64_t i = 0; i < n; ++i)
+      a.bytes[size_t(i)] = uint8_t(sign(rng) << 7 | exp(rng) << 3 | man(rng));
+    return a;
+  }
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < n; ++i) flashcore::core::store_from_f32(a.data(), i, t, u(rng));
+  return a;
+}
+
+void poison(HostArray& a) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (a.dtype == DType::e4m3) {
+    std::fill(a.bytes.begin(), a.bytes.end(), uint8_t(0x7F));
+    return;
+  }
+  for (int64_t i = 0; i < a.n; ++i) flashcore::core::store_from_f32(a.data(), i, a.dtype, nan);
+}
+
+Tensor view(HostArray& a, std::initializer_list<int64_t> shape, flashcore::Device dev, void* data) {
+  return Tensor::contiguous(data ? data : a.data(), a.dtype, shape, dev);
+}
+
+AttentionData make_attention(const Config& c, Rng& rng) {
+  AttentionData d;
+  d.b = c.batch; d.h = c.heads; d.hkv = c.kv_heads; d.sq = c.seq_q; d.sk = c.seq_k; d.d = c.head_dim;
+  const DType t = parse_dtype(c.dtype);
+  // fp8 attention writes bf16 (the storage dtypes do not include an fp8 output).
+  const DType out_t = t == DType::e4m3 ? DType::bf16 : t;
+  d.q = random_array(t, d.b * d.sq * d.h * d.d, -1.0f, 1.0f, rng);
+  d.k = random_array(t, d.b * d.sk * d.hkv * d.d, -1.0f, 1.0f, rng);
+  d.v = random_array(t, d.b * d.sk * d.hkv * d.d, -1.0f, 1.0f, rng);
+  d.o = empty_array(out_t, d.b * d.sq * d.h * d.d);
+  return d;
+}
+
+SoftmaxVData make_softmax_v(const Config& c, Rng& rng) {
+  SoftmaxVData d;
+  d.m = c.batch * c.heads * c.seq_q; d.l = c.seq_k; d.d = c.head_dim;
+  const DType t = parse_dtype(c.dtype);
+  // Scores spread over a few units so the softmax is far from uniform (and max-find matters).
+  d.s = random_array(DType::f32, d.m * d.l, -8.0f, 8.0f, rng);
+  d.v = random_array(t, d.l * d.d, -1.0f, 1.0f, rng);
+  d.o = empty_array(t, d.m * d.d);
+  return d;
+}
+
+GemmChainData make_gemm_chain(const Config& c, Rng& rng) {
+  GemmChainData d;
+  d.m = c.batch * c.heads * c.seq_q; d.k1 = c.head_dim; d.k2 = c.seq_k; d.n = c.head_dim;
+  const DType t = parse_dtype(c.dtype);
+  d.a = random_array(t, d.m * d.k1, -1.0f, 1.0f, rng);
+  d.b = random_array(t, d.k1 * d.k2, -1.0f, 1.0f, rng);
+  d.c = random_array(t, d.k2 * d.n, -1.0f, 1.0f, rng);
+  d.e = empty_array(t, d.m * d.n);
+  return d;
+}
+
+CheckResult check_attention(const Config& c, const AttentionData& d, int64_t max_heads) {
+  // Subset: first batch, the query heads of the first few KV heads, the *last* rows (with
+  // bottom-right causal alignment the last r rows of Sq see exactly the keys they see as
+  // rows of the full problem).
+  const int64_t group = d.h / d.hkv;
+  const int64_t hkv_max = max_heads > 0 ? std::max<int64_t>(1, max_heads / group) : d.hkv;
+  int64_t hk = hkv_max;
+  auto row_cost = [&](int64_t kvh) { return 4.0 * double(kvh * group * d.sk * d.d); };
+  int64_t rows = affordable_rows(row_cost(hk), d.sq);
+  if (rows < std::min<int64_t>(d.sq, 64) && hk > 1) {
+    hk = std::max<int64_t>(1, int64_t(kRefBudgetFlops / (row_cost(1) * double(std::min<int64_t>(d.sq, 64)))));
+    hk = std::min(hk, hkv_max);
+    rows = affordable_rows(row_cost(hk), d.sq);
+  }
+  const int64_t hs = hk * group, r0 = d.sq - rows;
+  std::vector<float> q(size_t(rows * hs * d.d)), k(size_t(d.sk * hk * d.d)), v(k.size()),
+      got(q.size()), ref(q.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t h = 0; h < hs; ++h)
+      for (int64_t x = 0; x < d.d; ++x) {
+        const int64_t src = ((r0 + i) * d.h + h) * d.d + x;  // batch 0
+        const size_t dst = size_t((i * hs + h) * d.d + x);
+        q[dst] = d.q.at(src);
+        got[dst] = d.o.at(src);
+      }
+  for (int64_t j = 0; j < d.sk; ++j)
+    for (int64_t h = 0; h < hk; ++h)
+      for (int64_t x = 0; x < d.d; ++x) {
+        const int64_t src = (j * d.hkv + h) * d.d + x;
+        k[size_t((j * hk + h) * d.d + x)] = d.k.at(src);
+        v[size_t((j * hk + h) * d.d + x)] = d.v.at(src);
+      }
+  flashcore::AttentionParams p;
+  p.causal = c.causal;
+  auto t = [](std::vector<float>& buf, std::initializer_list<int64_t> shape) {
+    return Tensor::contiguous(buf.data(), DType::f32, shape);
+  };
+  flashcore::reference::attention(t(q, {1, rows, hs, d.d}), t(k, {1, d.sk, hk, d.d}),
+                                  t(v, {1, d.sk, hk, d.d}), t(ref, {1, rows, hs, d.d}), p);
+  CheckResult res;
+  res.rel_err = rel_error(got, ref);
+  if (d.b > 1 || hs < d.h || rows < d.sq)
+    res.subset = "ref on b 1/" + std::to_string(d.b) + ", heads " + std::to_string(hs) + "/" +
+                 std::to_string(d.h) + ", last rows " + std::to_string(rows) + "/" + std::to_string(d.sq);
+  return res;
+}
+
+CheckResult check_softmax_v(const SoftmaxVData& d) {
+  const int64_t rows = affordable_rows(2.0 * double(d.l * d.d) + 3.0 * double(d.l), d.m);
+  std::vector<float> s(size_t(rows * d.l)), v(size_t(d.l * d.d)), got(size_t(rows * d.d)),
+      ref(got.size());
+  for (size_t i = 0; i < s.size(); ++i) s[i] = d.s.at(int64_t(i));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = d.v.at(int64_t(i));
+  for (size_t i = 0; i < got.size(); ++i) got[i] = d.o.at(int64_t(i));
+  auto t = [](std::vector<float>& buf, int64_t r, int64_t c) {
+    return Tensor::contiguous(buf.data(), DType::f32, {r, c});
+  };
+  flashcore::reference::softmax_v(t(s, rows, d.l), t(v, d.l, d.d), t(ref, rows, d.d));
+  CheckResult res;
+  res.rel_err = rel_error(got, ref);
+  if (rows < d.m) res.subset = "ref on rows " + std::to_string(rows) + "/" + std::to_string(d.m);
+  return res;
+}
+
+CheckResult check_gemm_chain(const GemmChainData& d) {
+  const int64_t rows = affordable_rows(2.0 * double(d.k1 * d.k2 + d.k2 * d.n), d.m);
+  std::vector<float> a(size_t(rows * d.k1)), b(size_t(d.k1 * d.k2)), c(size_t(d.k2 * d.n)),
+      got(size_t(rows * d.n)), ref(got.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = d.a.at(int64_t(i));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = d.b.at(int64_t(i));
+  for (size_t i = 0; i < c.size(); ++i) c[i] = d.c.at(int64_t(i));
+  for (size_t i = 0; i < got.size(); ++i) got[i] = d.e.at(int64_t(i));
+  auto t = [](std::vector<float>& buf, int64_t r, int64_t cols) {
+    return Tensor::contiguous(buf.data(), DType::f32, {r, cols});
+  };
+  flashcore::reference::gemm_chain(t(a, rows, d.k1), t(b, d.k1, d.k2), t(c, d.k2, d.n),
+                                   t(ref, rows, d.n));
+  CheckResult res;
+  res.rel_err = rel_error(got, ref);
+  if (rows < d.m) res.subset = "ref on rows " + std::to_string(rows) + "/" + std::to_string(d.m);
+  return res;
+}
+
+}  // namespace fcbench

@@ -1,0 +1,68 @@
+// Inputs of each op (host arrays, random values, fresh seed) and the check of an output
+// against flashcore::reference on an affordable subset. Shared by the CPU and CUDA paths.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace fcbench {
+
+using Rng = std::mt19937_64;
+
+flashcore::DType parse_dtype(const std::string& s);
+flashcore::Strategy parse_strategy(const std::string& s);
+
+// n elements of one dtype in host memory.
+struct HostArray {
+  flashcore::DType dtype = flashcore::DType::f32;
+  int64_t n = 0;
+  std::vector<unsigned char> bytes;
+  void* data() { return bytes.data(); }
+  const void* data() const { return bytes.data(); }
+  size_t nbytes() const { return bytes.size(); }
+  float at(int64_t i) const;  // element i as fp32 (e4m3 decoded)
+};
+
+// Uniform values in [lo, hi), rounded to the dtype; e4m3 draws random finite codes of
+// magnitude 2^-3 .. 2^2 instead (never zeros, never NaN).
+HostArray random_array(flashcore::DType t, int64_t n, float lo, float hi, Rng& rng);
+HostArray empty_array(flashcore::DType t, int64_t n);
+void poison(HostArray& a);  // every element NaN: a kernel that skips one cannot pass
+
+// Contiguous row-major view of a host array.
+flashcore::Tensor view(HostArray& a, std::initializer_list<int64_t> shape,
+                       flashcore::Device dev = flashcore::Device::cpu, void* data = nullptr);
+
+struct AttentionData {
+  int64_t b = 0, h = 0, hkv = 0, sq = 0, sk = 0, d = 0;
+  HostArray q, k, v, o;  // Q [B,Sq,H,D], K/V [B,Sk,Hkv,D], O [B,Sq,H,D]
+};
+struct SoftmaxVData {
+  int64_t m = 0, l = 0, d = 0;
+  HostArray s, v, o;     // S [M,L] f32, V [L,d], O [M,d]
+};
+struct GemmChainData {
+  int64_t m = 0, k1 = 0, k2 = 0, n = 0;
+  HostArray a, b, c, e;  // A [M,K1], B [K1,K2], C [K2,N], E [M,N]
+};
+AttentionData make_attention(const Config& c, Rng& rng);
+SoftmaxVData make_softmax_v(const Config& c, Rng& rng);
+GemmChainData make_gemm_chain(const Config& c, Rng& rng);
+
+struct CheckResult {
+  double rel_err = NAN;
+  std::string subset;  // empty when the whole output was checked
+};
+// Compare the output held in the data's output array with the fp64 reference (run on
+// fp32 copies of the inputs, so the reference itself is not rounded to fp16/bf16).
+// max_heads > 0 limits the check to the first max_heads query heads (of batch 0).
+CheckResult check_attention(const Config& c, const AttentionData& d, int64_t max_heads = 0);
+CheckResult check_softmax_v(const SoftmaxVData& d);
+CheckResult check_gemm_chain(const GemmChainData& d);
+
+}  // namespace fcbench

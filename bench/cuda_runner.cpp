@@ -1,0 +1,175 @@
+// --backend cuda: device buffers through the CUDA runtime, timing with CUDA events (a
+// CUDA graph of several calls for short shapes, where launch overhead would dominate),
+// --check copies the output back and compares with the CPU reference on a subset.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+#include "cases.hpp"
+#include "timing.hpp"
+
+namespace fcbench {
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Owns one device allocation holding a copy of a host array.
+class DeviceCopy {
+ public:
+  explicit DeviceCopy(const HostArray& h) : bytes_(h.nbytes()) {
+    cuda_ok(cudaMalloc(&p_, std::max<size_t>(bytes_, 1)), "cudaMalloc");
+    cuda_ok(cudaMemcpy(p_, h.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  }
+  ~DeviceCopy() { cudaFree(p_); }
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+class Events {
+ public:
+  Events() { cuda_ok(cudaEventCreate(&a_), "cudaEventCreate"); cuda_ok(cudaEventCreate(&b_), "cudaEventCreate"); }
+  ~Events() { cudaEventDestroy(a_); cudaEventDestroy(b_); }
+  // Microseconds of GPU time taken by `work` on `s`.
+  template <class F>
+  double time_us(cudaStream_t s, F&& work) {
+    cuda_ok(cudaEventRecord(a_, s), "cudaEventRecord");
+    work();
+    cuda_ok(cudaEventRecord(b_, s), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(b_), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, a_, b_), "cudaEventElapsedTime");
+    return double(ms) * 1e3;
+  }
+
+ private:
+  cudaEvent_t a_{}, b_{};
+};
+
+// Shapes faster than this are timed as a CUDA graph of kGraphCalls calls.
+constexpr double kGraphBelowUs = 50.0;
+constexpr int kGraphCalls = 20;
+
+// Captures kGraphCalls calls into a graph; returns nullptr (error state cleared) when
+// the backend cannot be captured (e.g. it synchronizes or allocates inside a call).
+cudaGraphExec_t capture(cudaStream_t s, const std::function<void()>& call) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  bool threw = false;
+  try {
+    for (int i = 0; i < kGraphCalls; ++i) call();
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (threw || end != cudaSuccess || graph == nullptr ||
+      cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+    exec = nullptr;
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  return exec;
+}
+
+}  // namespace
+
+Result run_cuda(const Config& c, uint64_t seed) {
+  Result r;
+  r.cfg = c;
+  r.seed = seed;
+  cudaStream_t stream = nullptr;
+  try {
+    int ndev = 0;
+    const cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0)
+      throw std::runtime_error(std::string("--backend cuda: no usable CUDA device (") +
+                               (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+    if (c.op != "attention") throw std::runtime_error("--backend cuda: only --op attention runs on the CUDA backend");
+    if (c.impl == "naive") throw std::runtime_error("--impl naive is a CPU baseline");
+    cudaDeviceProp prop{};
+    cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    r.note = prop.name;
+    if (c.tile_m > 0) r.note += "; --tile stored, not yet passed to the backend";
+
+    Rng rng(seed);
+    AttentionData d = make_attention(c, rng);
+    DeviceCopy q(d.q), k(d.k), v(d.v), o(d.o);
+    using flashcore::Device;
+    const flashcore::Tensor tq = view(d.q, {d.b, d.sq, d.h, d.d}, Device::cuda, q.get());
+    const flashcore::Tensor tk = view(d.k, {d.b, d.sk, d.hkv, d.d}, Device::cuda, k.get());
+    const flashcore::Tensor tv = view(d.v, {d.b, d.sk, d.hkv, d.d}, Device::cuda, v.get());
+    const flashcore::Tensor to = view(d.o, {d.b, d.sq, d.h, d.d}, Device::cuda, o.get());
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    flashcore::AttentionParams p;
+    p.causal = c.causal;
+    p.strategy = parse_strategy(c.strategy);
+    p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
+    p.impl = c.impl == "auto" ? nullptr : c.impl.c_str();
+    p.stream = stream;
+    auto call = [&] { flashcore::attention(tq, tk, tv, to, p, nullptr); };
+
+    // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.
+    flashcore::PhaseTimes first;
+    cuda_ok(cudaMemsetAsync(o.get(), 0xFF, o.bytes(), stream), "cudaMemset");
+    flashcore::attention(tq, tk, tv, to, p, &first);
+    cuda_ok(cudaStreamSynchronize(stream), "first call");
+    r.kernel = first.kernel;
+    r.strategy_ran = first.strategy.empty() ? "fused" : first.strategy;
+    if (c.check) {
+      cuda_ok(cudaMemcpy(d.o.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+      const CheckResult cr = check_attention(c, d);
+      r.rel_err = cr.rel_err;
+      r.tol = tolerance(c);
+      r.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= r.tol;
+      r.check_subset = cr.subset;
+    }
+
+    // Warm-up and estimate, then samples of one call (or one graph of kGraphCalls calls).
+    Events ev;
+    for (int i = 0; i < 3; ++i) call();
+    const double est = ev.time_us(stream, [&] { for (int i = 0; i < 10; ++i) call(); }) / 10;
+    cudaGraphExec_t graph = est < kGraphBelowUs ? capture(stream, call) : nullptr;
+    const int per_sample = graph ? kGraphCalls : 1;
+    int n = c.iters > 0 ? c.iters
+                        : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est, 0.5) * per_sample)),
+                                         double(kMinIters), 10000.0));
+    std::vector<double> us;
+    for (int i = 0; i < n; ++i) {
+      us.push_back(ev.time_us(stream, [&] {
+        if (graph) cuda_ok(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+        else call();
+      }) / per_sample);
+    }
+    if (graph) {
+      cudaGraphExecDestroy(graph);
+      r.note += "; CUDA graph of " + std::to_string(kGraphCalls) + " calls per sample";
+    }
+    r.iters = n;
+    r.p50_us = percentile(us, 0.5);
+    r.p90_us = percentile(us, 0.9);
+    r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
+    r.note += "; no measured GPU ceiling in the bench yet (pct_peak null)";
+  } catch (const std::exception& e) {
+    r.error = e.what();
+  }
+  if (stream) cudaStreamDestroy(stream);
+  return r;
+}
+
+}  // namespace fcbench

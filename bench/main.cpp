@@ -1,0 +1,97 @@
+// flashcore-bench: see BENCH.md for the contract and bench.hpp for the parts.
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "bench.hpp"
+#include "flashcore/flashcore.hpp"
+#include "timing.hpp"
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+int list_kernels() {
+  const int n = flashcore::list_kernels(nullptr, 0);
+  std::vector<flashcore::KernelInfo> ks(static_cast<size_t>(n));
+  flashcore::list_kernels(ks.data(), n);
+  for (const auto& k : ks)
+    std::printf("%-32s %-12s %s\n", k.key.c_str(), k.isa.c_str(), k.available ? "available" : "not on this machine");
+  return 0;
+}
+
+// A naive baseline row gives its speedup to the row just before it with the same shape.
+void link_naive(std::vector<fcbench::Result>& rows) {
+  for (size_t i = 1; i < rows.size(); ++i) {
+    fcbench::Result& naive = rows[i];
+    fcbench::Result& ours = rows[i - 1];
+    if (naive.cfg.impl != "naive" || ours.cfg.impl == "naive") continue;
+    if (!naive.error.empty() || !ours.error.empty()) continue;
+    ours.speedup_vs_naive = naive.p50_us / ours.p50_us;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string binding = fcbench::ensure_pinned_threads(argc, argv);
+
+  fcbench::Options opt;
+  std::string err;
+  if (!fcbench::parse_args(argc, argv, opt, err)) {
+    std::fprintf(stderr, "flashcore-bench: %s\n", err.c_str());
+    fcbench::print_usage(argv[0]);
+    return 2;
+  }
+  if (opt.help) { fcbench::print_usage(argv[0]); return 0; }
+  if (opt.list) return list_kernels();
+
+  std::vector<fcbench::Config> configs;
+  if (!opt.suite.empty()) {
+    if (!fcbench::suite_configs(opt.suite, configs, err)) {
+      std::fprintf(stderr, "flashcore-bench: %s\n", err.c_str());
+      return 2;
+    }
+  } else {
+    configs.push_back(opt.cfg);
+  }
+  // Fresh inputs every run unless --seed reproduces one; each row gets its own seed.
+  const uint64_t seed = opt.seed_given ? opt.seed : (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::time(nullptr));
+
+  std::vector<fcbench::Result> rows;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    fcbench::Config c = configs[i];
+    fcbench::apply_defaults(c);
+    if (!opt.json && !opt.suite.empty()) {
+      std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, configs.size(), c.label.c_str());
+    }
+    rows.push_back(fcbench::run_config(c, seed + i));
+  }
+  link_naive(rows);
+
+  bool ok = true;
+  for (const auto& r : rows) ok = ok && r.error.empty() && r.check_ok;
+  if (opt.json) {
+    for (const auto& r : rows) fcbench::print_json(r);
+  } else {
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+    std::printf("flashcore %s bench, %s, %s, %d online cores, %s\n\n", flashcore::version(), date,
+                cpu_model().c_str(), fcbench::online_cores(), binding.c_str());
+    fcbench::print_table(rows, true);
+  }
+  for (const auto& r : rows)
+    if (!r.error.empty()) std::fprintf(stderr, "flashcore-bench: %s: %s\n", r.cfg.label.empty() ? r.cfg.op.c_str() : r.cfg.label.c_str(), r.error.c_str());
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,57 @@
+// The naive baseline of issue 2: a straightforward fp32 attention, one query row at a
+// time (scores, softmax, P V), no blocking, no packing, no SIMD beyond what the compiler
+// finds in these loops. The only concurrency is a plain parallel loop over rows, so it
+// runs at the same thread count as the row it is compared with.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace fcbench {
+
+void naive_attention(const float* q, const float* k, const float* v, float* o, int64_t batch,
+                     int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d,
+                     int64_t heads_run, bool causal, int threads) {
+  const float scale = 1.0f / std::sqrt(float(d));
+  const int64_t group = heads / kv_heads;
+  const int64_t units = std::min(heads_run, batch * heads);  // (batch, head) pairs, b-major
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> s(static_cast<size_t>(std::max<int64_t>(sk, 1)));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t u = 0; u < units; ++u) {
+      for (int64_t i = 0; i < sq; ++i) {
+        const int64_t b = u / heads, h = u % heads, hk = h / group;
+        const float* qi = q + ((b * sq + i) * heads + h) * d;
+        float* oi = o + ((b * sq + i) * heads + h) * d;
+        // Causal, bottom-right aligned: query i sees keys j <= i + sk - sq.
+        const int64_t last = causal ? std::min(sk, i + sk - sq + 1) : sk;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < last; ++j) {
+          const float* kj = k + ((b * sk + j) * kv_heads + hk) * d;
+          float dot = 0;
+          for (int64_t x = 0; x < d; ++x) dot += qi[x] * kj[x];
+          s[size_t(j)] = dot * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < last; ++j) {
+          s[size_t(j)] = std::exp(s[size_t(j)] - mx);
+          sum += s[size_t(j)];
+        }
+        for (int64_t x = 0; x < d; ++x) oi[x] = 0;
+        for (int64_t j = 0; j < last; ++j) {
+          const float* vj = v + ((b * sk + j) * kv_heads + hk) * d;
+          const float p = s[size_t(j)] / sum;
+          for (int64_t x = 0; x < d; ++x) oi[x] += p * vj[x];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fcbench

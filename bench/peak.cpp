@@ -1,0 +1,103 @@
+#include "peak.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cpu/dispatch/dispatch.hpp"
+#include "timing.hpp"
+
+namespace fcbench {
+
+// The portable ceiling: multiply-adds on independent accumulators, compiled with the same
+// baseline flags as the generic micro-kernels, so it measures what those kernels can reach
+// (on x86-64: 4-wide SSE mulps + addps, no FMA). 12 accumulators of 4 lanes = 12 SSE
+// registers cover the mul+add latency; a ~ 1 and a tiny b keep the values bounded.
+double peak_loop_generic_fp32(long reps) {
+  constexpr int kVecs = 12, kLanes = 4;
+  float acc[kVecs][kLanes];
+  for (int v = 0; v < kVecs; ++v)
+    for (int l = 0; l < kLanes; ++l) acc[v][l] = 1.0f + float(v * kLanes + l) * 1e-3f;
+  volatile float va = 0.999999f, vb = 1e-7f;  // volatile: not constants the compiler can fold
+  const float a = va, b = vb;
+  for (long r = 0; r < reps; ++r) {
+#pragma GCC unroll 12
+    for (int v = 0; v < kVecs; ++v)
+#pragma GCC unroll 4
+      for (int l = 0; l < kLanes; ++l) acc[v][l] = acc[v][l] * a + b;
+  }
+  float sum = 0;
+  for (const auto& row : acc)
+    for (float x : row) sum += x;
+  volatile float sink = sum;
+  (void)sink;
+  return 2.0 * kVecs * kLanes * double(reps);
+}
+
+namespace {
+
+struct Probe {
+  const char* isa;      // the micro-kernel ISA name (cpu::isa_name) it is the ceiling of
+  const char* what;     // unit and instruction, for the peak name
+  flashcore::cpu::Isa needs;
+  double (*loop)(long reps);
+};
+
+// One line per ISA; later ISAs (avx512fp16, amx_bf16, sve) add theirs here.
+const Probe kProbes[] = {
+    {"generic", "fp32_muladd", flashcore::cpu::Isa::generic, peak_loop_generic_fp32},
+#if defined(FCB_PEAK_AVX512F)
+    {"avx512f", "fp32_fma", flashcore::cpu::Isa::avx512f, peak_loop_avx512f_fp32},
+#endif
+};
+
+double measure(const Probe& p, int threads) {
+  // Calibrate reps to ~20 ms per run on one thread, then take the median of 5 runs with
+  // every thread looping at once (total flops / wall time).
+  constexpr double kRunSeconds = 0.02;
+  constexpr int kRuns = 5;
+  long reps = 1000;
+  for (;;) {
+    const double t0 = now_seconds();
+    p.loop(reps);
+    const double dt = now_seconds() - t0;
+    if (dt > kRunSeconds / 4 || reps > (1L << 40)) {
+      reps = long(double(reps) * kRunSeconds / std::max(dt, 1e-9));
+      break;
+    }
+    reps *= 4;
+  }
+  std::vector<double> gf;
+  for (int run = 0; run < kRuns; ++run) {
+    double flops = 0;
+    const double t0 = now_seconds();
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    flops += p.loop(reps);
+    const double dt = now_seconds() - t0;
+    gf.push_back(flops / dt * 1e-9);
+  }
+  return percentile(gf, 0.5);
+}
+
+}  // namespace
+
+const Peak* peak_for_isa(const std::string& isa, int threads) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, Peak> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(isa, threads);
+  if (auto it = cache.find(key); it != cache.end()) return &it->second;
+  for (const Probe& p : kProbes) {
+    if (isa != p.isa || !flashcore::cpu::isa_available(p.needs)) continue;
+    Peak pk;
+    pk.name = std::string(p.isa) + "_" + p.what + "_" + std::to_string(threads) + "t";
+    pk.gflops = measure(p, threads);
+    return &cache.emplace(key, pk).first->second;
+  }
+  return nullptr;
+}
+
+}  // namespace fcbench

@@ -1,0 +1,26 @@
+// Measured compute ceilings: a short FMA loop per ISA, run once per (ISA, threads) in
+// the process and cached. % of peak in every row is against the ceiling of the ISA of
+// the kernel that ran, at the thread count that ran.
+#pragma once
+
+#include <string>
+
+namespace fcbench {
+
+struct Peak {
+  std::string name;   // e.g. "avx512f_fp32_fma_2t"
+  double gflops = 0;  // median of a few runs
+};
+
+// nullptr when no probe exists for that ISA (or the CPU lacks it): the row then shows
+// no % of peak rather than a % of the wrong ceiling.
+const Peak* peak_for_isa(const std::string& isa, int threads);
+
+// ISA peak loops, one per TU compiled with that ISA's flags. Each runs `reps` rounds of
+// its loop on the calling thread and returns the floating-point operations it did.
+double peak_loop_generic_fp32(long reps);
+#if defined(FCB_PEAK_AVX512F)
+double peak_loop_avx512f_fp32(long reps);
+#endif
+
+}  // namespace fcbench

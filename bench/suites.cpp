@@ -1,0 +1,93 @@
+// Named suites. "default" is what a bare `flashcore-bench` runs: under a minute on a
+// 2-core CPU, every strategy with its breakdown, every op, and issue 2's speed row beside
+// the naive baseline.
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace fcbench {
+namespace {
+
+Config att(const char* label, const char* strategy, const char* dtype, int64_t b, int64_t h,
+           int64_t hkv, int64_t sq, int64_t sk, int64_t d, bool causal = false) {
+  Config c;
+  c.label = label;
+  c.op = "attention";
+  c.strategy = strategy;
+  c.dtype = dtype;
+  c.batch = b; c.heads = h; c.kv_heads = hkv; c.seq_q = sq; c.seq_k = sk; c.head_dim = d;
+  c.causal = causal;
+  c.check = true;
+  return c;
+}
+
+Config smv(const char* label, const char* strategy, int64_t m, int64_t l, int64_t d) {
+  Config c;
+  c.label = label;
+  c.op = "softmax-v";
+  c.strategy = strategy;
+  c.batch = 1; c.heads = 1; c.seq_q = m; c.seq_k = l; c.head_dim = d;
+  c.check = true;
+  return c;
+}
+
+void default_suite(std::vector<Config>& out) {
+  // The three strategies (and auto) on one attention shape.
+  for (const char* s : {"two-pass", "three-pass", "online", "auto"})
+    out.push_back(att((std::string("att-") + s).c_str(), s, "f32", 1, 4, 4, 1024, 1024, 128));
+  out.push_back(att("att-causal", "auto", "f32", 1, 4, 4, 1024, 1024, 128, true));
+  out.push_back(att("att-f16", "auto", "f16", 1, 4, 4, 1024, 1024, 128));
+  out.push_back(att("att-bf16", "auto", "bf16", 1, 4, 4, 1024, 1024, 128));
+  // GQA 4:1, Sq != Sk (bottom-right causal), fast exp.
+  Config gqa = att("att-gqa-fastexp", "auto", "f32", 2, 8, 2, 256, 1024, 64, true);
+  gqa.exp = "fast";
+  out.push_back(gqa);
+  // softmax-v: seed 000's headline case (M=12, L=32768, d=256) at f32, each strategy.
+  for (const char* s : {"two-pass", "three-pass", "online"})
+    out.push_back(smv((std::string("smv-") + s).c_str(), s, 12, 32768, 256));
+  // gemm-chain: issue 3's block (M=K1=N=256, K2=8192).
+  Config gc;
+  gc.label = "gemm-chain";
+  gc.op = "gemm-chain";
+  gc.batch = 1; gc.heads = 1; gc.seq_q = 256; gc.seq_k = 8192; gc.head_dim = 256;
+  gc.check = true;
+  out.push_back(gc);
+  // Issue 2's speed row and its naive baseline, 2 threads each.
+  Config ours = att("issue2-speed", "auto", "f32", 1, 8, 8, 2048, 2048, 128);
+  ours.threads = 2;
+  out.push_back(ours);
+  Config naive = ours;
+  naive.label = "issue2-naive";
+  naive.impl = "naive";
+  out.push_back(naive);
+}
+
+// A few seconds: every op once, small shapes (for scripts and smoke tests).
+void quick_suite(std::vector<Config>& out) {
+  for (const char* s : {"two-pass", "three-pass", "online"})
+    out.push_back(att((std::string("att-") + s).c_str(), s, "f32", 1, 2, 1, 128, 256, 64));
+  out.push_back(smv("smv", "auto", 12, 4096, 128));
+  Config gc;
+  gc.label = "gemm-chain";
+  gc.op = "gemm-chain";
+  gc.batch = 1; gc.heads = 1; gc.seq_q = 64; gc.seq_k = 1024; gc.head_dim = 64;
+  gc.check = true;
+  out.push_back(gc);
+}
+
+}  // namespace
+
+const char* suite_names() { return "default, quick"; }
+
+bool suite_configs(const std::string& name, std::vector<Config>& out, std::string& err) {
+  if (name == "default") default_suite(out);
+  else if (name == "quick") quick_suite(out);
+  else {
+    err = "unknown suite '" + name + "' (have: " + suite_names() + ")";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace fcbench
