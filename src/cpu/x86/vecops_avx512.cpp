@@ -1,0 +1,120 @@
+// AVX-512 softmax vector ops (VecOps in ukernel.hpp) over key-major tiles t[k * ldt + i].
+//
+// Each op walks the query axis in chunks of up to 4 zmm (64 queries) and runs over the
+// keys inside the chunk, so the per-query state (running max, c*m, row sums) stays in
+// registers for the whole tile and 4 independent exp2 chains hide the FMA latency.
+// Chunks shorter than a vector (mq is a multiple of MR, e.g. 12 or 14 in softmax_v) use
+// masked loads/stores; masked-off lanes are never stored.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu/simd/avx512.hpp"
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu::ukernels {
+namespace {
+
+namespace v = flashcore::cpu::avx512;
+
+template <int NV>
+void col_max_chunk(int64_t kc, int64_t n, const float* t, int64_t ldt, float* mx) {
+  __mmask16 m[NV];
+  __m512 acc[NV];
+  for (int j = 0; j < NV; ++j) {
+    m[j] = v::lanes(n - 16 * j);
+    acc[j] = v::load(mx + 16 * j, m[j]);
+  }
+  for (int64_t k = 0; k < kc; ++k, t += ldt)
+    for (int j = 0; j < NV; ++j) acc[j] = _mm512_max_ps(acc[j], v::load(t + 16 * j, m[j]));
+  for (int j = 0; j < NV; ++j) v::store(mx + 16 * j, m[j], acc[j]);
+}
+
+void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
+  int64_t i = 0;
+  for (; i + 64 <= mq; i += 64) col_max_chunk<4>(kc, 64, t + i, ldt, mx + i);
+  for (; i < mq; i += 16) col_max_chunk<1>(kc, mq - i, t + i, ldt, mx + i);
+}
+
+// p = exp2(c*t - cm) stored as DST (0 f32, 1 f16, 2 bf16); sum += p as stored, so the
+// normalization divides by exactly what the GEMM multiplied.
+template <int NV, bool kFast, int DST>
+void exp2_pack_chunk(int64_t kc, int64_t n, const float* t, int64_t ldt, float c,
+                     const float* cm, void* dst, int64_t ldd, float* sum) {
+  __mmask16 m[NV];
+  __m512 cmv[NV], sv[NV];
+  const __m512 cv = _mm512_set1_ps(c);
+  for (int j = 0; j < NV; ++j) {
+    m[j] = v::lanes(n - 16 * j);
+    cmv[j] = v::load(cm + 16 * j, m[j]);
+    sv[j] = v::load(sum + 16 * j, m[j]);
+  }
+  for (int64_t k = 0; k < kc; ++k, t += ldt) {
+    for (int j = 0; j < NV; ++j) {
+      // c*t - c*m <= 0 up to rounding, and -inf for a masked score.
+      const __m512 x = _mm512_fmsub_ps(cv, v::load(t + 16 * j, m[j]), cmv[j]);
+      const __m512 p = kFast ? v::exp2_fast(x) : v::exp2_exact(x);
+      if constexpr (DST == 0) {
+        v::store(static_cast<float*>(dst) + k * ldd + 16 * j, m[j], p);
+        sv[j] = _mm512_add_ps(sv[j], p);
+      } else if constexpr (DST == 1) {
+        const __m256i h = v::to_f16(p);
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + k * ldd + 16 * j, m[j], h);
+        sv[j] = _mm512_add_ps(sv[j], v::from_f16(h));
+      } else {
+        const __m512i b = v::to_bf16_rounded(p);
+        _mm256_mask_storeu_epi16(static_cast<uint16_t*>(dst) + k * ldd + 16 * j, m[j],
+                                 v::narrow_u16(b));
+        sv[j] = _mm512_add_ps(sv[j], v::bf16_value(b));
+      }
+    }
+  }
+  for (int j = 0; j < NV; ++j) v::store(sum + 16 * j, m[j], sv[j]);
+}
+
+template <bool kFast, int DST>
+void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
+                 void* dst, int64_t ldd, float* sum) {
+  const int64_t es = DST == 0 ? 4 : 2;
+  char* d = static_cast<char*>(dst);
+  int64_t i = 0;
+  for (; i + 64 <= mq; i += 64)
+    exp2_pack_chunk<4, kFast, DST>(kc, 64, t + i, ldt, c, cm + i, d + i * es, ldd, sum + i);
+  for (; i < mq; i += 16)
+    exp2_pack_chunk<1, kFast, DST>(kc, mq - i, t + i, ldt, c, cm + i, d + i * es, ldd, sum + i);
+}
+
+template <bool kFast>
+void exp2_pack_mode(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                    const float* cm, void* dst, int64_t ldd, DType dst_type, float* sum) {
+  switch (dst_type) {
+    case DType::f16: exp2_pack_t<kFast, 1>(kc, mq, t, ldt, c, cm, dst, ldd, sum); break;
+    case DType::bf16: exp2_pack_t<kFast, 2>(kc, mq, t, ldt, c, cm, dst, ldd, sum); break;
+    default: exp2_pack_t<kFast, 0>(kc, mq, t, ldt, c, cm, dst, ldd, sum); break;
+  }
+}
+
+void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
+               void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum) {
+  if (mode == Exp2Mode::fast)
+    exp2_pack_mode<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+  else
+    exp2_pack_mode<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+}
+
+void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
+  for (int64_t i = 0; i < mq; ++i) {
+    const __m512 a = _mm512_set1_ps(alpha[i]);
+    float* row = o + i * ld;
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = v::lanes(n - j);
+      v::store(row + j, m, _mm512_mul_ps(v::load(row + j, m), a));
+    }
+  }
+}
+
+}  // namespace
+
+const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, scale_rows};
+
+}  // namespace flashcore::cpu::ukernels
