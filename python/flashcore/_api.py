@@ -47,8 +47,8 @@ def _framework(x, name: str) -> str:
     return fw
 
 
-def _same_framework(x, name: str, fw: str, ref: str) -> None:
-    if x is None:
+def _same_framework(x, name: str, fw: str, ref: str, optional: bool = False) -> None:
+    if x is None and optional:
         return
     got = _framework(x, name)
     if got != fw:
@@ -159,9 +159,9 @@ def _prepare_attention(q, k, v, causal, window, scale, return_lse, out, strategy
     fw = _framework(q, "q")
     _same_framework(k, "k", fw, "q")
     _same_framework(v, "v", fw, "q")
-    _same_framework(out, "out", fw, "q")
-    _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q")
-    _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q")
+    _same_framework(out, "out", fw, "q", optional=True)
+    _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
+    _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
     if window == (-1, -1):
         wl = wr = -1
     else:
@@ -223,7 +223,7 @@ def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact", out=None, thread
     V [L, d] and O [M, d] in V's dtype. S may be row- or column-major."""
     fw = _framework(s, "s")
     _same_framework(v, "v", fw, "s")
-    _same_framework(out, "out", fw, "s")
+    _same_framework(out, "out", fw, "s", optional=True)
     if out is None:
         m = _shape(s, "s", 2, "[M, L]")[0]
         d = _shape(v, "v", 2, "[L, d]")[1]
@@ -239,7 +239,7 @@ def gemm_chain(a, b, c, *, out=None, threads=None, impl=None):
     fw = _framework(a, "a")
     _same_framework(b, "b", fw, "a")
     _same_framework(c, "c", fw, "a")
-    _same_framework(out, "out", fw, "a")
+    _same_framework(out, "out", fw, "a", optional=True)
     if out is None:
         m = _shape(a, "a", 2, "[M, K1]")[0]
         n = _shape(c, "c", 2, "[K2, N]")[1]

@@ -91,6 +91,14 @@ void fill_view(const Array& x, Arg& a, bool bf16, const char* name) {
     a.t.shape[i] = int64_t(x.shape(i));
     a.t.strides[i] = x.stride(i);
   }
+  // Exporters give arbitrary strides (often 0) for empty arrays: use contiguous ones.
+  if (nd > 0 && x.size() == 0) {
+    int64_t stride = 1;
+    for (size_t i = nd; i-- > 0;) {
+      a.t.strides[i] = stride;
+      stride *= a.t.shape[i] > 0 ? a.t.shape[i] : 1;
+    }
+  }
   a.dl_device = x.device_type();
   a.dl_id = x.device_id();
 }

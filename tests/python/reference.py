@@ -1,0 +1,84 @@
+"""numpy float64 references for the tests: written from the definitions in
+include/flashcore/flashcore.hpp, independent of the library's own fp64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def f64(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None):
+    """O [B,Sq,H,Dv] and lse [B,H,Sq] of softmax(scale Q K^T + mask) V in float64.
+
+    Masks align to the bottom-right corner: query i sees key j iff
+    j <= i + (Sk - Sq) + right (right = 0 when causal) and j >= i + (Sk - Sq) - left.
+    A fully masked row gives O = 0 and lse = -inf.
+    """
+    q, k, v = f64(q), f64(k), f64(v)
+    b, sq, h, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    group = h // hkv
+    if scale is None:
+        scale = 1.0 / np.sqrt(d)
+    kk = np.repeat(k, group, axis=2)  # query head h reads kv head h // group
+    vv = np.repeat(v, group, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
+    i = np.arange(sq)[:, None]
+    j = np.arange(sk)[None, :]
+    off = sk - sq
+    left, right = window
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    mask = np.ones((sq, sk), dtype=bool)
+    if right >= 0:
+        mask &= j <= i + off + right
+    if left >= 0:
+        mask &= j >= i + off - left
+    s = np.where(mask, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if sk > 0 else np.full(s.shape[:-1] + (1,), -np.inf)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    o = np.einsum("bhqk,bkhd->bqhd", p / np.where(l > 0, l, 1.0), vv)
+    with np.errstate(divide="ignore"):
+        lse = np.where(l[..., 0] > 0, np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0)) + m_safe[..., 0], -np.inf)
+    return o, lse
+
+
+def attention_varlen(q, k, v, cu_q, cu_k, **kw):
+    """Packed sequences (B = 1): each segment attends only within itself."""
+    h, dv = q.shape[2], v.shape[3]
+    total_q = int(cu_q[-1])
+    o = np.zeros((1, total_q, h, dv))
+    lse = np.full((1, h, total_q), -np.inf)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0:
+            continue
+        ob, lb = attention(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], **kw)
+        o[:, q0:q1] = ob
+        lse[:, :, q0:q1] = lb
+    return o, lse
+
+
+def softmax_v(s, v, scale=1.0):
+    s = f64(s) * scale
+    m = s.max(axis=1, keepdims=True)
+    p = np.exp(s - m)
+    return (p / p.sum(axis=1, keepdims=True)) @ f64(v)
+
+
+def gemm_chain(a, b, c):
+    return (f64(a) @ f64(b)) @ f64(c)
+
+
+def rel_err(got, ref) -> float:
+    got = f64(got)
+    ref = f64(ref)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    assert not np.isnan(got).any(), "NaN in output"
+    den = np.linalg.norm(ref)
+    return float(np.linalg.norm(got - ref) / (den if den > 0 else 1.0))

@@ -1,0 +1,125 @@
+"""Bad inputs raise ValueError / TypeError naming the argument, before any kernel runs
+(the output keeps its poison)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import flashcore
+
+
+def qkv(b=1, sq=5, sk=6, h=2, hkv=2, d=8, dtype=np.float32):
+    rng = np.random.default_rng()
+    return (rng.standard_normal((b, sq, h, d)).astype(dtype),
+            rng.standard_normal((b, sk, hkv, d)).astype(dtype),
+            rng.standard_normal((b, sk, hkv, d)).astype(dtype))
+
+
+def raises(exc, name, fn, *args, **kw):
+    with pytest.raises(exc) as info:
+        fn(*args, **kw)
+    msg = str(info.value)
+    assert msg.startswith(name + ":") or f" {name}" in msg, msg
+    return msg
+
+
+def test_wrong_dtype():
+    q, k, v = qkv()
+    raises(TypeError, "q", flashcore.attention, q.astype(np.float64), k, v)
+    raises(TypeError, "k", flashcore.attention, q, k.astype(np.float16), v)
+    raises(TypeError, "v", flashcore.attention, q, k, v.astype(np.int32))
+    raises(TypeError, "q", flashcore.attention, q.astype(np.int32), k.astype(np.int32), v.astype(np.int32))
+    raises(TypeError, "out", flashcore.attention, q, k, v, out=np.empty(q.shape, np.float16))
+
+
+def test_not_an_array():
+    q, k, v = qkv()
+    raises(TypeError, "q", flashcore.attention, "q", k, v)
+    raises(TypeError, "k", flashcore.attention, q, [[1.0]], v)
+    raises(TypeError, "v", flashcore.attention, q, k, None)
+    raises(TypeError, "out", flashcore.attention, q, k, v, out=3)
+    raises(TypeError, "a", flashcore.gemm_chain, 1, 2, 3)
+
+
+def test_wrong_shape():
+    q, k, v = qkv()
+    raises(ValueError, "q", flashcore.attention, q[0], k, v)
+    raises(ValueError, "v", flashcore.attention, q, k, v[0])
+    raises(ValueError, "k", flashcore.attention, q, k[:, :, :, :4], v)       # D mismatch
+    raises(ValueError, "v", flashcore.attention, q, k, v[:, :5])             # Sk mismatch
+    q3, k3, v3 = qkv(h=3, hkv=2)
+    raises(ValueError, "k", flashcore.attention, q3, k3, v3)                  # H % Hkv != 0
+    raises(ValueError, "out", flashcore.attention, q, k, v, out=np.empty((1, 5, 2, 4), np.float32))
+    raises(ValueError, "s", flashcore.softmax_v, np.zeros((2, 3, 4), np.float32), np.zeros((3, 4), np.float32))
+    raises(ValueError, "v", flashcore.softmax_v, np.zeros((2, 3), np.float32), np.zeros((4, 4), np.float32))
+    raises(ValueError, "b", flashcore.gemm_chain, np.zeros((2, 3), np.float32), np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32))
+
+
+def test_noncontiguous_last_dim():
+    q, k, v = qkv(d=16)
+    raises(ValueError, "q", flashcore.attention, q[..., ::2], k[..., ::2].copy(), v)
+    raises(ValueError, "v", flashcore.attention, q, k, np.asfortranarray(v))
+    out = np.empty((1, 5, 2, 32), np.float32)[..., ::2]
+    raises(ValueError, "out", flashcore.attention, q, k, v, out=out)
+
+
+def test_output_untouched_on_error():
+    q, k, v = qkv()
+    out = np.full(q.shape, np.nan, np.float32)
+    raises(ValueError, "k", flashcore.attention, q, k[:, :, :1], v, out=out)   # Hkv mismatch with v
+    raises(ValueError, "window", flashcore.attention, q, k, v, out=out, window=(-2, 0))
+    assert np.isnan(out).all()
+
+
+def test_bad_options():
+    q, k, v = qkv()
+    raises(ValueError, "strategy", flashcore.attention, q, k, v, strategy="fastest")
+    raises(ValueError, "exp", flashcore.attention, q, k, v, exp="approx")
+    raises(ValueError, "window", flashcore.attention, q, k, v, window=3)
+    raises(ValueError, "window", flashcore.attention, q, k, v, window=(1, -5))
+    raises(ValueError, "scale", flashcore.attention, q, k, v, scale=float("nan"))
+    raises(TypeError, "scale", flashcore.attention, q, k, v, scale="big")
+    raises(ValueError, "threads", flashcore.attention, q, k, v, threads=-1)
+    raises(TypeError, "impl", flashcore.attention, q, k, v, impl=3)
+    raises(ValueError, "impl", flashcore.attention, q, k, v, impl="no_such_kernel")
+
+
+def test_bad_varlen():
+    q, k, v = qkv(sq=10, sk=10)
+    cu = np.array([0, 4, 10], np.int32)
+    raises(TypeError, "cu_seqlens_q", flashcore.attention, q, k, v, cu_seqlens_q=cu.astype(np.int64), cu_seqlens_k=cu)
+    raises(ValueError, "cu_seqlens_k", flashcore.attention, q, k, v, cu_seqlens_q=cu)
+    raises(ValueError, "cu_seqlens_q", flashcore.attention, q, k, v, cu_seqlens_q=np.array([1, 4, 10], np.int32), cu_seqlens_k=cu)
+    raises(ValueError, "cu_seqlens_k", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=np.array([0, 6, 4], np.int32))
+    raises(ValueError, "cu_seqlens_q", flashcore.attention, q, k, v, cu_seqlens_q=np.array([0, 4, 11], np.int32), cu_seqlens_k=cu)
+    raises(ValueError, "cu_seqlens_k", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=np.array([0, 10], np.int32))
+    q2, k2, v2 = qkv(b=2)
+    raises(ValueError, "q", flashcore.attention, q2, k2, v2, cu_seqlens_q=cu, cu_seqlens_k=cu)
+
+
+def test_aliasing_and_readonly():
+    q, k, v = qkv()
+    raises(ValueError, "out", flashcore.attention, q, k, v, out=q)
+    ro = np.empty(q.shape, np.float32)
+    ro.flags.writeable = False
+    raises(ValueError, "out", flashcore.attention, q, k, v, out=ro)
+    # Read-only inputs are fine.
+    q.flags.writeable = False
+    flashcore.attention(q, k, v)
+
+
+def test_softmax_v_and_gemm_chain_dtypes():
+    s = np.zeros((3, 4), np.float16)
+    v = np.zeros((4, 2), np.float32)
+    raises(TypeError, "s", flashcore.softmax_v, s, v)
+    raises(TypeError, "out", flashcore.softmax_v, s.astype(np.float32), v, out=np.empty((3, 2), np.float16))
+    a = np.zeros((2, 3), np.float32)
+    raises(TypeError, "b", flashcore.gemm_chain, a, np.zeros((3, 3), np.float16), np.zeros((3, 3), np.float32))
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, flashcore; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
