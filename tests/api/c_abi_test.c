@@ -1,0 +1,237 @@
+/* The C ABI, from C: a correct attention call against fc_attention_reference, the
+ * other two operations, bad inputs returning their status with fc_last_error() naming
+ * the argument (and the output untouched), and null struct pointers. Exit code 0 = pass. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flashcore/flashcore.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                         \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                              \
+      fprintf(stderr, "\n");                                     \
+      ++failures;                                                \
+    }                                                            \
+  } while (0)
+
+static fc_tensor tensor4(float* data, int64_t a, int64_t b, int64_t c, int64_t d) {
+  fc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = FC_F32;
+  t.device = FC_CPU;
+  t.rank = 4;
+  t.shape[0] = a; t.shape[1] = b; t.shape[2] = c; t.shape[3] = d;
+  t.strides[3] = 1; t.strides[2] = d; t.strides[1] = c * d; t.strides[0] = b * c * d;
+  return t;
+}
+
+static fc_tensor tensor2(void* data, fc_dtype dt, int64_t m, int64_t n) {
+  fc_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dt;
+  t.device = FC_CPU;
+  t.rank = 2;
+  t.shape[0] = m; t.shape[1] = n;
+  t.strides[0] = n; t.strides[1] = 1;
+  return t;
+}
+
+static void fill(float* x, size_t n, unsigned* state) {
+  for (size_t i = 0; i < n; ++i) {
+    *state = *state * 1664525u + 1013904223u;
+    x[i] = (float)((*state >> 8) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+  }
+}
+
+static void poison(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = NAN;
+}
+
+static double rel_err(const float* out, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!isfinite(out[i])) return INFINITY;
+    num += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]);
+    den += (double)ref[i] * ref[i];
+  }
+  return sqrt(num / den);
+}
+
+/* The status and a message naming `needle`, output bytes unchanged. */
+static void expect_fail(fc_status got, fc_status want, const char* needle, const float* out,
+                        const float* copy, size_t n, const char* what) {
+  CHECK(got == want, "%s: status %d, want %d (%s)", what, (int)got, (int)want, fc_last_error());
+  CHECK(strstr(fc_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", what, fc_last_error(), needle);
+  CHECK(memcmp(out, copy, n * sizeof(float)) == 0, "%s: output was written", what);
+}
+
+int main(void) {
+  enum { B = 2, SQ = 9, SK = 13, H = 4, HKV = 2, D = 24 };
+  const size_t nq = B * SQ * H * D, nk = B * SK * HKV * D;
+  float* q = malloc(nq * sizeof(float));
+  float* k = malloc(nk * sizeof(float));
+  float* v = malloc(nk * sizeof(float));
+  float* out = malloc(nq * sizeof(float));
+  float* ref = malloc(nq * sizeof(float));
+  float* copy = malloc(nq * sizeof(float));
+  float lse[B * H * SQ], lse_ref[B * H * SQ];
+  unsigned seed = 12345u;
+  fill(q, nq, &seed);
+  fill(k, nk, &seed);
+  fill(v, nk, &seed);
+
+  fc_tensor tq = tensor4(q, B, SQ, H, D), tk = tensor4(k, B, SK, HKV, D), tv = tensor4(v, B, SK, HKV, D);
+  fc_tensor tout = tensor4(out, B, SQ, H, D), tref = tensor4(ref, B, SQ, H, D);
+  fc_tensor tlse, tlse_ref;
+  memset(&tlse, 0, sizeof tlse);
+  tlse.data = lse; tlse.dtype = FC_F32; tlse.device = FC_CPU; tlse.rank = 3;
+  tlse.shape[0] = B; tlse.shape[1] = H; tlse.shape[2] = SQ;
+  tlse.strides[0] = H * SQ; tlse.strides[1] = SQ; tlse.strides[2] = 1;
+  tlse_ref = tlse;
+  tlse_ref.data = lse_ref;
+
+  /* A correct call, causal with Sq < Sk, every strategy, against the reference. */
+  fc_attention_params p, pref;
+  fc_attention_params_init(&p);
+  p.causal = 1;
+  pref = p;
+  pref.lse = &tlse_ref;
+  CHECK(fc_attention_reference(&tq, &tk, &tv, &tref, &pref) == FC_OK, "%s", fc_last_error());
+  for (int s = FC_AUTO; s <= FC_ONLINE; ++s) {
+    poison(out, nq);
+    poison(lse, B * H * SQ);
+    p.strategy = (fc_strategy)s;
+    p.lse = &tlse;
+    CHECK(fc_attention(&tq, &tk, &tv, &tout, &p) == FC_OK, "strategy %d: %s", s, fc_last_error());
+    CHECK(fc_last_error()[0] == '\0', "message after success: '%s'", fc_last_error());
+    CHECK(rel_err(out, ref, nq) <= 1e-5, "strategy %d: rel_err %g", s, rel_err(out, ref, nq));
+    CHECK(rel_err(lse, lse_ref, B * H * SQ) <= 1e-5, "strategy %d: lse rel_err %g", s,
+          rel_err(lse, lse_ref, B * H * SQ));
+  }
+  /* params = NULL means the defaults (non-causal here). */
+  CHECK(fc_attention(&tq, &tk, &tv, &tout, NULL) == FC_OK, "%s", fc_last_error());
+
+  /* Bad inputs: status, message naming the argument, output untouched. */
+  poison(out, nq);
+  memcpy(copy, out, nq * sizeof(float));
+  fc_attention_params_init(&p);
+  fc_tensor bad = tq;
+  bad.rank = 3;
+  expect_fail(fc_attention(&bad, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "q: expected rank 4", out, copy, nq, "rank");
+  bad = tk;
+  bad.shape[2] = 3;
+  fc_tensor bad_v = tv;
+  bad_v.shape[2] = 3;
+  expect_fail(fc_attention(&tq, &bad, &bad_v, &tout, &p), FC_INVALID_ARGUMENT, "k: kv heads", out, copy, nq, "gqa");
+  bad = tq;
+  bad.data = NULL;
+  expect_fail(fc_attention(&bad, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "q: data is a null pointer", out, copy, nq, "null data");
+  bad = tout;
+  bad.data = q;
+  expect_fail(fc_attention(&tq, &tk, &tv, &bad, &p), FC_INVALID_ARGUMENT, "out: overlaps q", out, copy, nq, "alias");
+  {
+    fc_tensor bq = tq, bk = tk, bv = tv, bo = tout;
+    bq.dtype = bk.dtype = bv.dtype = bo.dtype = FC_I32;
+    expect_fail(fc_attention(&bq, &bk, &bv, &bo, &p), FC_UNSUPPORTED, "q: dtype i32", out, copy, nq, "i32");
+  }
+  p.window_left = -3;
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.window_left", out, copy, nq, "window");
+  fc_attention_params_init(&p);
+  p.scale = NAN;
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.scale", out, copy, nq, "scale");
+  fc_attention_params_init(&p);
+  p.strategy = (fc_strategy)17;
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.strategy", out, copy, nq, "strategy");
+  fc_attention_params_init(&p);
+  p.impl = "no_such_kernel";
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "impl", out, copy, nq, "impl");
+  fc_attention_params_init(&p);
+  bad = tlse;
+  bad.dtype = FC_F16;
+  p.lse = &bad;
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.lse", out, copy, nq, "lse dtype");
+  fc_attention_params_init(&p);
+
+  /* Null struct pointers name the argument too. */
+  expect_fail(fc_attention(NULL, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "q", out, copy, nq, "null q");
+  expect_fail(fc_attention(&tq, &tk, &tv, NULL, &p), FC_INVALID_ARGUMENT, "out", out, copy, nq, "null out");
+  expect_fail(fc_attention_reference(&tq, NULL, &tv, &tout, &p), FC_INVALID_ARGUMENT, "k", out, copy, nq, "ref null k");
+  fc_attention_params_init(NULL); /* must not crash */
+
+  /* softmax_v: row-major f32 scores, then errors. */
+  {
+    enum { M = 7, L = 11, DV = 5 };
+    float s[M * L], vv[L * DV], o[M * DV], o_copy[M * DV];
+    fill(s, M * L, &seed);
+    fill(vv, L * DV, &seed);
+    fc_tensor ts = tensor2(s, FC_F32, M, L), tvv = tensor2(vv, FC_F32, L, DV), to = tensor2(o, FC_F32, M, DV);
+    poison(o, M * DV);
+    CHECK(fc_softmax_v(&ts, &tvv, &to, 1.0f, FC_TWO_PASS, FC_EXP_EXACT, 1) == FC_OK, "%s", fc_last_error());
+    /* Check one row by hand. */
+    for (int i = 0; i < M; i += 3) {
+      double mx = -INFINITY, sum = 0, acc[DV] = {0};
+      for (int j = 0; j < L; ++j) mx = s[i * L + j] > mx ? s[i * L + j] : mx;
+      for (int j = 0; j < L; ++j) {
+        const double e = exp(s[i * L + j] - mx);
+        sum += e;
+        for (int d = 0; d < DV; ++d) acc[d] += e * vv[j * DV + d];
+      }
+      for (int d = 0; d < DV; ++d)
+        CHECK(fabs(o[i * DV + d] - acc[d] / sum) < 1e-5, "softmax_v O(%d,%d) = %g, want %g", i, d, o[i * DV + d], acc[d] / sum);
+    }
+    memcpy(o_copy, o, sizeof o);
+    expect_fail(fc_softmax_v(&ts, &tvv, &to, 1.0f, (fc_strategy)8, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT,
+                "params.strategy", o, o_copy, M * DV, "softmax_v strategy");
+    fc_tensor bs = ts;
+    bs.dtype = FC_BF16;
+    expect_fail(fc_softmax_v(&bs, &tvv, &to, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_UNSUPPORTED, "s:", o, o_copy,
+                M * DV, "softmax_v s dtype");
+    expect_fail(fc_softmax_v(&ts, NULL, &to, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT, "v", o, o_copy,
+                M * DV, "softmax_v null v");
+  }
+
+  /* gemm_chain: small case checked by hand, then errors. */
+  {
+    enum { M = 3, K1 = 4, K2 = 5, N = 6 };
+    float a[M * K1], b[K1 * K2], c[K2 * N], e[M * N], e_copy[M * N];
+    fill(a, M * K1, &seed);
+    fill(b, K1 * K2, &seed);
+    fill(c, K2 * N, &seed);
+    fc_tensor ta = tensor2(a, FC_F32, M, K1), tb = tensor2(b, FC_F32, K1, K2), tc = tensor2(c, FC_F32, K2, N);
+    fc_tensor te = tensor2(e, FC_F32, M, N);
+    poison(e, M * N);
+    CHECK(fc_gemm_chain(&ta, &tb, &tc, &te, 2) == FC_OK, "%s", fc_last_error());
+    for (int i = 0; i < M; ++i)
+      for (int n = 0; n < N; ++n) {
+        double want = 0;
+        for (int j = 0; j < K2; ++j) {
+          double ab = 0;
+          for (int kk = 0; kk < K1; ++kk) ab += (double)a[i * K1 + kk] * b[kk * K2 + j];
+          want += ab * c[j * N + n];
+        }
+        CHECK(fabs(e[i * N + n] - want) < 1e-5 * (1 + fabs(want)), "gemm_chain E(%d,%d) = %g, want %g", i, n,
+              e[i * N + n], want);
+      }
+    memcpy(e_copy, e, sizeof e);
+    fc_tensor bb = tb;
+    bb.shape[0] = 3;
+    expect_fail(fc_gemm_chain(&ta, &bb, &tc, &te, 1), FC_INVALID_ARGUMENT, "b: dim 0 (K1)", e, e_copy, M * N,
+                "gemm_chain K1");
+    expect_fail(fc_gemm_chain(&ta, &tb, &tc, &te, -2), FC_INVALID_ARGUMENT, "params.threads", e, e_copy, M * N,
+                "gemm_chain threads");
+    expect_fail(fc_gemm_chain(NULL, &tb, &tc, &te, 1), FC_INVALID_ARGUMENT, "a", e, e_copy, M * N, "gemm_chain null a");
+  }
+
+  CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");
+  free(q); free(k); free(v); free(out); free(ref); free(copy);
+  if (failures == 0) printf("c_abi: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}

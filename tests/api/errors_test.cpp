@@ -1,0 +1,302 @@
+// Every bad input of DESIGN.md 'Errors' through the C++ API: flashcore::Error with the
+// right Status, a message that names the argument, and an output left bit-for-bit as
+// it was (the check runs before any kernel).
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+
+namespace fctest {
+namespace {
+
+namespace fc = flashcore;
+using fc::Status;
+
+// Runs `call`, which must throw flashcore::Error with `status` and a message holding
+// `needle`, and must leave every listed output's bytes untouched.
+void expect_error(const std::function<void()>& call, Status status, const std::string& needle,
+                  std::vector<const HostTensor*> outputs) {
+  std::vector<std::vector<uint8_t>> before;
+  for (const HostTensor* t : outputs) before.push_back(t->snapshot());
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+  } catch (const fc::Error& e) {
+    EXPECT_EQ(int(e.code()), int(status)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message '" << e.what() << "' does not contain '" << needle << "'";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-flashcore exception: " << e.what();
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    EXPECT_EQ(outputs[i]->snapshot(), before[i]) << "output " << i << " was written";
+}
+
+// A valid attention call (B=2, Sq=5, Sk=6, H=4, Hkv=2, D=16) whose views each case
+// then breaks in one way.
+struct AttnCall {
+  HostTensor q{DType::f32, {2, 5, 4, 16}}, k{DType::f32, {2, 6, 2, 16}}, v{DType::f32, {2, 6, 2, 16}};
+  HostTensor out{DType::f32, {2, 5, 4, 16}}, lse{DType::f32, {2, 4, 5}};
+  Tensor qv, kv, vv, ov, lv;
+  fc::AttentionParams p;
+  bool reference = false;
+
+  AttnCall() {
+    Rng rng;
+    q.fill_uniform(rng, -1, 1);
+    k.fill_uniform(rng, -1, 1);
+    v.fill_uniform(rng, -1, 1);
+    qv = q.view(); kv = k.view(); vv = v.view(); ov = out.view(); lv = lse.view();
+    p.lse = &lv;
+  }
+  void run() {
+    if (reference) fc::reference::attention(qv, kv, vv, ov, p);
+    else fc::attention(qv, kv, vv, ov, p);
+  }
+  void expect(Status st, const std::string& needle) {
+    expect_error([&] { run(); }, st, needle, {&out, &lse});
+  }
+};
+
+struct AttnCase {
+  const char* name;
+  std::function<void(AttnCall&)> breakit;
+  Status status;
+  const char* needle;
+};
+
+const int32_t kCuGood[] = {0, 2, 5};
+const int32_t kCuNonZero[] = {1, 2, 5};
+const int32_t kCuDecreasing[] = {0, 3, 2};
+const int32_t kCuTooLong[] = {0, 2, 7};
+
+void varlen(AttnCall& c, const int32_t* cq, const int32_t* ck) {
+  for (Tensor* t : {&c.qv, &c.kv, &c.vv, &c.ov}) t->shape[0] = 1;
+  c.lv.shape[0] = 1;
+  c.p.cu_seqlens_q = cq;
+  c.p.cu_seqlens_k = ck;
+  c.p.varlen_batch = 2;
+}
+
+const Status kInvalid = Status::invalid_argument, kUnsupported = Status::unsupported;
+
+const AttnCase kAttnCases[] = {
+    {"q_rank3", [](AttnCall& c) { c.qv.rank = 3; }, kInvalid, "q: expected rank 4"},
+    {"k_rank5", [](AttnCall& c) { c.kv.rank = 5; }, kInvalid, "k: expected rank 4"},
+    {"out_rank0", [](AttnCall& c) { c.ov.rank = 0; }, kInvalid, "out: expected rank 4"},
+    {"k_batch", [](AttnCall& c) { c.kv.shape[0] = 1; }, kInvalid, "k: dim 0 (B)"},
+    {"out_heads", [](AttnCall& c) { c.ov.shape[2] = 3; }, kInvalid, "out: dim 2 (H)"},
+    {"k_head_dim", [](AttnCall& c) { c.kv.shape[3] = 8; }, kInvalid, "k: dim 3 (D)"},
+    {"v_seq_k", [](AttnCall& c) { c.vv.shape[1] = 4; }, kInvalid, "v: dim 1 (Sk)"},
+    {"v_kv_heads", [](AttnCall& c) { c.vv.shape[2] = 1; }, kInvalid, "v: dim 2 (Hkv)"},
+    {"out_dv", [](AttnCall& c) { c.ov.shape[3] = 8; }, kInvalid, "out: dim 3 (Dv)"},
+    {"out_seq_q", [](AttnCall& c) { c.ov.shape[1] = 4; }, kInvalid, "out: dim 1 (Sq)"},
+    {"heads_not_multiple", [](AttnCall& c) { c.kv.shape[2] = c.vv.shape[2] = 3; }, kInvalid, "k: kv heads Hkv = 3"},
+    {"zero_kv_heads", [](AttnCall& c) { c.kv.shape[2] = c.vv.shape[2] = 0; }, kInvalid, "k: kv heads Hkv = 0"},
+    {"head_dim_zero", [](AttnCall& c) { c.qv.shape[3] = c.kv.shape[3] = 0; }, kInvalid, "q: head dim"},
+    {"negative_shape", [](AttnCall& c) { c.qv.shape[1] = -5; }, kInvalid, "q: shape"},
+    {"q_null", [](AttnCall& c) { c.qv.data = nullptr; }, kInvalid, "q: data is a null pointer"},
+    {"v_null", [](AttnCall& c) { c.vv.data = nullptr; }, kInvalid, "v: data is a null pointer"},
+    {"out_null", [](AttnCall& c) { c.ov.data = nullptr; }, kInvalid, "out: data is a null pointer"},
+    {"dtype_i32", [](AttnCall& c) { for (Tensor* t : {&c.qv, &c.kv, &c.vv, &c.ov}) t->dtype = DType::i32; },
+     kUnsupported, "q: dtype i32"},
+    {"dtype_e4m3_cpu", [](AttnCall& c) { for (Tensor* t : {&c.qv, &c.kv, &c.vv}) t->dtype = DType::e4m3; },
+     kUnsupported, "q: dtype e4m3"},
+    {"dtype_unknown", [](AttnCall& c) { c.qv.dtype = static_cast<DType>(42); }, kInvalid, "q: unknown dtype"},
+    {"k_dtype_differs", [](AttnCall& c) { c.kv.dtype = DType::f16; }, kInvalid, "k: dtype f16"},
+    {"out_dtype_differs", [](AttnCall& c) { c.ov.dtype = DType::bf16; }, kInvalid, "out: dtype bf16"},
+    {"q_last_dim_strided", [](AttnCall& c) { c.qv.strides[3] = 2; }, kInvalid, "q: the last dim must be contiguous"},
+    {"k_negative_stride", [](AttnCall& c) { c.kv.strides[1] = -c.kv.strides[1]; }, kInvalid, "k: stride"},
+    {"out_aliases_q", [](AttnCall& c) { c.ov.data = c.qv.data; }, kInvalid, "out: overlaps q"},
+    {"out_overlaps_v",
+     [](AttnCall& c) { c.ov.data = static_cast<float*>(c.vv.data) + 100; }, kInvalid, "out: overlaps"},
+    {"lse_rank", [](AttnCall& c) { c.lv.rank = 2; }, kInvalid, "params.lse: expected rank 3"},
+    {"lse_shape", [](AttnCall& c) { c.lv.shape[2] = 4; }, kInvalid, "params.lse: dim 2 (Sq)"},
+    {"lse_heads", [](AttnCall& c) { c.lv.shape[1] = 2; }, kInvalid, "params.lse: dim 1 (H)"},
+    {"lse_dtype", [](AttnCall& c) { c.lv.dtype = DType::f16; }, kInvalid, "params.lse: must be f32"},
+    {"lse_aliases_out", [](AttnCall& c) { c.lv.data = c.ov.data; }, kInvalid, "params.lse: overlaps out"},
+    {"lse_aliases_k", [](AttnCall& c) { c.lv.data = c.kv.data; }, kInvalid, "params.lse: overlaps k"},
+    {"window_left", [](AttnCall& c) { c.p.window_left = -2; }, kInvalid, "params.window_left"},
+    {"window_right", [](AttnCall& c) { c.p.window_right = -7; }, kInvalid, "params.window_right"},
+    {"scale_nan", [](AttnCall& c) { c.p.scale = std::numeric_limits<float>::quiet_NaN(); }, kInvalid, "params.scale"},
+    {"scale_inf", [](AttnCall& c) { c.p.scale = std::numeric_limits<float>::infinity(); }, kInvalid, "params.scale"},
+    {"strategy_code", [](AttnCall& c) { c.p.strategy = static_cast<Strategy>(9); }, kInvalid, "params.strategy"},
+    {"exp2_code", [](AttnCall& c) { c.p.exp2 = static_cast<Exp2Mode>(5); }, kInvalid, "params.exp2"},
+    {"threads_negative", [](AttnCall& c) { c.p.threads = -1; }, kInvalid, "params.threads"},
+    {"cu_seqlens_k_missing", [](AttnCall& c) { varlen(c, kCuGood, nullptr); }, kInvalid, "params.cu_seqlens_k"},
+    {"cu_seqlens_q_missing", [](AttnCall& c) { varlen(c, nullptr, kCuGood); }, kInvalid, "params.cu_seqlens_q"},
+    {"cu_seqlens_start", [](AttnCall& c) { varlen(c, kCuNonZero, kCuGood); }, kInvalid, "params.cu_seqlens_q: must start at 0"},
+    {"cu_seqlens_decreasing", [](AttnCall& c) { varlen(c, kCuGood, kCuDecreasing); }, kInvalid,
+     "params.cu_seqlens_k: must be non-decreasing"},
+    {"cu_seqlens_too_long", [](AttnCall& c) { varlen(c, kCuTooLong, kCuGood); }, kInvalid, "params.cu_seqlens_q: last entry 7"},
+    {"varlen_batch_zero", [](AttnCall& c) { varlen(c, kCuGood, kCuGood); c.p.varlen_batch = 0; }, kInvalid,
+     "params.varlen_batch"},
+    {"varlen_batch_without_cu", [](AttnCall& c) { c.p.varlen_batch = 2; }, kInvalid, "params.varlen_batch"},
+    {"varlen_batch_dim", [](AttnCall& c) { varlen(c, kCuGood, kCuGood); for (Tensor* t : {&c.qv, &c.kv, &c.vv, &c.ov}) t->shape[0] = 2; c.lv.shape[0] = 2; },
+     kInvalid, "q: varlen input must have B = 1"},
+    {"k_on_cuda", [](AttnCall& c) { c.kv.device = fc::Device::cuda; }, kInvalid, "k: is on cuda"},
+    {"device_unknown", [](AttnCall& c) { c.qv.device = static_cast<fc::Device>(7); }, kInvalid, "q: unknown device"},
+};
+
+class AttentionErrorTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionErrorTest, RefusedBeforeAnyKernel) {
+  for (bool reference : {false, true}) {
+    SCOPED_TRACE(reference ? "reference::attention" : "attention");
+    AttnCall c;
+    c.reference = reference;
+    GetParam().breakit(c);
+    c.expect(GetParam().status, GetParam().needle);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, AttentionErrorTest, ::testing::ValuesIn(kAttnCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(AttentionError, ValidCallPasses) {
+  AttnCall c;
+  c.run();
+  EXPECT_TRUE(std::isfinite(c.out.get(0)));
+}
+
+TEST(AttentionError, UnknownImpl) {
+  AttnCall c;
+  c.p.impl = "f32_99x99_nonesuch";
+  c.expect(kInvalid, "impl: no CPU micro-kernel named 'f32_99x99_nonesuch'");
+}
+
+TEST(AttentionError, ImplOfMissingIsa) {
+  for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i) {
+    const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(i);
+    if (fc::cpu::isa_available(k.isa)) continue;
+    AttnCall c;
+    c.p.impl = k.key;
+    c.expect(kUnsupported, std::string("impl: kernel '") + k.key + "' needs ISA");
+    return;
+  }
+  GTEST_SKIP() << "this CPU runs every kernel of the build";
+}
+
+TEST(AttentionError, CudaTensorsWithoutCuda) {
+#if defined(FC_BUILD_CUDA)
+  GTEST_SKIP() << "this build has the CUDA backend";
+#else
+  AttnCall c;
+  for (Tensor* t : {&c.qv, &c.kv, &c.vv, &c.ov, &c.lv}) t->device = fc::Device::cuda;
+  c.expect(kUnsupported, "q: CUDA tensors given, but this flashcore was built without CUDA");
+#endif
+}
+
+// ---------------------------------------------------------------- softmax_v
+struct SvCall {
+  HostTensor s{DType::f32, {5, 9}}, v{DType::f32, {9, 8}}, out{DType::f32, {5, 8}};
+  Tensor sv, vv, ov;
+  fc::SoftmaxVParams p;
+  SvCall() {
+    Rng rng;
+    s.fill_uniform(rng, -1, 1);
+    v.fill_uniform(rng, -1, 1);
+    sv = s.view(); vv = v.view(); ov = out.view();
+  }
+};
+
+struct SvCase {
+  const char* name;
+  std::function<void(SvCall&)> breakit;
+  Status status;
+  const char* needle;
+};
+
+const SvCase kSvCases[] = {
+    {"s_rank3", [](SvCall& c) { c.sv.rank = 3; }, kInvalid, "s: expected rank 2"},
+    {"v_rank1", [](SvCall& c) { c.vv.rank = 1; }, kInvalid, "v: expected rank 2"},
+    {"s_dtype_f16", [](SvCall& c) { c.sv.dtype = DType::f16; }, kUnsupported, "s: scores must be f32 or i32"},
+    {"v_dtype_i32", [](SvCall& c) { c.vv.dtype = c.ov.dtype = DType::i32; }, kUnsupported, "v: dtype i32"},
+    {"out_dtype", [](SvCall& c) { c.ov.dtype = DType::f16; }, kInvalid, "out: dtype f16"},
+    {"v_length", [](SvCall& c) { c.vv.shape[0] = 8; }, kInvalid, "v: dim 0 (L)"},
+    {"out_rows", [](SvCall& c) { c.ov.shape[0] = 4; }, kInvalid, "out: dim 0 (M)"},
+    {"out_cols", [](SvCall& c) { c.ov.shape[1] = 7; }, kInvalid, "out: dim 1 (d)"},
+    {"s_not_contiguous", [](SvCall& c) { c.sv.strides[0] = 18; c.sv.strides[1] = 2; }, kInvalid,
+     "s: the last dim must be contiguous"},
+    {"v_negative_stride", [](SvCall& c) { c.vv.strides[0] = -8; }, kInvalid, "v: stride"},
+    {"s_null", [](SvCall& c) { c.sv.data = nullptr; }, kInvalid, "s: data is a null pointer"},
+    {"out_aliases_v", [](SvCall& c) { c.ov.data = c.vv.data; }, kInvalid, "out: overlaps"},
+    {"out_aliases_s", [](SvCall& c) { c.ov.data = static_cast<float*>(c.sv.data) + 3; }, kInvalid, "out: overlaps s"},
+    {"scale_nan", [](SvCall& c) { c.p.scale = std::nanf(""); }, kInvalid, "params.scale"},
+    {"strategy_code", [](SvCall& c) { c.p.strategy = static_cast<Strategy>(-1); }, kInvalid, "params.strategy"},
+    {"threads_negative", [](SvCall& c) { c.p.threads = -3; }, kInvalid, "params.threads"},
+    {"impl_unknown", [](SvCall& c) { c.p.impl = "nope"; }, kInvalid, "impl: no CPU micro-kernel named 'nope'"},
+    {"s_on_cuda", [](SvCall& c) { for (Tensor* t : {&c.sv, &c.vv, &c.ov}) t->device = fc::Device::cuda; },
+     kUnsupported, "s: softmax_v runs on the CPU"},
+};
+
+class SoftmaxVErrorTest : public ::testing::TestWithParam<SvCase> {};
+
+TEST_P(SoftmaxVErrorTest, RefusedBeforeAnyKernel) {
+  SvCall c;
+  GetParam().breakit(c);
+  expect_error([&] { fc::softmax_v(c.sv, c.vv, c.ov, c.p); }, GetParam().status, GetParam().needle, {&c.out});
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, SoftmaxVErrorTest, ::testing::ValuesIn(kSvCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// ---------------------------------------------------------------- gemm_chain
+struct GcCall {
+  HostTensor a{DType::f32, {5, 6}}, b{DType::f32, {6, 7}}, c{DType::f32, {7, 8}}, out{DType::f32, {5, 8}};
+  Tensor av, bv, cv, ov;
+  fc::GemmChainParams p;
+  GcCall() {
+    Rng rng;
+    a.fill_uniform(rng, -1, 1);
+    b.fill_uniform(rng, -1, 1);
+    c.fill_uniform(rng, -1, 1);
+    av = a.view(); bv = b.view(); cv = c.view(); ov = out.view();
+  }
+};
+
+struct GcCase {
+  const char* name;
+  std::function<void(GcCall&)> breakit;
+  Status status;
+  const char* needle;
+};
+
+const GcCase kGcCases[] = {
+    {"a_rank1", [](GcCall& c) { c.av.rank = 1; }, kInvalid, "a: expected rank 2"},
+    {"b_inner", [](GcCall& c) { c.bv.shape[0] = 5; }, kInvalid, "b: dim 0 (K1)"},
+    {"c_inner", [](GcCall& c) { c.cv.shape[0] = 6; }, kInvalid, "c: dim 0 (K2)"},
+    {"out_cols", [](GcCall& c) { c.ov.shape[1] = 9; }, kInvalid, "out: dim 1 (N)"},
+    {"out_rows", [](GcCall& c) { c.ov.shape[0] = 4; }, kInvalid, "out: dim 0 (M)"},
+    {"c_dtype", [](GcCall& c) { c.cv.dtype = DType::bf16; }, kInvalid, "c: dtype bf16"},
+    {"dtype_i32", [](GcCall& c) { for (Tensor* t : {&c.av, &c.bv, &c.cv, &c.ov}) t->dtype = DType::i32; },
+     kUnsupported, "a: dtype i32"},
+    {"b_null", [](GcCall& c) { c.bv.data = nullptr; }, kInvalid, "b: data is a null pointer"},
+    {"c_last_dim_strided", [](GcCall& c) { c.cv.strides[1] = 3; }, kInvalid, "c: the last dim must be contiguous"},
+    {"a_negative_stride", [](GcCall& c) { c.av.strides[0] = -6; }, kInvalid, "a: stride"},
+    {"out_aliases_a", [](GcCall& c) { c.ov.data = c.av.data; }, kInvalid, "out: overlaps a"},
+    {"out_aliases_c", [](GcCall& c) { c.ov.data = static_cast<float*>(c.cv.data) + 50; }, kInvalid, "out: overlaps c"},
+    {"threads_negative", [](GcCall& c) { c.p.threads = -1; }, kInvalid, "params.threads"},
+    {"impl_unknown", [](GcCall& c) { c.p.impl = "f32_1x1_bogus"; }, kInvalid, "impl: no CPU micro-kernel"},
+    {"a_on_cuda", [](GcCall& c) { for (Tensor* t : {&c.av, &c.bv, &c.cv, &c.ov}) t->device = fc::Device::cuda; },
+     kUnsupported, "a: gemm_chain runs on the CPU"},
+};
+
+class GemmChainErrorTest : public ::testing::TestWithParam<GcCase> {};
+
+TEST_P(GemmChainErrorTest, RefusedBeforeAnyKernel) {
+  GcCall c;
+  GetParam().breakit(c);
+  expect_error([&] { fc::gemm_chain(c.av, c.bv, c.cv, c.ov, c.p); }, GetParam().status, GetParam().needle,
+               {&c.out});
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, GemmChainErrorTest, ::testing::ValuesIn(kGcCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace fctest

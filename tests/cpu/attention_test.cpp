@@ -1,0 +1,289 @@
+// attention on the CPU backend against the fp64 reference: every strategy x storage
+// dtype x exp2 mode over shapes that together cover the odd sizes of issue 2
+// (Sq, Sk in {1, 7, 63, 1000}; D in {32, 64, 80, 96, 128, 256}), GQA 8:1 and 6:2,
+// causal and windowed masks with Sq < Sk and Sq > Sk (fully masked rows), BSHD and
+// BHSD strides with padded rows, lse, varlen, zero-sized problems, 1 and 2 threads,
+// every GEMM micro-kernel forced by key, and the forced portable path.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+
+namespace fctest {
+namespace {
+
+namespace fc = flashcore;
+
+struct AttnCase {
+  const char* name;
+  int64_t b, sq, sk, h, hkv, d, dv;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  bool bhsd = false;  // memory order [B, H, S, D] instead of [B, S, H, D]
+  int64_t pad = 0;    // extra elements after every row of D
+  float scale = 0.0f;
+};
+
+std::vector<int> order_of(bool bhsd) {
+  return bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 2, 3};
+}
+
+// Inputs and the fp64 truth (computed once per case and dtype, shared by the runs).
+struct AttnFixture {
+  AttnCase c;
+  DType dtype;
+  HostTensor q, k, v, ref_out, ref_lse;
+
+  AttnFixture(const AttnCase& cs, DType dt, Rng& rng) : c(cs), dtype(dt) {
+    q = HostTensor(dt, {c.b, c.sq, c.h, c.d}, order_of(c.bhsd), c.pad);
+    k = HostTensor(dt, {c.b, c.sk, c.hkv, c.d}, order_of(c.bhsd), c.pad);
+    v = HostTensor(dt, {c.b, c.sk, c.hkv, c.dv}, order_of(c.bhsd), c.pad);
+    // Scores with a standard deviation of ~3 at the default scale: peaked softmax rows.
+    q.fill_uniform(rng, -3, 3);
+    k.fill_uniform(rng, -3, 3);
+    v.fill_uniform(rng, -1, 1);
+    HostTensor qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
+    ref_out = HostTensor(DType::f32, {c.b, c.sq, c.h, c.dv});
+    ref_lse = HostTensor(DType::f32, {c.b, c.h, c.sq});
+    fc::AttentionParams p = params();
+    p.lse = ref_lse.ptr();
+    fc::reference::attention(qf.view(), kf.view(), vf.view(), ref_out.view(), p);
+  }
+
+  fc::AttentionParams params() const {
+    fc::AttentionParams p;
+    p.scale = c.scale;
+    p.causal = c.causal;
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    return p;
+  }
+
+  // One run: fresh poisoned outputs, then every property the run must have.
+  void check(Strategy s, Exp2Mode e, int threads, const char* impl, DType kernel_ab) {
+    SCOPED_TRACE("strategy " + name(s) + ", exp " + name(e) + ", threads " +
+                 std::to_string(threads) + ", impl " + (impl ? impl : "auto"));
+    HostTensor out(dtype, {c.b, c.sq, c.h, c.dv}, order_of(c.bhsd), c.pad);
+    HostTensor lse(DType::f32, {c.b, c.h, c.sq}, {}, 1);
+    fc::AttentionParams p = params();
+    p.strategy = s;
+    p.exp2 = e;
+    p.threads = threads;
+    p.impl = impl;
+    p.lse = lse.ptr();
+    fc::PhaseTimes times;
+    fc::attention(q.view(), k.view(), v.view(), out.view(), p, &times);
+    const double tol = tolerance(dtype, kernel_ab, e, c.sk);
+    EXPECT_TRUE(close(out, ref_out, tol));
+    EXPECT_TRUE(lse_close(lse, ref_lse, tol));
+    EXPECT_TRUE(out.padding_untouched()) << "attention wrote outside the output view";
+    EXPECT_TRUE(lse.padding_untouched()) << "attention wrote outside the lse view";
+    if (impl != nullptr) {
+      EXPECT_EQ(times.kernel, impl);
+    }
+    if (s != Strategy::automatic) {
+      EXPECT_EQ(times.strategy, fc::to_string(s));
+    }
+    // Fully masked rows (lse = -inf): O exactly 0, whatever the tolerance.
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t h = 0; h < c.h; ++h)
+        for (int64_t i = 0; i < c.sq; ++i) {
+          if (ref_lse.get((b * c.h + h) * c.sq + i) != -std::numeric_limits<double>::infinity())
+            continue;
+          for (int64_t d = 0; d < c.dv; ++d)
+            ASSERT_EQ(out.get(((b * c.sq + i) * c.h + h) * c.dv + d), 0.0)
+                << "fully masked row b=" << b << " h=" << h << " i=" << i;
+        }
+  }
+};
+
+// Together: Sq, Sk each take 1, 7, 63, 1000; D takes 32, 64, 80, 96, 128, 256.
+const AttnCase kCases[] = {
+    {"tiny_d32", 1, 1, 1, 1, 1, 32, 32},
+    {"gqa8to1_bhsd_d80", 2, 7, 63, 8, 1, 80, 80, false, -1, -1, true, 3},
+    {"gqa6to2_causal_sq_gt_sk_d96", 1, 63, 7, 6, 2, 96, 96, true},
+    {"window_sq_lt_sk_d128", 1, 63, 1000, 2, 1, 128, 128, false, 100, 20, false, 5},
+    {"causal_sq_gt_sk_bhsd_d64", 1, 1000, 63, 1, 1, 64, 64, true, -1, -1, true},
+    {"causal_sq_lt_sk_d256", 2, 7, 1000, 2, 2, 256, 256, true},
+    {"square_d32_dv64", 1, 1000, 1000, 1, 1, 32, 64, false, -1, -1, false, 0, 0.3f},
+    {"window_sq_gt_sk_d64", 1, 200, 63, 2, 2, 64, 48, false, 8, 3, true, 1, 0.5f},
+    {"causal_window_square_d96", 1, 130, 130, 3, 1, 96, 96, true, 17, -1},
+};
+
+class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType>> {};
+
+TEST_P(AttentionTest, MatchesReference) {
+  const auto& [c, dt] = GetParam();
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  AttnFixture f(c, dt, rng);
+  int run = 0;
+  for (Strategy s : kStrategies)
+    for (Exp2Mode e : kExpModes) f.check(s, e, 1 + (run++ % 2), nullptr, DType::f32);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, AttentionTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kStorageTypes)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + name(std::get<1>(info.param));
+    });
+
+// Every GEMM micro-kernel of the build, forced by its key, through every strategy.
+class AttentionKernelTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AttentionKernelTest, ForcedKernelMatchesReference) {
+  const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(GetParam());
+  if (!fc::cpu::isa_available(k.isa))
+    GTEST_SKIP() << k.key << " needs ISA " << fc::cpu::isa_name(k.isa) << ", which this CPU lacks";
+  if (k.acc != DType::f32)
+    GTEST_SKIP() << k.key << " accumulates in " << fc::to_string(k.acc)
+                 << "; the pipelines use fp32 accumulators only";
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const AttnCase c{"forced", 1, 70, 300, 4, 2, 80, 72, true, 150, -1, false, 2};
+  for (DType dt : kStorageTypes) {
+    SCOPED_TRACE("storage " + name(dt));
+    AttnFixture f(c, dt, rng);
+    int run = 0;
+    for (Strategy s : kStrategies) f.check(s, Exp2Mode::exact, 1 + (run++ % 2), k.key, k.ab);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, AttentionKernelTest,
+                         ::testing::Range(0, fc::cpu::gemm_ukernel_count()),
+                         [](const auto& info) { return std::string(fc::cpu::gemm_ukernel(info.param).key); });
+
+TEST(Attention, ForceGenericRunsPortableKernels) {
+  ForceGeneric generic(true);
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const AttnCase c{"generic", 1, 33, 77, 2, 1, 64, 64, true};
+  for (DType dt : kStorageTypes) {
+    SCOPED_TRACE("storage " + name(dt));
+    AttnFixture f(c, dt, rng);
+    HostTensor out(dt, {c.b, c.sq, c.h, c.dv});
+    fc::PhaseTimes times;
+    fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), f.params(), &times);
+    EXPECT_TRUE(close(out, f.ref_out, tolerance(dt, Exp2Mode::exact, c.sk)));
+    const fc::cpu::CpuConfig cfg = fc::cpu::select_kernels(dt, nullptr);
+    EXPECT_EQ(cfg.gemm->isa, fc::cpu::Isa::generic) << times.kernel;
+    EXPECT_EQ(cfg.vec->isa, fc::cpu::Isa::generic) << cfg.vec->key;
+    EXPECT_EQ(times.kernel, cfg.gemm->key);
+  }
+}
+
+// Varlen: sequences packed along S (B = 1) against the reference of each sequence alone.
+TEST(Attention, VarlenMatchesPerSequenceReference) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const std::vector<int32_t> cu_q = {0, 5, 5, 22, 86}, cu_k = {0, 9, 13, 43, 107};
+  const int64_t nseq = 4, tq = cu_q.back() + 3, tk = cu_k.back() + 2;  // spare rows at the end
+  const int64_t h = 4, hkv = 2, d = 64;
+  for (DType dt : kStorageTypes)
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("storage " + name(dt) + (causal ? ", causal" : ""));
+      HostTensor q(dt, {1, tq, h, d}), k(dt, {1, tk, hkv, d}), v(dt, {1, tk, hkv, d});
+      q.fill_uniform(rng, -3, 3);
+      k.fill_uniform(rng, -3, 3);
+      v.fill_uniform(rng, -1, 1);
+      HostTensor qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
+      // Per-sequence reference into slices of one packed output (rows past the last
+      // sequence stay NaN in both, and must stay untouched in ours).
+      HostTensor ref(DType::f32, {1, tq, h, d}), ref_lse(DType::f32, {1, h, tq});
+      for (int64_t s = 0; s < nseq; ++s) {
+        auto slice = [](const HostTensor& t, int64_t off, int64_t len) {
+          Tensor r = t.view();
+          r.data = static_cast<char*>(r.data) + off * r.strides[1] * int64_t(fc::dtype_size(r.dtype));
+          r.shape[1] = len;
+          return r;
+        };
+        Tensor lse_s = ref_lse.view();
+        lse_s.data = static_cast<float*>(lse_s.data) + cu_q[size_t(s)];
+        lse_s.shape[2] = cu_q[size_t(s) + 1] - cu_q[size_t(s)];
+        fc::AttentionParams p;
+        p.causal = causal;
+        p.lse = &lse_s;
+        const int64_t lq = cu_q[size_t(s) + 1] - cu_q[size_t(s)], lk = cu_k[size_t(s) + 1] - cu_k[size_t(s)];
+        fc::reference::attention(slice(qf, cu_q[size_t(s)], lq), slice(kf, cu_k[size_t(s)], lk),
+                                 slice(vf, cu_k[size_t(s)], lk), slice(ref, cu_q[size_t(s)], lq), p);
+      }
+      int run = 0;
+      for (Strategy st : kStrategies) {
+        SCOPED_TRACE("strategy " + name(st));
+        HostTensor out(dt, {1, tq, h, d}), lse(DType::f32, {1, h, tq});
+        fc::AttentionParams p;
+        p.causal = causal;
+        p.strategy = st;
+        p.threads = 1 + run++ % 2;
+        p.lse = lse.ptr();
+        p.cu_seqlens_q = cu_q.data();
+        p.cu_seqlens_k = cu_k.data();
+        p.varlen_batch = nseq;
+        fc::attention(q.view(), k.view(), v.view(), out.view(), p);
+        // Compare the rows the sequences cover; the spare rows must still be poison.
+        const int64_t covered = cu_q.back() * h * d;
+        double num = 0, den = 0;
+        bool finite = true;
+        for (int64_t i = 0; i < covered; ++i) {
+          const double o = out.get(i), r = ref.get(i);
+          finite &= std::isfinite(o);
+          num += (o - r) * (o - r);
+          den += r * r;
+        }
+        EXPECT_TRUE(finite);
+        EXPECT_LE(std::sqrt(num / den), tolerance(dt, Exp2Mode::exact, 64));
+        for (int64_t i = covered; i < out.numel(); ++i)
+          ASSERT_TRUE(std::isnan(out.get(i))) << "varlen wrote past the last sequence, element " << i;
+        for (int64_t hh = 0; hh < h; ++hh)
+          for (int64_t i = 0; i < cu_q.back(); ++i) {
+            const double r = ref_lse.get(hh * tq + i), o = lse.get(hh * tq + i);
+            if (std::isinf(r)) EXPECT_EQ(o, r);
+            else EXPECT_NEAR(o, r, 1e-3 * (1 + std::abs(r))) << "lse h=" << hh << " i=" << i;
+          }
+      }
+    }
+}
+
+// A zero-sized batch or query dim is a no-op: every output byte stays as it was.
+TEST(Attention, ZeroSizedIsNoOp) {
+  for (auto [b, sq] : {std::pair<int64_t, int64_t>{0, 5}, {2, 0}}) {
+    SCOPED_TRACE("B=" + std::to_string(b) + " Sq=" + std::to_string(sq));
+    HostTensor q(DType::f32, {b, sq, 2, 32}), k(DType::f32, {b, 9, 2, 32}), v(DType::f32, {b, 9, 2, 32});
+    HostTensor out(DType::f32, {b, sq, 2, 32}), lse(DType::f32, {b, 2, sq});
+    const auto out0 = out.snapshot(), lse0 = lse.snapshot();
+    for (Strategy s : kStrategies) {
+      fc::AttentionParams p;
+      p.strategy = s;
+      p.lse = lse.ptr();
+      fc::attention(q.view(), k.view(), v.view(), out.view(), p);
+      EXPECT_EQ(out.snapshot(), out0);
+      EXPECT_EQ(lse.snapshot(), lse0);
+    }
+  }
+}
+
+// No keys at all: every row is fully masked, O = 0 and lse = -inf (K/V may be null).
+TEST(Attention, NoKeysGivesZeros) {
+  for (DType dt : kStorageTypes)
+    for (Strategy s : kStrategies) {
+      SCOPED_TRACE("storage " + name(dt) + ", strategy " + name(s));
+      Tensor k = Tensor::contiguous(nullptr, dt, {1, 0, 1, 32});
+      Tensor v = Tensor::contiguous(nullptr, dt, {1, 0, 1, 40});
+      HostTensor q(dt, {1, 7, 3, 32}), out(dt, {1, 7, 3, 40}), lse(DType::f32, {1, 3, 7});
+      Rng rng;
+      q.fill_uniform(rng, -1, 1);
+      fc::AttentionParams p;
+      p.strategy = s;
+      p.lse = lse.ptr();
+      fc::attention(q.view(), k, v, out.view(), p);
+      for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.get(i), 0.0) << "element " << i;
+      for (int64_t i = 0; i < lse.numel(); ++i)
+        ASSERT_EQ(lse.get(i), -std::numeric_limits<double>::infinity()) << "lse " << i;
+    }
+}
+
+}  // namespace
+}  // namespace fctest

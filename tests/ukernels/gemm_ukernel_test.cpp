@@ -1,0 +1,178 @@
+// One test per GEMM micro-kernel, generated from the kernel list itself: gemm.inc is
+// expanded here as it is in the dispatch table, so a kernel added to the list is tested
+// with no edit to this file. Each runs against a double-precision reference for several
+// kc, in init and accumulate form, with a_stride > MR and ldc > NR; kernels whose ISA
+// this CPU lacks are skipped with a message naming the ISA.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "core/dtype.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+
+namespace fctest {
+namespace {
+
+namespace fc = flashcore;
+namespace cpu = flashcore::cpu;
+
+struct GemmEntry {
+  const char* key;
+  cpu::Isa isa;
+  DType ab, acc;
+  int mr, nr, k_align;
+  cpu::GemmFn fn;
+};
+
+#define FC_GEMM_UKERNEL(key_, isa_, ab_, acc_, mr_, nr_, ka_) \
+  GemmEntry{#key_, cpu::Isa::isa_, DType::ab_, DType::acc_, mr_, nr_, ka_, &cpu::ukernels::key_},
+const GemmEntry kGemmKernels[] = {
+#include "cpu/ukernels/gemm.inc"
+};
+#undef FC_GEMM_UKERNEL
+
+// 64-byte aligned scratch of `n` elements of `t`, every element set to NaN bits.
+class Buf {
+ public:
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  Buf(DType t, int64_t n) : t_(t), bytes_(size_t(n) * fc::dtype_size(t)) {
+    raw_.resize(bytes_ + 64);
+    p_ = raw_.data() + (64 - reinterpret_cast<uintptr_t>(raw_.data()) % 64) % 64;
+    for (int64_t i = 0; i < n; ++i) set_bits_nan(i);
+  }
+  void* data() { return p_; }
+  double get(int64_t i) const { return fc::core::load_as_f32(p_, i, t_); }
+  void set(int64_t i, double v) { fc::core::store_from_f32(p_, i, t_, float(v)); }
+  std::vector<uint8_t> bytes() const { return {p_, p_ + bytes_}; }
+  size_t esize() const { return fc::dtype_size(t_); }
+
+ private:
+  void set_bits_nan(int64_t i) {
+    if (fc::dtype_size(t_) == 2) { const uint16_t v = 0x7E00; std::memcpy(p_ + i * 2, &v, 2); }
+    else { const uint32_t v = 0x7FC00000u; std::memcpy(p_ + i * 4, &v, 4); }
+  }
+  DType t_;
+  size_t bytes_;
+  std::vector<uint8_t> raw_;
+  uint8_t* p_ = nullptr;
+};
+
+double unit_roundoff(DType acc) { return acc == DType::f16 ? 0x1p-11 : 0x1p-24; }
+
+struct Layout { int64_t a_extra, ldc_extra; };
+
+void run_kernel(const GemmEntry& k, int64_t kc, bool accumulate, Layout lay, Rng& rng) {
+  SCOPED_TRACE("kc " + std::to_string(kc) + (accumulate ? ", accumulate" : ", init") +
+               ", a_stride MR+" + std::to_string(lay.a_extra) + ", ldc NR+" +
+               std::to_string(lay.ldc_extra));
+  const int64_t mr = k.mr, nr = k.nr, a_stride = mr + lay.a_extra, ldc = nr + lay.ldc_extra;
+  Buf a(k.ab, kc * a_stride), b(k.ab, kc * nr), c(k.acc, mr * ldc);
+  // A's elements beyond MR in each k row stay NaN: a kernel that reads them fails.
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    for (int64_t i = 0; i < mr; ++i) a.set(kk * a_stride + i, rng.uniform(-1, 1));
+    for (int64_t j = 0; j < nr; ++j) b.set(kk * nr + j, rng.uniform(-1, 1));
+  }
+  // Init form: C starts as NaN and must be overwritten; accumulate form: random C.
+  if (accumulate)
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t j = 0; j < nr; ++j) c.set(i * ldc + j, rng.uniform(-1, 1));
+  std::vector<double> c0(size_t(mr * nr));
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j) c0[size_t(i * nr + j)] = c.get(i * ldc + j);
+  const std::vector<uint8_t> before = c.bytes();
+  k.fn(kc, a.data(), a_stride, b.data(), c.data(), ldc, accumulate ? 1 : 0);
+
+  const double u = unit_roundoff(k.acc);
+  const std::vector<uint8_t> after = c.bytes();
+  const size_t es = c.esize();
+  for (int64_t i = 0; i < mr; ++i) {
+    for (int64_t j = 0; j < nr; ++j) {
+      double want = accumulate ? c0[size_t(i * nr + j)] : 0.0, mag = std::abs(want);
+      for (int64_t kk = 0; kk < kc; ++kk) {
+        const double prod = a.get(kk * a_stride + i) * b.get(kk * nr + j);
+        want += prod;
+        mag += std::abs(prod);
+      }
+      // Standard bound for a length-(kc+1) sum in the accumulator's precision.
+      const double bound = double(kc + 2) * u * mag + 1e-30;
+      const double got = c.get(i * ldc + j);
+      ASSERT_TRUE(std::abs(got - want) <= bound)
+          << "C(" << i << ", " << j << "): got " << got << ", want " << want << " (bound " << bound << ")";
+    }
+    for (int64_t j = nr; j < ldc; ++j)
+      ASSERT_EQ(0, std::memcmp(&before[size_t(i * ldc + j) * es], &after[size_t(i * ldc + j) * es], es))
+          << "wrote C(" << i << ", " << j << ") beyond NR";
+  }
+}
+
+class GemmUkernelTest : public ::testing::TestWithParam<GemmEntry> {
+ protected:
+  void SetUp() override {
+    const GemmEntry& k = GetParam();
+    if (!cpu::isa_available(k.isa))
+      GTEST_SKIP() << k.key << " needs ISA " << cpu::isa_name(k.isa) << ", which this CPU lacks";
+  }
+  // kc = 1, 2, odd, 256, each rounded up to the kernel's k_align.
+  std::vector<int64_t> kcs() const {
+    std::vector<int64_t> r;
+    for (int64_t kc : {1, 2, 7, 37, 256}) {
+      const int64_t a = GetParam().k_align;
+      const int64_t v = (kc + a - 1) / a * a;
+      if (std::find(r.begin(), r.end(), v) == r.end()) r.push_back(v);
+    }
+    return r;
+  }
+};
+
+TEST_P(GemmUkernelTest, Init) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int64_t kc : kcs()) run_kernel(GetParam(), kc, false, {0, 0}, rng);
+}
+
+TEST_P(GemmUkernelTest, Accumulate) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int64_t kc : kcs()) run_kernel(GetParam(), kc, true, {0, 0}, rng);
+}
+
+TEST_P(GemmUkernelTest, StridedOperands) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int64_t kc : kcs())
+    for (bool acc : {false, true}) {
+      run_kernel(GetParam(), kc, acc, {3, 5}, rng);
+      run_kernel(GetParam(), kc, acc, {GetParam().mr, 16}, rng);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemm, GemmUkernelTest, ::testing::ValuesIn(kGemmKernels),
+                         [](const auto& info) { return std::string(info.param.key); });
+
+// The list expanded here and the dispatch table are the same list.
+TEST(GemmUkernelList, MatchesDispatchTable) {
+  ASSERT_EQ(cpu::gemm_ukernel_count(), int(std::size(kGemmKernels)));
+  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) {
+    const cpu::GemmUkernel& g = cpu::gemm_ukernel(i);
+    EXPECT_STREQ(g.key, kGemmKernels[i].key);
+    EXPECT_EQ(g.fn, kGemmKernels[i].fn);
+    // The name grammar: {ab}_{MR}x{NR}..._{isa}
+    const std::string key = g.key;
+    EXPECT_EQ(key.rfind(fc::to_string(g.ab), 0), 0u) << key << " should start with its operand dtype";
+    EXPECT_NE(key.find(std::string("_") + std::to_string(g.mr) + "x"), std::string::npos) << key;
+    EXPECT_GE(g.k_align, 1) << key;
+  }
+  // list_kernels reports every one of them.
+  std::vector<fc::KernelInfo> all(size_t(fc::list_kernels(nullptr, 0)));
+  fc::list_kernels(all.data(), int(all.size()));
+  for (const GemmEntry& k : kGemmKernels)
+    EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const fc::KernelInfo& i) { return i.key == k.key; }))
+        << k.key << " missing from list_kernels";
+}
+
+}  // namespace
+}  // namespace fctest

@@ -1,0 +1,146 @@
+// One test per softmax vector-op set, generated from vecops.inc like the GEMM tests:
+// col_max, exp2_pack into f32 / f16 / bf16 in both exp2 modes (with -inf scores and
+// fully masked columns), and scale_rows, each against the portable bodies.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "core/dtype.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+#include "cpu/ukernels/vecops_portable.hpp"
+
+namespace fctest {
+namespace {
+
+namespace fc = flashcore;
+namespace cpu = flashcore::cpu;
+
+#define FC_VECOPS(key_, isa_) &cpu::ukernels::key_,
+const cpu::VecOps* const kVecOps[] = {
+#include "cpu/ukernels/vecops.inc"
+};
+#undef FC_VECOPS
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Query counts are multiples of any vector length up to 2048-bit SVE (64 floats); the
+// row strides are larger than the rows.
+constexpr int64_t kMq[] = {64, 128};
+constexpr int64_t kKc[] = {1, 7, 256};
+constexpr int64_t kExtra = 16;
+
+class VecOpsTest : public ::testing::TestWithParam<const cpu::VecOps*> {
+ protected:
+  void SetUp() override {
+    const cpu::VecOps& v = *GetParam();
+    if (!cpu::isa_available(v.isa))
+      GTEST_SKIP() << v.key << " needs ISA " << cpu::isa_name(v.isa) << ", which this CPU lacks";
+  }
+  const cpu::VecOps& ops() const { return *GetParam(); }
+};
+
+// Scores with some -inf entries (masked keys) and, in column 1, only -inf.
+std::vector<float> scores(Rng& rng, int64_t kc, int64_t mq, int64_t ldt) {
+  std::vector<float> t(size_t(kc * ldt), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t i = 0; i < mq; ++i)
+      t[size_t(k * ldt + i)] = (i == 1 || rng.uniform(0, 1) < 0.1) ? kNegInf : float(rng.uniform(-20, 20));
+  return t;
+}
+
+TEST_P(VecOpsTest, ColMax) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int64_t mq : kMq)
+    for (int64_t kc : kKc) {
+      SCOPED_TRACE("mq " + std::to_string(mq) + ", kc " + std::to_string(kc));
+      const int64_t ldt = mq + kExtra;
+      const std::vector<float> t = scores(rng, kc, mq, ldt);
+      std::vector<float> mx(static_cast<size_t>(mq)), want(static_cast<size_t>(mq));
+      for (int64_t i = 0; i < mq; ++i) mx[size_t(i)] = i % 3 == 0 ? kNegInf : float(rng.uniform(-10, 10));
+      want = mx;
+      cpu::portable::col_max(kc, mq, t.data(), ldt, want.data());
+      ops().col_max(kc, mq, t.data(), ldt, mx.data());
+      for (int64_t i = 0; i < mq; ++i) ASSERT_EQ(mx[size_t(i)], want[size_t(i)]) << "query " << i;
+    }
+}
+
+TEST_P(VecOpsTest, Exp2Pack) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (DType dst_type : {DType::f32, DType::f16, DType::bf16})
+    for (Exp2Mode mode : kExpModes)
+      for (int64_t mq : kMq)
+        for (int64_t kc : kKc) {
+          SCOPED_TRACE("dst " + name(dst_type) + ", exp " + name(mode) + ", mq " + std::to_string(mq) +
+                       ", kc " + std::to_string(kc));
+          const int64_t ldt = mq + kExtra, ldd = mq + kExtra;
+          const std::vector<float> t = scores(rng, kc, mq, ldt);
+          const float c = 1.3f;
+          // cm = c * row max as the pipelines fold it (0 for an all -inf column).
+          std::vector<float> cm(size_t(mq), kNegInf);
+          cpu::portable::col_max(kc, mq, t.data(), ldt, cm.data());
+          for (float& x : cm) x = x == kNegInf ? 0.0f : c * x;
+          const size_t es = fc::dtype_size(dst_type);
+          std::vector<uint8_t> got(size_t(kc * ldd) * es, 0xFF), want(size_t(kc * ldd) * es, 0xFF);
+          std::vector<float> sum(static_cast<size_t>(mq)), want_sum(static_cast<size_t>(mq));
+          for (int64_t i = 0; i < mq; ++i) sum[size_t(i)] = want_sum[size_t(i)] = float(rng.uniform(0, 2));
+          cpu::portable::exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), want.data(), ldd, dst_type, mode,
+                                   want_sum.data());
+          ops().exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), got.data(), ldd, dst_type, mode, sum.data());
+          // Two correct kernels may differ by their exp2 error plus one rounding step of
+          // the stored type; f16 values under 2^-14 may flush or stay subnormal.
+          const double rel = (mode == Exp2Mode::exact ? 1e-5 : 4e-3) +
+                             (dst_type == DType::f32 ? 0.0 : dst_type == DType::f16 ? 0x1p-10 : 0x1p-7);
+          const double abs_tol = dst_type == DType::f16 ? 0x1p-14 : 1e-30;
+          for (int64_t k = 0; k < kc; ++k) {
+            for (int64_t i = 0; i < mq; ++i) {
+              const int64_t idx = k * ldd + i;
+              const double g = fc::core::load_as_f32(got.data(), idx, dst_type);
+              const double w = fc::core::load_as_f32(want.data(), idx, dst_type);
+              if (t[size_t(k * ldt + i)] == kNegInf) {
+                ASSERT_EQ(g, 0.0) << "masked score must give exactly 0 at key " << k << ", query " << i;
+                continue;
+              }
+              ASSERT_TRUE(std::abs(g - w) <= rel * w + abs_tol)
+                  << "key " << k << ", query " << i << ": got " << g << ", want " << w;
+            }
+            // Bytes between mq and ldd are not the kernel's.
+            for (size_t byte = size_t(k * ldd + mq) * es; byte < size_t((k + 1) * ldd) * es; ++byte)
+              ASSERT_EQ(got[byte], 0xFF) << "wrote past mq in row " << k;
+          }
+          for (int64_t i = 0; i < mq; ++i)
+            ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + double(kc) * abs_tol)
+                << "sum of query " << i;
+        }
+}
+
+TEST_P(VecOpsTest, ScaleRows) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int64_t mq : kMq)
+    for (int64_t n : {16, 37, 128}) {
+      SCOPED_TRACE("mq " + std::to_string(mq) + ", n " + std::to_string(n));
+      const int64_t ld = n + 7;
+      std::vector<float> o(static_cast<size_t>(mq * ld)), alpha(static_cast<size_t>(mq));
+      for (float& x : o) x = float(rng.uniform(-5, 5));
+      for (int64_t i = 0; i < mq; ++i) alpha[size_t(i)] = i % 5 == 0 ? 0.0f : float(rng.uniform(0, 1));
+      std::vector<float> want = o;
+      cpu::portable::scale_rows(mq, n, want.data(), ld, alpha.data());
+      ops().scale_rows(mq, n, o.data(), ld, alpha.data());
+      for (size_t e = 0; e < o.size(); ++e) ASSERT_EQ(o[e], want[e]) << "element " << e;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(VecOps, VecOpsTest, ::testing::ValuesIn(kVecOps),
+                         [](const auto& info) { return std::string(info.param->key); });
+
+TEST(VecOpsList, MatchesDispatchTable) {
+  ASSERT_EQ(cpu::vecops_count(), int(std::size(kVecOps)));
+  for (int i = 0; i < cpu::vecops_count(); ++i) EXPECT_EQ(&cpu::vecops(i), kVecOps[i]);
+}
+
+}  // namespace
+}  // namespace fctest
