@@ -194,13 +194,38 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   return g;
 }
 
+// One micro-kernel call into an fp32 C tile. A kernel that accumulates in fp16 (acc f16:
+// seed 000's noepi kernels, chosen only through `impl`) writes an fp16 tile, k chunk by k
+// chunk of at most kKeyTile, and each chunk is added into the fp32 tile: fp16 sums stay
+// within 256 products (no overflow while |A B| terms stay under 255), fp32 across chunks.
+void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const char* b, float* c,
+               int64_t ldc, int accumulate) {
+  if (g.gk->acc == DType::f32) {
+    g.gk->fn(kc, a, as, b, c, ldc, accumulate);
+    return;
+  }
+  thread_local std::vector<uint16_t> tile;
+  tile.resize(static_cast<size_t>(g.mr * g.nr));
+  const int64_t step = round_up(kKeyTile, g.gk->k_align);
+  for (int64_t k0 = 0; k0 < kc; k0 += step) {
+    g.gk->fn(std::min(step, kc - k0), a + k0 * as * g.es, as, b + k0 * g.nr * g.es, tile.data(),
+             g.nr, 0);
+    const bool add = accumulate || k0 > 0;
+    for (int64_t i = 0; i < g.mr; ++i)
+      for (int64_t j = 0; j < g.nr; ++j) {
+        const float v = core::f16_to_f32(tile[size_t(i * g.nr + j)]);
+        c[i * ldc + j] = add ? c[i * ldc + j] + v : v;
+      }
+  }
+}
+
 // stage 1: T[kc][mq] = X blocks (k-major [kp][mr], starting at key block xb0) x Y panels.
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int64_t xb0,
             const char* ypanels, float* t) {
   for (int64_t r = 0; r < kc / g.mr; ++r)
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
-      g.gk->fn(kp, xblocks + (xb0 + r) * kp * g.mr * g.es, g.mr,
-               ypanels + q * kp * g.nr * g.es, t + r * g.mr * g.mq + q * g.nr, g.mq, 0);
+      gemm_call(g, kp, xblocks + (xb0 + r) * kp * g.mr * g.es, g.mr,
+                ypanels + q * kp * g.nr * g.es, t + r * g.mr * g.mq + q * g.nr, g.mq, 0);
 }
 
 // stage 2: O[mq][dvp] += P[kc][mq]^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel).
@@ -208,8 +233,8 @@ void stage2(const Geometry& g, int64_t kc, const char* p, const char* vpanels, i
             int64_t j0, int64_t dvp, float* o) {
   for (int64_t i0 = 0; i0 < g.mq; i0 += g.mr)
     for (int64_t c = 0; c < dvp / g.nr; ++c)
-      g.gk->fn(kc, p + i0 * g.es, g.mq, vpanels + (c * rp + j0) * g.nr * g.es,
-               o + i0 * dvp + c * g.nr, dvp, 1);
+      gemm_call(g, kc, p + i0 * g.es, g.mq, vpanels + (c * rp + j0) * g.nr * g.es,
+                o + i0 * dvp + c * g.nr, dvp, 1);
 }
 
 // ---------------------------------------------------------------- softmax block
