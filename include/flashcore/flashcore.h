@@ -51,6 +51,7 @@ typedef struct {
   const char* impl;
   void* stream;
   int exact_fp32;
+  int tile_m, tile_n; /* CUDA tuning: forced tile shape, 0 = automatic */
 } fc_attention_params;
 
 /* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp. */

@@ -105,6 +105,9 @@ struct AttentionParams {
   const char* impl = nullptr;  // force a kernel by key (see list_kernels); nullptr = auto
   void* stream = nullptr;      // cudaStream_t for CUDA tensors; nullptr = default stream
   bool exact_fp32 = false;     // CUDA fp32 storage: FFMA instead of TF32 tensor cores
+  // CUDA tuning: force the query x key tile of the fused kernel (both 0 = the table's
+  // choice for this GPU and head dim); a shape this build has no instance of is refused.
+  int tile_m = 0, tile_n = 0;
 };
 
 struct SoftmaxVParams {

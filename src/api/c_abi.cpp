@@ -72,6 +72,8 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.impl = p->impl;
   r.stream = p->stream;
   r.exact_fp32 = p->exact_fp32 != 0;
+  r.tile_m = p->tile_m;
+  r.tile_n = p->tile_n;
   return r;
 }
 

@@ -160,6 +160,11 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   pr.impl = p.impl;
   pr.stream = p.stream;
   pr.exact_fp32 = p.exact_fp32;
+  if (p.tile_m < 0 || p.tile_n < 0 || (p.tile_m == 0) != (p.tile_n == 0))
+    bad("params.tile_m", "tile_m/tile_n must both be 0 (automatic) or both > 0, got " +
+                             std::to_string(p.tile_m) + "x" + std::to_string(p.tile_n));
+  pr.tile_m = p.tile_m;
+  pr.tile_n = p.tile_n;
 
   const bool varlen = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr;
   if (varlen) {

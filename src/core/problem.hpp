@@ -38,6 +38,7 @@ struct AttentionProblem {
   const char* impl = nullptr;
   void* stream = nullptr;
   bool exact_fp32 = false;
+  int tile_m = 0, tile_n = 0;  // CUDA: forced tile shape (0 = table)
 
   int64_t group() const { return heads / kv_heads; }
 };

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA peers for flashcore's CUDA rows.
+
+Times torch.nn.functional.scaled_dot_product_attention forward with the FlashAttention-2
+backend ("flash") and the cuDNN backend ("cudnn") on the shapes flashcore's CUDA timing
+driver runs (seed mission B1 H8 S512 D64, and BENCH.md's grid D in {64,128,256},
+S in {512..16384}, B = 16384/S, H = 2048/D, causal and not), fp16 and bf16. Timing as in
+flashcore_cuda_timing: per-call CUDA events, median after warm-up. TFLOP/s counts
+4*B*H*S*S*D, halved for causal. One JSON line per (shape, backend).
+
+  python3 bench/peers/sdpa_peers.py [--dtype f16|bf16|both] [--iters N] [--only-mission]
+"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def median_ms(fn, iters, warm=5):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def shapes(only_mission):
+    out = [("seed-mission", 1, 8, 512, 64, False), ("seed-mission", 1, 8, 512, 64, True)]
+    if not only_mission:
+        for d in (64, 128, 256):
+            for s in (512, 2048, 8192, 16384):
+                for causal in (False, True):
+                    out.append(("grid", 16384 // s, 2048 // d, s, d, causal))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtype", default="both", choices=["f16", "bf16", "both"])
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--only-mission", action="store_true")
+    args = ap.parse_args()
+    dts = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
+    print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                      "cudnn": torch.backends.cudnn.version()}), flush=True)
+    for dt in dts:
+        name = "f16" if dt == torch.float16 else "bf16"
+        for tag, b, h, s, d, causal in shapes(args.only_mission):
+            # [B, H, S, D] views of [B, S, H, D] storage: the layout flashcore is timed on.
+            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt).transpose(1, 2) for _ in range(3))
+            flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+            for backend, enum in BACKENDS.items():
+                row = dict(tag=tag, backend=backend, dtype=name, B=b, H=h, S=s, D=d, causal=causal)
+                try:
+                    with sdpa_kernel([enum]):
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        ms = median_ms(fn, args.iters)
+                    row.update(us=round(ms * 1e3, 2), tflops=round(flops / ms / 1e9, 1))
+                except Exception as ex:  # a backend that refuses a shape is reported, not fatal
+                    row.update(error=str(ex).splitlines()[0][:100])
+                print(json.dumps(row), flush=True)
+            del q, k, v
+
+
+if __name__ == "__main__":
+    main()

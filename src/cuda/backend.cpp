@@ -1,0 +1,250 @@
+// CUDA backend: validates what only the device can tell (pointer kinds, alignment,
+// arch, shared memory, device-resident cu_seqlens), picks a kernel from the instance
+// table and launches it on the caller's stream. Every CUDA error becomes a
+// flashcore::Error; nothing is launched until every check has passed.
+#include "cuda/backend.hpp"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "api/checks.hpp"
+#include "api/errors.hpp"
+#include "cuda/kernels/params.hpp"
+
+namespace flashcore::cuda {
+
+using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
+
+// Kernel entry points, one per instance TU (names = keys).
+cudaError_t fwd_simt_f32(const FwdParams&, cudaStream_t);
+#define FC_SM80_FWD(dt, ty, hd, bm, bn, st) cudaError_t fwd_sm80_##dt##_hd##hd##_##bm##x##bn(const FwdParams&, cudaStream_t);
+#include "instances_enabled.inc"
+#undef FC_SM80_FWD
+
+namespace {
+
+struct Instance {
+  const char* key;
+  DType dtype;
+  int head_dim, block_m, block_n, stages;
+  LaunchFn fn;
+  // Dynamic shared memory of the sm80 kernel: Q tile + kStages K and V tiles, rows
+  // padded to a multiple of 64 elements (see common/swizzle.cuh).
+  int smem() const {
+    const int pitch = (head_dim + 63) / 64 * 64;
+    return (block_m + 2 * stages * block_n) * pitch * 2;
+  }
+};
+
+constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16;
+const Instance kInstances[] = {
+#define FC_SM80_FWD(dt, ty, hd, bm, bn, st) \
+  {"fwd_sm80_" #dt "_hd" #hd "_" #bm "x" #bn, dtype_##dt, hd, bm, bn, st, fwd_sm80_##dt##_hd##hd##_##bm##x##bn},
+#include "instances_enabled.inc"
+#undef FC_SM80_FWD
+};
+constexpr const char* kSimtKey = "fwd_simt_f32";
+constexpr int kMaxHeadDim = 256;
+
+struct DeviceInfo {
+  int id = -1, major = 0, minor = 0, smem_optin = 0;
+};
+
+[[noreturn]] void cuda_fail(Status code, const std::string& what, cudaError_t e) {
+  throw_error(code, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+// Current device; throws `unsupported` when there is none or it predates sm80.
+DeviceInfo device_info(bool require_sm80) {
+  DeviceInfo d;
+  cudaError_t e = cudaGetDevice(&d.id);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, d.id);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, d.id);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.id);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    cuda_fail(Status::unsupported, "q: CUDA tensors given, but no usable CUDA device", e);
+  }
+  if (require_sm80 && d.major < 8)
+    throw_error(Status::unsupported, "q: the CUDA kernels need compute capability >= 8.0 (Ampere); device " +
+                                         std::to_string(d.id) + " is sm" + std::to_string(d.major) +
+                                         std::to_string(d.minor));
+  return d;
+}
+
+// A pointer given as a Device::cuda tensor must be device (or managed) memory of the
+// current device: a host pointer would fault inside the kernel instead of failing here.
+void check_device_pointer(const void* ptr, const char* name, int device) {
+  if (ptr == nullptr) return;
+  cudaPointerAttributes a{};
+  const cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear: this call's failure is not sticky
+    cuda_fail(Status::invalid_argument, std::string(name) + ": cannot query the pointer", e);
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    throw_error(Status::invalid_argument,
+                std::string(name) + ": is not device memory (a host pointer was given for a Device::cuda tensor)");
+  if (a.device != device)
+    throw_error(Status::invalid_argument, std::string(name) + ": lives on device " + std::to_string(a.device) +
+                                              " but the current device is " + std::to_string(device));
+}
+
+// 16-byte cp.async loads need 16-byte aligned rows: the base and every stride that
+// is used (its dim > 1) a multiple of 8 elements (16-bit storage).
+void check_aligned(const void* ptr, const char* name, int64_t bytes, std::initializer_list<std::pair<int64_t, int64_t>> strides) {
+  const int64_t elems = bytes / 2;
+  if (reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) != 0)
+    throw_error(Status::invalid_argument, std::string(name) + ": data pointer must be " + std::to_string(bytes) +
+                                              "-byte aligned for the CUDA kernels");
+  for (const auto& [stride, extent] : strides)
+    if (extent > 1 && stride % elems != 0)
+      throw_error(Status::invalid_argument, std::string(name) + ": stride " + std::to_string(stride) +
+                                                " is not a multiple of " + std::to_string(elems) +
+                                                " elements (rows must be " + std::to_string(bytes) +
+                                                "-byte aligned for the CUDA kernels)");
+}
+
+const Instance* find_key(const char* key) {
+  for (const Instance& i : kInstances)
+    if (std::strcmp(i.key, key) == 0) return &i;
+  return nullptr;
+}
+
+// First instance (table order = preference) for this dtype that covers the head dim,
+// fits the device's shared memory and matches a forced tile.
+const Instance* pick(const core::AttentionProblem& p, int hd, const DeviceInfo& dev) {
+  int best_hd = INT_MAX;
+  for (const Instance& i : kInstances)
+    if (i.dtype == p.dtype && i.head_dim >= hd && i.head_dim < best_hd) best_hd = i.head_dim;
+  if (best_hd == INT_MAX)
+    throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
+                                         ") has no CUDA instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
+  for (const Instance& i : kInstances) {
+    if (i.dtype != p.dtype || i.head_dim != best_hd) continue;
+    if (p.tile_m != 0 && (i.block_m != p.tile_m || i.block_n != p.tile_n)) continue;
+    if (i.smem() <= dev.smem_optin) return &i;
+  }
+  if (p.tile_m != 0)
+    throw_error(Status::unsupported, "params.tile_m: no CUDA instance with tile " + std::to_string(p.tile_m) + "x" +
+                                         std::to_string(p.tile_n) + " for " + to_string(p.dtype) + " head dim " +
+                                         std::to_string(best_hd) + " that fits this device");
+  throw_error(Status::unsupported, "q: no CUDA instance for head dim " + std::to_string(best_hd) +
+                                       " fits this device's shared memory (" + std::to_string(dev.smem_optin) + " bytes)");
+}
+
+// Device-resident cu_seqlens: copy to the host (on the caller's stream) and check.
+int64_t varlen_max(const int32_t* cu, int64_t batch, int64_t total, const char* name, cudaStream_t stream) {
+  std::vector<int32_t> host(size_t(batch) + 1);
+  cudaError_t e = cudaMemcpyAsync(host.data(), cu, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string(name) + ": copying to the host failed", e);
+  int64_t max_len = 0;
+  api::check_cu_seqlens(host.data(), batch, total, name, &max_len);
+  return max_len;
+}
+
+}  // namespace
+
+void attention(const core::AttentionProblem& p, PhaseTimes* times) {
+  const DeviceInfo dev = device_info(true);
+  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
+    throw_error(Status::unsupported, std::string("q: dtype ") + to_string(p.dtype) +
+                                         " is not supported by the sm80 CUDA kernels (f32, f16, bf16)");
+  const char* names[] = {"q", "k", "v", "out"};
+  const void* ptrs[] = {p.q.data, p.k.data, p.v.data, p.o};
+  for (int i = 0; i < 4; ++i) check_device_pointer(ptrs[i], names[i], dev.id);
+  check_device_pointer(p.lse, "params.lse", dev.id);
+  check_device_pointer(p.cu_q, "params.cu_seqlens_q", dev.id);
+  check_device_pointer(p.cu_k, "params.cu_seqlens_k", dev.id);
+
+  const int64_t hd = std::max(p.d, p.dv);
+  if (hd > kMaxHeadDim)
+    throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " > " + std::to_string(kMaxHeadDim) +
+                                         " is not supported by the CUDA kernels");
+  if (p.heads > 65535 || p.batch > 65535)
+    throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
+                                         ": the CUDA kernels take at most 65535 of each");
+
+  const Instance* inst = nullptr;
+  const bool f32 = p.dtype == DType::f32;
+  if (!f32) {
+    if (p.d % 8 != 0 || p.dv % 8 != 0)
+      throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
+                                           " must be multiples of 8 for the 16-bit CUDA kernels");
+    const int64_t nb = p.cu_q != nullptr ? 1 : p.batch;
+    check_aligned(p.q.data, "q", 16, {{p.q.sb, nb}, {p.q.ss, p.sq}, {p.q.sh, p.heads}});
+    check_aligned(p.k.data, "k", 16, {{p.k.sb, nb}, {p.k.ss, p.sk}, {p.k.sh, p.kv_heads}});
+    check_aligned(p.v.data, "v", 16, {{p.v.sb, nb}, {p.v.ss, p.sk}, {p.v.sh, p.kv_heads}});
+    check_aligned(p.o, "out", 4, {{p.o_sb, nb}, {p.o_ss, p.sq}, {p.o_sh, p.heads}});
+    if (p.impl != nullptr && p.impl[0] != '\0') {
+      inst = find_key(p.impl);
+      if (inst == nullptr || inst->dtype != p.dtype || inst->head_dim < hd)
+        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA kernel of this build for " +
+                                             to_string(p.dtype) + " head dim " + std::to_string(hd));
+      if (inst->smem() > dev.smem_optin)
+        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' needs more shared memory than this device has");
+    } else {
+      inst = pick(p, int(hd), dev);
+    }
+  } else if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, kSimtKey) != 0) {
+    throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA f32 kernel (" + kSimtKey + ")");
+  }
+
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  int64_t sq = p.sq, sk = p.sk;
+  if (p.cu_q != nullptr) {
+    sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
+    sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
+  }
+  if (sq > INT_MAX / 2 || sk > INT_MAX / 2)
+    throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
+
+  const core::BandMask band = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
+  FwdParams f;
+  f.q = p.q.data; f.k = p.k.data; f.v = p.v.data; f.o = p.o; f.lse = p.lse;
+  f.q_sb = p.q.sb; f.q_ss = p.q.ss; f.q_sh = p.q.sh;
+  f.k_sb = p.k.sb; f.k_ss = p.k.ss; f.k_sh = p.k.sh;
+  f.v_sb = p.v.sb; f.v_ss = p.v.ss; f.v_sh = p.v.sh;
+  f.o_sb = p.o_sb; f.o_ss = p.o_ss; f.o_sh = p.o_sh;
+  f.lse_sb = p.lse_sb; f.lse_sh = p.lse_sh;
+  f.batch = int(p.batch); f.sq = int(sq); f.sk = int(sk);
+  f.heads = int(p.heads); f.group = int(p.group());
+  f.d = int(p.d); f.dv = int(p.dv);
+  f.cu_q = p.cu_q; f.cu_k = p.cu_k;
+  f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
+  f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
+  f.scale_log2 = p.scale * 1.4426950408889634f;
+
+  if (times != nullptr) {
+    times->kernel = f32 ? kSimtKey : inst->key;
+    times->strategy = to_string(Strategy::online);
+  }
+  if (p.batch == 0 || p.heads == 0 || sq == 0) return;
+
+  const cudaError_t e = f32 ? fwd_simt_f32(f, stream) : inst->fn(f, stream);
+  if (e != cudaSuccess)
+    cuda_fail(Status::device_error, std::string("CUDA kernel ") + (f32 ? kSimtKey : inst->key) + " failed to launch", e);
+}
+
+std::vector<KernelInfo> kernels() {
+  DeviceInfo dev;
+  bool have = true;
+  try {
+    dev = device_info(true);
+  } catch (const Error&) {
+    have = false;
+  }
+  std::vector<KernelInfo> out;
+  for (const Instance& i : kInstances)
+    out.push_back({i.key, "sm80", have && i.smem() <= dev.smem_optin});
+  out.push_back({kSimtKey, "sm80", have});
+  return out;
+}
+
+}  // namespace flashcore::cuda

@@ -1,0 +1,199 @@
+// fwd_sm80: fused attention forward on mma.sync tensor cores (sm80, sm86, sm89, and sm90
+// as a fallback). One CTA computes kBlockM query rows of one (sequence, head); each warp
+// owns 16 of them. Per key tile of kBlockN keys:
+//
+//   S  = Q K^T                  ldmatrix Q, K from swizzled smem; m16n8k16, fp32 acc
+//   S' = S * scale * log2 e     band mask -> -inf, only on tiles the band cuts
+//   P  = 2^(S' - m), O *= corr  OnlineSoftmax (registers; P never leaves them)
+//   O += P V                    P repacked as the A operand; V by ldmatrix.trans
+//
+// K/V tiles stream through a kStages-deep cp.async ring (one __syncthreads per tile);
+// the epilogue divides by the row sums and writes O (and lse) straight from registers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/swizzle.cuh"
+#include "cuda/kernels/params.hpp"
+#include "cuda/parts/epilogue.cuh"
+#include "cuda/parts/seq_mask.cuh"
+#include "cuda/parts/softmax.cuh"
+#include "cuda/parts/tile_load.cuh"
+
+namespace flashcore::cuda {
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+struct FwdSm80Traits {
+  static constexpr int kWarps = kBlockM / 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kPitch = SwizzledTile<kHeadDim>::kPitch;
+  static constexpr int kNF = kBlockN / 8;    // 8-key fragments of S
+  static constexpr int kKS = kHeadDim / 16;  // k-steps of Q K^T
+  static constexpr int kDF = kHeadDim / 8;   // 8-column fragments of O
+  static constexpr int kPK = kBlockN / 16;   // k-steps of P V
+  static constexpr int kTileQ = kBlockM * kPitch * 2;  // bytes
+  static constexpr int kTileKV = kBlockN * kPitch * 2;
+  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV;
+  // Two CTAs per SM (so one's prologue/epilogue overlaps the other's mainloop) when the
+  // 65536 registers allow it without spills (128 per thread at 8 warps: hd64 only).
+  static constexpr int kMinBlocks = kHeadDim <= 64 ? 2 : 1;
+  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
+};
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+__global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
+                                  FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kMinBlocks)
+    fwd_sm80_kernel(const FwdParams p) {
+  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  using Tile = SwizzledTile<kHeadDim>;
+  constexpr int kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = ptx::smem_addr(smem);
+  const uint32_t sK = sQ + Tr::kTileQ;
+  const uint32_t sV = sK + kStages * Tr::kTileKV;
+
+  // Heavy (late, causal) query blocks first: they are launched in reverse order.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const SeqInfo seq = seq_info(p, b);
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seq.sq) return;
+  const int hk = h / p.group;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  const T* gq = static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + m0) * p.q_ss + h * p.q_sh;
+  const T* gk = static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh;
+  const T* gv = static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh;
+
+  const core::BandMask mask = band_mask(p, seq);
+  const int m_last = min(m0 + kBlockM, seq.sq) - 1;
+  const TileRange tiles = tile_range(mask, m0, m_last, seq.sk, kBlockN);
+  const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
+
+  // Prologue: Q, then the first kStages-1 K/V tiles, one commit group each.
+  load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, seq.sq - m0, p.d, tid);
+  ptx::cp_async_commit();
+  auto load_kv = [&](int n, int stage) {
+    const int rows = seq.sk - n * kBlockN;
+    load_tile<kBlockN, kHeadDim, Tr::kThreads>(sK + stage * Tr::kTileKV, gk + n * kBlockN * p.k_ss,
+                                               p.k_ss, rows, p.d, tid);
+    load_tile<kBlockN, kHeadDim, Tr::kThreads>(sV + stage * Tr::kTileKV, gv + n * kBlockN * p.v_ss,
+                                               p.v_ss, rows, p.dv, tid);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (tiles.lo + s < tiles.hi) load_kv(tiles.lo + s, s);
+    ptx::cp_async_commit();
+  }
+
+  float acc[kDF][4];
+#pragma unroll
+  for (int i = 0; i < kDF; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  OnlineSoftmax<2> sm;
+  sm.init();
+
+  // ldmatrix lane roles (see ptx::mma_16816 for the fragment layouts).
+  const int q_row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, q_col = (lane / 16) * 8;
+  const int k_row = (lane % 8) + (lane / 16) * 8, k_col = ((lane / 8) % 2) * 8;
+  const int v_row = (lane % 8) + ((lane / 8) % 2) * 8, v_col = (lane / 16) * 8;
+  const int g = lane / 4, t = lane % 4;
+  const int row0 = m0 + warp * 16 + g;  // this lane's rows: row0 and row0 + 8
+
+  for (int n = tiles.lo; n < tiles.hi; ++n) {
+    const int it = n - tiles.lo;
+    ptx::cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
+    {
+      const int nn = n + kStages - 1;
+      if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
+      ptx::cp_async_commit();
+    }
+    const int stage = it % kStages;
+    const uint32_t sKs = sK + stage * Tr::kTileKV, sVs = sV + stage * Tr::kTileKV;
+
+    // S = Q K^T
+    float s[1][kNF][4];
+#pragma unroll
+    for (int i = 0; i < kNF; ++i) s[0][i][0] = s[0][i][1] = s[0][i][2] = s[0][i][3] = 0.f;
+    // Partly unrolled: fully unrolled, the compiler hoists every K ldmatrix of the tile
+    // and runs out of registers at large head dims (spills).
+#pragma unroll 2
+    for (int ks = 0; ks < kKS; ++ks) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, sQ + Tile::offset(q_row, ks * 16 + q_col));
+#pragma unroll
+      for (int nf = 0; nf < kNF; nf += 2) {
+        uint32_t bk[4];
+        ptx::ldmatrix_x4(bk, sKs + Tile::offset(nf * 8 + k_row, ks * 16 + k_col));
+        ptx::mma_16816<T>(s[0][nf], a, bk[0], bk[1]);
+        ptx::mma_16816<T>(s[0][nf + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // Scale to the log2 domain; mask only where the band or Sk cuts this tile.
+    const bool full = n >= tiles.full_lo && n < tiles.full_hi;
+#pragma unroll
+    for (int nf = 0; nf < kNF; ++nf) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[0][nf][e] * p.scale_log2;
+        if (!full) {
+          const int i = row0 + (e / 2) * 8, j = n * kBlockN + nf * 8 + 2 * t + (e % 2);
+          if (!band.visible(i, j)) x = -INFINITY;
+        }
+        s[0][nf][e] = x;
+      }
+    }
+
+    float corr[2];
+    sm.update<1, kNF>(s, corr);
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      acc[df][0] *= corr[0];
+      acc[df][1] *= corr[0];
+      acc[df][2] *= corr[1];
+      acc[df][3] *= corr[1];
+    }
+
+    // O += P V: the S accumulators of keys [16 pk, 16 pk + 16) are exactly the A
+    // fragment of one k-step once packed to 16 bits.
+#pragma unroll
+    for (int pk = 0; pk < kPK; ++pk) {
+      uint32_t a[4];
+      a[0] = ptx::pack2<T>(s[0][2 * pk][0], s[0][2 * pk][1]);
+      a[1] = ptx::pack2<T>(s[0][2 * pk][2], s[0][2 * pk][3]);
+      a[2] = ptx::pack2<T>(s[0][2 * pk + 1][0], s[0][2 * pk + 1][1]);
+      a[3] = ptx::pack2<T>(s[0][2 * pk + 1][2], s[0][2 * pk + 1][3]);
+#pragma unroll
+      for (int df = 0; df < kDF; df += 2) {
+        uint32_t bv[4];
+        ptx::ldmatrix_x4_trans(bv, sVs + Tile::offset(pk * 16 + v_row, df * 8 + v_col));
+        ptx::mma_16816<T>(acc[df], a, bv[0], bv[1]);
+        ptx::mma_16816<T>(acc[df + 1], a, bv[2], bv[3]);
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+
+  sm.finish();
+  T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + (seq.q_row0) * p.o_ss + h * p.o_sh;
+  float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
+  store_output<T, kDF>(acc, sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+}
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
+  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  // Opt in to more than 48 KiB of dynamic shared memory (once per process is enough,
+  // but the attribute call is cheap and keeps this free of static state).
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
+  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashcore::cuda

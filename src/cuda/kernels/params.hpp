@@ -1,0 +1,38 @@
+// Host -> device parameters of the forward kernels: the resolved problem with pointers,
+// strides in elements, the band mask and the folded softmax scale. Plain data, passed
+// by value as the kernel argument; filled by src/cuda/backend.cu.
+#pragma once
+
+#include <cstdint>
+
+namespace flashcore::cuda {
+
+struct FwdParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // optional, [b][h][s] with strides lse_sb, lse_sh, 1
+  int64_t q_sb = 0, q_ss = 0, q_sh = 0;
+  int64_t k_sb = 0, k_ss = 0, k_sh = 0;
+  int64_t v_sb = 0, v_ss = 0, v_sh = 0;
+  int64_t o_sb = 0, o_ss = 0, o_sh = 0;
+  int64_t lse_sb = 0, lse_sh = 0;
+  int batch = 0, sq = 0, sk = 0;  // sq/sk: the longest sequence when varlen
+  int heads = 0, group = 1;       // query heads; query head h reads kv head h / group
+  int d = 0, dv = 0;              // true head dims (the instance's HD may be larger: padded)
+  const int32_t* cu_q = nullptr;  // varlen prefix sums (device), or null
+  const int32_t* cu_k = nullptr;
+  int window_left = -1, window_right = -1;  // band mask (causal folded into right = 0)
+  float scale_log2 = 0.f;                   // softmax scale * log2(e)
+};
+
+// Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the
+// tensors, starting at row q_row0 (k_row0) along s; varlen packs all sequences in
+// batch entry 0 and reads the rows and lengths from the prefix sums.
+struct SeqInfo {
+  int64_t bb, q_row0, k_row0;
+  int sq, sk;
+};
+
+}  // namespace flashcore::cuda

@@ -1,0 +1,64 @@
+// Sequence geometry and the band mask on the device: one definition with the CPU
+// (core::BandMask), evaluated in 32-bit arithmetic in the inner loops.
+#pragma once
+
+#include "core/variants/mask.hpp"
+#include "cuda/kernels/params.hpp"
+
+namespace flashcore::cuda {
+
+__device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int b) {
+  SeqInfo s;
+  if (p.cu_q != nullptr) {
+    const int q0 = p.cu_q[b], k0 = p.cu_k[b];
+    s.bb = 0;
+    s.q_row0 = q0;
+    s.k_row0 = k0;
+    s.sq = p.cu_q[b + 1] - q0;
+    s.sk = p.cu_k[b + 1] - k0;
+  } else {
+    s.bb = b;
+    s.q_row0 = 0;
+    s.k_row0 = 0;
+    s.sq = p.sq;
+    s.sk = p.sk;
+  }
+  return s;
+}
+
+__device__ __forceinline__ core::BandMask band_mask(const FwdParams& p, const SeqInfo& s) {
+  core::BandMask m;
+  m.left = p.window_left;
+  m.right = p.window_right;
+  m.offset = int64_t(s.sk) - s.sq;
+  return m;
+}
+
+// Which key tiles of width bn a block of query rows [m0, m_last] must visit: [lo, hi);
+// and whether tile n needs the element mask (it is cut by the band or by Sk).
+struct TileRange {
+  int lo, hi;
+  int full_lo, full_hi;  // tiles in [full_lo, full_hi) need no mask
+};
+__device__ __forceinline__ TileRange tile_range(const core::BandMask& m, int m0, int m_last, int sk,
+                                                int bn) {
+  TileRange r;
+  const int kb = int(m.key_begin(m0, sk)), ke = int(m.key_end(m_last, sk));
+  r.lo = kb / bn;
+  r.hi = ke > kb ? (ke + bn - 1) / bn : r.lo;
+  // Every row of the block sees [key_begin(m_last), key_end(m0)).
+  const int fb = int(m.key_begin(m_last, sk)), fe = int(m.key_end(m0, sk));
+  r.full_lo = (fb + bn - 1) / bn;
+  r.full_hi = fe / bn;
+  return r;
+}
+
+// Inner-loop visibility test, same rule as BandMask::visible in int32.
+struct Band32 {
+  int left, right, offset, sk;
+  __device__ __forceinline__ bool visible(int i, int j) const {
+    return j < sk && (left < 0 || j >= i + offset - left) && (right < 0 || j <= i + offset + right);
+  }
+};
+
+}  // namespace flashcore::cuda

@@ -1,0 +1,71 @@
+// Online softmax on mma.sync accumulator fragments (FlashAttention-2's running max with
+// rescale). Each lane owns 2 rows per 16-row fragment (g and g+8, g = lane/4) and, per
+// 8-key fragment, 2 columns; a row is spread over the 4 lanes of a quad, so row maxima
+// need two xor-shuffles. Row sums stay per-lane until the epilogue (one reduction, not
+// one per tile). Scores are first scaled to the log2 domain (s * scale * log2 e), so
+// exp(scale * s) = 2^(s'), and masked scores are -inf, whose 2^ is exactly 0.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/common/ptx.cuh"
+
+namespace flashcore::cuda {
+
+template <int kRows /* 2 * fragments per warp */>
+struct OnlineSoftmax {
+  float m[kRows];  // running max of s' (log2 domain); -inf until a visible key is seen
+  float l[kRows];  // running sum of 2^(s' - m), this lane's columns only
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.f;
+    }
+  }
+
+  // s[r/2][nf][..]: the tile's scaled scores, rows r = 2*mi + half. Overwrites s with
+  // P = 2^(s' - m_new) and returns in corr[] the factor that rescales the old O rows.
+  template <int kMI, int kNF>
+  __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float (&corr)[kRows]) {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = 2 * mi + half;
+        float mx = m[r];
+#pragma unroll
+        for (int nf = 0; nf < kNF; ++nf) mx = fmaxf(mx, fmaxf(s[mi][nf][2 * half], s[mi][nf][2 * half + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row with no visible key yet keeps m = -inf; subtract 0 instead so that
+        // 2^(-inf - (-inf)) never makes a NaN (its P and corr are then 0).
+        const float base = mx == -INFINITY ? 0.f : mx;
+        corr[r] = ptx::exp2_fast(m[r] - base);
+        m[r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nf = 0; nf < kNF; ++nf) {
+          const float p0 = ptx::exp2_fast(s[mi][nf][2 * half] - base);
+          const float p1 = ptx::exp2_fast(s[mi][nf][2 * half + 1] - base);
+          s[mi][nf][2 * half] = p0;
+          s[mi][nf][2 * half + 1] = p1;
+          sum += p0 + p1;
+        }
+        l[r] = l[r] * corr[r] + sum;
+      }
+    }
+  }
+
+  // Full row sums (quad reduction), for the epilogue.
+  __device__ __forceinline__ void finish() {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+  }
+};
+
+}  // namespace flashcore::cuda

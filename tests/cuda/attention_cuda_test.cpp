@@ -1,0 +1,442 @@
+// CUDA backend vs the fp64 reference: every feature of the sm80 kernels (dtypes, head
+// dims incl. padded ones, odd and unequal lengths, causal bottom-right, windows, GQA/MQA,
+// varlen, lse, strided layouts, streams, forced tiles, the fp32 FFMA path) on fresh
+// random inputs with NaN-poisoned outputs, and bad inputs refused before any launch.
+// Every test skips with a message when there is no sm80+ GPU (CI has none).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace {
+
+using flashcore::AttentionParams;
+using flashcore::Device;
+using flashcore::DType;
+using flashcore::Error;
+using flashcore::Status;
+using fctest::HostTensor;
+
+// Empty when an sm80+ GPU is usable, else why not.
+std::string gpu_missing() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device (") + cudaGetErrorString(e) + ")";
+  }
+  if (n == 0) return "no CUDA device";
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 8) return "CUDA device is older than sm80";
+  return {};
+}
+
+#define FC_REQUIRE_GPU()                                 \
+  do {                                                   \
+    const std::string why = gpu_missing();               \
+    if (!why.empty()) { GTEST_SKIP() << why << ": CUDA test skipped"; } \
+  } while (0)
+
+// Device copy of a host tensor's whole storage (padding included), with the same view.
+class DevTensor {
+ public:
+  explicit DevTensor(const HostTensor& h) : bytes_(h.bytes()) {
+    EXPECT_EQ(cudaMalloc(&base_, bytes_), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(base_, h.raw(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
+    view_ = h.view();
+    view_.device = Device::cuda;
+    view_.data = static_cast<uint8_t*>(base_) + (static_cast<const uint8_t*>(h.view().data) - h.raw());
+  }
+  ~DevTensor() { cudaFree(base_); }
+  DevTensor(const DevTensor&) = delete;
+  DevTensor& operator=(const DevTensor&) = delete;
+  flashcore::Tensor& view() { return view_; }
+  // Copies the device storage back into h (same layout).
+  void download(HostTensor& h) const {
+    ASSERT_EQ(cudaMemcpy(const_cast<uint8_t*>(h.raw()), base_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_;
+  flashcore::Tensor view_;
+};
+
+struct Case {
+  DType dtype = DType::f16;
+  int64_t B = 1, H = 2, Hkv = 2, Sq = 64, Sk = 64, D = 64, Dv = -1;
+  bool causal = false;
+  int64_t wl = -1, wr = -1;
+  bool lse = true;
+  bool bhsd = false;   // memory order [B, H, S, D] instead of [B, S, H, D]
+  int64_t pad = 0;     // extra elements after every row
+  bool exact_fp32 = false;
+  int tile_m = 0, tile_n = 0;
+  std::string str() const {
+    return std::string(fctest::name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
+           std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" +
+           std::to_string(D) + " Dv" + std::to_string(Dv < 0 ? D : Dv) + (causal ? " causal" : "") +
+           " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" + (bhsd ? " bhsd" : "") +
+           (tile_m ? " tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) : "");
+  }
+};
+
+double out_tol(DType d, int64_t sk) { return fctest::tolerance(d, flashcore::Exp2Mode::exact, sk); }
+double lse_tol(DType d) { return d == DType::f32 ? 1e-4 : 3e-3; }
+
+void run_case(const Case& c) {
+  SCOPED_TRACE(c.str());
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t Dv = c.Dv < 0 ? c.D : c.Dv;
+  const std::vector<int> order = c.bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{};
+  HostTensor q(c.dtype, {c.B, c.Sq, c.H, c.D}, order, c.pad), k(c.dtype, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad),
+      v(c.dtype, {c.B, c.Sk, c.Hkv, Dv}, order, c.pad), o(c.dtype, {c.B, c.Sq, c.H, Dv}, order, c.pad);
+  q.fill_uniform(rng, -1, 1);
+  k.fill_uniform(rng, -1, 1);
+  v.fill_uniform(rng, -1, 1);
+  o.poison();
+  HostTensor lse(DType::f32, {c.B, c.H, c.Sq});
+  lse.poison();
+  DevTensor dq(q), dk(k), dv(v), dout(o), dlse(lse);
+
+  AttentionParams p;
+  p.causal = c.causal;
+  p.window_left = c.wl;
+  p.window_right = c.wr;
+  p.exact_fp32 = c.exact_fp32;
+  p.tile_m = c.tile_m;
+  p.tile_n = c.tile_n;
+  if (c.lse) p.lse = &dlse.view();
+  flashcore::PhaseTimes times;
+  ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &times));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dout.download(o);
+  dlse.download(lse);
+  EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
+
+  HostTensor ref(DType::f32, {c.B, c.Sq, c.H, Dv}), ref_lse(DType::f32, {c.B, c.H, c.Sq});
+  AttentionParams rp = p;
+  rp.lse = c.lse ? &ref_lse.view() : nullptr;
+  rp.stream = nullptr;
+  rp.tile_m = rp.tile_n = 0;
+  flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
+                                  ref.view(), rp);
+  EXPECT_TRUE(fctest::close(o, ref, out_tol(c.dtype, c.Sk))) << "kernel " << times.kernel;
+  if (c.lse) {
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(c.dtype))) << "kernel " << times.kernel;
+  }
+}
+
+class CudaDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaDtype, HeadDimsAndOddLengths) {
+  FC_REQUIRE_GPU();
+  for (int64_t D : {64, 96, 128, 256})
+    for (int64_t S : {1, 7, 1000})
+      for (bool causal : {false, true}) {
+        Case c;
+        c.dtype = GetParam();
+        c.D = D;
+        c.Sq = c.Sk = S;
+        c.causal = causal;
+        run_case(c);
+      }
+}
+
+TEST_P(CudaDtype, Long4097) {
+  FC_REQUIRE_GPU();
+  for (int64_t D : {64, 128}) {
+    Case c;
+    c.dtype = GetParam();
+    c.H = c.Hkv = 1;
+    c.D = D;
+    c.Sq = c.Sk = 4097;
+    c.causal = D == 128;
+    run_case(c);
+  }
+}
+
+TEST_P(CudaDtype, PaddedHeadDims) {
+  FC_REQUIRE_GPU();
+  for (auto [D, Dv] : {std::pair<int64_t, int64_t>{8, 8}, {40, 40}, {72, 72}, {80, 80}, {112, 112}, {200, 200},
+                       {64, 128}, {128, 64}, {248, 256}}) {
+    Case c;
+    c.dtype = GetParam();
+    c.D = D;
+    c.Dv = Dv;
+    c.Sq = 77;
+    c.Sk = 131;
+    run_case(c);
+  }
+}
+
+TEST_P(CudaDtype, CausalUnequalLengths) {
+  FC_REQUIRE_GPU();
+  for (auto [Sq, Sk] : {std::pair<int64_t, int64_t>{100, 300}, {300, 100}, {1, 513}, {513, 1}, {129, 4000}}) {
+    Case c;
+    c.dtype = GetParam();
+    c.Sq = Sq;
+    c.Sk = Sk;
+    c.causal = true;
+    c.D = 128;
+    run_case(c);  // Sq > Sk: the first Sq - Sk rows see no key (O = 0, lse = -inf)
+  }
+}
+
+TEST_P(CudaDtype, LocalWindows) {
+  FC_REQUIRE_GPU();
+  for (auto [wl, wr, causal] : {std::tuple<int64_t, int64_t, bool>{50, 10, false}, {0, 0, false}, {64, -1, true},
+                                {200, 3, false}, {-1, 5, false}, {7, -1, false}}) {
+    Case c;
+    c.dtype = GetParam();
+    c.Sq = 333;
+    c.Sk = 517;
+    c.wl = wl;
+    c.wr = wr;
+    c.causal = causal;
+    run_case(c);
+  }
+}
+
+TEST_P(CudaDtype, GqaMqaAndLayouts) {
+  FC_REQUIRE_GPU();
+  Case c;
+  c.dtype = GetParam();
+  c.B = 3;
+  c.H = 8;
+  c.Hkv = 2;
+  c.Sq = 150;
+  c.Sk = 190;
+  run_case(c);
+  c.Hkv = 1;
+  c.causal = true;
+  run_case(c);
+  c.bhsd = true;
+  c.pad = 8;
+  c.D = 128;
+  run_case(c);
+}
+
+TEST_P(CudaDtype, ForcedTiles) {
+  FC_REQUIRE_GPU();
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  const std::string prefix = "fwd_sm80_" + fctest::name(GetParam()) + "_hd";
+  int ran = 0;
+  for (const auto& k : ks) {
+    if (k.key.rfind(prefix, 0) != 0 || !k.available) continue;
+    // key: fwd_sm80_<dt>_hd<D>_<M>x<N>
+    const std::string rest = k.key.substr(prefix.size());
+    Case c;
+    c.dtype = GetParam();
+    c.D = std::stoi(rest);
+    const size_t u = rest.find('_'), x = rest.find('x');
+    c.tile_m = std::stoi(rest.substr(u + 1));
+    c.tile_n = std::stoi(rest.substr(x + 1));
+    c.Sq = 300;
+    c.Sk = 301;
+    c.causal = true;
+    run_case(c);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0) << "no " << prefix << "* kernel listed";
+}
+
+TEST_P(CudaDtype, Varlen) {
+  FC_REQUIRE_GPU();
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  const DType dt = GetParam();
+  const std::vector<int32_t> cq = {0, 5, 135, 199, 199}, ck = {0, 7, 207, 208, 250};  // one empty q sequence
+  const int64_t nb = 4, tq = cq.back(), tk = ck.back(), H = 4, Hkv = 2, D = 64;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    HostTensor q(dt, {1, tq, H, D}), k(dt, {1, tk, Hkv, D}), v(dt, {1, tk, Hkv, D}), o(dt, {1, tq, H, D});
+    HostTensor lse(DType::f32, {1, H, tq});
+    q.fill_uniform(rng, -1, 1);
+    k.fill_uniform(rng, -1, 1);
+    v.fill_uniform(rng, -1, 1);
+    o.poison();
+    lse.poison();
+    DevTensor dq(q), dk(k), dv(v), dout(o), dlse(lse);
+    int32_t *dcq = nullptr, *dck = nullptr;
+    ASSERT_EQ(cudaMalloc(&dcq, cq.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dck, ck.size() * 4), cudaSuccess);
+    cudaMemcpy(dcq, cq.data(), cq.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dck, ck.data(), ck.size() * 4, cudaMemcpyHostToDevice);
+    AttentionParams p;
+    p.causal = causal;
+    p.lse = &dlse.view();
+    p.cu_seqlens_q = dcq;
+    p.cu_seqlens_k = dck;
+    p.varlen_batch = nb;
+    ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    dout.download(o);
+    dlse.download(lse);
+    HostTensor ref(DType::f32, {1, tq, H, D}), ref_lse(DType::f32, {1, H, tq});
+    AttentionParams rp = p;
+    rp.lse = &ref_lse.view();
+    rp.cu_seqlens_q = cq.data();
+    rp.cu_seqlens_k = ck.data();
+    flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
+                                    ref.view(), rp);
+    EXPECT_TRUE(fctest::close(o, ref, out_tol(dt, 200)));
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(dt)));
+    cudaFree(dcq);
+    cudaFree(dck);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDtype, ::testing::Values(DType::f16, DType::bf16),
+                         [](const auto& i) { return fctest::name(i.param); });
+
+TEST(CudaF32, FfmaExact) {
+  FC_REQUIRE_GPU();
+  for (bool exact : {true, false})
+    for (int64_t D : {1, 33, 64, 128, 256}) {
+      Case c;
+      c.dtype = DType::f32;
+      c.exact_fp32 = exact;
+      c.D = D;
+      c.Sq = 131;
+      c.Sk = 1000;
+      c.causal = D == 64;
+      c.H = 4;
+      c.Hkv = 2;
+      run_case(c);
+    }
+  Case c;
+  c.dtype = DType::f32;
+  c.Sq = c.Sk = 4097;
+  c.H = c.Hkv = 1;
+  c.wl = 100;
+  run_case(c);
+}
+
+TEST(CudaStream, CallersStream) {
+  FC_REQUIRE_GPU();
+  fctest::Rng rng;
+  HostTensor q(DType::f16, {2, 500, 4, 128}), k(DType::f16, {2, 700, 4, 128}), v(DType::f16, {2, 700, 4, 128}),
+      o(DType::f16, {2, 500, 4, 128});
+  q.fill_uniform(rng, -1, 1);
+  k.fill_uniform(rng, -1, 1);
+  v.fill_uniform(rng, -1, 1);
+  o.poison();
+  DevTensor dq(q), dk(k), dv(v), dout(o);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  AttentionParams p;
+  p.stream = s;
+  p.causal = true;
+  flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  cudaStreamDestroy(s);
+  dout.download(o);
+  HostTensor ref(DType::f32, {2, 500, 4, 128});
+  p.stream = nullptr;
+  flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
+                                  ref.view(), p);
+  EXPECT_TRUE(fctest::close(o, ref, out_tol(DType::f16, 700)));
+}
+
+// Bad inputs: a flashcore::Error naming the argument, and the output left untouched.
+void expect_refused(const flashcore::Tensor& q, const flashcore::Tensor& k, const flashcore::Tensor& v,
+                    DevTensor& out, const HostTensor& host_out, const AttentionParams& p, Status code,
+                    const std::string& names) {
+  try {
+    flashcore::attention(q, k, v, out.view(), p);
+    ADD_FAILURE() << "accepted; expected an error naming " << names;
+  } catch (const Error& e) {
+    EXPECT_EQ(int(e.code()), int(code)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostTensor back(host_out.dtype(), host_out.shape());
+  out.download(back);
+  EXPECT_EQ(std::memcmp(back.raw(), host_out.raw(), host_out.bytes()), 0) << "output was written";
+}
+
+TEST(CudaErrors, RefusedBeforeLaunch) {
+  FC_REQUIRE_GPU();
+  fctest::Rng rng;
+  HostTensor q(DType::f16, {1, 64, 2, 64}), k(DType::f16, {1, 64, 2, 64}), v(DType::f16, {1, 64, 2, 64}),
+      o(DType::f16, {1, 64, 2, 64});
+  q.fill_uniform(rng, -1, 1);
+  k.fill_uniform(rng, -1, 1);
+  v.fill_uniform(rng, -1, 1);
+  o.poison();
+  DevTensor dq(q), dk(k), dv(v), dout(o);
+  AttentionParams p;
+
+  // A host pointer given as a Device::cuda tensor.
+  flashcore::Tensor hq = q.view();
+  hq.device = Device::cuda;
+  expect_refused(hq, dk.view(), dv.view(), dout, o, p, Status::invalid_argument, "q");
+
+  // Misaligned pointer (one element in) for the 16-byte copies.
+  flashcore::Tensor mk = dk.view();
+  mk.data = static_cast<uint16_t*>(mk.data) + 1;
+  mk.shape[1] = 63;
+  flashcore::Tensor mv = dv.view();
+  mv.shape[1] = 63;
+  expect_refused(dq.view(), mk, mv, dout, o, p, Status::invalid_argument, "k");
+
+  // Unsupported tile, unknown kernel key.
+  AttentionParams pt;
+  pt.tile_m = 48;
+  pt.tile_n = 48;
+  expect_refused(dq.view(), dk.view(), dv.view(), dout, o, pt, Status::unsupported, "params.tile_m");
+  AttentionParams pi;
+  pi.impl = "fwd_sm80_f16_hd64_7x7";
+  expect_refused(dq.view(), dk.view(), dv.view(), dout, o, pi, Status::unsupported, "params.impl");
+
+  // Bad device-resident cu_seqlens (decreasing).
+  int32_t* dcu = nullptr;
+  const int32_t bad_cu[3] = {0, 40, 30};
+  ASSERT_EQ(cudaMalloc(&dcu, sizeof bad_cu), cudaSuccess);
+  cudaMemcpy(dcu, bad_cu, sizeof bad_cu, cudaMemcpyHostToDevice);
+  AttentionParams pv;
+  pv.cu_seqlens_q = dcu;
+  pv.cu_seqlens_k = dcu;
+  pv.varlen_batch = 2;
+  expect_refused(dq.view(), dk.view(), dv.view(), dout, o, pv, Status::invalid_argument, "cu_seqlens_q");
+  // Host cu_seqlens with device tensors.
+  pv.cu_seqlens_q = bad_cu;
+  expect_refused(dq.view(), dk.view(), dv.view(), dout, o, pv, Status::invalid_argument, "cu_seqlens_q");
+  cudaFree(dcu);
+}
+
+TEST(CudaErrors, UnsupportedHeadDims) {
+  FC_REQUIRE_GPU();
+  for (int64_t D : {20, 264}) {
+    SCOPED_TRACE(D);
+    HostTensor q(DType::bf16, {1, 16, 1, D}), o(DType::bf16, {1, 16, 1, D});
+    o.poison();
+    DevTensor dq(q), dout(o);
+    expect_refused(dq.view(), dq.view(), dq.view(), dout, o, {}, Status::unsupported, "head dim");
+  }
+}
+
+TEST(CudaKernels, Listed) {
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  int n = 0;
+  for (const auto& k : ks) n += k.key.rfind("fwd_sm80_", 0) == 0;
+  EXPECT_GT(n, 0) << "the CUDA build lists no fwd_sm80 kernel";
+  FC_REQUIRE_GPU();
+  for (const auto& k : ks) {
+    if (k.key.rfind("fwd_sm80_", 0) == 0) {
+      EXPECT_TRUE(k.available) << k.key;
+    }
+  }
+}
+
+}  // namespace

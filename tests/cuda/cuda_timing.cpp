@@ -1,0 +1,181 @@
+// flashcore_cuda_timing: times the CUDA attention forward through the public API on
+// device buffers, the way bench/peers/sdpa_peers.py times PyTorch SDPA (per-call CUDA
+// events, median over iterations after warm-up; plus a CUDA-graph time per call for
+// short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
+// flashcore-bench's --backend cuda covers the same rows.
+//   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32] [--only-mission]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "flashcore/flashcore.hpp"
+
+namespace {
+
+struct Shape {
+  const char* tag;
+  int64_t B, H, S, D;
+  bool causal;
+};
+
+#define CK(x)                                                                   \
+  do {                                                                          \
+    cudaError_t e_ = (x);                                                       \
+    if (e_ != cudaSuccess) {                                                    \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                             \
+    }                                                                           \
+  } while (0)
+
+double median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void run(const Shape& s, flashcore::DType dt, int tile_m, int tile_n, int iters) {
+  using namespace flashcore;
+  const size_t es = dtype_size(dt);
+  const int64_t n = s.B * s.S * s.H * s.D;
+  void *q, *k, *v, *o;
+  CK(cudaMalloc(&q, n * es));
+  CK(cudaMalloc(&k, n * es));
+  CK(cudaMalloc(&v, n * es));
+  CK(cudaMalloc(&o, n * es));
+  // Random-ish bits: small finite values (a fixed pattern; correctness is the tests' job).
+  std::vector<uint16_t> h16(n);
+  std::vector<float> h32;
+  uint32_t x = 12345;
+  for (int64_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const float f = float(int(x >> 9) % 2001 - 1000) / 1000.f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    h16[i] = dt == DType::bf16 ? uint16_t(u >> 16) : 0;
+    if (dt == DType::f16) {  // f32 -> f16 by truncation of a value in [-1, 1]
+      const uint32_t sign = (u >> 16) & 0x8000u, ex = (u >> 23) & 0xff, man = u & 0x7fffff;
+      h16[i] = ex < 113 ? uint16_t(sign) : uint16_t(sign | ((ex - 112) << 10) | (man >> 13));
+    }
+  }
+  if (dt == DType::f32) {
+    h32.resize(n);
+    for (int64_t i = 0; i < n; ++i) h32[i] = float(i % 2001 - 1000) / 1000.f;
+  }
+  for (void* p : {q, k, v})
+    CK(cudaMemcpy(p, dt == DType::f32 ? static_cast<const void*>(h32.data()) : h16.data(), n * es,
+                  cudaMemcpyHostToDevice));
+  Tensor tq = Tensor::contiguous(q, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
+  Tensor tk = Tensor::contiguous(k, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
+  Tensor tv = Tensor::contiguous(v, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
+  Tensor to = Tensor::contiguous(o, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  AttentionParams p;
+  p.causal = s.causal;
+  p.stream = st;
+  p.tile_m = tile_m;
+  p.tile_n = tile_n;
+  PhaseTimes pt;
+  try {
+    attention(tq, tk, tv, to, p, &pt);
+  } catch (const Error& e) {
+    std::printf("{\"tag\":\"%s\",\"error\":\"%s\"}\n", s.tag, e.what());
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+    return;
+  }
+  for (int i = 0; i < 5; ++i) attention(tq, tk, tv, to, p);
+  CK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ts;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a, st));
+    attention(tq, tk, tv, to, p);
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  const double us = median(ts) * 1e3;
+  // CUDA graph of 20 calls: the per-call time without launch gaps (short shapes).
+  double graph_us = -1;
+  if (us < 100) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < 20; ++i) attention(tq, tk, tv, to, p);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<float> gs;
+    for (int i = 0; i < 20; ++i) {
+      CK(cudaEventRecord(a, st));
+      CK(cudaGraphLaunch(ge, st));
+      CK(cudaEventRecord(b, st));
+      CK(cudaEventSynchronize(b));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      gs.push_back(ms / 20);
+    }
+    graph_us = median(gs) * 1e3;
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+  }
+  const double flops = 4.0 * s.B * s.H * s.S * s.S * s.D * (s.causal ? 0.5 : 1.0);
+  std::printf(
+      "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"B\":%lld,\"H\":%lld,\"S\":%lld,"
+      "\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"tflops\":%.1f}\n",
+      s.tag, pt.kernel.c_str(), to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
+      s.causal ? "true" : "false", us, graph_us, flops / us / 1e6);
+  std::fflush(stdout);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaStreamDestroy(st);
+  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool all_tiles = false, only_mission = false;
+  int iters = 30;
+  std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--all-tiles") all_tiles = true;
+    else if (a == "--only-mission") only_mission = true;
+    else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (a == "--dtype" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      dts = {d == "bf16" ? flashcore::DType::bf16 : d == "f32" ? flashcore::DType::f32 : flashcore::DType::f16};
+    }
+  }
+  std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};
+  if (!only_mission)
+    for (int64_t D : {64, 128, 256})
+      for (int64_t S : {512, 2048, 8192, 16384})
+        for (bool c : {false, true}) shapes.push_back({"grid", 16384 / S, 2048 / D, S, D, c});
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  for (flashcore::DType dt : dts)
+    for (const Shape& s : shapes) {
+      if (!all_tiles) {
+        run(s, dt, 0, 0, iters);
+        continue;
+      }
+      const std::string prefix = std::string("fwd_sm80_") + flashcore::to_string(dt) + "_hd" + std::to_string(s.D) + "_";
+      for (const auto& k : ks) {
+        if (k.key.rfind(prefix, 0) != 0) continue;
+        const std::string t = k.key.substr(prefix.size());
+        run(s, dt, std::atoi(t.c_str()), std::atoi(t.c_str() + t.find('x') + 1), iters);
+      }
+    }
+  return 0;
+}
