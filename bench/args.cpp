@@ -32,13 +32,14 @@ void print_usage(const char* argv0) {
       "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
       "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
-      "  [--tile BMxBN] [--list] [--suite NAME] [--seed N]\n"
+      "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
       "softmax(S[M,L]) V[L,d] with M = B*H*Sq, L = Sk, d = D; gemm-chain E[M,N] =\n"
       "(A[M,K1] B[K1,K2]) C[K2,N] with M = B*H*Sq, K2 = Sk, K1 = N = D.\n"
-      "--impl naive: the bench's naive fp32 attention (the baseline of issue 2).\n"
+      "--impl naive: the bench's naive fp32 attention (the baseline of issue 2); --vs-naive\n"
+      "times it alongside the chosen kernel, calls interleaved, and prints the ratio.\n"
       "--tile is stored for the CUDA backend's tile override.\n"
       "Suites: %s\n",
       argv0, suite_names());
@@ -57,6 +58,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     if (a == "--check") { c.check = true; continue; }
     if (a == "--json") { opt.json = true; continue; }
     if (a == "--list") { opt.list = true; continue; }
+    if (a == "--vs-naive") { c.vs_naive = true; continue; }
     if (a == "--help" || a == "-h") { opt.help = true; continue; }
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",

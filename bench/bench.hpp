@@ -31,6 +31,7 @@ struct Config {
   int iters = 0;                    // 0 = adaptive (~0.3 s, at least 5)
   bool check = false;
   int tile_m = 0, tile_n = 0;       // --tile BMxBN: CUDA tile override (0 = table)
+  bool vs_naive = false;            // attention f32: time the naive baseline alongside
   std::string label;                // suite row name (empty for a single run)
 };
 
@@ -55,22 +56,24 @@ struct Result {
   bool check_ok = true;
   std::string check_subset;         // what part of the output the reference covered
   Phases phases;
-  double speedup_vs_naive = NAN;    // set on the row a naive baseline row belongs to
+  double speedup_vs_naive = NAN;    // vs_naive: median over interleaved pairs of naive/ours
   std::string note;
   uint64_t seed = 0;
 };
 
 // ---- ops.cpp
 double flop_count(const Config& c);           // BENCH.md's FLOP formulas
-Result run_config(const Config& c, uint64_t seed);
+// One row, or two with vs_naive (the row, then its naive baseline timed alongside).
+std::vector<Result> run_config(const Config& c, uint64_t seed);
 
 // ---- cuda_runner.cpp (a stub in ops.cpp when built without CUDA)
 Result run_cuda(const Config& c, uint64_t seed);
 
-// ---- naive.cpp: O = softmax(scale Q K^T) V, fp32, BSHD, one query row at a time.
+// ---- naive.cpp: O = softmax(scale Q K^T) V, fp32, BSHD, one query row at a time, for
+// the first `units_run` (batch, head) pairs (batch-major) and query rows [row0, sq).
 void naive_attention(const float* q, const float* k, const float* v, float* o, int64_t batch,
                      int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d,
-                     int64_t heads_run, bool causal, int threads);
+                     int64_t units_run, int64_t row0, bool causal, int threads);
 
 // ---- suites.cpp
 bool suite_configs(const std::string& name, std::vector<Config>& out, std::string& err);

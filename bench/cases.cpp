@@ -135,7 +135,8 @@ GemmChainData make_gemm_chain(const Config& c, Rng& rng) {
   return d;
 }
 
-CheckResult check_attention(const Config& c, const AttentionData& d, int64_t max_heads) {
+CheckResult check_attention(const Config& c, const AttentionData& d, const HostArray& out,
+                            int64_t max_heads, int64_t max_rows) {
   // Subset: first batch, the query heads of the first few KV heads, the *last* rows (with
   // bottom-right causal alignment the last r rows of Sq see exactly the keys they see as
   // rows of the full problem).
@@ -149,6 +150,7 @@ CheckResult check_attention(const Config& c, const AttentionData& d, int64_t max
     hk = std::min(hk, hkv_max);
     rows = affordable_rows(row_cost(hk), d.sq);
   }
+  if (max_rows > 0) rows = std::min(rows, max_rows);
   const int64_t hs = hk * group, r0 = d.sq - rows;
   std::vector<float> q(size_t(rows * hs * d.d)), k(size_t(d.sk * hk * d.d)), v(k.size()),
       got(q.size()), ref(q.size());
@@ -158,7 +160,7 @@ CheckResult check_attention(const Config& c, const AttentionData& d, int64_t max
         const int64_t src = ((r0 + i) * d.h + h) * d.d + x;  // batch 0
         const size_t dst = size_t((i * hs + h) * d.d + x);
         q[dst] = d.q.at(src);
-        got[dst] = d.o.at(src);
+        got[dst] = out.at(src);
       }
   for (int64_t j = 0; j < d.sk; ++j)
     for (int64_t h = 0; h < hk; ++h)

@@ -60,8 +60,11 @@ struct CheckResult {
 };
 // Compare the output held in the data's output array with the fp64 reference (run on
 // fp32 copies of the inputs, so the reference itself is not rounded to fp16/bf16).
-// max_heads > 0 limits the check to the first max_heads query heads (of batch 0).
-CheckResult check_attention(const Config& c, const AttentionData& d, int64_t max_heads = 0);
+// `out` is the output to check ([B,Sq,H,D], usually d.o). max_heads / max_rows > 0 limit
+// the check to the first max_heads query heads (of batch 0) and the last max_rows rows
+// (for outputs computed only in part).
+CheckResult check_attention(const Config& c, const AttentionData& d, const HostArray& out,
+                            int64_t max_heads = 0, int64_t max_rows = 0);
 CheckResult check_softmax_v(const SoftmaxVData& d);
 CheckResult check_gemm_chain(const GemmChainData& d);
 

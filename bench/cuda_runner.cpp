@@ -133,7 +133,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
     r.strategy_ran = first.strategy.empty() ? "fused" : first.strategy;
     if (c.check) {
       cuda_ok(cudaMemcpy(d.o.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-      const CheckResult cr = check_attention(c, d);
+      const CheckResult cr = check_attention(c, d, d.o);
       r.rel_err = cr.rel_err;
       r.tol = tolerance(c);
       r.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= r.tol;

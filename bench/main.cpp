@@ -30,17 +30,6 @@ int list_kernels() {
   return 0;
 }
 
-// A naive baseline row gives its speedup to the row just before it with the same shape.
-void link_naive(std::vector<fcbench::Result>& rows) {
-  for (size_t i = 1; i < rows.size(); ++i) {
-    fcbench::Result& naive = rows[i];
-    fcbench::Result& ours = rows[i - 1];
-    if (naive.cfg.impl != "naive" || ours.cfg.impl == "naive") continue;
-    if (!naive.error.empty() || !ours.error.empty()) continue;
-    ours.speedup_vs_naive = naive.p50_us / ours.p50_us;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,12 +61,12 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < configs.size(); ++i) {
     fcbench::Config c = configs[i];
     fcbench::apply_defaults(c);
-    if (!opt.json && !opt.suite.empty()) {
-      std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, configs.size(), c.label.c_str());
-    }
-    rows.push_back(fcbench::run_config(c, seed + i));
+    const double t0 = fcbench::now_seconds();
+    for (fcbench::Result& r : fcbench::run_config(c, seed + i)) rows.push_back(std::move(r));
+    if (!opt.suite.empty())
+      std::fprintf(stderr, "[%zu/%zu] %s: %.1f s\n", i + 1, configs.size(), c.label.c_str(),
+                   fcbench::now_seconds() - t0);
   }
-  link_naive(rows);
 
   bool ok = true;
   for (const auto& r : rows) ok = ok && r.error.empty() && r.check_ok;

@@ -15,16 +15,16 @@ namespace fcbench {
 
 void naive_attention(const float* q, const float* k, const float* v, float* o, int64_t batch,
                      int64_t heads, int64_t kv_heads, int64_t sq, int64_t sk, int64_t d,
-                     int64_t heads_run, bool causal, int threads) {
+                     int64_t units_run, int64_t row0, bool causal, int threads) {
   const float scale = 1.0f / std::sqrt(float(d));
   const int64_t group = heads / kv_heads;
-  const int64_t units = std::min(heads_run, batch * heads);  // (batch, head) pairs, b-major
+  const int64_t units = std::min(units_run, batch * heads);  // (batch, head) pairs, b-major
 #pragma omp parallel num_threads(threads)
   {
     std::vector<float> s(static_cast<size_t>(std::max<int64_t>(sk, 1)));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t u = 0; u < units; ++u) {
-      for (int64_t i = 0; i < sq; ++i) {
+      for (int64_t i = row0; i < sq; ++i) {
         const int64_t b = u / heads, h = u % heads, hk = h / group;
         const float* qi = q + ((b * sq + i) * heads + h) * d;
         float* oi = o + ((b * sq + i) * heads + h) * d;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 
 #include "bench.hpp"
 #include "cases.hpp"
@@ -13,6 +14,7 @@
 
 namespace fcbench {
 
+using flashcore::DType;
 using flashcore::PhaseTimes;
 
 void apply_defaults(Config& c) {
@@ -75,18 +77,97 @@ void set_check(Result& r, const CheckResult& cr) {
   r.check_subset = cr.subset;
 }
 
+// The naive baseline on the same inputs: slow (~1 GFLOP/s), so it runs on a part of the
+// problem, the last rows of the first KV group's heads, sized to ~kNaiveBudgetFlops per
+// call; its time is scaled by (flops of the whole problem) / (flops of the part).
+struct NaivePart {
+  HostArray out;
+  int64_t units_run = 0, rows_run = 0;
+  double scale = 1;
+  std::string note;
+  std::function<void()> call;
+};
+
+std::unique_ptr<NaivePart> make_naive(const Config& c, const AttentionData& d) {
+  constexpr double kNaiveBudgetFlops = 2.5e8;
+  if (c.op != "attention" || c.dtype != "f32" || c.backend != "cpu")
+    throw flashcore::Error(flashcore::Status::unsupported, "naive baseline: cpu attention f32 only");
+  if (d.h % d.hkv != 0)
+    throw flashcore::Error(flashcore::Status::invalid_argument, "--kv-heads must divide --heads");
+  auto np = std::make_unique<NaivePart>();
+  const int64_t units = d.b * d.h;
+  np->units_run = std::min(units, d.h / d.hkv);
+  np->rows_run = std::clamp<int64_t>(
+      int64_t(kNaiveBudgetFlops / (4.0 * double(d.sk * d.d * np->units_run))), 1, d.sq);
+  double part_flops = 0;  // visible (query, key) pairs of the part, as flop_count counts them
+  for (int64_t i = d.sq - np->rows_run; i < d.sq; ++i)
+    part_flops += double(c.causal ? std::min<int64_t>(d.sk, std::max<int64_t>(0, i + d.sk - d.sq + 1)) : d.sk);
+  part_flops *= 4.0 * double(np->units_run * d.d);
+  np->scale = flop_count(c) / part_flops;
+  if (np->units_run < units || np->rows_run < d.sq)
+    np->note = "naive timed on " + std::to_string(np->units_run) + "/" + std::to_string(units) +
+               " heads x last " + std::to_string(np->rows_run) + "/" + std::to_string(d.sq) +
+               " rows, time scaled by the flop ratio x" + std::to_string(std::lround(np->scale));
+  np->out = empty_array(DType::f32, d.o.n);
+  NaivePart* raw = np.get();
+  np->call = [raw, &d, &c] {
+    naive_attention(static_cast<const float*>(d.q.data()), static_cast<const float*>(d.k.data()),
+                    static_cast<const float*>(d.v.data()), static_cast<float*>(raw->out.data()),
+                    d.b, d.h, d.hkv, d.sq, d.sk, d.d, raw->units_run, d.sq - raw->rows_run,
+                    c.causal, c.threads);
+  };
+  return np;
+}
+
+// First (warm-up) call of the naive part, poisoned and checked with --check; returns its time.
+double naive_first_call(Result& nr, NaivePart& np, const AttentionData& d) {
+  if (nr.cfg.check) poison(np.out);
+  const double t0 = now_seconds();
+  np.call();
+  const double first_s = now_seconds() - t0;
+  if (nr.cfg.check) set_check(nr, check_attention(nr.cfg, d, np.out, np.units_run, np.rows_run));
+  nr.kernel = "naive_f32_rowwise";
+  nr.strategy_ran = "naive";
+  nr.note = np.note;
+  return first_s;
+}
+
+// vs_naive: the naive row timed alongside the measured one.
+struct Baseline {
+  NaivePart* np;
+  const AttentionData* data;
+  Result* row;
+};
+
 // The measurement shared by every CPU op: `call` runs the library once (PhaseTimes
 // optional), `poison_out` and `check` implement --check.
 void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
-             const std::function<void()>& poison_out, const std::function<CheckResult()>& check) {
+             const std::function<void()>& poison_out, const std::function<CheckResult()>& check,
+             Baseline* base = nullptr) {
   PhaseTimes first;
   if (r.cfg.check) poison_out();
-  call(&first);
+  const double t0 = now_seconds();
+  call(&first);  // also the first warm-up call
+  const double first_s = now_seconds() - t0;
   if (r.cfg.check) set_check(r, check());
   r.kernel = first.kernel;
   r.strategy_ran = first.strategy;
 
-  const Stats st = time_calls([&] { call(nullptr); }, r.cfg.iters);
+  Stats st;
+  if (base != nullptr) {
+    const double naive_first_s = naive_first_call(*base->row, *base->np, *base->data);
+    const PairStats ps = time_pair([&] { call(nullptr); }, first_s, base->np->call,
+                                   naive_first_s, r.cfg.iters);
+    st = ps.a;
+    Result& nr = *base->row;
+    nr.p50_us = ps.b.p50_us;
+    nr.p90_us = ps.b.p90_us;
+    nr.iters = ps.b.iters;
+    finish(nr, "generic", base->np->scale);
+    r.speedup_vs_naive = ps.ratio * base->np->scale;
+  } else {
+    st = time_calls([&] { call(nullptr); }, r.cfg.iters, first_s);
+  }
   r.p50_us = st.p50_us;
   r.p90_us = st.p90_us;
   r.iters = st.iters;
@@ -110,7 +191,7 @@ void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
 
 const char* impl_arg(const Config& c) { return c.impl == "auto" ? nullptr : c.impl.c_str(); }
 
-void run_attention(Result& r, Rng& rng) {
+void run_attention(Result& r, Rng& rng, Result* naive_row) {
   const Config& c = r.cfg;
   AttentionData d = make_attention(c, rng);
   const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
@@ -121,8 +202,12 @@ void run_attention(Result& r, Rng& rng) {
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
+  std::unique_ptr<NaivePart> np;
+  Baseline base{nullptr, &d, naive_row};
+  if (naive_row != nullptr) base.np = (np = make_naive(c, d)).get();
   measure(r, [&](PhaseTimes* t) { flashcore::attention(q, k, v, o, p, t); },
-          [&] { poison(d.o); }, [&] { return check_attention(c, d); });
+          [&] { poison(d.o); }, [&] { return check_attention(c, d, d.o); },
+          naive_row ? &base : nullptr);
 }
 
 void run_softmax_v(Result& r, Rng& rng) {
@@ -150,61 +235,44 @@ void run_gemm_chain(Result& r, Rng& rng) {
           [&] { return check_gemm_chain(d); });
 }
 
-// The naive baseline, timed on as many (batch, head) pairs as fit ~kNaiveBudgetFlops per
-// call, then scaled to the whole problem (every pair costs the same).
+// --impl naive: the baseline on its own.
 void run_naive(Result& r, Rng& rng) {
-  constexpr double kNaiveBudgetFlops = 2.5e9;
-  Config& c = r.cfg;
-  if (c.op != "attention" || c.dtype != "f32")
-    throw flashcore::Error(flashcore::Status::unsupported, "--impl naive: attention f32 only");
-  AttentionData d = make_attention(c, rng);
-  const int64_t units = d.b * d.h, group = d.h / d.hkv;
-  const double per_unit = flop_count(c) / double(units);
-  int64_t run = std::clamp<int64_t>(int64_t(kNaiveBudgetFlops / per_unit), 1, units);
-  run = std::min(units, (run + group - 1) / group * group);  // whole KV groups for the check
-  auto call = [&] {
-    naive_attention(static_cast<const float*>(d.q.data()), static_cast<const float*>(d.k.data()),
-                    static_cast<const float*>(d.v.data()), static_cast<float*>(d.o.data()), d.b,
-                    d.h, d.hkv, d.sq, d.sk, d.d, run, c.causal, c.threads);
-  };
-  if (c.check) {
-    poison(d.o);
-    call();
-    set_check(r, check_attention(c, d, std::min(run, d.h)));
-  }
-  // The naive call is long: fewer timed calls (the adaptive rule still gives >= 5 when
-  // one call takes under 60 ms).
-  const Stats st = time_calls(call, c.iters > 0 ? c.iters : 0, 0.3);
+  const AttentionData d = make_attention(r.cfg, rng);
+  const std::unique_ptr<NaivePart> np = make_naive(r.cfg, d);
+  const double first_s = naive_first_call(r, *np, d);
+  const Stats st = time_calls(np->call, r.cfg.iters, first_s);
   r.p50_us = st.p50_us;
   r.p90_us = st.p90_us;
   r.iters = st.iters;
-  r.kernel = "naive_f32_rowwise";
-  r.strategy_ran = "naive";
-  if (run < units)
-    r.note = "naive timed on " + std::to_string(run) + "/" + std::to_string(units) +
-             " heads, time scaled x" + std::to_string(units / run);
-  finish(r, "generic", double(units) / double(run));
+  finish(r, "generic", np->scale);
 }
 
 }  // namespace
 
-Result run_config(const Config& c0, uint64_t seed) {
+std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   Result r;
   r.cfg = c0;
   apply_defaults(r.cfg);
   r.seed = seed;
-  if (r.cfg.backend == "cuda") return run_cuda(r.cfg, seed);
+  if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
+  Result naive = r;  // the baseline row of vs_naive
+  naive.cfg.impl = "naive";
+  naive.cfg.vs_naive = false;
+  naive.cfg.label = r.cfg.label.empty() ? "" : r.cfg.label + "-naive";
+  const bool with_naive = r.cfg.vs_naive && r.cfg.impl != "naive";
   Rng rng(seed);
   try {
     if (r.cfg.impl == "naive") run_naive(r, rng);
-    else if (r.cfg.op == "attention") run_attention(r, rng);
+    else if (r.cfg.op == "attention") run_attention(r, rng, with_naive ? &naive : nullptr);
     else if (r.cfg.op == "softmax-v") run_softmax_v(r, rng);
     else run_gemm_chain(r, rng);
   } catch (const std::exception& e) {
     r.error = e.what();
+    naive.error = e.what();
   }
-  return r;
+  if (with_naive) return {r, naive};
+  return {r};
 }
 
 #if !defined(FLASHCORE_BENCH_CUDA)

@@ -58,7 +58,7 @@ double measure(const Probe& p, int threads) {
   // Calibrate reps to ~20 ms per run on one thread, then take the median of 5 runs with
   // every thread looping at once (total flops / wall time).
   constexpr double kRunSeconds = 0.02;
-  constexpr int kRuns = 5;
+  constexpr int kRuns = 7;
   long reps = 1000;
   for (;;) {
     const double t0 = now_seconds();

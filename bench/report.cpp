@@ -29,19 +29,23 @@ std::string fmt(const char* f, double v) {
 std::string fmt_us(double us) { return fmt(us >= 100 ? "%.0f" : us >= 1 ? "%.1f" : "%.2f", us); }
 
 std::string shape(const Config& c) {
-  const std::string b = std::to_string(c.batch), h = std::to_string(c.heads),
-                    sq = std::to_string(c.seq_q), sk = std::to_string(c.seq_k),
-                    d = std::to_string(c.head_dim);
-  if (c.op == "softmax-v")
-    return "M" + std::to_string(c.batch * c.heads * c.seq_q) + " L" + sk + " d" + d;
-  if (c.op == "gemm-chain")
-    return "M" + std::to_string(c.batch * c.heads * c.seq_q) + " K1=N=" + d + " K2=" + sk;
-  std::string s = "B" + b + " H" + h;
-  if (c.kv_heads != c.heads) s += "/" + std::to_string(c.kv_heads);
-  s += c.seq_q == c.seq_k ? " S" + sq : " Sq" + sq + " Sk" + sk;
-  s += " D" + d;
-  if (c.causal) s += " causal";
-  return s;
+  // snprintf rather than string operator+: GCC 12 -O3 warns falsely (-Wrestrict) on the latter.
+  char buf[160];
+  const long long m = c.batch * c.heads * c.seq_q;
+  if (c.op == "softmax-v") {
+    std::snprintf(buf, sizeof buf, "M%lld L%lld d%lld", m, (long long)c.seq_k, (long long)c.head_dim);
+  } else if (c.op == "gemm-chain") {
+    std::snprintf(buf, sizeof buf, "M%lld K1=N=%lld K2=%lld", m, (long long)c.head_dim, (long long)c.seq_k);
+  } else {
+    char heads[48], seq[64];
+    if (c.kv_heads != c.heads) std::snprintf(heads, sizeof heads, "H%lld/%lld", (long long)c.heads, (long long)c.kv_heads);
+    else std::snprintf(heads, sizeof heads, "H%lld", (long long)c.heads);
+    if (c.seq_q == c.seq_k) std::snprintf(seq, sizeof seq, "S%lld", (long long)c.seq_q);
+    else std::snprintf(seq, sizeof seq, "Sq%lld Sk%lld", (long long)c.seq_q, (long long)c.seq_k);
+    std::snprintf(buf, sizeof buf, "B%lld %s %s D%lld%s", (long long)c.batch, heads, seq,
+                  (long long)c.head_dim, c.causal ? " causal" : "");
+  }
+  return buf;
 }
 
 std::string json_str(const std::string& s) {
@@ -92,7 +96,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
                 ph(p.gemm_us).c_str(), ph(p.norm_us).c_str(), note.c_str());
   }
   if (show_peaks) {
-    std::printf("\nPeaks (measured at start-up, median of 5 x 20 ms FMA loops):");
+    std::printf("\nPeaks (measured at start-up, median of 7 x 20 ms FMA loops per ISA and thread count):");
     for (const auto& [name, gf] : peaks) std::printf("  %s = %.1f GFLOP/s", name.c_str(), gf);
     if (peaks.empty()) std::printf(" none");
     std::printf("\nPhase columns: us per call, each thread's time averaged over threads "

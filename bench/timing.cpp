@@ -24,19 +24,22 @@ double percentile(std::vector<double> us, double q) {
   return us[std::min(us.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-Stats time_calls(const std::function<void()>& call, int iters, double target_s) {
-  // Warm-up: at least one call, and at least ~50 ms of calls for short ones (caches,
-  // page faults of the library's scratch arenas, OpenMP thread start-up).
+Stats time_calls(const std::function<void()>& call, int iters, double first_s, double target_s) {
+  // Warm-up for ~50 ms in all (caches, page faults of the library's scratch arenas, OpenMP
+  // thread start-up); the fastest warm-up call estimates the count of timed calls.
   constexpr double kWarmupSeconds = 0.05;
-  double t0 = now_seconds();
-  call();
-  double one = now_seconds() - t0;
-  int warm = 1;
-  while (now_seconds() - t0 < kWarmupSeconds && warm < 1000) {
+  double one = first_s, spent = first_s;
+  if (first_s <= 0) {
     const double s = now_seconds();
     call();
-    one = std::min(one, now_seconds() - s);
-    ++warm;
+    one = spent = now_seconds() - s;
+  }
+  for (int warm = 1; spent < kWarmupSeconds && warm < 1000; ++warm) {
+    const double s = now_seconds();
+    call();
+    const double dt = now_seconds() - s;
+    one = std::min(one, dt);
+    spent += dt;
   }
   int n = iters;
   if (n <= 0) {
@@ -54,6 +57,30 @@ Stats time_calls(const std::function<void()>& call, int iters, double target_s) 
   st.p50_us = percentile(us, 0.5);
   st.p90_us = percentile(us, 0.9);
   return st;
+}
+
+PairStats time_pair(const std::function<void()>& a, double first_a_s,
+                    const std::function<void()>& b, double first_b_s, int iters, double target_s) {
+  int n = iters;
+  if (n <= 0) {
+    const double slower = std::max({first_a_s, first_b_s, 1e-7});
+    n = int(std::clamp(std::ceil(target_s / slower), double(kMinIters), 100000.0));
+  }
+  std::vector<double> ua, ub, ratio;
+  for (int i = 0; i < n; ++i) {
+    double s = now_seconds();
+    a();
+    ua.push_back((now_seconds() - s) * 1e6);
+    s = now_seconds();
+    b();
+    ub.push_back((now_seconds() - s) * 1e6);
+    ratio.push_back(ub.back() / ua.back());
+  }
+  PairStats ps;
+  ps.a = {percentile(ua, 0.5), percentile(ua, 0.9), n};
+  ps.b = {percentile(ub, 0.5), percentile(ub, 0.9), n};
+  ps.ratio = percentile(ratio, 0.5);
+  return ps;
 }
 
 std::string ensure_pinned_threads(int argc, char** argv) {
