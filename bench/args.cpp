@@ -32,7 +32,7 @@ void print_usage(const char* argv0) {
       "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
       "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
-      "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive]\n"
+      "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
@@ -58,6 +58,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     if (a == "--check") { c.check = true; continue; }
     if (a == "--json") { opt.json = true; continue; }
     if (a == "--list") { opt.list = true; continue; }
+    if (a == "--peaks") { opt.peaks = true; continue; }
     if (a == "--vs-naive") { c.vs_naive = true; continue; }
     if (a == "--help" || a == "-h") { opt.help = true; continue; }
     // Flags with a value.

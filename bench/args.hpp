@@ -12,6 +12,7 @@ struct Options {
   std::string suite;       // empty: run cfg; no arguments at all: "default"
   bool json = false;
   bool list = false;
+  bool peaks = false;      // --peaks: print every ceiling this CPU has a probe for
   bool help = false;
   bool seed_given = false;
   uint64_t seed = 0;

@@ -9,6 +9,7 @@
 #include "args.hpp"
 #include "bench.hpp"
 #include "flashcore/flashcore.hpp"
+#include "peak.hpp"
 #include "timing.hpp"
 
 namespace {
@@ -30,6 +31,18 @@ int list_kernels() {
   return 0;
 }
 
+// Every measured ceiling at 1 thread and at N (default: every online core).
+int print_peaks(int threads) {
+  const int n = threads > 0 ? threads : fcbench::online_cores();
+  for (const std::string& isa : fcbench::peak_isas())
+    for (int t : {1, n}) {
+      if (t == n && n == 1) continue;
+      if (const fcbench::Peak* p = fcbench::peak_for_isa(isa, t))
+        std::printf("%-28s %8.1f GFLOP/s\n", p->name.c_str(), p->gflops);
+    }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,6 +57,7 @@ int main(int argc, char** argv) {
   }
   if (opt.help) { fcbench::print_usage(argv[0]); return 0; }
   if (opt.list) return list_kernels();
+  if (opt.peaks) return print_peaks(opt.cfg.threads);
 
   std::vector<fcbench::Config> configs;
   if (!opt.suite.empty()) {

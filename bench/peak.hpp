@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace fcbench {
 
@@ -15,6 +16,7 @@ struct Peak {
 // nullptr when no probe exists for that ISA (or the CPU lacks it): the row then shows
 // no % of peak rather than a % of the wrong ceiling.
 const Peak* peak_for_isa(const std::string& isa, int threads);
+std::vector<std::string> peak_isas();  // ISAs with a probe this CPU can run
 
 // ISA peak loops, one per TU compiled with that ISA's flags. Each runs `reps` rounds of
 // its loop on the calling thread and returns the floating-point operations it did.

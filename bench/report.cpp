@@ -96,7 +96,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
                 ph(p.gemm_us).c_str(), ph(p.norm_us).c_str(), note.c_str());
   }
   if (show_peaks) {
-    std::printf("\nPeaks (measured at start-up, median of 7 x 20 ms FMA loops per ISA and thread count):");
+    std::printf("\nPeaks (measured at start-up, best of 9 x 20 ms FMA loops per ISA and thread count):");
     for (const auto& [name, gf] : peaks) std::printf("  %s = %.1f GFLOP/s", name.c_str(), gf);
     if (peaks.empty()) std::printf(" none");
     std::printf("\nPhase columns: us per call, each thread's time averaged over threads "
