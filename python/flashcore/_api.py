@@ -153,30 +153,49 @@ def _window(window) -> tuple[int, int]:
     return int(left), int(right)
 
 
-def _prepare_attention(q, k, v, causal, window, scale, return_lse, out, strategy, exp,
-                       cu_seqlens_q, cu_seqlens_k, threads, impl, exact_fp32):
-    """Checks the Python-level arguments, allocates outputs; returns the _core arguments."""
-    fw = _framework(q, "q")
-    _same_framework(k, "k", fw, "q")
-    _same_framework(v, "v", fw, "q")
-    _same_framework(out, "out", fw, "q", optional=True)
-    _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
-    _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
+def _attention_args(q, k, v, causal, window, scale, return_lse, out, strategy, exp,
+                    cu_seqlens_q, cu_seqlens_k, threads, impl, exact_fp32):
+    """Checks the Python-level arguments and allocates the outputs; returns
+    (framework, is_cuda, the _core.attention arguments). Written for the common call
+    (numpy or torch, default options) to cost ~1 us: no work beyond a lookup per option."""
+    tq = type(q)
+    fw = _FRAMEWORK_OF_TYPE.get(tq) or _framework(q, "q")
+    if type(k) is not tq:
+        _same_framework(k, "k", fw, "q")
+    if type(v) is not tq:
+        _same_framework(v, "v", fw, "q")
     if window == (-1, -1):
         wl = wr = -1
     else:
         wl, wr = _window(window)
+    code_s = _STRATEGIES.get(strategy) if type(strategy) is str else None
+    if code_s is None:
+        code_s = _strategy(strategy)
+    code_e = _EXP_MODES.get(exp) if type(exp) is str else None
+    if code_e is None:
+        code_e = _exp(exp)
     if out is None or return_lse:
-        b, sq, h, _ = _shape(q, "q", 4, "[B, Sq, H, D]")
+        shape = q.shape
+        if len(shape) != 4:
+            _shape(q, "q", 4, "[B, Sq, H, D]")
+        b, sq, h, _ = shape
     if out is None:
-        dv = _shape(v, "v", 4, "[B, Sk, Hkv, Dv]")[3]
-        out = _empty(q, fw, (b, sq, h, dv))
+        vshape = v.shape
+        if len(vshape) != 4:
+            _shape(v, "v", 4, "[B, Sk, Hkv, Dv]")
+        out = _empty(q, fw, (b, sq, h, vshape[3]))
+    elif type(out) is not tq:
+        _same_framework(out, "out", fw, "q")
     lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
-    cuda = _is_cuda(q, fw)
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
+        _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
+    cuda = fw != "numpy" and _is_cuda(q, fw)
     stream = _cuda_stream(q, fw) if cuda else 0
-    args = (q, k, v, out, lse, _scale(scale, 0.0), bool(causal), wl, wr, _strategy(strategy),
-            _exp(exp), cu_seqlens_q, cu_seqlens_k, _threads(threads), _impl(impl), stream,
-            bool(exact_fp32))
+    args = (q, k, v, out, lse, 0.0 if scale is None else _scale(scale, 0.0), bool(causal),
+            wl, wr, code_s, code_e, cu_seqlens_q, cu_seqlens_k,
+            0 if threads is None else _threads(threads), None if impl is None else _impl(impl),
+            stream, bool(exact_fp32))
     return fw, cuda, args
 
 
@@ -192,15 +211,17 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     masked row, whose output is 0).
 
     causal / window=(left, right) (-1 = unbounded) align to the bottom-right corner when
-    Sq != Sk: query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right.
-    scale defaults to 1/sqrt(D). strategy: 'auto', 'two-pass', 'three-pass', 'online'.
-    exp: 'exact' or 'fast'. Varlen: B = 1 with the sequences packed along dim 1 and
-    int32 prefix sums cu_seqlens_q / cu_seqlens_k (length batch + 1) on q's device.
-    threads: CPU threads (None = all). impl: force a kernel key (see list_kernels()).
-    CUDA arrays run on the framework's current stream.
+    Sq != Sk: query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right
+    (causal: right = 0). scale defaults to 1/sqrt(D). strategy: 'auto', 'two-pass',
+    'three-pass', 'online'. exp: 'exact' or 'fast'. Varlen: B = 1 with the sequences
+    packed along dim 1 and int32 prefix sums cu_seqlens_q / cu_seqlens_k (length
+    batch + 1) on q's device; lse is then [1, H, total_q]. threads: CPU threads
+    (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
+    fp32 without TF32. CUDA arrays run on the framework's current stream.
     """
-    fw, cuda, args = _prepare_attention(q, k, v, causal, window, scale, return_lse, out, strategy,
-                                  exp, cu_seqlens_q, cu_seqlens_k, threads, impl, exact_fp32)
+    fw, cuda, args = _attention_args(q, k, v, causal, window, scale, return_lse, out,
+                                     strategy, exp, cu_seqlens_q, cu_seqlens_k, threads,
+                                     impl, exact_fp32)
     if cuda and fw == "torch":
         _run_on_device_of(q, _core.attention, args)
     else:

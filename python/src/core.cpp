@@ -245,9 +245,17 @@ struct AttentionCall {
 
   void run() {
     nb::gil_scoped_release nogil;
+    const auto t0 = std::chrono::steady_clock::now();
     fc::attention(q.t, k.t, v.t, out.t, p);
+    last_call_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - t0).count();
   }
+
+  // Time of the last fc::attention call made by `attention` on this thread, for the
+  // overhead measurement (Python time of a call minus the C++ time of the same call).
+  static thread_local int64_t last_call_ns;
 };
+thread_local int64_t AttentionCall::last_call_ns = 0;
 
 void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
                double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
@@ -259,8 +267,9 @@ void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::han
 }
 
 // The C++ side of the overhead measurement: the same call as `attention`, imported once
-// and then run `iters` times in C++; returns each call's time in nanoseconds.
-std::vector<double> attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+// and then run `iters` times in C++. Returns (each call's time in ns, the micro-kernel and
+// the strategy that ran, from one more call with PhaseTimes).
+nb::tuple attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                                    nb::handle lse, double scale, bool causal, int64_t wl,
                                    int64_t wr, int strategy, int exp, nb::handle cu_q,
                                    nb::handle cu_k, int threads, nb::handle impl,
@@ -278,7 +287,12 @@ std::vector<double> attention_loop(nb::handle q, nb::handle k, nb::handle v, nb:
       ns[size_t(i)] = double(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     }
   }
-  return ns;
+  fc::PhaseTimes times;
+  {
+    nb::gil_scoped_release nogil;
+    fc::attention(c.q.t, c.k.t, c.v.t, c.out.t, c.p, &times);
+  }
+  return nb::make_tuple(ns, times.kernel, times.strategy);
 }
 
 void softmax_v(nb::handle s_, nb::handle v_, nb::handle out_, double scale, int strategy, int exp,
@@ -391,6 +405,8 @@ NB_MODULE(_core, m) {
         "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
         "stream"_a, "exact_fp32"_a, "iters"_a);
+  m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
+        "Nanoseconds the last attention() spent in the C++ call (this thread).");
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,
         "threads"_a, "impl"_a.none());
   m.def("gemm_chain", &gemm_chain, "a"_a, "b"_a, "c"_a, "out"_a, "threads"_a, "impl"_a.none());

@@ -1,0 +1,124 @@
+"""torch tensors (CPU, and CUDA when present) and flashcore.torch; skipped without torch."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashcore  # noqa: E402
+import reference as ref  # noqa: E402
+
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available() or not flashcore.built_with_cuda(),
+    reason="needs a CUDA GPU and a flashcore built with CUDA")
+
+TORCH_DT = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f32": 1e-5, "f16": 1e-2, "bf16": 2e-2}
+
+
+def t64(x):
+    return x.detach().to("cpu", torch.float64).numpy()
+
+
+def make(shape, dtype, device="cpu", gen=None):
+    return torch.randn(shape, generator=gen, dtype=torch.float32).to(device=device, dtype=TORCH_DT[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_cpu(dtype, causal):
+    q, k, v = make((2, 9, 4, 32), dtype), make((2, 13, 2, 32), dtype), make((2, 13, 2, 24), dtype)
+    out, lse = flashcore.attention(q, k, v, causal=causal, return_lse=True)
+    assert isinstance(out, torch.Tensor) and out.dtype == q.dtype and out.shape == (2, 9, 4, 24)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 4, 9)
+    o_ref, _ = ref.attention(t64(q), t64(k), t64(v), causal=causal)
+    assert ref.rel_err(t64(out), o_ref) <= TOL[dtype]
+
+
+def test_torch_cpu_bhsd_views_and_out():
+    q = make((1, 4, 17, 16), "f32").transpose(1, 2)   # BHSD memory, BSHD logical
+    k = make((1, 2, 23, 16), "f32").transpose(1, 2)
+    out = torch.full((1, 4, 17, 16), float("nan")).transpose(1, 2)
+    assert flashcore.attention(q, k, k, out=out) is out
+    assert ref.rel_err(t64(out), ref.attention(t64(q), t64(k), t64(k))[0]) <= 1e-5
+
+
+def test_torch_numpy_mix_rejected():
+    q = make((1, 5, 2, 8), "f32")
+    with pytest.raises(TypeError, match="^k:"):
+        flashcore.attention(q, q.numpy(), q)
+    with pytest.raises(TypeError, match="^out:"):
+        flashcore.attention(q, q, q, out=np.empty((1, 5, 2, 8), np.float32))
+
+
+def test_torch_op_cpu_and_compile():
+    import flashcore.torch as fct
+    q, k, v = make((1, 11, 4, 16), "f32"), make((1, 11, 2, 16), "f32"), make((1, 11, 2, 16), "f32")
+    out, lse = fct.attention(q, k, v, causal=True, return_lse=True)
+    assert ref.rel_err(t64(out), ref.attention(t64(q), t64(k), t64(v), causal=True)[0]) <= 1e-5
+    torch.library.opcheck(torch.ops.flashcore.attention.default,
+                          (q, k, v, True, -1, -1, 0.0, "auto", "exact", None, None),
+                          test_utils=("test_schema", "test_faketensor"))
+
+    def f(q, k, v):
+        return fct.attention(q, k, v, causal=True) * 2.0
+
+    compiled = torch.compile(f, fullgraph=True)
+    assert torch.allclose(compiled(q, k, v), out * 2.0)
+    s, vv = make((7, 9), "f32"), make((9, 5), "f32")
+    assert ref.rel_err(t64(fct.softmax_v(s, vv)), ref.softmax_v(t64(s), t64(vv))) <= 1e-5
+    a, b, c = make((6, 5), "f32"), make((5, 7), "f32"), make((7, 3), "f32")
+    assert ref.rel_err(t64(fct.gemm_chain(a, b, c)), ref.gemm_chain(t64(a), t64(b), t64(c))) <= 1e-5
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 128, 128, 8, 8, 64), (1, 77, 300, 8, 2, 128), (3, 1, 513, 4, 1, 64)])
+def test_torch_cuda_vs_sdpa(dtype, causal, shape):
+    import torch.nn.functional as F
+    b, sq, sk, h, hkv, d = shape
+    dev = "cuda"
+    q, k, v = make((b, sq, h, d), dtype, dev), make((b, sk, hkv, d), dtype, dev), make((b, sk, hkv, d), dtype, dev)
+    out = flashcore.attention(q, k, v, causal=causal)
+    assert out.device == q.device and out.dtype == q.dtype
+    # SDPA's is_causal is top-left aligned; ours is bottom-right (FlashAttention): give SDPA the mask.
+    mask = None
+    if causal:
+        i = torch.arange(sq, device=dev)[:, None]
+        j = torch.arange(sk, device=dev)[None, :]
+        mask = j <= i + (sk - sq)
+    qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))
+    expect = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=h != hkv).transpose(1, 2)
+    if causal and sq > sk:
+        expect = torch.nan_to_num(expect)  # fully masked rows: ours are 0
+    err = (out.float() - expect).norm() / expect.norm()
+    assert err <= (2e-3 if dtype == "f32" else TOL[dtype]), float(err)
+
+
+@needs_cuda
+def test_torch_cuda_stream_and_graph():
+    import flashcore.torch as fct
+    q = make((1, 64, 4, 64), "f16", "cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        out = flashcore.attention(q, q, q)
+    s.synchronize()
+    static_q = q.clone()
+    g = torch.cuda.CUDAGraph()
+    fct.attention(static_q, static_q, static_q)  # warm-up outside capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        static_out = fct.attention(static_q, static_q, static_q)
+    static_q.copy_(q)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(static_out.float(), out.float(), atol=1e-3)
+
+
+def test_cuda_mixed_devices_rejected():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    q = make((1, 5, 2, 8), "f32")
+    with pytest.raises(ValueError, match="^k:"):
+        flashcore.attention(q, q.cuda(), q)
