@@ -122,3 +122,11 @@ def test_cuda_mixed_devices_rejected():
     q = make((1, 5, 2, 8), "f32")
     with pytest.raises(ValueError, match="^k:"):
         flashcore.attention(q, q.cuda(), q)
+
+
+def test_cuda_without_cuda_build():
+    if not torch.cuda.is_available() or flashcore.built_with_cuda():
+        pytest.skip("needs a CUDA GPU and a flashcore built without CUDA")
+    q = make((1, 5, 2, 8), "f16", "cuda")
+    with pytest.raises(NotImplementedError, match="^q:.*without CUDA"):
+        flashcore.attention(q, q, q)
