@@ -1,4 +1,5 @@
 // C ABI over the C++ API: converts structs, catches every exception, keeps the message.
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -10,11 +11,22 @@ namespace {
 
 thread_local std::string g_last_error;
 
+// A C caller may put any int into an enum field; loading such a value as the C++ enum
+// type is undefined behaviour, so read the code as the int it is (the checks refuse
+// unknown codes by name).
+template <class E>
+int code_of(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized on the supported ABIs");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 flashcore::Tensor to_cpp(const fc_tensor& t) {
   flashcore::Tensor r;
   r.data = t.data;
-  r.dtype = static_cast<flashcore::DType>(t.dtype);
-  r.device = static_cast<flashcore::Device>(t.device);
+  r.dtype = static_cast<flashcore::DType>(code_of(t.dtype));
+  r.device = static_cast<flashcore::Device>(code_of(t.device));
   r.rank = t.rank;
   for (int i = 0; i < 4; ++i) {
     r.shape[i] = t.shape[i];
@@ -59,8 +71,8 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.causal = p->causal != 0;
   r.window_left = p->window_left;
   r.window_right = p->window_right;
-  r.strategy = static_cast<flashcore::Strategy>(p->strategy);
-  r.exp2 = static_cast<flashcore::Exp2Mode>(p->exp2);
+  r.strategy = static_cast<flashcore::Strategy>(code_of(p->strategy));
+  r.exp2 = static_cast<flashcore::Exp2Mode>(code_of(p->exp2));
   if (p->lse != nullptr) {
     *lse = to_cpp(*p->lse);
     r.lse = lse;
@@ -120,8 +132,8 @@ fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* 
   return guarded([&] {
     flashcore::SoftmaxVParams p;
     p.scale = scale;
-    p.strategy = static_cast<flashcore::Strategy>(strategy);
-    p.exp2 = static_cast<flashcore::Exp2Mode>(exp2);
+    p.strategy = static_cast<flashcore::Strategy>(code_of(strategy));
+    p.exp2 = static_cast<flashcore::Exp2Mode>(code_of(exp2));
     p.threads = threads;
     flashcore::softmax_v(to_cpp(*s), to_cpp(*v), to_cpp(*out), p);
   });
