@@ -40,7 +40,7 @@ void print_usage(const char* argv0) {
       "(A[M,K1] B[K1,K2]) C[K2,N] with M = B*H*Sq, K2 = Sk, K1 = N = D.\n"
       "--impl naive: the bench's naive fp32 attention (the baseline of issue 2); --vs-naive\n"
       "times it alongside the chosen kernel, calls interleaved, and prints the ratio.\n"
-      "--tile is stored for the CUDA backend's tile override.\n"
+      "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
       "Suites: %s\n",
       argv0, suite_names());
 }

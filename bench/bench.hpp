@@ -30,7 +30,7 @@ struct Config {
   int threads = 0;                  // 0 = every online core
   int iters = 0;                    // 0 = adaptive (~0.3 s, at least 5)
   bool check = false;
-  int tile_m = 0, tile_n = 0;       // --tile BMxBN: CUDA tile override (0 = table)
+  int tile_m = 0, tile_n = 0;       // --tile BMxBN: CUDA tile override (0 = the table's)
   bool vs_naive = false;            // attention f32: time the naive baseline alongside
   std::string label;                // suite row name (empty for a single run)
 };

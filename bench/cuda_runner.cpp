@@ -105,7 +105,6 @@ Result run_cuda(const Config& c, uint64_t seed) {
     cudaDeviceProp prop{};
     cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
     r.note = prop.name;
-    if (c.tile_m > 0) r.note += "; --tile stored, not yet passed to the backend";
 
     Rng rng(seed);
     AttentionData d = make_attention(c, rng);
@@ -122,6 +121,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
     p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
     p.impl = c.impl == "auto" ? nullptr : c.impl.c_str();
     p.stream = stream;
+    p.tile_m = c.tile_m;  // --tile: 0x0 = the backend's table
+    p.tile_n = c.tile_n;
     auto call = [&] { flashcore::attention(tq, tk, tv, to, p, nullptr); };
 
     // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.

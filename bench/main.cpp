@@ -22,6 +22,14 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
+// The 1-minute load average: timings on a shared machine mean little without it.
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string one;
+  f >> one;
+  return one.empty() ? "?" : one;
+}
+
 int list_kernels() {
   const int n = flashcore::list_kernels(nullptr, 0);
   std::vector<flashcore::KernelInfo> ks(static_cast<size_t>(n));
@@ -71,6 +79,7 @@ int main(int argc, char** argv) {
   // Fresh inputs every run unless --seed reproduces one; each row gets its own seed.
   const uint64_t seed = opt.seed_given ? opt.seed : (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::time(nullptr));
 
+  const std::string load = load_average();  // before our own runs add to it
   std::vector<fcbench::Result> rows;
   for (size_t i = 0; i < configs.size(); ++i) {
     fcbench::Config c = configs[i];
@@ -90,8 +99,10 @@ int main(int argc, char** argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-    std::printf("flashcore %s bench, %s, %s, %d online cores, %s\n\n", flashcore::version(), date,
-                cpu_model().c_str(), fcbench::online_cores(), binding.c_str());
+    std::printf("flashcore %s bench, %s, %s, %d online cores, load average %s at start, %s%s\n\n",
+                flashcore::version(), date, cpu_model().c_str(), fcbench::online_cores(),
+                load.c_str(), binding.c_str(),
+                flashcore::force_generic() ? ", portable kernels forced (FLASHCORE_FORCE_GENERIC)" : "");
     fcbench::print_table(rows, true);
   }
   for (const auto& r : rows)
