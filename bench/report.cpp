@@ -135,7 +135,7 @@ void print_json(const Result& r) {
   kv("pct_peak", json_num(r.pct_peak));
   kv("peak_name", r.peak_name.empty() ? "null" : json_str(r.peak_name));
   kv("peak_gflops", json_num(r.peak_gflops));
-  if (c.check) {
+  if (c.check && r.error.empty()) {
     kv("rel_err", json_num(r.rel_err));
     kv("rel_tol", json_num(r.tol));
     kv("check_ok", r.check_ok ? "true" : "false");
