@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the pinned Python packages for building and testing the flashcore Python
+# package (requirements-build.txt, requirements-test.txt) with pip.
+# Usage: scripts/python-deps.sh [install]
+#   install: then builds and installs the package itself with
+#            `pip install --no-build-isolation .` (build folder build/python/, reused);
+#            FLASHCORE_CUDA=OFF in the environment gives a quick CPU-only build.
+# PyTorch is not installed here (large); the torch tests skip without it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+"$py" -m pip install --disable-pip-version-check -q -r requirements-build.txt -r requirements-test.txt
+if [ "${1:-}" = install ]; then
+  "$py" -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .
+fi
+echo "python-deps: ok ($("$py" --version 2>&1))"
