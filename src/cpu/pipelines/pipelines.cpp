@@ -23,7 +23,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <vector>
 
@@ -40,6 +42,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kKeyTile = 256;
 constexpr int64_t kTargetQueryBlock = 64;
 constexpr size_t kPackBudgetBytes = size_t(64) << 20;
+constexpr int64_t kL1PanelBytes = 16 << 10;
 constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -99,6 +102,24 @@ Arena& thread_arena() {
   return arena;
 }
 
+// Packed operands start on a cache line, so that every 64-byte row piece of a B panel
+// (NR fp32 = one or more zmm) is one aligned load, never a line split (measured ~2x on
+// AVX-512 GEMM-only with 16-byte aligned panels). The packers write every byte that is read.
+class PackBuf {
+ public:
+  explicit PackBuf(size_t bytes)
+      : p_(static_cast<char*>(std::aligned_alloc(64, size_t(round_up(int64_t(bytes) + 1, 64))))) {
+    if (p_ == nullptr) throw std::bad_alloc();
+  }
+  PackBuf(const PackBuf&) = delete;
+  PackBuf& operator=(const PackBuf&) = delete;
+  ~PackBuf() { std::free(p_); }
+  char* data() const { return p_; }
+
+ private:
+  char* p_;
+};
+
 // ---------------------------------------------------------------- packing
 // A row source: row r starts at base + r * stride (elements of dtype).
 struct Rows {
@@ -142,6 +163,12 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
     for (int64_t r = 0; r < w; ++r) {
       const int64_t row = b * w + r;
       if (row >= nrows) break;
+      if (src.dtype == DType::f32 && t == DType::f32) {  // no conversion: copy straight in
+        const float* s = static_cast<const float*>(src.row(row));
+        float* d = reinterpret_cast<float*>(blk) + r;
+        for (int64_t k = 0; k < len; ++k) d[k * w] = s[k];
+        continue;
+      }
       core::convert_row(src.row(row), src.dtype, len, rowbuf);
       store_row(rowbuf, len, blk + r * es, w, t);
     }
@@ -157,6 +184,18 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
   const int64_t cols_pad = npanels * w;
   char* out = static_cast<char*>(dst);
   for (int64_t r = r0; r < r1; ++r) {
+    if (r < nrows && src.dtype == DType::f32 && t == DType::f32) {
+      // No conversion: copy the row's panel pieces straight in (this packing is a per-call
+      // cost of gemm_chain and softmax_v; the rowbuf round trip made it ~2 ns/element).
+      const float* s = static_cast<const float*>(src.row(r));
+      for (int64_t p = 0; p < npanels; ++p) {
+        float* d = reinterpret_cast<float*>(out) + (p * rp + r) * w;
+        const int64_t n = std::min(w, cols - p * w);
+        std::memcpy(d, s + p * w, size_t(n) * 4);
+        if (n < w) std::memset(d + n, 0, size_t(w - n) * 4);
+      }
+      continue;
+    }
     if (r < nrows) {
       core::convert_row(src.row(r), src.dtype, cols, rowbuf);
       std::fill(rowbuf + cols, rowbuf + cols_pad, 0.0f);
@@ -174,6 +213,7 @@ struct Geometry {
   const VecOps* vec;
   int64_t mr, nr, mq;   // kernel tile and query block
   int64_t kc;           // key tile (multiple of mr and k_align)
+  int64_t kb;           // k chunk of one micro-kernel call (multiple of k_align)
   int64_t key_align;    // keys are padded to this
   int64_t es;           // operand element size
 };
@@ -191,6 +231,9 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   g.key_align = lcm(g.mr, g.gk->k_align);
   g.kc = round_up(kKeyTile, g.key_align);
   g.es = int64_t(dtype_size(g.gk->ab));
+  // A B panel chunk of kb x NR operands fills at most kL1PanelBytes (half a 32 KiB L1D).
+  g.kb = std::max<int64_t>(g.gk->k_align,
+                           kL1PanelBytes / (g.nr * g.es) / g.gk->k_align * g.gk->k_align);
   return g;
 }
 
@@ -219,22 +262,36 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
   }
 }
 
+// Both stages keep one B panel resident in L1 while the A operand streams past it
+// (B-stationary): per k step a kernel reads NR elements of B but only MR of A, so B is the
+// stream worth keeping. The k range is cut into chunks of kb (g.kb) rows so that a B panel
+// chunk (kb x NR) takes at most half of a 32 KiB L1D. On AVX-512 (docs/results/
+// cpu-x86-2026-11-22.md) it measured equal to the A-stationary order within the noise
+// (GEMM-only 89.0% vs 87.9% of peak); it is kept for the smaller L1 footprint.
+//
 // stage 1: T[kc][mq] = X blocks (k-major [kp][mr], starting at key block xb0) x Y panels.
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int64_t xb0,
             const char* ypanels, float* t) {
-  for (int64_t r = 0; r < kc / g.mr; ++r)
+  for (int64_t k0 = 0; k0 < kp; k0 += g.kb) {
+    const int64_t kl = std::min(g.kb, kp - k0);
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
-      gemm_call(g, kp, xblocks + (xb0 + r) * kp * g.mr * g.es, g.mr,
-                ypanels + q * kp * g.nr * g.es, t + r * g.mr * g.mq + q * g.nr, g.mq, 0);
+      for (int64_t r = 0; r < kc / g.mr; ++r)
+        gemm_call(g, kl, xblocks + ((xb0 + r) * kp + k0) * g.mr * g.es, g.mr,
+                  ypanels + (q * kp + k0) * g.nr * g.es, t + r * g.mr * g.mq + q * g.nr, g.mq,
+                  k0 > 0);
+  }
 }
 
 // stage 2: O[mq][dvp] += P[kc][mq]^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel).
 void stage2(const Geometry& g, int64_t kc, const char* p, const char* vpanels, int64_t rp,
             int64_t j0, int64_t dvp, float* o) {
-  for (int64_t i0 = 0; i0 < g.mq; i0 += g.mr)
+  for (int64_t k0 = 0; k0 < kc; k0 += g.kb) {
+    const int64_t kl = std::min(g.kb, kc - k0);
     for (int64_t c = 0; c < dvp / g.nr; ++c)
-      gemm_call(g, kc, p + i0 * g.es, g.mq, vpanels + (c * rp + j0) * g.nr * g.es,
-                o + i0 * dvp + c * g.nr, dvp, 1);
+      for (int64_t i0 = 0; i0 < g.mq; i0 += g.mr)
+        gemm_call(g, kl, p + (k0 * g.mq + i0) * g.es, g.mq,
+                  vpanels + (c * rp + j0 + k0) * g.nr * g.es, o + i0 * dvp + c * g.nr, dvp, 1);
+  }
 }
 
 // ---------------------------------------------------------------- softmax block
@@ -407,7 +464,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const int64_t skp_max = round_up(std::max<int64_t>(p.sk, 1), g.key_align);
   const int64_t group_bytes = skp_max * (kp + dvp) * g.es;
   const int64_t chunk = std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
-  std::vector<char> packed(static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
+  PackBuf packed(static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
 
   for (int64_t g0 = 0; g0 < ngroups; g0 += chunk) {
     const int64_t g1 = std::min(ngroups, g0 + chunk);
@@ -464,7 +521,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
 
       // Pack this block's queries as stage-1 B panels (Q^T, NR queries per panel).
-      std::vector<char> qpack(static_cast<size_t>(g.mq * kp * g.es));
+      PackBuf qpack(static_cast<size_t>(g.mq * kp * g.es));
       std::vector<float> rowbuf(static_cast<size_t>(kp + 64));
       std::vector<int64_t> lo(static_cast<size_t>(g.mq)), hi(static_cast<size_t>(g.mq));
       const Rows qrows{static_cast<const char*>(p.q.data) +
@@ -519,7 +576,7 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
   const int64_t dvp = round_up(p.d, g.nr);
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
-  std::vector<char> vpack(static_cast<size_t>(lp * dvp * g.es));
+  PackBuf vpack(static_cast<size_t>(lp * dvp * g.es));
   const Rows vrows{p.v, p.v_sl, p.dtype};
   {
     Lap lap(timed);
@@ -576,7 +633,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
   // B as stage-1 A blocks ([k1p][MR] per MR columns), C as stage-2 panels ([k2p][NR]).
-  std::vector<char> bpack(static_cast<size_t>(k2p * k1p * g.es)), cpack(static_cast<size_t>(k2p * np * g.es));
+  PackBuf bpack(static_cast<size_t>(k2p * k1p * g.es)), cpack(static_cast<size_t>(k2p * np * g.es));
   {
     Lap lap(timed);
     const Rows brows{p.b, p.b_sk, p.dtype}, crows{p.c, p.c_sk, p.dtype};
@@ -596,8 +653,17 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   }
   const int64_t oes = int64_t(dtype_size(p.dtype));
   const int64_t nblocks = (p.m + g.mq - 1) / g.mq;
+  // Split over K2 when the row blocks alone would leave threads idle or unevenly loaded
+  // (M = 256 on 2 threads is 3 blocks of 96 with f32_12x2): every block then runs on
+  // every thread for 1/nsplit of the K2 tiles into its own partial E, summed at the end.
+  const int64_t ktiles = (k2p + g.kc - 1) / g.kc;
+  const int64_t nsplit =
+      (nblocks % nthreads == 0) ? 1 : std::min<int64_t>(nthreads, ktiles);
+  std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq * np : 0));
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
-  for (int64_t qb = 0; qb < nblocks; ++qb) {
+  for (int64_t item = 0; item < nblocks * nsplit; ++item) {
+    const int64_t qb = item / nsplit, split = item % nsplit;
+    const int64_t jt0 = ktiles * split / nsplit, jt1 = ktiles * (split + 1) / nsplit;
     Phases& ph = phases[size_t(omp_get_thread_num())];
     Lap lap(timed);
     const int64_t i0 = qb * g.mq, rows = std::min(g.mq, p.m - i0);
@@ -606,13 +672,13 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     char* apack = arena.take<char>(g.mq * k1p * g.es);
     float* T = arena.take<float>(g.kc * g.mq);
     char* P = arena.take<char>(g.kc * g.mq * g.es);
-    float* E = arena.take<float>(g.mq * np);
+    float* E = nsplit > 1 ? partial.data() + item * g.mq * np : arena.take<float>(g.mq * np);
     std::fill(E, E + g.mq * np, 0.0f);
     std::vector<float> rowbuf(static_cast<size_t>(k1p + 64));
     const Rows arows{static_cast<const char*>(p.a) + i0 * p.a_sm * oes, p.a_sm, p.dtype};
     pack_transposed(arows, rows, p.k1, k1p, g.nr, 0, g.mq / g.nr, apack, g.gk->ab, rowbuf.data());
     lap.to(ph.pack);
-    for (int64_t j0 = 0; j0 < k2p; j0 += g.kc) {
+    for (int64_t j0 = jt0 * g.kc; j0 < std::min(k2p, jt1 * g.kc); j0 += g.kc) {
       const int64_t kc = std::min(g.kc, k2p - j0);
       // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
       stage1(g, k1p, kc, bpack.data(), j0 / g.mr, apack, T);
@@ -627,9 +693,25 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
       stage2(g, kc, pt, cpack.data(), k2p, j0, np, E);
       lap.to(ph.gemm);
     }
-    for (int64_t i = 0; i < rows; ++i)
-      core::convert_row(E + i * np, p.n, static_cast<char*>(p.e) + (i0 + i) * p.e_sm * oes, p.dtype);
+    if (nsplit == 1)
+      for (int64_t i = 0; i < rows; ++i)
+        core::convert_row(E + i * np, p.n, static_cast<char*>(p.e) + (i0 + i) * p.e_sm * oes,
+                          p.dtype);
     lap.to(ph.normalize);
+  }
+  if (nsplit > 1) {
+    Lap lap(timed);
+#pragma omp parallel for num_threads(nthreads)
+    for (int64_t r = 0; r < p.m; ++r) {
+      const int64_t qb = r / g.mq, i = r % g.mq;
+      float* e0 = partial.data() + (qb * nsplit * g.mq + i) * np;
+      for (int64_t sp = 1; sp < nsplit; ++sp) {
+        const float* e = e0 + sp * g.mq * np;
+        for (int64_t j = 0; j < p.n; ++j) e0[j] += e[j];
+      }
+      core::convert_row(e0, p.n, static_cast<char*>(p.e) + r * p.e_sm * oes, p.dtype);
+    }
+    lap.to(phases[0].normalize);
   }
   report(times, phases, g, Strategy::three_pass);
   if (times) times->strategy = "fused";

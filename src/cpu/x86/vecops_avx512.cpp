@@ -116,5 +116,8 @@ void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha)
 }  // namespace
 
 const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, scale_rows};
+// AVX512-FP16 CPUs have AVX-512F: the same ops serve the f16 kernels.
+const VecOps vecops_avx512fp16 = {"vecops_avx512fp16", Isa::avx512fp16, col_max, exp2_pack,
+                                  scale_rows};
 
 }  // namespace flashcore::cpu::ukernels

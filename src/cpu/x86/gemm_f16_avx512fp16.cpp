@@ -1,0 +1,113 @@
+// AVX512-FP16 GEMM micro-kernels (vfmadd231ph: 32 fp16 lanes per zmm, twice the fp32
+// FMA rate). Operands fp16 (packing converts into it); layout as in ukernel.hpp.
+//
+// f16_12x2_noepi4_avx512fp16: seed 000's "noepi" trade. C is fp16 and the sums are fp16
+//   all the way (no epilogue conversion); 4x k-unrolled. The pipeline (gemm_call) calls it
+//   on k chunks of at most kKeyTile and adds each chunk's fp16 tile into fp32, so fp16
+//   rounding accumulates over <= 256 products: relative error ~ 2^-11 * sqrt(256) per
+//   chunk in the worst direction, fine for softmax P (<= 1) times V at 1e-2 tolerance;
+//   a |sum| above 65504 would overflow to inf, so it is for normalized operands only.
+// f16_12x2_avx512fp16: fp32 C. fp16 products are summed in fp16 registers for at most
+//   kChunk k steps, then widened and added into the fp32 C tile (in L1), so the fp16
+//   rounding is bounded by kChunk terms and everything beyond is fp32.
+//
+// Register use: 24 fp16 accumulators (12 rows x 2 zmm = 64 columns) + 2 B + 1 broadcast.
+// NOT RUN ON THE DEVELOPMENT MACHINE (Cascade Lake has no AVX512-FP16); see
+// docs/results/cpu-x86-*.md for where it was tested.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu::ukernels {
+namespace {
+
+constexpr int kMR = 12, kNV = 2, kNR = 32 * kNV;
+constexpr int64_t kChunk = 32;  // fp16 partial-sum length of the fp32-C kernel
+
+__attribute__((always_inline)) inline void step(const _Float16* a, const _Float16* b,
+                                                __m512h (&acc)[kMR][kNV]) {
+  __m512h bv[kNV];
+#pragma GCC unroll 2
+  for (int v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_ph(b + 32 * v);
+#pragma GCC unroll 12
+  for (int i = 0; i < kMR; ++i) {
+    const __m512h ai = _mm512_set1_ph(a[i]);
+#pragma GCC unroll 2
+    for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_fmadd_ph(ai, bv[v], acc[i][v]);
+  }
+}
+
+__attribute__((always_inline)) inline void zero(__m512h (&acc)[kMR][kNV]) {
+#pragma GCC unroll 12
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 2
+    for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_setzero_ph();
+}
+
+// k steps [0, kc) with a 4x unrolled main loop; a and b advance past them.
+__attribute__((always_inline)) inline void run(int64_t kc, const _Float16*& a, int64_t as,
+                                               const _Float16*& b, __m512h (&acc)[kMR][kNV]) {
+  int64_t k = 0;
+  for (; k + 4 <= kc; k += 4) {
+    step(a, b, acc);
+    a += as;
+    step(a, b + kNR, acc);
+    a += as;
+    step(a, b + 2 * kNR, acc);
+    a += as;
+    step(a, b + 3 * kNR, acc);
+    a += as;
+    b += 4 * kNR;
+  }
+  for (; k < kc; ++k, a += as, b += kNR) step(a, b, acc);
+}
+
+}  // namespace
+
+void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a_, int64_t as, const void* b_,
+                                void* c_, int64_t ldc, int accumulate) {
+  const _Float16* a = static_cast<const _Float16*>(a_);
+  const _Float16* b = static_cast<const _Float16*>(b_);
+  _Float16* c = static_cast<_Float16*>(c_);
+  __m512h acc[kMR][kNV];
+  zero(acc);
+  run(kc, a, as, b, acc);
+#pragma GCC unroll 12
+  for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 2
+    for (int v = 0; v < kNV; ++v) {
+      _Float16* p = c + i * ldc + 32 * v;
+      const __m512h r = accumulate ? _mm512_add_ph(_mm512_loadu_ph(p), acc[i][v]) : acc[i][v];
+      _mm512_storeu_ph(p, r);
+    }
+}
+
+void f16_12x2_avx512fp16(int64_t kc, const void* a_, int64_t as, const void* b_, void* c_,
+                         int64_t ldc, int accumulate) {
+  const _Float16* a = static_cast<const _Float16*>(a_);
+  const _Float16* b = static_cast<const _Float16*>(b_);
+  float* c = static_cast<float*>(c_);
+  __m512h acc[kMR][kNV];
+  for (int64_t k0 = 0; k0 < kc; k0 += kChunk) {
+    zero(acc);
+    run(kc - k0 < kChunk ? kc - k0 : kChunk, a, as, b, acc);
+    // Widen each 32-lane fp16 accumulator into two 16-lane fp32 halves of the C row.
+    const bool add = accumulate || k0 > 0;
+#pragma GCC unroll 12
+    for (int i = 0; i < kMR; ++i)
+#pragma GCC unroll 2
+      for (int v = 0; v < kNV; ++v) {
+        float* p = c + i * ldc + 32 * v;
+        const __m512i bits = _mm512_castph_si512(acc[i][v]);
+        const __m512 lo = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(bits)));
+        const __m512 hi =
+            _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(bits, 1)));
+        _mm512_storeu_ps(p, add ? _mm512_add_ps(_mm512_loadu_ps(p), lo) : lo);
+        _mm512_storeu_ps(p + 16, add ? _mm512_add_ps(_mm512_loadu_ps(p + 16), hi) : hi);
+      }
+  }
+}
+
+}  // namespace flashcore::cpu::ukernels
