@@ -19,7 +19,7 @@ namespace fcbench {
 
 // One configuration to measure. Shape fields follow BENCH.md's mapping per op.
 struct Config {
-  std::string op = "attention";     // attention | softmax-v | gemm-chain
+  std::string op = "attention";     // attention | softmax-v | gemm-chain (| gemm-ukernel)
   std::string backend = "cpu";      // cpu | cuda
   std::string impl = "auto";        // kernel key, "auto", or "naive" (bench-only baseline)
   std::string strategy = "auto";    // auto | two-pass | three-pass | online
@@ -65,6 +65,9 @@ struct Result {
 double flop_count(const Config& c);           // BENCH.md's FLOP formulas
 // One row, or two with vs_naive (the row, then its naive baseline timed alongside).
 std::vector<Result> run_config(const Config& c, uint64_t seed);
+
+// ---- ukernels.cpp: op "gemm-ukernel" (--suite ukernels), impl = a GEMM micro-kernel key.
+void run_gemm_ukernel(Result& r, uint64_t seed);
 
 // ---- cuda_runner.cpp (a stub in ops.cpp when built without CUDA)
 Result run_cuda(const Config& c, uint64_t seed);

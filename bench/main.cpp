@@ -83,6 +83,10 @@ int main(int argc, char** argv) {
   std::vector<fcbench::Result> rows;
   for (size_t i = 0; i < configs.size(); ++i) {
     fcbench::Config c = configs[i];
+    if (!opt.suite.empty()) {  // --threads / --iters given with a suite apply to every row
+      if (opt.cfg.threads > 0) c.threads = opt.cfg.threads;
+      if (opt.cfg.iters > 0) c.iters = opt.cfg.iters;
+    }
     fcbench::apply_defaults(c);
     const double t0 = fcbench::now_seconds();
     for (fcbench::Result& r : fcbench::run_config(c, seed + i)) rows.push_back(std::move(r));

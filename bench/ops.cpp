@@ -34,6 +34,7 @@ double flop_count(const Config& c) {
   const double b = double(c.batch), h = double(c.heads), sq = double(c.seq_q),
                sk = double(c.seq_k), d = double(c.head_dim);
   if (c.op == "softmax-v") return 2.0 * b * h * sq * sk * d;  // exps not counted
+  if (c.op == "gemm-ukernel") return 2.0 * sq * sk * d * double(std::max(c.threads, 1));
   if (c.op == "gemm-chain") return 2.0 * b * h * sq * d * sk + 2.0 * b * h * sq * sk * d;
   double pairs = sq * sk;
   if (c.causal && c.seq_q == c.seq_k) {
@@ -263,7 +264,8 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   const bool with_naive = r.cfg.vs_naive && r.cfg.impl != "naive";
   Rng rng(seed);
   try {
-    if (r.cfg.impl == "naive") run_naive(r, rng);
+    if (r.cfg.op == "gemm-ukernel") run_gemm_ukernel(r, seed);
+    else if (r.cfg.impl == "naive") run_naive(r, rng);
     else if (r.cfg.op == "attention") run_attention(r, rng, with_naive ? &naive : nullptr);
     else if (r.cfg.op == "softmax-v") run_softmax_v(r, rng);
     else run_gemm_chain(r, rng);

@@ -55,13 +55,14 @@ const Probe kProbes[] = {
 };
 
 double measure(const Probe& p, int threads) {
-  // Calibrate reps to ~20 ms per run on one thread, then take the best of kRuns runs with
-  // every thread looping at once (total flops / wall time). Best, not median: a ceiling is
-  // what the unit can do, and on a shared machine other processes only ever lower it
-  // (a median taken under load once gave kernels at 175% of "peak").
-  constexpr double kRunSeconds = 0.02;
-  constexpr int kRuns = 9;
-  long reps = 1000;
+  // Calibrate reps to ~2 ms per run on one thread, then take the best of kRuns runs with
+  // every thread looping at once (total flops / wall time). Best of many short runs, not
+  // a median of long ones: a ceiling is what the unit can do, and on a shared machine
+  // other processes only ever lower it; short runs are the likeliest to run undisturbed
+  // (a median of 20 ms runs taken under load once gave kernels at 175% of "peak").
+  constexpr double kRunSeconds = 0.002;
+  constexpr int kRuns = 41;
+  long reps = 100;
   for (;;) {
     const double t0 = now_seconds();
     p.loop(reps);

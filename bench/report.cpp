@@ -32,7 +32,7 @@ std::string shape(const Config& c) {
   // snprintf rather than string operator+: GCC 12 -O3 warns falsely (-Wrestrict) on the latter.
   char buf[160];
   const long long m = c.batch * c.heads * c.seq_q;
-  if (c.op == "softmax-v") {
+  if (c.op == "softmax-v" || c.op == "gemm-ukernel") {
     std::snprintf(buf, sizeof buf, "M%lld L%lld d%lld", m, (long long)c.seq_k, (long long)c.head_dim);
   } else if (c.op == "gemm-chain") {
     std::snprintf(buf, sizeof buf, "M%lld K1=N=%lld K2=%lld", m, (long long)c.head_dim, (long long)c.seq_k);
@@ -85,7 +85,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     auto add = [&note](const std::string& s) { if (!s.empty()) note += (note.empty() ? "" : "; ") + s; };
     if (!std::isnan(r.speedup_vs_naive)) add(fmt("%.1fx vs naive", r.speedup_vs_naive));
     add(r.check_subset);
-    if (c.strategy == "auto" && c.op != "gemm-chain" && c.impl != "naive") add("auto chose " + r.strategy_ran);
+    if (c.strategy == "auto" && (c.op == "attention" || c.op == "softmax-v") && c.impl != "naive") add("auto chose " + r.strategy_ran);
     const Phases& p = r.phases;
     auto ph = [&p](double v) { return p.present ? fmt_us(v) : std::string("-"); };
     std::printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
@@ -96,7 +96,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
                 ph(p.gemm_us).c_str(), ph(p.norm_us).c_str(), note.c_str());
   }
   if (show_peaks) {
-    std::printf("\nPeaks (measured at start-up, best of 9 x 20 ms FMA loops per ISA and thread count):");
+    std::printf("\nPeaks (measured at start-up, best of 41 x 2 ms FMA loops per ISA and thread count):");
     for (const auto& [name, gf] : peaks) std::printf("  %s = %.1f GFLOP/s", name.c_str(), gf);
     if (peaks.empty()) std::printf(" none");
     std::printf("\nPhase columns: us per call, each thread's time averaged over threads "

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "cpu/dispatch/dispatch.hpp"
 
 namespace fcbench {
 namespace {
@@ -73,13 +74,30 @@ void quick_suite(std::vector<Config>& out) {
   out.push_back(gc);
 }
 
+// One GEMM-only row per micro-kernel in the kernel list (skipped rows say why).
+void ukernel_suite(std::vector<Config>& out) {
+  for (int i = 0; i < flashcore::cpu::gemm_ukernel_count(); ++i) {
+    const flashcore::cpu::GemmUkernel& k = flashcore::cpu::gemm_ukernel(i);
+    Config c;
+    c.label = k.key;
+    c.op = "gemm-ukernel";
+    c.impl = k.key;
+    c.dtype = flashcore::to_string(k.ab);
+    c.batch = 1; c.heads = 1; c.seq_q = k.mr; c.seq_k = 512; c.head_dim = 256;
+    c.threads = 1;
+    c.check = true;
+    out.push_back(c);
+  }
+}
+
 }  // namespace
 
-const char* suite_names() { return "default, quick"; }
+const char* suite_names() { return "default, quick, ukernels"; }
 
 bool suite_configs(const std::string& name, std::vector<Config>& out, std::string& err) {
   if (name == "default") default_suite(out);
   else if (name == "quick") quick_suite(out);
+  else if (name == "ukernels") ukernel_suite(out);
   else {
     err = "unknown suite '" + name + "' (have: " + suite_names() + ")";
     return false;

@@ -1,0 +1,106 @@
+// GEMM-only rows, one per micro-kernel of the kernel list (seed 000's "GEMM-only" row: the
+// P V product with pre-packed operands, no softmax). The ceiling a fused pipeline can
+// reach with that kernel, as % of the measured peak of the kernel's ISA.
+//
+// Shape: C[MR x d] += P[L keys x MR] V[L x d], d = --head-dim (256), L = --seq-k (512:
+// the packed V, L x d fp32 = 512 KiB, stays in this CPU's 1 MiB L2), in key tiles of
+// 256 as the pipelines run it. With N threads each thread runs its own copy.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "bench.hpp"
+#include "cases.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+#include "peak.hpp"
+#include "timing.hpp"
+
+namespace fcbench {
+namespace {
+
+constexpr int64_t kKeyTile = 256;
+
+const flashcore::cpu::GemmUkernel* find_kernel(const std::string& key) {
+  for (int i = 0; i < flashcore::cpu::gemm_ukernel_count(); ++i)
+    if (key == flashcore::cpu::gemm_ukernel(i).key) return &flashcore::cpu::gemm_ukernel(i);
+  return nullptr;
+}
+
+// One thread's operands: A = P as k-major [L][MR], B = V as d/NR panels of [L][NR], C.
+struct Operands {
+  HostArray a, b, c;
+};
+
+}  // namespace
+
+void run_gemm_ukernel(Result& r, uint64_t seed) {
+  const Config& cfg = r.cfg;
+  const flashcore::cpu::GemmUkernel* k = find_kernel(cfg.impl);
+  if (k == nullptr) throw std::runtime_error("no micro-kernel named '" + cfg.impl + "' in this build");
+  if (!flashcore::cpu::isa_available(k->isa))
+    throw std::runtime_error(std::string("skipped: this CPU lacks ") + flashcore::cpu::isa_name(k->isa));
+  const int64_t mr = k->mr, nr = k->nr, d = cfg.head_dim, npanels = (d + nr - 1) / nr;
+  const int64_t kc = (kKeyTile + k->k_align - 1) / k->k_align * k->k_align;
+  const int64_t l = (cfg.seq_k + kc - 1) / kc * kc;  // whole key tiles
+  const int64_t ldc = npanels * nr;
+  Rng rng(seed);
+  std::vector<Operands> ops(static_cast<size_t>(cfg.threads));
+  for (Operands& o : ops) {
+    o.a = random_array(k->ab, l * mr, 0.0f, 1.0f, rng);  // probabilities are >= 0
+    o.b = random_array(k->ab, npanels * l * nr, -1.0f, 1.0f, rng);
+    o.c = empty_array(k->acc, mr * ldc);
+  }
+  auto one = [&](Operands& o) {
+    const int64_t ea = int64_t(flashcore::dtype_size(k->ab));
+    const char* a = static_cast<const char*>(o.a.data());
+    const char* b = static_cast<const char*>(o.b.data());
+    char* c = static_cast<char*>(o.c.data());
+    const int64_t ec = int64_t(flashcore::dtype_size(k->acc));
+    for (int64_t k0 = 0; k0 < l; k0 += kc)
+      for (int64_t p = 0; p < npanels; ++p)
+        k->fn(kc, a + k0 * mr * ea, mr, b + (p * l + k0) * nr * ea, c + p * nr * ec, ldc, k0 > 0);
+  };
+  auto call = [&] {
+#pragma omp parallel num_threads(cfg.threads)
+    one(ops[size_t(omp_get_thread_num())]);
+  };
+
+  // Check thread 0's C against the same product in double.
+  call();
+  if (cfg.check) {
+    const Operands& o = ops[0];
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        double ref = 0;
+        for (int64_t kk = 0; kk < l; ++kk)
+          ref += double(o.a.at(kk * mr + i)) * double(o.b.at(((j / nr) * l + kk) * nr + j % nr));
+        const double diff = double(o.c.at(i * ldc + j)) - ref;
+        num += diff * diff;
+        den += ref * ref;
+      }
+    r.rel_err = std::sqrt(num / den);
+    r.tol = tolerance(cfg);
+    r.check_ok = !std::isnan(r.rel_err) && r.rel_err <= r.tol;
+  }
+  const Stats st = time_calls(call, cfg.iters);
+  r.p50_us = st.p50_us;
+  r.p90_us = st.p90_us;
+  r.iters = st.iters;
+  r.kernel = k->key;
+  r.strategy_ran = "gemm-only";
+  r.cfg.seq_k = l;
+  r.cfg.seq_q = mr;
+  r.gflops = 2.0 * double(mr * l * d) * cfg.threads / (r.p50_us * 1e-6) * 1e-9;
+  if (const Peak* pk = peak_for_isa(flashcore::cpu::isa_name(k->isa), cfg.threads)) {
+    r.peak_name = pk->name;
+    r.peak_gflops = pk->gflops;
+    r.pct_peak = 100.0 * r.gflops / pk->gflops;
+  }
+  r.note = "kc=" + std::to_string(kc) + (cfg.threads > 1 ? ", one copy per thread" : "");
+}
+
+}  // namespace fcbench
