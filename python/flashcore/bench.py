@@ -342,10 +342,11 @@ def main(argv=None):
             if a.strategy != "auto":
                 c.strategy = a.strategy
 
+    # The overhead first, on a quiet process (before other threads pools are busy).
+    overhead = None if a.no_overhead else measure_overhead(a.overhead_iters)
     rows = []
     for c in configs:
         rows.append(run_config(c, a.iters, a.check, torch))
-    overhead = None if a.no_overhead else measure_overhead(a.overhead_iters)
 
     if a.json:
         for r in rows:

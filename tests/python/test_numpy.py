@@ -37,7 +37,9 @@ def check_attention(rng, shape, dtype, *, strategy="auto", exp="exact", causal=F
     assert np.array_equal(np.isfinite(lse), finite)
     assert (lse[~finite] == -np.inf).all()
     if finite.any():
-        assert np.abs(lse[finite] - lse_ref[finite]).max() <= 1e-3 * max(1.0, np.abs(lse_ref[finite]).max())
+        # f16/bf16 kernels may round scores to the storage type (AVX512-FP16 paths do).
+        lse_tol = FAST_EXP_TOL if exp == "fast" else {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}[dtype]
+        assert np.abs(lse[finite] - lse_ref[finite]).max() <= lse_tol * max(1.0, np.abs(lse_ref[finite]).max())
     return out
 
 
