@@ -71,7 +71,7 @@ void f16_12x2_sve(int64_t kc, const void* a, int64_t as, const void* b, void* c,
   for (int64_t k0 = 0; k0 < kc; k0 += kChunk) {
     const int64_t n = kc - k0 < kChunk ? kc - k0 : kChunk;
     widen_a(n, a16 + k0 * as, as, kMr, abuf);
-    gemm_panel<2, 1>(n, abuf, kMr, b16 + k0 * kNr, kNr, static_cast<float*>(c), ldc,
+    gemm_panel<2, 1, Swp::widen_ahead>(n, abuf, kMr, b16 + k0 * kNr, kNr, static_cast<float*>(c), ldc,
                      accumulate || k0 > 0, svcntw(), r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23);
   }
 }
@@ -81,7 +81,7 @@ void f16_12x2_noepi4_sve(int64_t kc, const void* a, int64_t as, const void* b, v
   static_assert(f16_12x2_noepi4_sve_shape.mr == 12 && f16_12x2_noepi4_sve_shape.k_align == 4);
   const Fz16Scope fz16;
   svfloat16_t r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23;
-  gemm_panel<2, 4>(kc, static_cast<const float16_t*>(a), as, static_cast<const float16_t*>(b),
+  gemm_panel<2, 4, Swp::pingpong>(kc, static_cast<const float16_t*>(a), as, static_cast<const float16_t*>(b),
                    f16_12x2_noepi4_sve_shape.nr, static_cast<float16_t*>(c), ldc, accumulate,
                    svcnth(), r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23);
 }

@@ -43,9 +43,11 @@ FC_SVE_INLINE svfloat32_t vload(svbool_t pg, const float* p) { return svld1(pg, 
 FC_SVE_INLINE svfloat16_t vload(svbool_t pg, const float16_t* p) { return svld1(pg, p); }
 // fp16 into fp32 lanes: LD1H into 32-bit containers, then FCVT of each container's low half
 // (base SVE has no widening FMLA, so fp32 accumulation needs fp32 operands).
-FC_SVE_INLINE svfloat32_t vload(svbool_t pg, const uint16_t* p) {
-  return svcvt_f32_f16_x(svptrue_b8(), svreinterpret_f16(svld1uh_u32(pg, p)));
+FC_SVE_INLINE svuint32_t vload_raw(svbool_t pg, const uint16_t* p) { return svld1uh_u32(pg, p); }
+FC_SVE_INLINE svfloat32_t widen(svuint32_t raw) {
+  return svcvt_f32_f16_x(svptrue_b8(), svreinterpret_f16(raw));
 }
+FC_SVE_INLINE svfloat32_t vload(svbool_t pg, const uint16_t* p) { return widen(vload_raw(pg, p)); }
 FC_SVE_INLINE void vstore(svbool_t pg, float* p, svfloat32_t v) { svst1(pg, p, v); }
 FC_SVE_INLINE void vstore(svbool_t pg, float16_t* p, svfloat16_t v) { svst1(pg, p, v); }
 FC_SVE_INLINE void vzero(svfloat32_t& v) { v = svdup_n_f32(0.0f); }
@@ -80,14 +82,42 @@ FC_SVE_INLINE void acc_fma(int e, const TA* ak, V& av, V b0, V b1, V b2, V b3, V
   r = svmla_x(svptrue_b8(), r, v == 0 ? b0 : v == 1 ? b1 : v == 2 ? b2 : b3, av);
 }
 
+// B row k: NV vectors (slots past NV repeat the first; they are never used).
+template <int kNv, class TB, class V>
+FC_SVE_INLINE void b_row(svbool_t p0, svbool_t p1, svbool_t p2, svbool_t p3, const TB* bk,
+                         int64_t vl, V& b0, V& b1, V& b2, V& b3) {
+  b0 = vload(p0, bk);
+  b1 = kNv > 1 ? vload(p1, bk + vl) : b0;
+  b2 = kNv > 2 ? vload(p2, bk + 2 * vl) : b0;
+  b3 = kNv > 3 ? vload(p3, bk + 3 * vl) : b0;
+}
+
+// The MR*NV FMLAs of one k step.
+template <int kNv, class TA, class V, class... Vs>
+FC_SVE_INLINE void k_fmas(const TA* ak, V b0, V b1, V b2, V b3, V& r0, Vs&... rs) {
+  V av;
+  int e = 0;
+  acc_fma<kNv>(e++, ak, av, b0, b1, b2, b3, r0);
+  (acc_fma<kNv>(e++, ak, av, b0, b1, b2, b3, rs), ...);
+}
+
 // C[MR x NR] (=|+=) A^T B for one panel, in passes of NV vectors (one pass at 512 bits).
 // TA/TB are the element types of A and B as the k loop reads them (uint16_t B = fp16
-// widened to fp32 lanes); kKu is the k unroll (k_align of the entry: kc % kKu == 0).
-template <int kNv, int kKu, class TA, class TB, class TC, class V, class... Vs>
+// widened to fp32 lanes); kKu is the k unroll of the entry (k_align: kc % kKu == 0).
+//
+// Software pipelined by one k step: B row k+1 is loaded (and widened) while the FMLAs of
+// row k issue, so the load latency (11 cycles on A64FX, + 9 for FCVT) is not exposed at
+// the start of each step. The two B register sets alternate (ping-pong) over an even
+// unroll, so the rotation costs no register moves (which would take FMA-pipe slots). The
+// last steps are peeled so that nothing past the panel is read.
+enum class Swp { none, pingpong, widen_ahead };
+
+template <int kNv, int kKu, Swp kSwp, class TA, class TB, class TC, class V, class... Vs>
 FC_SVE_INLINE void gemm_panel(int64_t kc, const TA* a, int64_t as, const TB* b, int64_t nr,
                               TC* c, int64_t ldc, int accumulate, int64_t vl, V& r0,
                               Vs&... rs) {
   static_assert(kNv >= 1 && kNv <= 4 && (1 + sizeof...(Vs)) % kNv == 0);
+  constexpr int kU = kKu % 2 == 0 ? kKu : 2 * kKu;  // even unroll
   for (int64_t j0 = 0; j0 < nr; j0 += kNv * vl) {
     const Cols cols{j0, nr, vl};
     {
@@ -95,23 +125,65 @@ FC_SVE_INLINE void gemm_panel(int64_t kc, const TA* a, int64_t as, const TB* b, 
       acc_begin<kNv>(cols, c + j0, ldc, accumulate, e++, r0);
       (acc_begin<kNv>(cols, c + j0, ldc, accumulate, e++, rs), ...);
     }
-    const svbool_t p0 = lanes(cols, 0, b), p1 = lanes(cols, 1, b);
-    const svbool_t p2 = lanes(cols, 2, b), p3 = lanes(cols, 3, b);
-    const TA* ak = a;
-    const TB* bk = b + j0;
-    for (int64_t k = 0; k < kc; k += kKu) {
-      for (int u = 0; u < kKu; ++u) {
-        // Unused B slots (kNv < 4) get a harmless copy of the first vector.
-        const V b0 = vload(p0, bk);
-        const V b1 = kNv > 1 ? vload(p1, bk + vl) : b0;
-        const V b2 = kNv > 2 ? vload(p2, bk + 2 * vl) : b0;
-        const V b3 = kNv > 3 ? vload(p3, bk + 3 * vl) : b0;
-        V av;
+    if (kc > 0) {
+      const svbool_t p0 = lanes(cols, 0, b), p1 = lanes(cols, 1, b);
+      const svbool_t p2 = lanes(cols, 2, b), p3 = lanes(cols, 3, b);
+      const TA* ak = a;
+      const TB* bk = b + j0;
+      V b0, b1, b2, b3, n0, n1, n2, n3;
+      if constexpr (kSwp == Swp::widen_ahead) {
+        // fp16 B: row k+1 is loaded and widened while the FMLAs of row k issue, then
+        // handed over by two register moves. (A 2-step ping-pong would save the moves,
+        // but with 24 accumulators GCC 12 then spills; see docs/results/sve-mca-*.md.)
+        b_row<kNv>(p0, p1, p2, p3, bk, vl, b0, b1, b2, b3);
+        for (int64_t k = 1; k < kc; ++k) {
+          b_row<kNv>(p0, p1, p2, p3, bk + nr, vl, n0, n1, n2, n3);
+          k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
+          b0 = n0, b1 = n1, b2 = n2, b3 = n3;
+          ak += as, bk += nr;
+        }
+        k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
         int e = 0;
-        acc_fma<kNv>(e++, ak, av, b0, b1, b2, b3, r0);
-        (acc_fma<kNv>(e++, ak, av, b0, b1, b2, b3, rs), ...);
-        ak += as;
-        bk += nr;
+        acc_end<kNv>(cols, c + j0, ldc, e++, r0);
+        (acc_end<kNv>(cols, c + j0, ldc, e++, rs), ...);
+        continue;
+      }
+      if constexpr (kSwp == Swp::none) {
+        for (int64_t k = 0; k < kc; k += kKu)
+          for (int u = 0; u < kKu; ++u) {
+            b_row<kNv>(p0, p1, p2, p3, bk, vl, b0, b1, b2, b3);
+            k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
+            ak += as, bk += nr;
+          }
+        int e = 0;
+        acc_end<kNv>(cols, c + j0, ldc, e++, r0);
+        (acc_end<kNv>(cols, c + j0, ldc, e++, rs), ...);
+        continue;
+      }
+      b_row<kNv>(p0, p1, p2, p3, bk, vl, b0, b1, b2, b3);
+      int64_t k = 0;
+      for (; k + kU < kc; k += kU) {
+        for (int u = 0; u < kU; u += 2) {
+          b_row<kNv>(p0, p1, p2, p3, bk + nr, vl, n0, n1, n2, n3);
+          k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
+          ak += as, bk += nr;
+          b_row<kNv>(p0, p1, p2, p3, bk + nr, vl, b0, b1, b2, b3);
+          k_fmas<kNv>(ak, n0, n1, n2, n3, r0, rs...);
+          ak += as, bk += nr;
+        }
+      }
+      // The last 1..kU steps (kc - k, a multiple of kKu).
+      for (int u = 0; u < kU; u += 2) {
+        const bool more = k + u + 1 < kc;
+        if (more) b_row<kNv>(p0, p1, p2, p3, bk + nr, vl, n0, n1, n2, n3);
+        k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
+        if (!more) break;
+        ak += as, bk += nr;
+        const bool more2 = k + u + 2 < kc;
+        if (more2) b_row<kNv>(p0, p1, p2, p3, bk + nr, vl, b0, b1, b2, b3);
+        k_fmas<kNv>(ak, n0, n1, n2, n3, r0, rs...);
+        if (!more2) break;
+        ak += as, bk += nr;
       }
     }
     int e = 0;
