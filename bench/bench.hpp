@@ -6,6 +6,7 @@
 //   timing.cpp  steady-clock timing, p50/p90, thread pinning
 //   peak.cpp    measured FMA ceilings per ISA (peak_<isa>.cpp hold the ISA loops)
 //   report.cpp  the table and the JSON lines
+//   ukernels.cpp     GEMM-only rows per micro-kernel (--suite ukernels)
 //   cuda_runner.cpp  --backend cuda (device buffers, CUDA events / graphs)
 #pragma once
 

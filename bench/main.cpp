@@ -54,7 +54,7 @@ int print_peaks(int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string binding = fcbench::ensure_pinned_threads(argc, argv);
+  const std::string binding = fcbench::ensure_pinned_threads(argv);
 
   fcbench::Options opt;
   std::string err;

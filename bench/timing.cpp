@@ -83,8 +83,7 @@ PairStats time_pair(const std::function<void()>& a, double first_a_s,
   return ps;
 }
 
-std::string ensure_pinned_threads(int argc, char** argv) {
-  (void)argc;
+std::string ensure_pinned_threads(char** argv) {
   const char* bind = std::getenv("OMP_PROC_BIND");
   const char* places = std::getenv("OMP_PLACES");
   if (bind == nullptr && places == nullptr && std::getenv("FLASHCORE_BENCH_REEXEC") == nullptr) {

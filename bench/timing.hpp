@@ -39,7 +39,7 @@ PairStats time_pair(const std::function<void()>& a, double first_a_s,
 // OpenMP reads OMP_PROC_BIND / OMP_PLACES when the runtime starts, before main. When the
 // user set neither, set them (close / cores) and re-execute this program once so that
 // every OpenMP thread is pinned to a core. Returns a description of the binding in force.
-std::string ensure_pinned_threads(int argc, char** argv);
+std::string ensure_pinned_threads(char** argv);
 
 // Cores this process may run on (the default thread count).
 int online_cores();
