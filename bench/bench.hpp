@@ -47,6 +47,7 @@ struct Phases {
 struct Result {
   Config cfg;
   std::string error;                // non-empty: the configuration did not run
+  bool skipped = false;             // with error: not run because this CPU lacks the ISA
   std::string strategy_ran;         // after `auto` was resolved by the library
   std::string kernel;               // micro-kernel / CUDA kernel key that ran
   std::string peak_name;

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   }
 
   bool ok = true;
-  for (const auto& r : rows) ok = ok && r.error.empty() && r.check_ok;
+  for (const auto& r : rows) ok = ok && (r.error.empty() || r.skipped) && r.check_ok;
   if (opt.json) {
     for (const auto& r : rows) fcbench::print_json(r);
   } else {
@@ -110,6 +110,6 @@ int main(int argc, char** argv) {
     fcbench::print_table(rows, true);
   }
   for (const auto& r : rows)
-    if (!r.error.empty()) std::fprintf(stderr, "flashcore-bench: %s: %s\n", r.cfg.label.empty() ? r.cfg.op.c_str() : r.cfg.label.c_str(), r.error.c_str());
+    if (!r.error.empty() && !r.skipped) std::fprintf(stderr, "flashcore-bench: %s: %s\n", r.cfg.label.empty() ? r.cfg.op.c_str() : r.cfg.label.c_str(), r.error.c_str());
   return ok ? 0 : 1;
 }

@@ -74,8 +74,8 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     const std::string dt = c.dtype + (c.exp == "fast" ? "/fastexp" : "");
     if (!r.error.empty()) {
       std::printf("| %s | %s | %s | %s | %s | %s | %d | - | - | - | - | - | - | - | - | - | - | "
-                  "error: %s |\n", label.c_str(), c.op.c_str(), dt.c_str(), shape(c).c_str(),
-                  c.strategy.c_str(), c.impl.c_str(), c.threads, r.error.c_str());
+                  "%s%s |\n", label.c_str(), c.op.c_str(), dt.c_str(), shape(c).c_str(),
+                  c.strategy.c_str(), c.impl.c_str(), c.threads, r.skipped ? "" : "error: ", r.error.c_str());
       continue;
     }
     if (!r.peak_name.empty()) peaks[r.peak_name] = r.peak_gflops;
@@ -152,7 +152,7 @@ void print_json(const Result& r) {
   if (!std::isnan(r.speedup_vs_naive)) kv("speedup_vs_naive", json_num(r.speedup_vs_naive));
   if (!c.label.empty()) kv("label", json_str(c.label));
   if (!r.note.empty()) kv("note", json_str(r.note));
-  if (!r.error.empty()) kv("error", json_str(r.error));
+  if (!r.error.empty()) kv(r.skipped ? "skipped" : "error", json_str(r.error));
   kv("seed", std::to_string(r.seed));
   std::printf("%s}\n", s.c_str());
 }

@@ -40,8 +40,11 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
   const Config& cfg = r.cfg;
   const flashcore::cpu::GemmUkernel* k = find_kernel(cfg.impl);
   if (k == nullptr) throw std::runtime_error("no micro-kernel named '" + cfg.impl + "' in this build");
-  if (!flashcore::cpu::isa_available(k->isa))
-    throw std::runtime_error(std::string("skipped: this CPU lacks ") + flashcore::cpu::isa_name(k->isa));
+  if (!flashcore::cpu::isa_available(k->isa)) {
+    r.skipped = true;
+    r.error = std::string("skipped: this CPU lacks ") + flashcore::cpu::isa_name(k->isa);
+    return;
+  }
   const int64_t mr = k->mr, nr = k->nr, d = cfg.head_dim, npanels = (d + nr - 1) / nr;
   const int64_t kc = (kKeyTile + k->k_align - 1) / k->k_align * k->k_align;
   const int64_t l = (cfg.seq_k + kc - 1) / kc * kc;  // whole key tiles
