@@ -153,11 +153,28 @@ def _window(window) -> tuple[int, int]:
     return int(left), int(right)
 
 
-def _attention_args(q, k, v, causal, window, scale, return_lse, out, strategy, exp,
-                    cu_seqlens_q, cu_seqlens_k, threads, impl, exact_fp32):
-    """Checks the Python-level arguments and allocates the outputs; returns
-    (framework, is_cuda, the _core.attention arguments). Written for the common call
-    (numpy or torch, default options) to cost ~1 us: no work beyond a lookup per option."""
+def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
+              out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
+              threads=None, impl=None, exact_fp32=False):
+    """O = softmax(scale * Q K^T + mask) V.
+
+    q: [B, Sq, H, D], k: [B, Sk, Hkv, D], v: [B, Sk, Hkv, Dv] (H % Hkv == 0), any strides
+    with a contiguous last dim (so q.transpose of a BHSD array works in place). Returns
+    out [B, Sq, H, Dv] in q's framework, dtype and device, and with return_lse=True also
+    lse [B, H, Sq] float32 (natural log of the softmax denominator; -inf for a fully
+    masked row, whose output is 0).
+
+    causal / window=(left, right) (-1 = unbounded) align to the bottom-right corner when
+    Sq != Sk: query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right
+    (causal: right = 0). scale defaults to 1/sqrt(D). strategy: 'auto', 'two-pass',
+    'three-pass', 'online'. exp: 'exact' or 'fast'. Varlen: B = 1 with the sequences
+    packed along dim 1 and int32 prefix sums cu_seqlens_q / cu_seqlens_k (length
+    batch + 1) on q's device; lse is then [1, H, total_q]. threads: CPU threads
+    (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
+    fp32 without TF32. CUDA arrays run on the framework's current stream.
+    """
+    # Written for the common call (numpy or torch, default options) to cost about a
+    # microsecond: a dict lookup per option, no helper calls unless something is unusual.
     tq = type(q)
     fw = _FRAMEWORK_OF_TYPE.get(tq) or _framework(q, "q")
     if type(k) is not tq:
@@ -190,43 +207,26 @@ def _attention_args(q, k, v, causal, window, scale, return_lse, out, strategy, e
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
         _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
-    cuda = fw != "numpy" and _is_cuda(q, fw)
-    stream = _cuda_stream(q, fw) if cuda else 0
-    args = (q, k, v, out, lse, 0.0 if scale is None else _scale(scale, 0.0), bool(causal),
-            wl, wr, code_s, code_e, cu_seqlens_q, cu_seqlens_k,
-            0 if threads is None else _threads(threads), None if impl is None else _impl(impl),
-            stream, bool(exact_fp32))
-    return fw, cuda, args
-
-
-def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
-              out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
-              threads=None, impl=None, exact_fp32=False):
-    """O = softmax(scale * Q K^T + mask) V.
-
-    q: [B, Sq, H, D], k: [B, Sk, Hkv, D], v: [B, Sk, Hkv, Dv] (H % Hkv == 0), any strides
-    with a contiguous last dim (so q.transpose of a BHSD array works in place). Returns
-    out [B, Sq, H, Dv] in q's framework, dtype and device, and with return_lse=True also
-    lse [B, H, Sq] float32 (natural log of the softmax denominator; -inf for a fully
-    masked row, whose output is 0).
-
-    causal / window=(left, right) (-1 = unbounded) align to the bottom-right corner when
-    Sq != Sk: query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right
-    (causal: right = 0). scale defaults to 1/sqrt(D). strategy: 'auto', 'two-pass',
-    'three-pass', 'online'. exp: 'exact' or 'fast'. Varlen: B = 1 with the sequences
-    packed along dim 1 and int32 prefix sums cu_seqlens_q / cu_seqlens_k (length
-    batch + 1) on q's device; lse is then [1, H, total_q]. threads: CPU threads
-    (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
-    fp32 without TF32. CUDA arrays run on the framework's current stream.
-    """
-    fw, cuda, args = _attention_args(q, k, v, causal, window, scale, return_lse, out,
-                                     strategy, exp, cu_seqlens_q, cu_seqlens_k, threads,
-                                     impl, exact_fp32)
-    if cuda and fw == "torch":
-        _run_on_device_of(q, _core.attention, args)
+    if scale is not None:
+        scale = _scale(scale, 0.0)
+        if scale == 0.0:  # the C++ API reads 0 as "default"; a zero scale is not a request
+            raise ValueError("scale: must be non-zero (None = 1/sqrt(D))")
+    if threads is not None:
+        threads = _threads(threads)
+    if impl is not None:
+        _impl(impl)
+    if fw != "numpy" and _is_cuda(q, fw):
+        args = (q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
+                cu_seqlens_q, cu_seqlens_k, threads or 0, impl, _cuda_stream(q, fw),
+                bool(exact_fp32))
+        if fw == "torch":
+            _run_on_device_of(q, _core.attention, args)
+        else:
+            _core.attention(*args)
     else:
-        _core.attention(*args)
-    return (args[3], args[4]) if return_lse else args[3]
+        _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
+                        cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, bool(exact_fp32))
+    return (out, lse) if return_lse else out
 
 
 def _run_on_device_of(x, fn, args):

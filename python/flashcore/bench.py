@@ -327,7 +327,6 @@ def main(argv=None):
     ap.add_argument("--overhead-iters", type=int, default=2000)
     a = ap.parse_args(argv)
 
-    torch = None if a.no_torch else _torch()
     shape_given = any(x is not None for x in (a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_k, a.head_dim))
     impl = None if a.impl == "auto" else a.impl
     if shape_given or a.op != "attention" or a.backend != "cpu" or a.dtype != "f32" or a.causal:
@@ -342,8 +341,10 @@ def main(argv=None):
             if a.strategy != "auto":
                 c.strategy = a.strategy
 
-    # The overhead first, on a quiet process (before other threads pools are busy).
+    # The overhead first, in a quiet process: before torch is imported and before other
+    # configurations leave thread pools spinning.
     overhead = None if a.no_overhead else measure_overhead(a.overhead_iters)
+    torch = None if a.no_torch else _torch()
     rows = []
     for c in configs:
         rows.append(run_config(c, a.iters, a.check, torch))

@@ -81,6 +81,7 @@ def test_bad_options():
     raises(ValueError, "window", flashcore.attention, q, k, v, window=(1, -5))
     raises(ValueError, "scale", flashcore.attention, q, k, v, scale=float("nan"))
     raises(TypeError, "scale", flashcore.attention, q, k, v, scale="big")
+    raises(ValueError, "scale", flashcore.attention, q, k, v, scale=0.0)
     raises(ValueError, "threads", flashcore.attention, q, k, v, threads=-1)
     raises(TypeError, "impl", flashcore.attention, q, k, v, impl=3)
     raises(ValueError, "impl", flashcore.attention, q, k, v, impl="no_such_kernel")
