@@ -33,6 +33,7 @@ struct Config {
   bool check = false;
   int tile_m = 0, tile_n = 0;       // --tile BMxBN: CUDA tile override (0 = the table's)
   bool vs_naive = false;            // attention f32: time the naive baseline alongside
+  bool portable = false;            // force the portable kernels for this row (suites)
   std::string label;                // suite row name (empty for a single run)
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench.hpp"
+#include "flashcore/flashcore.hpp"
 
 namespace fcbench {
 
@@ -85,6 +86,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     auto add = [&note](const std::string& s) { if (!s.empty()) note += (note.empty() ? "" : "; ") + s; };
     if (!std::isnan(r.speedup_vs_naive)) add(fmt("%.1fx vs naive", r.speedup_vs_naive));
     add(r.check_subset);
+    if (c.portable && !flashcore::force_generic()) add("portable kernels forced");
     if (c.strategy == "auto" && (c.op == "attention" || c.op == "softmax-v") && c.impl != "naive") add("auto chose " + r.strategy_ran);
     const Phases& p = r.phases;
     auto ph = [&p](double v) { return p.present ? fmt_us(v) : std::string("-"); };
@@ -151,6 +153,7 @@ void print_json(const Result& r) {
   if (c.tile_m > 0) kv("tile", json_str(std::to_string(c.tile_m) + "x" + std::to_string(c.tile_n)));
   if (!std::isnan(r.speedup_vs_naive)) kv("speedup_vs_naive", json_num(r.speedup_vs_naive));
   if (!c.label.empty()) kv("label", json_str(c.label));
+  if (c.portable) kv("portable_forced", "true");
   if (!r.note.empty()) kv("note", json_str(r.note));
   if (!r.error.empty()) kv(r.skipped ? "skipped" : "error", json_str(r.error));
   kv("seed", std::to_string(r.seed));

@@ -54,10 +54,12 @@ void default_suite(std::vector<Config>& out) {
   gc.batch = 1; gc.heads = 1; gc.seq_q = 256; gc.seq_k = 8192; gc.head_dim = 256;
   gc.check = true;
   out.push_back(gc);
-  // Issue 2's speed row and its naive baseline (2 threads each, calls interleaved).
+  // Issue 2's speed row: the portable kernels beside the naive baseline (2 threads each,
+  // calls interleaved, same inputs).
   Config ours = att("issue2-speed", "auto", "f32", 1, 8, 8, 2048, 2048, 128);
   ours.threads = 2;
   ours.vs_naive = true;
+  ours.portable = true;
   out.push_back(ours);
 }
 
