@@ -52,6 +52,9 @@ const Probe kProbes[] = {
 #if defined(FCB_PEAK_AVX512F)
     {"avx512f", "fp32_fma", flashcore::cpu::Isa::avx512f, peak_loop_avx512f_fp32},
 #endif
+#if defined(FCB_PEAK_AVX512FP16)
+    {"avx512fp16", "fp16_fma", flashcore::cpu::Isa::avx512fp16, peak_loop_avx512fp16_fp16},
+#endif
 };
 
 double measure(const Probe& p, int threads) {

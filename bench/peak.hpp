@@ -24,5 +24,8 @@ double peak_loop_generic_fp32(long reps);
 #if defined(FCB_PEAK_AVX512F)
 double peak_loop_avx512f_fp32(long reps);
 #endif
+#if defined(FCB_PEAK_AVX512FP16)
+double peak_loop_avx512fp16_fp16(long reps);
+#endif
 
 }  // namespace fcbench
