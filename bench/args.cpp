@@ -38,9 +38,14 @@ void print_usage(const char* argv0) {
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
       "softmax(S[M,L]) V[L,d] with M = B*H*Sq, L = Sk, d = D; gemm-chain E[M,N] =\n"
       "(A[M,K1] B[K1,K2]) C[K2,N] with M = B*H*Sq, K2 = Sk, K1 = N = D.\n"
+      "Defaults: attention B1 H8 S1024 D128; softmax-v M12 L32768 d256; gemm-chain M256\n"
+      "K1=N=256 K2=8192; Hkv = H, Sk = Sq; threads = online cores (pinned); iters adaptive\n"
+      "(~0.3 s of calls, at least 5). Inputs are random with a fresh seed (--seed N repeats).\n"
       "--impl naive: the bench's naive fp32 attention (the baseline of issue 2); --vs-naive\n"
       "times it alongside the chosen kernel, calls interleaved, and prints the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
+      "--list prints the kernel keys; --peaks the measured FMA ceilings of this CPU.\n"
+      "Exit status: 0 ok, 1 a row failed or missed its --check tolerance, 2 bad arguments.\n"
       "Suites: %s\n",
       argv0, suite_names());
 }
