@@ -20,8 +20,9 @@ namespace flashcore::cuda {
 using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 
 // Kernel entry points, one per instance TU (names = keys).
-cudaError_t fwd_simt_f32(const FwdParams&, cudaStream_t);
-#define FC_SM80_FWD(dt, ty, hd, bm, bn, st) cudaError_t fwd_sm80_##dt##_hd##hd##_##bm##x##bn(const FwdParams&, cudaStream_t);
+cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
+#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st) \
+  cudaError_t fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
 #undef FC_SM80_FWD
 
@@ -30,7 +31,7 @@ namespace {
 struct Instance {
   const char* key;
   DType dtype;
-  int head_dim, block_m, block_n, stages;
+  int head_dim, block_m, block_n, warps, stages;
   LaunchFn fn;
   // Dynamic shared memory of the sm80 kernel: Q tile + kStages K and V tiles, rows
   // padded to a multiple of 64 elements (see common/swizzle.cuh).
@@ -42,30 +43,40 @@ struct Instance {
 
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16;
 const Instance kInstances[] = {
-#define FC_SM80_FWD(dt, ty, hd, bm, bn, st) \
-  {"fwd_sm80_" #dt "_hd" #hd "_" #bm "x" #bn, dtype_##dt, hd, bm, bn, st, fwd_sm80_##dt##_hd##hd##_##bm##x##bn},
+#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st)                                                 \
+  {"fwd_sm80_" #dt "_hd" #hd "_" #bm "x" #bn "_w" #wp, dtype_##dt, hd, bm, bn, wp, st, \
+   fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp},
 #include "instances_enabled.inc"
 #undef FC_SM80_FWD
 };
-constexpr const char* kSimtKey = "fwd_simt_f32";
+constexpr const char* kSimtKey = "fwd_sm80_f32_hd256_simt";
 constexpr int kMaxHeadDim = 256;
 
 struct DeviceInfo {
-  int id = -1, major = 0, minor = 0, smem_optin = 0;
+  int id = -1, major = 0, minor = 0, smem_optin = 0, sms = 0;
 };
 
 [[noreturn]] void cuda_fail(Status code, const std::string& what, cudaError_t e) {
   throw_error(code, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
-// Current device; throws `unsupported` when there is none or it predates sm80.
+// Current device; throws `unsupported` when there is none or it predates sm80. The
+// attributes are cached per thread for the last device seen (short shapes would pay
+// microseconds per call for the queries).
 DeviceInfo device_info(bool require_sm80) {
+  thread_local DeviceInfo cached;
   DeviceInfo d;
   cudaError_t e = cudaGetDevice(&d.id);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, d.id);
+  if (e == cudaSuccess && cached.id == d.id) {
+    d = cached;
+  } else {
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, d.id);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, d.id);
-  if (e == cudaSuccess)
-    e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.id);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.id);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, d.id);
+    if (e == cudaSuccess) cached = d;
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();
     cuda_fail(Status::unsupported, "q: CUDA tensors given, but no usable CUDA device", e);
@@ -118,18 +129,27 @@ const Instance* find_key(const char* key) {
 
 // First instance (table order = preference) for this dtype that covers the head dim,
 // fits the device's shared memory and matches a forced tile.
-const Instance* pick(const core::AttentionProblem& p, int hd, const DeviceInfo& dev) {
+const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, const DeviceInfo& dev) {
   int best_hd = INT_MAX;
   for (const Instance& i : kInstances)
     if (i.dtype == p.dtype && i.head_dim >= hd && i.head_dim < best_hd) best_hd = i.head_dim;
   if (best_hd == INT_MAX)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                                          ") has no CUDA instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
+  const Instance* first = nullptr;
   for (const Instance& i : kInstances) {
     if (i.dtype != p.dtype || i.head_dim != best_hd) continue;
     if (p.tile_m != 0 && (i.block_m != p.tile_m || i.block_n != p.tile_n)) continue;
-    if (i.smem() <= dev.smem_optin) return &i;
+    if (i.smem() > dev.smem_optin) continue;
+    if (first == nullptr) {
+      first = &i;
+      // Enough CTAs to cover every SM once: keep the preferred tile.
+      if (p.tile_m != 0 || (sq + i.block_m - 1) / i.block_m * p.heads * p.batch >= dev.sms) return first;
+    } else if (i.block_m < first->block_m) {
+      return &i;  // a short problem: smaller query blocks put more SMs to work
+    }
   }
+  if (first != nullptr) return first;
   if (p.tile_m != 0)
     throw_error(Status::unsupported, "params.tile_m: no CUDA instance with tile " + std::to_string(p.tile_m) + "x" +
                                          std::to_string(p.tile_n) + " for " + to_string(p.dtype) + " head dim " +
@@ -190,7 +210,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       if (inst->smem() > dev.smem_optin)
         throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' needs more shared memory than this device has");
     } else {
-      inst = pick(p, int(hd), dev);
+      inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq, dev);
     }
   } else if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, kSimtKey) != 0) {
     throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA f32 kernel (" + kSimtKey + ")");
@@ -227,7 +247,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   }
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;
 
-  const cudaError_t e = f32 ? fwd_simt_f32(f, stream) : inst->fn(f, stream);
+  const cudaError_t e = f32 ? fwd_sm80_f32_hd256_simt(f, stream) : inst->fn(f, stream);
   if (e != cudaSuccess)
     cuda_fail(Status::device_error, std::string("CUDA kernel ") + (f32 ? kSimtKey : inst->key) + " failed to launch", e);
 }

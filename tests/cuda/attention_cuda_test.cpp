@@ -78,12 +78,13 @@ struct Case {
   int64_t pad = 0;     // extra elements after every row
   bool exact_fp32 = false;
   int tile_m = 0, tile_n = 0;
+  std::string impl;  // force a kernel by key
   std::string str() const {
     return std::string(fctest::name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" +
            std::to_string(D) + " Dv" + std::to_string(Dv < 0 ? D : Dv) + (causal ? " causal" : "") +
            " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" + (bhsd ? " bhsd" : "") +
-           (tile_m ? " tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) : "");
+           (tile_m ? " tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) : "") + " " + impl;
   }
 };
 
@@ -113,6 +114,7 @@ void run_case(const Case& c) {
   p.exact_fp32 = c.exact_fp32;
   p.tile_m = c.tile_m;
   p.tile_n = c.tile_n;
+  p.impl = c.impl.empty() ? nullptr : c.impl.c_str();
   if (c.lse) p.lse = &dlse.view();
   flashcore::PhaseTimes times;
   ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &times));
@@ -126,6 +128,7 @@ void run_case(const Case& c) {
   rp.lse = c.lse ? &ref_lse.view() : nullptr;
   rp.stream = nullptr;
   rp.tile_m = rp.tile_n = 0;
+  rp.impl = nullptr;
   flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
                                   ref.view(), rp);
   EXPECT_TRUE(fctest::close(o, ref, out_tol(c.dtype, c.Sk))) << "kernel " << times.kernel;
@@ -232,17 +235,22 @@ TEST_P(CudaDtype, ForcedTiles) {
   int ran = 0;
   for (const auto& k : ks) {
     if (k.key.rfind(prefix, 0) != 0 || !k.available) continue;
-    // key: fwd_sm80_<dt>_hd<D>_<M>x<N>
+    // key: fwd_sm80_<dt>_hd<D>_<M>x<N>_w<warps>: once by key, once by tile_m/tile_n.
     const std::string rest = k.key.substr(prefix.size());
     Case c;
     c.dtype = GetParam();
     c.D = std::stoi(rest);
-    const size_t u = rest.find('_'), x = rest.find('x');
-    c.tile_m = std::stoi(rest.substr(u + 1));
-    c.tile_n = std::stoi(rest.substr(x + 1));
     c.Sq = 300;
     c.Sk = 301;
     c.causal = true;
+    c.impl = k.key;
+    run_case(c);
+    c.impl.clear();
+    const size_t u = rest.find('_'), x = rest.find('x');
+    c.tile_m = std::stoi(rest.substr(u + 1));
+    c.tile_n = std::stoi(rest.substr(x + 1));
+    c.causal = false;
+    c.wl = 40;
     run_case(c);
     ++ran;
   }

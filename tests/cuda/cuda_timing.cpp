@@ -37,7 +37,7 @@ double median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
-void run(const Shape& s, flashcore::DType dt, int tile_m, int tile_n, int iters) {
+void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   using namespace flashcore;
   const size_t es = dtype_size(dt);
   const int64_t n = s.B * s.S * s.H * s.D;
@@ -77,8 +77,7 @@ void run(const Shape& s, flashcore::DType dt, int tile_m, int tile_n, int iters)
   AttentionParams p;
   p.causal = s.causal;
   p.stream = st;
-  p.tile_m = tile_m;
-  p.tile_n = tile_n;
+  p.impl = impl;
   PhaseTimes pt;
   try {
     attention(tq, tk, tv, to, p, &pt);
@@ -167,15 +166,12 @@ int main(int argc, char** argv) {
   for (flashcore::DType dt : dts)
     for (const Shape& s : shapes) {
       if (!all_tiles) {
-        run(s, dt, 0, 0, iters);
+        run(s, dt, nullptr, iters);
         continue;
       }
       const std::string prefix = std::string("fwd_sm80_") + flashcore::to_string(dt) + "_hd" + std::to_string(s.D) + "_";
-      for (const auto& k : ks) {
-        if (k.key.rfind(prefix, 0) != 0) continue;
-        const std::string t = k.key.substr(prefix.size());
-        run(s, dt, std::atoi(t.c_str()), std::atoi(t.c_str() + t.find('x') + 1), iters);
-      }
+      for (const auto& k : ks)
+        if (k.key.rfind(prefix, 0) == 0 && k.available) run(s, dt, k.key.c_str(), iters);
     }
   return 0;
 }

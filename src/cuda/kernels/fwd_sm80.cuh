@@ -1,6 +1,7 @@
 // fwd_sm80: fused attention forward on mma.sync tensor cores (sm80, sm86, sm89, and sm90
-// as a fallback). One CTA computes kBlockM query rows of one (sequence, head); each warp
-// owns 16 of them. Per key tile of kBlockN keys:
+// as a fallback). One CTA computes kBlockM query rows of one (sequence, head); each of
+// its kWarps warps owns kBlockM / kWarps of them (16 or 32: with 32, every K and V
+// fragment read from shared memory feeds two MMAs). Per key tile of kBlockN keys:
 //
 //   S  = Q K^T                  ldmatrix Q, K from swizzled smem; m16n8k16, fp32 acc
 //   S' = S * scale * log2 e     band mask -> -inf, only on tiles the band cuts
@@ -13,6 +14,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/swizzle.cuh"
 #include "cuda/kernels/params.hpp"
@@ -23,10 +26,10 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages>
 struct FwdSm80Traits {
-  static constexpr int kWarps = kBlockM / 16;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMI = kBlockM / (16 * kWarps);  // 16-row fragments per warp
   static constexpr int kPitch = SwizzledTile<kHeadDim>::kPitch;
   static constexpr int kNF = kBlockN / 8;    // 8-key fragments of S
   static constexpr int kKS = kHeadDim / 16;  // k-steps of Q K^T
@@ -35,19 +38,18 @@ struct FwdSm80Traits {
   static constexpr int kTileQ = kBlockM * kPitch * 2;  // bytes
   static constexpr int kTileKV = kBlockN * kPitch * 2;
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV;
-  // Two CTAs per SM (so one's prologue/epilogue overlaps the other's mainloop) when the
-  // 65536 registers allow it without spills (128 per thread at 8 warps: hd64 only).
-  static constexpr int kMinBlocks = kHeadDim <= 64 ? 2 : 1;
-  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
+  // 4-warp CTAs: ask for two per SM (<= 255 registers each), so that one CTA's
+  // prologue and epilogue overlap the other's mainloop; 8-warp CTAs: one.
+  static constexpr int kMinBlocks = kWarps <= 4 ? 2 : 1;
+  static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
 };
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
-__global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
-                                  FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kMinBlocks)
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages>
+__global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>::kThreads,
+                                  FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
-  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  using Tile = SwizzledTile<kHeadDim>;
-  constexpr int kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
+  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
+  constexpr int kMI = Tr::kMI, kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = ptx::smem_addr(smem);
@@ -88,18 +90,30 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     ptx::cp_async_commit();
   }
 
-  float acc[kDF][4];
+  float acc[kMI][kDF][4];
 #pragma unroll
-  for (int i = 0; i < kDF; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  OnlineSoftmax<2> sm;
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int i = 0; i < kDF; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.f;
+  OnlineSoftmax<2 * kMI> sm;
   sm.init();
 
-  // ldmatrix lane roles (see ptx::mma_16816 for the fragment layouts).
-  const int q_row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, q_col = (lane / 16) * 8;
-  const int k_row = (lane % 8) + (lane / 16) * 8, k_col = ((lane / 8) % 2) * 8;
-  const int v_row = (lane % 8) + ((lane / 8) % 2) * 8, v_col = (lane / 16) * 8;
+  // ldmatrix lane roles (see ptx::mma_16816 for the fragment layouts). Warp w owns
+  // rows [w * 16 kMI, (w + 1) * 16 kMI) of the block, fragment mi rows +16 mi. Every
+  // lane's ldmatrix row is = lane (mod 8), so the swizzled chunk of logical chunk
+  // 8 b + 2 j + c is 8 b + ((2 j + c) ^ lane % 8): four per-lane bases per operand (j)
+  // and compile-time offsets for the rest (row blocks, b, the stage).
+  constexpr uint32_t kRowBytes = Tr::kPitch * 2;
+  const int r7 = lane % 8, cq = lane / 16, ck = (lane / 8) % 2;
+  uint32_t q_base[4], k_base[4], v_base[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    q_base[j] = sQ + (warp * 16 * kMI + r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
+    k_base[j] = sK + (r7 + cq * 8) * kRowBytes + (((2 * j + ck) ^ r7) * 16);
+    v_base[j] = sV + (r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
+  }
   const int g = lane / 4, t = lane % 4;
-  const int row0 = m0 + warp * 16 + g;  // this lane's rows: row0 and row0 + 8
+  const int row0 = m0 + warp * 16 * kMI + g;  // this lane's rows: row0 + 16 mi + {0, 8}
 
   for (int n = tiles.lo; n < tiles.hi; ++n) {
     const int it = n - tiles.lo;
@@ -110,87 +124,110 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
       ptx::cp_async_commit();
     }
-    const int stage = it % kStages;
-    const uint32_t sKs = sK + stage * Tr::kTileKV, sVs = sV + stage * Tr::kTileKV;
+    const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
 
-    // S = Q K^T
-    float s[1][kNF][4];
+    // S = Q K^T; each K fragment pair serves all kMI row fragments of the warp.
+    float s[kMI][kNF][4];
 #pragma unroll
-    for (int i = 0; i < kNF; ++i) s[0][i][0] = s[0][i][1] = s[0][i][2] = s[0][i][3] = 0.f;
-    // Partly unrolled: fully unrolled, the compiler hoists every K ldmatrix of the tile
-    // and runs out of registers at large head dims (spills).
-#pragma unroll 2
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int i = 0; i < kNF; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
+#pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
-      uint32_t a[4];
-      ptx::ldmatrix_x4(a, sQ + Tile::offset(q_row, ks * 16 + q_col));
+      uint32_t a[kMI][4];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+        ptx::ldmatrix_x4(a[mi], q_base[ks % 4] + mi * 16 * kRowBytes + (ks / 4) * 128);
 #pragma unroll
       for (int nf = 0; nf < kNF; nf += 2) {
         uint32_t bk[4];
-        ptx::ldmatrix_x4(bk, sKs + Tile::offset(nf * 8 + k_row, ks * 16 + k_col));
-        ptx::mma_16816<T>(s[0][nf], a, bk[0], bk[1]);
-        ptx::mma_16816<T>(s[0][nf + 1], a, bk[2], bk[3]);
+        ptx::ldmatrix_x4(bk, k_base[ks % 4] + stage_off + nf * 8 * kRowBytes + (ks / 4) * 128);
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi) {
+          ptx::mma_16816<T>(s[mi][nf], a[mi], bk[0], bk[1]);
+          ptx::mma_16816<T>(s[mi][nf + 1], a[mi], bk[2], bk[3]);
+        }
       }
     }
 
     // Scale to the log2 domain; mask only where the band or Sk cuts this tile.
     const bool full = n >= tiles.full_lo && n < tiles.full_hi;
 #pragma unroll
-    for (int nf = 0; nf < kNF; ++nf) {
+    for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[0][nf][e] * p.scale_log2;
-        if (!full) {
-          const int i = row0 + (e / 2) * 8, j = n * kBlockN + nf * 8 + 2 * t + (e % 2);
-          if (!band.visible(i, j)) x = -INFINITY;
+      for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mi][nf][e] * p.scale_log2;
+          if (!full) {
+            const int i = row0 + 16 * mi + (e / 2) * 8, j = n * kBlockN + nf * 8 + 2 * t + (e % 2);
+            if (!band.visible(i, j)) x = -INFINITY;
+          }
+          s[mi][nf][e] = x;
         }
-        s[0][nf][e] = x;
-      }
-    }
 
-    float corr[2];
-    sm.update<1, kNF>(s, corr);
+    float corr[2 * kMI];
+    sm.template update<kMI, kNF>(s, corr);
 #pragma unroll
-    for (int df = 0; df < kDF; ++df) {
-      acc[df][0] *= corr[0];
-      acc[df][1] *= corr[0];
-      acc[df][2] *= corr[1];
-      acc[df][3] *= corr[1];
-    }
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int df = 0; df < kDF; ++df) {
+        acc[mi][df][0] *= corr[2 * mi];
+        acc[mi][df][1] *= corr[2 * mi];
+        acc[mi][df][2] *= corr[2 * mi + 1];
+        acc[mi][df][3] *= corr[2 * mi + 1];
+      }
 
     // O += P V: the S accumulators of keys [16 pk, 16 pk + 16) are exactly the A
     // fragment of one k-step once packed to 16 bits.
 #pragma unroll
     for (int pk = 0; pk < kPK; ++pk) {
-      uint32_t a[4];
-      a[0] = ptx::pack2<T>(s[0][2 * pk][0], s[0][2 * pk][1]);
-      a[1] = ptx::pack2<T>(s[0][2 * pk][2], s[0][2 * pk][3]);
-      a[2] = ptx::pack2<T>(s[0][2 * pk + 1][0], s[0][2 * pk + 1][1]);
-      a[3] = ptx::pack2<T>(s[0][2 * pk + 1][2], s[0][2 * pk + 1][3]);
+      uint32_t a[kMI][4];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) {
+        a[mi][0] = ptx::pack2<T>(s[mi][2 * pk][0], s[mi][2 * pk][1]);
+        a[mi][1] = ptx::pack2<T>(s[mi][2 * pk][2], s[mi][2 * pk][3]);
+        a[mi][2] = ptx::pack2<T>(s[mi][2 * pk + 1][0], s[mi][2 * pk + 1][1]);
+        a[mi][3] = ptx::pack2<T>(s[mi][2 * pk + 1][2], s[mi][2 * pk + 1][3]);
+      }
 #pragma unroll
       for (int df = 0; df < kDF; df += 2) {
         uint32_t bv[4];
-        ptx::ldmatrix_x4_trans(bv, sVs + Tile::offset(pk * 16 + v_row, df * 8 + v_col));
-        ptx::mma_16816<T>(acc[df], a, bv[0], bv[1]);
-        ptx::mma_16816<T>(acc[df + 1], a, bv[2], bv[3]);
+        ptx::ldmatrix_x4_trans(bv, v_base[(df / 2) % 4] + stage_off + pk * 16 * kRowBytes + (df / 8) * 128);
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi) {
+          ptx::mma_16816<T>(acc[mi][df], a[mi], bv[0], bv[1]);
+          ptx::mma_16816<T>(acc[mi][df + 1], a[mi], bv[2], bv[3]);
+        }
       }
     }
   }
   ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
 
   sm.finish();
-  T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + (seq.q_row0) * p.o_ss + h * p.o_sh;
+  T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
   float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
-  store_output<T, kDF>(acc, sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+    store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t);
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages>
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
-  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  // Opt in to more than 48 KiB of dynamic shared memory (once per process is enough,
-  // but the attribute call is cheap and keeps this free of static state).
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem);
+  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
+  // Opt in to more than 48 KiB of dynamic shared memory, once per device (bit d of
+  // `done`): the call costs microseconds, which short shapes would pay on every launch.
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit == 0 || (done.load(std::memory_order_relaxed) & bit) == 0) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem);
+    if (e != cudaSuccess) return e;
+    done.fetch_or(bit, std::memory_order_relaxed);
+  }
   const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
   return cudaGetLastError();

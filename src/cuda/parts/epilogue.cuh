@@ -11,8 +11,8 @@
 namespace flashcore::cuda {
 
 template <typename T, int kDF>
-__device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const float (&m)[2],
-                                             const float (&l)[2], T* go, int64_t o_ss, float* glse,
+__device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const float* m, const float* l,
+                                             T* go, int64_t o_ss, float* glse,
                                              int row0, int sq, int dv, int t) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {

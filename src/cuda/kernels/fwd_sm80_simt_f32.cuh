@@ -1,4 +1,4 @@
-// fwd_simt_f32: fp32-storage attention on the FFMA (SIMT) units, exact exp2f. One warp
+// fwd_sm80_f32_hd256_simt: fp32 attention on the FFMA (SIMT) units, exact exp2f. One warp
 // per query row: lane l holds q and o at d = l + 32 i; a score is a warp-wide sum (five
 // xor-shuffles), then the running max / sum update of the online softmax is the same
 // on every lane. Keys outside the row's band are never visited. Correct for any D <= 256,
@@ -17,7 +17,7 @@ namespace flashcore::cuda {
 constexpr int kSimtRowsPerBlock = 4;  // warps per CTA, one query row each
 constexpr int kSimtMaxPerLane = 8;    // 8 * 32 = 256 = the largest head dim
 
-__global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_simt_f32_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kernel(const FwdParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, b = blockIdx.z;
   const SeqInfo seq = seq_info(p, b);
@@ -72,9 +72,9 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_simt_f32_kernel(co
         l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
 }
 
-inline cudaError_t launch_fwd_simt_f32(const FwdParams& p, cudaStream_t stream) {
+inline cudaError_t launch_fwd_sm80_simt_f32(const FwdParams& p, cudaStream_t stream) {
   const dim3 grid((p.sq + kSimtRowsPerBlock - 1) / kSimtRowsPerBlock, p.heads, p.batch);
-  fwd_simt_f32_kernel<<<grid, kSimtRowsPerBlock * 32, 0, stream>>>(p);
+  fwd_sm80_simt_f32_kernel<<<grid, kSimtRowsPerBlock * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
