@@ -500,8 +500,18 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     // Work items: (group, head in group, query block).
     const int64_t qblocks_max = (std::max<int64_t>(p.sq, 1) + g.mq - 1) / g.mq;
     const int64_t items = (g1 - g0) * p.group() * qblocks_max;
+    // Split over keys (decode-like shapes: fewer work items than threads). Each item's key
+    // tiles are cut into nsplit parts run as separate items; every part writes its own
+    // normalized O and lse to scratch, and the parts are merged with weights
+    // exp(lse_s - max lse) (FlashAttention's split-KV combine), so no thread idles.
+    const int64_t ktiles = (skp_max + g.kc - 1) / g.kc;
+    const int64_t nsplit =
+        items < nthreads ? std::min<int64_t>((nthreads + items - 1) / items, ktiles) : 1;
+    std::vector<float> split_o(static_cast<size_t>(nsplit > 1 ? items * nsplit * g.mq * p.dv : 0));
+    std::vector<float> split_lse(static_cast<size_t>(nsplit > 1 ? items * nsplit * g.mq : 0));
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
-    for (int64_t it = 0; it < items; ++it) {
+    for (int64_t it2 = 0; it2 < items * nsplit; ++it2) {
+      const int64_t it = it2 / nsplit, part = it2 % nsplit;
       Phases& ph = phases[size_t(omp_get_thread_num())];
       Lap lap(timed);
       const int64_t qb = it % qblocks_max;
@@ -554,12 +564,61 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         }
       };
       float* lse_row = p.lse ? p.lse + bb * p.lse_sb + h * p.lse_sh + q_off + i0 : nullptr;
-      const BlockOut out{static_cast<char*>(p.o) +
-                             (bb * p.o_sb + (q_off + i0) * p.o_ss + h * p.o_sh) * es_in,
-                         p.o_ss, p.dtype, rows, p.dv, lse_row};
+      BlockOut out{static_cast<char*>(p.o) +
+                       (bb * p.o_sb + (q_off + i0) * p.o_ss + h * p.o_sh) * es_in,
+                   p.o_ss, p.dtype, rows, p.dv, lse_row};
       if (key_hi <= key_lo) key_lo = key_hi = 0;  // every row fully masked: O = 0
+      if (nsplit > 1) {
+        // This part's tiles [t0, t1) of the sequence; ranges stay tile-aligned, so no key
+        // is seen by two parts.
+        const int64_t nt = (skp + g.kc - 1) / g.kc;
+        key_lo = std::max(key_lo, nt * part / nsplit * g.kc);
+        key_hi = std::min(key_hi, nt * (part + 1) / nsplit * g.kc);
+        if (key_hi <= key_lo) key_lo = key_hi = 0;
+        out = BlockOut{split_o.data() + it2 * g.mq * p.dv, p.dv, DType::f32, rows, p.dv,
+                       split_lse.data() + it2 * g.mq};
+      }
       softmax_block(g, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, vpack, skp, dvp,
                     out, timed, ph);
+    }
+    if (nsplit > 1) {
+      Lap lap(timed);
+#pragma omp parallel for num_threads(nthreads)
+      for (int64_t it = 0; it < items; ++it) {
+        const int64_t qb = it % qblocks_max;
+        const int64_t hg = (it / qblocks_max) % p.group();
+        const int64_t gi = g0 + it / (qblocks_max * p.group());
+        const int64_t b = gi / p.kv_heads, hk = gi % p.kv_heads, h = hk * p.group() + hg;
+        const int64_t q_off = p.cu_q ? p.cu_q[b] : 0;
+        const int64_t sq = p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.sq;
+        const int64_t i0 = qb * g.mq, bb = varlen ? 0 : b;
+        if (i0 >= sq) continue;
+        std::vector<float> acc(static_cast<size_t>(p.dv));
+        for (int64_t i = 0; i < std::min(g.mq, sq - i0); ++i) {
+          float mx = kNegInf;
+          for (int64_t s = 0; s < nsplit; ++s)
+            mx = std::max(mx, split_lse[size_t((it * nsplit + s) * g.mq + i)]);
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          float wsum = 0.0f;
+          if (mx != kNegInf) {  // every part fully masked: O = 0, lse = -inf
+            for (int64_t s = 0; s < nsplit; ++s) {
+              const float w = std::exp(split_lse[size_t((it * nsplit + s) * g.mq + i)] - mx);
+              const float* os = split_o.data() + ((it * nsplit + s) * g.mq + i) * p.dv;
+              for (int64_t j = 0; j < p.dv; ++j) acc[size_t(j)] += w * os[j];
+              wsum += w;
+            }
+            for (float& x : acc) x /= wsum;
+          }
+          core::convert_row(acc.data(), p.dv,
+                            static_cast<char*>(p.o) +
+                                (bb * p.o_sb + (q_off + i0 + i) * p.o_ss + h * p.o_sh) * es_in,
+                            p.dtype);
+          if (p.lse)
+            p.lse[bb * p.lse_sb + h * p.lse_sh + q_off + i0 + i] =
+                mx == kNegInf ? kNegInf : mx + std::log(wsum);
+        }
+      }
+      lap.to(phases[0].normalize);
     }
   }
   report(times, phases, g, strategy);
