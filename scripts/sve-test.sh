@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Cross-builds flashcore for aarch64 (cmake/toolchain-aarch64.cmake) and runs the CPU tests
+# under qemu-aarch64 at 128-, 256- and 512-bit SVE vectors (.ci/run calls this through
+# scripts/test.sh). Emulation runs at ~0.2 GFLOP/s, so the suites are split to fit ~10 min
+# on 2 cores:
+#   every length:  each SVE kernel's GoogleTest (gemm + vec ops) and each SVE kernel forced
+#                  through attention / softmax_v / gemm_chain against the fp64 reference
+#                  (every strategy and exp2 mode), the list/dispatch consistency checks;
+#   512 bits once: the op suites on the automatic choice (softmax_v, gemm_chain, exp2,
+#                  edge cases), the argument-error suites and the C ABI test.
+# Left out under emulation: Cpu/AttentionTest.MatchesReference (O(minutes) per case in
+# qemu; the attention path of every SVE kernel is covered by the forced-kernel tests) and
+# the portable kernels' forced-kernel tests (run natively by the release stage).
+# Env: FC_JOBS (default nproc), FC_SVE_BITS (default "128 256 512"), FC_SVE_BUILD.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/sve-deps.sh
+jobs=${FC_JOBS:-$(nproc)}
+build=${FC_SVE_BUILD:-build/sve}
+t0=$SECONDS
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64.cmake \
+      -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_BUILD_BENCH=OFF -DFLASHCORE_BUILD_PYTHON=OFF >/dev/null
+ninja -C "$build" -j"$jobs"
+echo "sve: built in $((SECONDS - t0)) s"
+
+per_length='_sve$|vecops_sve|GemmUkernelList|VecOpsList'
+once_excl='_sve$|vecops_sve|GemmUkernelList|VecOpsList|AttentionTest\.MatchesReference|_generic$'
+failed=()
+run_at() {  # run_at BITS CTEST-ARGS...: every length runs even when an earlier one failed
+  local bits=$1; shift
+  cmake -DFLASHCORE_QEMU_SVE_BITS="$bits" "$build" >/dev/null   # changes only the test commands
+  local t=$SECONDS
+  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600 "$@" || failed+=("${bits}-bit")
+  # Guard against stale test lists: the discovered tests must run at this length.
+  grep -q "sve${bits}=on" "$build"/tests/flashcore_ukernel_tests*_tests.cmake ||
+    { echo "sve: tests did not run at ${bits} bits"; failed+=("${bits}-bit (stale)"); }
+  echo "sve: ${bits}-bit tests in $((SECONDS - t)) s"
+}
+for bits in ${FC_SVE_BITS:-128 256 512}; do
+  run_at "$bits" -R "$per_length"
+done
+run_at 512 -E "$once_excl"
+echo "sve: all done in $((SECONDS - t0)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "sve: FAILED at ${failed[*]}"
+  exit 1
+fi
