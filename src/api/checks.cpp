@@ -50,7 +50,15 @@ void check_tensor(const Tensor& t, const char* name, int rank, const char* layou
   for (int i = 0; i < rank; ++i)
     if (t.shape[i] > 0) span += __int128(t.shape[i] - 1) * t.strides[i];
   if (span > (__int128(1) << 56)) bad(name, "shape " + shape_str(t) + " with these strides spans too much memory");
-  if (t.numel() > 0 && t.data == nullptr) bad(name, "data is a null pointer");
+  // Element count: each dim is <= 2^40, so the product of four can overflow int64 (and
+  // Tensor::numel with it) even when zero strides keep the span small. Refuse it here.
+  __int128 count = 1;
+  for (int i = 0; i < rank; ++i) {
+    count *= t.shape[i];
+    if (count > (__int128(1) << 56))
+      bad(name, "shape " + shape_str(t) + " has more elements than flashcore can index");
+  }
+  if (count > 0 && t.data == nullptr) bad(name, "data is a null pointer");
 }
 
 // [first byte, one past last byte) of a non-empty view.

@@ -30,9 +30,11 @@ constexpr float kRoundMagic = 12582912.0f;
 
 static inline float exp2_exact(float x) {
   using namespace exp2_detail;
-  x = x < -151.0f ? -151.0f : (x > 128.0f ? 128.0f : x);
-  const float nf = (x + kRoundMagic) - kRoundMagic;
-  const float f = x - nf;
+  // The clamp sends NaN to -151 so that the int conversion below stays defined (NaN to
+  // int is undefined behaviour); f keeps the NaN, so NaN in gives NaN out.
+  const float xc = x >= -151.0f ? (x <= 128.0f ? x : 128.0f) : -151.0f;
+  const float nf = (xc + kRoundMagic) - kRoundMagic;
+  const float f = x == x ? xc - nf : x;
   float p = 1.5337569417518130e-4f;
   p = p * f + 1.3399860276460376e-3f;
   p = p * f + 9.6185195618845430e-3f;
@@ -51,9 +53,10 @@ static inline float exp2_exact(float x) {
 
 static inline float exp2_fast(float x) {
   using namespace exp2_detail;
-  x = x < -126.0f ? -127.0f : (x > 127.0f ? 127.0f : x);
-  const float nf = (x + kRoundMagic) - kRoundMagic;
-  const float f = x - nf;
+  // NaN: as in exp2_exact (the integer part from the clamp, the NaN through f).
+  const float xc = x >= -126.0f ? (x <= 127.0f ? x : 127.0f) : -127.0f;
+  const float nf = (xc + kRoundMagic) - kRoundMagic;
+  const float f = x == x ? xc - nf : x;
   float p = 2.3783041826769766e-1f;
   p = p * f + 7.0339652313338260e-1f;
   p = p * f + 1.0005137006082232f;

@@ -1,0 +1,349 @@
+// libFuzzer target: random bytes -> shapes, strides, dtypes, devices, null and aliasing
+// pointers, parameters -> attention / softmax_v / gemm_chain / reference / the C ABI
+// (or, for calls that would do too much work to keep the fuzzer fast, the checks alone).
+// Every call must return normally or throw flashcore::Error (the C ABI: return a status
+// with a message); anything else (another exception, a sanitizer report, a leak, a
+// timeout) is a bug.
+//
+// Memory safety of the harness itself: every tensor points into one real buffer and is
+// given a pointer only when the elements its shape and strides reach lie inside that
+// buffer (else nullptr), so an access out of the buffer is the library's fault. Dims
+// are small (< 16) except for rare extreme values, which never fit the buffer.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "api/checks.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+#include "flashcore/flashcore.h"
+#include "flashcore/flashcore.hpp"
+
+namespace {
+
+namespace fc = flashcore;
+
+constexpr size_t kBufBytes = size_t(1) << 20;
+// Zero strides let a small buffer back a huge logical tensor, which the library may
+// legally compute on; above this many multiply-adds only the argument checks run.
+constexpr double kMaxWork = double(1 << 22);
+
+// A bound on the loop trips of a call, fast path or fp64 reference (which has no early
+// exits), from its nominal dims: every dim counts as at least 1.
+double work(std::initializer_list<int64_t> dims) {
+  double w = 1;
+  for (int64_t d : dims) w *= double(std::max<int64_t>(d, 0)) + 1;
+  return w;
+}
+
+// Input bytes, read front to back; zeros once exhausted.
+class Reader {
+ public:
+  Reader(const uint8_t* d, size_t n) : d_(d), n_(n) {}
+  uint8_t u8() { return i_ < n_ ? d_[i_++] : 0; }
+  uint16_t u16() { return uint16_t(u8() | (u8() << 8)); }
+  bool bit() { return u8() & 1; }
+
+  // Mostly 0..15; one byte in eight picks an extreme value.
+  int64_t dim() {
+    const uint8_t b = u8();
+    if ((b >> 5) != 0) return b & 15;
+    static const int64_t kSpecial[] = {0, -1, int64_t(1) << 40, (int64_t(1) << 40) + 1,
+                                       std::numeric_limits<int64_t>::max(),
+                                       std::numeric_limits<int64_t>::min(), int64_t(1) << 20, 65537};
+    return kSpecial[b & 7];
+  }
+
+ private:
+  const uint8_t* d_;
+  size_t n_, i_ = 0;
+};
+
+struct Arena {
+  alignas(64) static inline uint8_t buf[kBufBytes];
+  alignas(64) static inline uint8_t pristine[kBufBytes];
+  static void reset() {
+    static const bool init = [] {
+      // Small finite values in every dtype's view: bytes 0x00..0x3F make f32/f16/bf16
+      // numbers below 2 in magnitude (and small positive ints).
+      uint32_t s = 1;
+      for (size_t i = 0; i < kBufBytes; ++i) {
+        s = s * 1664525u + 1013904223u;
+        pristine[i] = uint8_t((s >> 24) & 0x3F);
+      }
+      return true;
+    }();
+    (void)init;
+    std::memcpy(buf, pristine, kBufBytes);
+  }
+};
+
+enum class Reach { nothing, range, too_far };
+
+// The [lo, hi] element offsets a view reaches (extreme dims or strides: too far for any
+// buffer, which also keeps this arithmetic from overflowing).
+Reach reach(const fc::Tensor& t, __int128* lo, __int128* hi) {
+  const int rank = std::clamp(t.rank, 0, fc::kMaxRank);
+  constexpr int64_t kFar = int64_t(1) << 32;
+  *lo = *hi = 0;
+  bool far = false;
+  for (int i = 0; i < rank; ++i) {
+    if (t.shape[i] <= 0) return Reach::nothing;
+    if (t.shape[i] > kFar || t.strides[i] > kFar || t.strides[i] < -kFar) far = true;
+    if (far) continue;
+    const __int128 span = __int128(t.shape[i] - 1) * t.strides[i];
+    (span < 0 ? *lo : *hi) += span;
+  }
+  if (rank == 0) return Reach::nothing;
+  return far ? Reach::too_far : Reach::range;
+}
+
+fc::DType dtype_of(uint8_t b) {
+  // Mostly the expected CPU dtypes; sometimes fp8, i32 or an unknown code.
+  static const int kCodes[] = {0, 0, 0, 1, 2, 1, 2, 5, 3, 4, 0, 1, 2, 0, 9, -1};
+  return static_cast<fc::DType>(kCodes[b & 15]);
+}
+
+// One tensor of (nominal) rank `rank` whose dims are chosen by `dims`.
+fc::Tensor make_tensor(Reader& r, int rank, const int64_t* dims, fc::DType dtype) {
+  fc::Tensor t;
+  const uint8_t mode = r.u8();
+  t.rank = (mode & 0xF0) == 0xF0 ? (mode & 7) : rank;  // rarely a wrong rank (0..7)
+  t.dtype = (mode & 0x0C) == 0x0C ? dtype_of(r.u8()) : dtype;
+  const uint8_t dev = r.u8();
+  t.device = dev >= 250 ? fc::Device::cuda : (dev == 249 ? static_cast<fc::Device>(2) : fc::Device::cpu);
+  const int n = std::min(t.rank, fc::kMaxRank);
+  for (int i = 0; i < n; ++i) t.shape[i] = i < rank ? dims[i] : r.dim();
+  // Strides: row-major (maybe padded), the middle dims swapped (BHSD / column-major),
+  // or raw values (maybe negative or huge).
+  const uint8_t layout = r.u8() & 3;
+  int order[fc::kMaxRank] = {0, 1, 2, 3};
+  if (layout == 1 && n >= 2) std::swap(order[n - 2], order[n >= 3 ? n - 3 : n - 2]);
+  if (layout == 1 && n == 2) std::swap(order[0], order[1]);
+  if (layout == 3) {
+    for (int i = 0; i < n; ++i) t.strides[i] = r.dim();
+  } else {
+    const int64_t pad = layout == 2 ? (r.u8() & 7) : 0;
+    __int128 s = 1;
+    for (int j = n - 1; j >= 0; --j) {
+      const int d = order[j];
+      t.strides[d] = int64_t(std::min<__int128>(s, std::numeric_limits<int64_t>::max()));
+      s *= std::max<int64_t>(t.shape[d], 1);
+      if (j == n - 1) s += pad;
+      if (s > (__int128(1) << 62)) s = __int128(1) << 62;
+    }
+  }
+  // Data: a pointer into the buffer when everything the view reaches fits, else null;
+  // sometimes null on purpose. Offsets are multiples of 4 bytes (every dtype's alignment).
+  const uint16_t where = r.u16();
+  const size_t es = std::max<size_t>(fc::dtype_size(t.dtype), 1);
+  __int128 lo, hi;
+  const Reach rc = reach(t, &lo, &hi);
+  if (rc == Reach::nothing) {
+    // Reaches nothing: any pointer will do. (nullptr is legal here too, but the CPU
+    // pipelines then form `nullptr + offset` row pointers, undefined behaviour that
+    // UBSan reports; known and reported, so empty views get a real pointer.)
+    t.data = Arena::buf + (where & 0x3FF) * 4;
+  } else if ((where & 0xF000) == 0xF000 || rc == Reach::too_far) {
+    t.data = nullptr;
+  } else {
+    const __int128 base = __int128(where & 0x3FFF) * 64;  // the view's element 0, in bytes
+    const __int128 first = base + lo * __int128(es), last = base + (hi + 1) * __int128(es);
+    t.data = (first >= 0 && last <= __int128(kBufBytes)) ? Arena::buf + size_t(base) : nullptr;
+  }
+  return t;
+}
+
+const char* impl_of(Reader& r) {
+  const uint8_t b = r.u8();
+  if (b < 160) return nullptr;
+  if (b < 176) return "auto";
+  if (b < 184) return "";
+  if (b < 192) return "f32_0x0_nonesuch";
+  const int n = fc::cpu::gemm_ukernel_count();
+  return fc::cpu::gemm_ukernel(b % n).key;
+}
+
+float scale_of(Reader& r) {
+  static const float kScales[] = {0.0f, 1.0f, 0.125f, -1.0f, 1e30f, std::numeric_limits<float>::quiet_NaN(),
+                                  std::numeric_limits<float>::infinity(), 3.0f};
+  return kScales[r.u8() & 7];
+}
+
+// Triage: FLASHCORE_FUZZ_TRACE=1 prints every decoded tensor (replay one input with it).
+void trace(const char* name, const fc::Tensor& t) {
+  static const bool on = std::getenv("FLASHCORE_FUZZ_TRACE") != nullptr;
+  if (!on) return;
+  std::fprintf(stderr, "%s: rank %d dtype %d device %d data %s shape", name, t.rank, int(t.dtype),
+               int(t.device), t.data ? "buf" : "null");
+  for (int i = 0; i < fc::kMaxRank; ++i) std::fprintf(stderr, " %lld", (long long)t.shape[i]);
+  std::fprintf(stderr, " strides");
+  for (int i = 0; i < fc::kMaxRank; ++i) std::fprintf(stderr, " %lld", (long long)t.strides[i]);
+  std::fprintf(stderr, "\n");
+}
+
+template <class F>
+void expect_clean(F&& call) {
+  try {
+    call();
+  } catch (const fc::Error& e) {
+    if (e.what()[0] == '\0') std::abort();  // an error must say something
+  }
+  // Any other exception escapes to libFuzzer, which reports it as a crash.
+}
+
+fc_tensor to_c(const fc::Tensor& t) {
+  fc_tensor c;
+  c.data = t.data;
+  c.dtype = static_cast<fc_dtype>(t.dtype);
+  c.device = static_cast<fc_device>(t.device);
+  c.rank = t.rank;
+  for (int i = 0; i < 4; ++i) {
+    c.shape[i] = t.shape[i];
+    c.strides[i] = t.strides[i];
+  }
+  return c;
+}
+
+void fuzz_attention(Reader& r) {
+  const int64_t b = r.dim(), sq = r.dim(), sk = r.dim(), h = r.dim(), d = r.dim(), dv = r.dim();
+  const uint8_t g = r.u8();
+  const int64_t hkv = (g & 0x80) ? r.dim() : std::max<int64_t>(1, h / std::max(1, g & 7));
+  const fc::DType dt = dtype_of(r.u8());
+  const int64_t qd[] = {b, sq, h, d}, kd[] = {b, sk, hkv, d}, vd[] = {b, sk, hkv, dv}, od[] = {b, sq, h, dv};
+  const fc::Tensor q = make_tensor(r, 4, qd, dt), k = make_tensor(r, 4, kd, dt), v = make_tensor(r, 4, vd, dt);
+  const fc::Tensor o = make_tensor(r, 4, od, dt);
+  trace("q", q), trace("k", k), trace("v", v), trace("out", o);
+  fc::AttentionParams p;
+  p.scale = scale_of(r);
+  p.causal = r.bit();
+  p.window_left = (r.u8() & 3) ? -1 : r.dim();
+  p.window_right = (r.u8() & 3) ? -1 : r.dim();
+  p.strategy = static_cast<fc::Strategy>(r.u8() % 6);
+  p.exp2 = static_cast<fc::Exp2Mode>(r.u8() % 3);
+  p.threads = int(r.u8() % 4) - 1;
+  p.impl = impl_of(r);
+  fc::Tensor lse;
+  if (r.bit()) {
+    const int64_t ld[] = {b, h, sq};
+    lse = make_tensor(r, 3, ld, (r.u8() & 7) == 0 ? fc::DType::f16 : fc::DType::f32);
+    p.lse = &lse;
+  }
+  // Varlen: the arrays always hold varlen_batch + 1 entries (a shorter array is a caller
+  // bug the library cannot see).
+  int32_t cu_q[8], cu_k[8];
+  if ((r.u8() & 7) == 0) {
+    p.varlen_batch = int64_t(r.u8() % 8) - 1;
+    for (int i = 0; i < 8; ++i) {
+      cu_q[i] = int32_t(int8_t(r.u8()));
+      cu_k[i] = int32_t(int8_t(r.u8()));
+    }
+    const uint8_t which = r.u8() % 4;
+    p.cu_seqlens_q = which == 1 ? nullptr : cu_q;
+    p.cu_seqlens_k = which == 2 ? nullptr : cu_k;
+  }
+  if (work({q.shape[0], q.shape[1], q.shape[2], k.shape[1], q.shape[3]}) + work({q.shape[0], q.shape[1], q.shape[2], k.shape[1], v.shape[3]}) +
+          work({q.shape[0], q.shape[1], q.shape[2], v.shape[3]}) > kMaxWork) {
+    expect_clean([&] { fc::api::check_attention(q, k, v, o, p); });
+    return;
+  }
+  bool ok = false;
+  expect_clean([&] {
+    fc::attention(q, k, v, o, p);
+    ok = true;
+  });
+  if (ok) expect_clean([&] { fc::reference::attention(q, k, v, o, p); });
+
+  // The same call through the C ABI (sometimes with a null struct pointer).
+  fc_tensor cq = to_c(q), ck = to_c(k), cv = to_c(v), co = to_c(o), cl = to_c(lse);
+  fc_attention_params cp;
+  fc_attention_params_init(&cp);
+  cp.scale = p.scale;
+  cp.causal = p.causal;
+  cp.window_left = p.window_left;
+  cp.window_right = p.window_right;
+  cp.strategy = static_cast<fc_strategy>(p.strategy);
+  cp.exp2 = static_cast<fc_exp2_mode>(p.exp2);
+  cp.threads = p.threads;
+  cp.impl = p.impl;
+  cp.lse = p.lse ? &cl : nullptr;
+  cp.cu_seqlens_q = p.cu_seqlens_q;
+  cp.cu_seqlens_k = p.cu_seqlens_k;
+  cp.varlen_batch = p.varlen_batch;
+  const uint8_t nul = r.u8();
+  const fc_status st = fc_attention(nul == 1 ? nullptr : &cq, &ck, &cv, nul == 2 ? nullptr : &co,
+                                    nul == 3 ? nullptr : &cp);
+  if (int(st) < 0 || int(st) > 4) std::abort();
+  if (st != FC_OK && fc_last_error()[0] == '\0') std::abort();
+}
+
+void fuzz_softmax_v(Reader& r) {
+  const int64_t m = r.dim(), l = r.dim(), d = r.dim();
+  const fc::DType dt = dtype_of(r.u8());
+  const fc::DType st = (r.u8() & 1) ? fc::DType::i32 : fc::DType::f32;
+  const int64_t sd[] = {m, l}, vd[] = {l, d}, od[] = {m, d};
+  const fc::Tensor s = make_tensor(r, 2, sd, st), v = make_tensor(r, 2, vd, dt), o = make_tensor(r, 2, od, dt);
+  trace("s", s), trace("v", v), trace("out", o);
+  fc::SoftmaxVParams p;
+  p.scale = scale_of(r);
+  p.strategy = static_cast<fc::Strategy>(r.u8() % 6);
+  p.exp2 = static_cast<fc::Exp2Mode>(r.u8() % 3);
+  p.threads = int(r.u8() % 4) - 1;
+  p.impl = impl_of(r);
+  if (work({s.shape[0], s.shape[1], v.shape[1]}) > kMaxWork) {
+    expect_clean([&] { fc::api::check_softmax_v(s, v, o, p); });
+    return;
+  }
+  bool ok = false;
+  expect_clean([&] {
+    fc::softmax_v(s, v, o, p);
+    ok = true;
+  });
+  if (ok) expect_clean([&] { fc::reference::softmax_v(s, v, o, p); });
+  fc_tensor cs = to_c(s), cv = to_c(v), co = to_c(o);
+  const fc_status status = fc_softmax_v(&cs, &cv, &co, p.scale, static_cast<fc_strategy>(p.strategy),
+                                        static_cast<fc_exp2_mode>(p.exp2), p.threads);
+  if (status != FC_OK && fc_last_error()[0] == '\0') std::abort();
+}
+
+void fuzz_gemm_chain(Reader& r) {
+  const int64_t m = r.dim(), k1 = r.dim(), k2 = r.dim(), n = r.dim();
+  const fc::DType dt = dtype_of(r.u8());
+  const int64_t ad[] = {m, k1}, bd[] = {k1, k2}, cd[] = {k2, n}, od[] = {m, n};
+  const fc::Tensor a = make_tensor(r, 2, ad, dt), b = make_tensor(r, 2, bd, dt), c = make_tensor(r, 2, cd, dt);
+  const fc::Tensor o = make_tensor(r, 2, od, dt);
+  trace("a", a), trace("b", b), trace("c", c), trace("out", o);
+  fc::GemmChainParams p;
+  p.threads = int(r.u8() % 4) - 1;
+  p.impl = impl_of(r);
+  if (work({a.shape[0], b.shape[1], a.shape[1]}) + work({a.shape[0], b.shape[1], c.shape[1]}) > kMaxWork) {
+    expect_clean([&] { fc::api::check_gemm_chain(a, b, c, o, p); });
+    return;
+  }
+  bool ok = false;
+  expect_clean([&] {
+    fc::gemm_chain(a, b, c, o, p);
+    ok = true;
+  });
+  if (ok) expect_clean([&] { fc::reference::gemm_chain(a, b, c, o); });
+  fc_tensor ca = to_c(a), cb = to_c(b), cc = to_c(c), co = to_c(o);
+  const fc_status status = fc_gemm_chain(&ca, &cb, &cc, &co, p.threads);
+  if (status != FC_OK && fc_last_error()[0] == '\0') std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Arena::reset();
+  Reader r(data, size);
+  switch (r.u8() % 3) {
+    case 0: fuzz_attention(r); break;
+    case 1: fuzz_softmax_v(r); break;
+    default: fuzz_gemm_chain(r); break;
+  }
+  return 0;
+}
