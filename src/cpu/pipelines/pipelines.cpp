@@ -120,6 +120,30 @@ class PackBuf {
   char* p_;
 };
 
+// The large packed operands of one call (K/V, V, B and C), kept by the calling thread for
+// its next call (grow-only, like the per-thread arenas): fresh pages cost a fault and the
+// kernel's zeroing on first touch, which for gemm_chain's 16 MiB of B and C took about as
+// long as the packing itself. Slots are distinct buffers used at the same time in a call.
+char* pack_slot(int slot, size_t bytes) {
+  struct Slot {
+    char* p = nullptr;
+    size_t cap = 0;
+    ~Slot() { std::free(p); }
+  };
+  thread_local Slot slots[2];
+  Slot& s = slots[slot];
+  if (s.cap < bytes || s.p == nullptr) {
+    std::free(s.p);
+    s.cap = size_t(round_up(int64_t(bytes) + 1, 64));
+    s.p = static_cast<char*>(std::aligned_alloc(64, s.cap));
+    if (s.p == nullptr) {
+      s.cap = 0;
+      throw std::bad_alloc();
+    }
+  }
+  return s.p;
+}
+
 // ---------------------------------------------------------------- packing
 // A row source: row r starts at base + r * stride (elements of dtype).
 struct Rows {
@@ -183,19 +207,29 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
   const int64_t npanels = (cols + w - 1) / w;
   const int64_t cols_pad = npanels * w;
   char* out = static_cast<char*>(dst);
-  for (int64_t r = r0; r < r1; ++r) {
-    if (r < nrows && src.dtype == DType::f32 && t == DType::f32) {
-      // No conversion: copy the row's panel pieces straight in (this packing is a per-call
-      // cost of gemm_chain and softmax_v; the rowbuf round trip made it ~2 ns/element).
-      const float* s = static_cast<const float*>(src.row(r));
+  int64_t r = r0;
+  if (src.dtype == DType::f32 && t == DType::f32) {
+    // No conversion: copy straight in, 16 rows at a time panel by panel, so that the
+    // writes of a group are 16*w contiguous floats of one panel rather than w floats per
+    // panel per row (gemm_chain's B is 683 panels of 12 KiB: one row touched 683 pages),
+    // while the reads walk 16 rows in step. This packing is a per-call cost of gemm_chain
+    // and softmax_v.
+    constexpr int64_t kRowGroup = 16;
+    const int64_t rend = std::min(r1, nrows);
+    for (; r < rend; r += kRowGroup) {
+      const int64_t rb = std::min(kRowGroup, rend - r);
       for (int64_t p = 0; p < npanels; ++p) {
-        float* d = reinterpret_cast<float*>(out) + (p * rp + r) * w;
         const int64_t n = std::min(w, cols - p * w);
-        std::memcpy(d, s + p * w, size_t(n) * 4);
-        if (n < w) std::memset(d + n, 0, size_t(w - n) * 4);
+        float* d = reinterpret_cast<float*>(out) + (p * rp + r) * w;
+        for (int64_t i = 0; i < rb; ++i, d += w) {
+          const float* s = static_cast<const float*>(src.row(r + i)) + p * w;
+          for (int64_t j = 0; j < n; ++j) d[j] = s[j];
+          for (int64_t j = n; j < w; ++j) d[j] = 0.0f;
+        }
       }
-      continue;
     }
+  }
+  for (; r < r1; ++r) {
     if (r < nrows) {
       core::convert_row(src.row(r), src.dtype, cols, rowbuf);
       std::fill(rowbuf + cols, rowbuf + cols_pad, 0.0f);
@@ -464,7 +498,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const int64_t skp_max = round_up(std::max<int64_t>(p.sk, 1), g.key_align);
   const int64_t group_bytes = skp_max * (kp + dvp) * g.es;
   const int64_t chunk = std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
-  PackBuf packed(static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
+  char* const packed = pack_slot(0, static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
 
   for (int64_t g0 = 0; g0 < ngroups; g0 += chunk) {
     const int64_t g1 = std::min(ngroups, g0 + chunk);
@@ -479,7 +513,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         const auto [k_off, sk] = seq(p.cu_k, b, p.sk);
         const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
         const int64_t bb = varlen ? 0 : b;
-        char* kpack = packed.data() + (gi - g0) * group_bytes;
+        char* kpack = packed + (gi - g0) * group_bytes;
         char* vpack = kpack + skp_max * kp * g.es;
         std::vector<float> rowbuf(static_cast<size_t>(std::max(kp, dvp) + 64));
         const Rows krows{static_cast<const char*>(p.k.data) +
@@ -526,7 +560,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       const int64_t rows = std::min(g.mq, sq - i0);
       const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
       const int64_t bb = varlen ? 0 : b;
-      const char* kpack = packed.data() + (gi - g0) * group_bytes;
+      const char* kpack = packed + (gi - g0) * group_bytes;
       const char* vpack = kpack + skp_max * kp * g.es;
       const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
 
@@ -635,7 +669,7 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
   const int64_t dvp = round_up(p.d, g.nr);
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
-  PackBuf vpack(static_cast<size_t>(lp * dvp * g.es));
+  char* const vpack = pack_slot(0, static_cast<size_t>(lp * dvp * g.es));
   const Rows vrows{p.v, p.v_sl, p.dtype};
   {
     Lap lap(timed);
@@ -645,7 +679,7 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
       std::vector<float> rowbuf(static_cast<size_t>(dvp + 64));
       const int nt = omp_get_num_threads(), id = omp_get_thread_num();
       const int64_t b0 = nblk * id / nt, b1 = nblk * (id + 1) / nt;
-      pack_panels(vrows, p.l, p.d, lp, g.nr, b0 * g.mr, b1 * g.mr, vpack.data(), g.gk->ab,
+      pack_panels(vrows, p.l, p.d, lp, g.nr, b0 * g.mr, b1 * g.mr, vpack, g.gk->ab,
                   rowbuf.data());
     }
     lap.to(phases[0].pack);
@@ -675,7 +709,7 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
     (void)ses;
     const BlockOut out{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, rows, p.d,
                        nullptr};
-    softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, vpack.data(), lp, dvp, out,
+    softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, vpack, lp, dvp, out,
                   timed, ph);
   }
   report(times, phases, g, strategy);
@@ -692,7 +726,8 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
   // B as stage-1 A blocks ([k1p][MR] per MR columns), C as stage-2 panels ([k2p][NR]).
-  PackBuf bpack(static_cast<size_t>(k2p * k1p * g.es)), cpack(static_cast<size_t>(k2p * np * g.es));
+  char* const bpack = pack_slot(0, static_cast<size_t>(k2p * k1p * g.es));
+  char* const cpack = pack_slot(1, static_cast<size_t>(k2p * np * g.es));
   {
     Lap lap(timed);
     const Rows brows{p.b, p.b_sk, p.dtype}, crows{p.c, p.c_sk, p.dtype};
@@ -702,11 +737,11 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     {
       std::vector<float> rowbuf(static_cast<size_t>(std::max(k2p, np) + 64));
       const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-      pack_panels(brows, p.k1, p.k2, k1p, g.mr, k1p * id / nt, k1p * (id + 1) / nt, bpack.data(),
+      pack_panels(brows, p.k1, p.k2, k1p, g.mr, k1p * id / nt, k1p * (id + 1) / nt, bpack,
                   g.gk->ab, rowbuf.data());
       const int64_t nb = k2p / g.mr;
       pack_panels(crows, p.k2, p.n, k2p, g.nr, nb * id / nt * g.mr, nb * (id + 1) / nt * g.mr,
-                  cpack.data(), g.gk->ab, rowbuf.data());
+                  cpack, g.gk->ab, rowbuf.data());
     }
     lap.to(phases[0].pack);
   }
@@ -740,7 +775,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     for (int64_t j0 = jt0 * g.kc; j0 < std::min(k2p, jt1 * g.kc); j0 += g.kc) {
       const int64_t kc = std::min(g.kc, k2p - j0);
       // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
-      stage1(g, k1p, kc, bpack.data(), j0 / g.mr, apack, T);
+      stage1(g, k1p, kc, bpack, j0 / g.mr, apack, T);
       lap.to(ph.gemm);
       const char* pt = reinterpret_cast<const char*>(T);
       if (g.gk->ab != DType::f32) {
@@ -749,7 +784,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
         pt = P;
         lap.to(ph.exp_pack);
       }
-      stage2(g, kc, pt, cpack.data(), k2p, j0, np, E);
+      stage2(g, kc, pt, cpack, k2p, j0, np, E);
       lap.to(ph.gemm);
     }
     if (nsplit == 1)
