@@ -34,12 +34,27 @@ def main():
             best[k] = r
     print("| dtype | B,H,S,D | causal | flashcore kernel | us | TFLOP/s | flash TFLOP/s | cudnn TFLOP/s | vs flash | vs cudnn |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    graph_rows = []
     for k, r in best.items():
         fl, cu = peers.get((k, "flash"), {}), peers.get((k, "cudnn"), {})
         def ratio(p):
             return f"{p['us'] / r['us']:.2f}x" if "us" in p else "n/a"
         print(f"| {k[0]} | {k[1]},{k[2]},{k[3]},{k[4]} | {'yes' if k[5] else 'no'} | {r['kernel']} | {r['us']:.1f} | "
               f"{r['tflops']:.0f} | {fl.get('tflops', 'n/a')} | {cu.get('tflops', 'n/a')} | {ratio(fl)} | {ratio(cu)} |")
+        if r.get("graph_us", -1) > 0:
+            graph_rows.append((k, r, fl, cu))
+    if graph_rows:
+        print()
+        print("Short shapes, per call inside a CUDA graph of 20 calls (kernel time without launch/dispatch gaps):")
+        print()
+        print("| dtype | B,H,S,D | causal | flashcore us | flash us | cudnn us | vs flash | vs cudnn |")
+        print("|---|---|---|---|---|---|---|---|")
+        for k, r, fl, cu in graph_rows:
+            def g(p):
+                return p.get("graph_us", "n/a")
+            def gr(p):
+                return f"{p['graph_us'] / r['graph_us']:.2f}x" if "graph_us" in p else "n/a"
+            print(f"| {k[0]} | {k[1]},{k[2]},{k[3]},{k[4]} | {'yes' if k[5] else 'no'} | {r['graph_us']:.1f} | {g(fl)} | {g(cu)} | {gr(fl)} | {gr(cu)} |")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 
 // Kernel entry points, one per instance TU (names = keys).
 cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
-#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st) \
-  cudaError_t fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp(const FwdParams&, cudaStream_t);
+#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st, oc) \
+  cudaError_t fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp##_o##oc(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
 #undef FC_SM80_FWD
 
@@ -43,9 +43,9 @@ struct Instance {
 
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16;
 const Instance kInstances[] = {
-#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st)                                                 \
-  {"fwd_sm80_" #dt "_hd" #hd "_" #bm "x" #bn "_w" #wp, dtype_##dt, hd, bm, bn, wp, st, \
-   fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp},
+#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st, oc)                                        \
+  {"fwd_sm80_" #dt "_hd" #hd "_" #bm "x" #bn "_w" #wp "_o" #oc, dtype_##dt, hd, bm, bn, wp, st, \
+   fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp##_o##oc},
 #include "instances_enabled.inc"
 #undef FC_SM80_FWD
 };

@@ -79,6 +79,7 @@ struct Case {
   bool exact_fp32 = false;
   int tile_m = 0, tile_n = 0;
   std::string impl;  // force a kernel by key
+  float scale = 0.f;  // 0 = 1/sqrt(D)
   std::string str() const {
     return std::string(fctest::name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" +
@@ -112,6 +113,7 @@ void run_case(const Case& c) {
   p.window_left = c.wl;
   p.window_right = c.wr;
   p.exact_fp32 = c.exact_fp32;
+  p.scale = c.scale;
   p.tile_m = c.tile_m;
   p.tile_n = c.tile_n;
   p.impl = c.impl.empty() ? nullptr : c.impl.c_str();
@@ -224,6 +226,8 @@ TEST_P(CudaDtype, GqaMqaAndLayouts) {
   c.bhsd = true;
   c.pad = 8;
   c.D = 128;
+  run_case(c);
+  c.scale = -0.3f;  // a negative scale flips which key dominates: not folded into exp2
   run_case(c);
 }
 

@@ -26,7 +26,7 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocksPerSM>
 struct FwdSm80Traits {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kMI = kBlockM / (16 * kWarps);  // 16-row fragments per warp
@@ -38,17 +38,17 @@ struct FwdSm80Traits {
   static constexpr int kTileQ = kBlockM * kPitch * 2;  // bytes
   static constexpr int kTileKV = kBlockN * kPitch * 2;
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV;
-  // 4-warp CTAs: ask for two per SM (<= 255 registers each), so that one CTA's
-  // prologue and epilogue overlap the other's mainloop; 8-warp CTAs: one.
-  static constexpr int kMinBlocks = kWarps <= 4 ? 2 : 1;
+  // CTAs per SM the register budget is fitted to (__launch_bounds__): more warps to
+  // hide the ldmatrix/MMA/MUFU latencies vs more registers per thread (spills).
+  static constexpr int kMinBlocks = kMinBlocksPerSM;
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
 };
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages>
-__global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>::kThreads,
-                                  FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>::kMinBlocks)
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kThreads,
+                                  FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
-  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
+  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
   constexpr int kMI = Tr::kMI, kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -150,33 +150,41 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       }
     }
 
-    // Scale to the log2 domain; mask only where the band or Sk cuts this tile.
+    // Mask only where the band or Sk cuts this tile. A non-positive scale (legal, if
+    // odd) is applied up front so that the softmax can fold a positive one in.
     const bool full = n >= tiles.full_lo && n < tiles.full_hi;
+    if (!full || !(p.scale_log2 > 0.f)) {
 #pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
+      for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int nf = 0; nf < kNF; ++nf)
+        for (int nf = 0; nf < kNF; ++nf)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = s[mi][nf][e] * p.scale_log2;
-          if (!full) {
+          for (int e = 0; e < 4; ++e) {
+            float x = p.scale_log2 > 0.f ? s[mi][nf][e] : s[mi][nf][e] * p.scale_log2;
             const int i = row0 + 16 * mi + (e / 2) * 8, j = n * kBlockN + nf * 8 + 2 * t + (e % 2);
-            if (!band.visible(i, j)) x = -INFINITY;
+            if (!full && !band.visible(i, j)) x = -INFINITY;
+            s[mi][nf][e] = x;
           }
-          s[mi][nf][e] = x;
-        }
+    }
 
     float corr[2 * kMI];
-    sm.template update<kMI, kNF>(s, corr);
+    sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+    // Rescale O only when some row's max moved (after the first tiles it rarely does:
+    // this skips kDF * 4 FMULs per row fragment on most tiles).
+    bool moved = false;
 #pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
+    for (int r = 0; r < 2 * kMI; ++r) moved |= corr[r] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
-      for (int df = 0; df < kDF; ++df) {
-        acc[mi][df][0] *= corr[2 * mi];
-        acc[mi][df][1] *= corr[2 * mi];
-        acc[mi][df][2] *= corr[2 * mi + 1];
-        acc[mi][df][3] *= corr[2 * mi + 1];
-      }
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int df = 0; df < kDF; ++df) {
+          acc[mi][df][0] *= corr[2 * mi];
+          acc[mi][df][1] *= corr[2 * mi];
+          acc[mi][df][2] *= corr[2 * mi + 1];
+          acc[mi][df][3] *= corr[2 * mi + 1];
+        }
+    }
 
     // O += P V: the S accumulators of keys [16 pk, 16 pk + 16) are exactly the A
     // fragment of one k-step once packed to 16 bits.
@@ -212,10 +220,10 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t);
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
-  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
-  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages>;
+  using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
   // Opt in to more than 48 KiB of dynamic shared memory, once per device (bit d of
   // `done`): the call costs microseconds, which short shapes would pay on every launch.
   static std::atomic<uint64_t> done{0};

@@ -2,8 +2,10 @@
 // rescale). Each lane owns 2 rows per 16-row fragment (g and g+8, g = lane/4) and, per
 // 8-key fragment, 2 columns; a row is spread over the 4 lanes of a quad, so row maxima
 // need two xor-shuffles. Row sums stay per-lane until the epilogue (one reduction, not
-// one per tile). Scores are first scaled to the log2 domain (s * scale * log2 e), so
-// exp(scale * s) = 2^(s'), and masked scores are -inf, whose 2^ is exactly 0.
+// one per tile). The softmax scale is folded into the exponent: with e = scale * log2 e
+// (> 0), exp(scale * s) = 2^(s e), the running max m' is kept in that log2 domain and
+// P = 2^(fma(s, e, -m')) costs one FFMA and one MUFU per score. Masked scores are -inf,
+// whose 2^ is exactly 0.
 #pragma once
 
 #include <cmath>
@@ -14,7 +16,7 @@ namespace flashcore::cuda {
 
 template <int kRows /* 2 * fragments per warp */>
 struct OnlineSoftmax {
-  float m[kRows];  // running max of s' (log2 domain); -inf until a visible key is seen
+  float m[kRows];  // running max of s e (log2 domain); -inf until a visible key is seen
   float l[kRows];  // running sum of 2^(s' - m), this lane's columns only
 
   __device__ __forceinline__ void init() {
@@ -25,20 +27,21 @@ struct OnlineSoftmax {
     }
   }
 
-  // s[r/2][nf][..]: the tile's scaled scores, rows r = 2*mi + half. Overwrites s with
-  // P = 2^(s' - m_new) and returns in corr[] the factor that rescales the old O rows.
+  // s[r/2][nf][..]: the tile's raw scores, rows r = 2*mi + half; e > 0. Overwrites s
+  // with P = 2^(s e - m_new) and returns in corr[] the factor that rescales the old O rows.
   template <int kMI, int kNF>
-  __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float (&corr)[kRows]) {
+  __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = 2 * mi + half;
-        float mx = m[r];
+        float mx = -INFINITY;
 #pragma unroll
         for (int nf = 0; nf < kNF; ++nf) mx = fmaxf(mx, fmaxf(s[mi][nf][2 * half], s[mi][nf][2 * half + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(m[r], mx * e);
         // A row with no visible key yet keeps m = -inf; subtract 0 instead so that
         // 2^(-inf - (-inf)) never makes a NaN (its P and corr are then 0).
         const float base = mx == -INFINITY ? 0.f : mx;
@@ -47,8 +50,8 @@ struct OnlineSoftmax {
         float sum = 0.f;
 #pragma unroll
         for (int nf = 0; nf < kNF; ++nf) {
-          const float p0 = ptx::exp2_fast(s[mi][nf][2 * half] - base);
-          const float p1 = ptx::exp2_fast(s[mi][nf][2 * half + 1] - base);
+          const float p0 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half], e, -base));
+          const float p1 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half + 1], e, -base));
           s[mi][nf][2 * half] = p0;
           s[mi][nf][2 * half + 1] = p1;
           sum += p0 + p1;
