@@ -73,7 +73,7 @@ if ! skipped sve && [ -x scripts/sve-test.sh ]; then stage sve scripts/sve-test.
 python_pkg() {
   # The Python package builds its own copy of the library; CUDA is covered by the release
   # stage, so it is off here to keep CI inside its time.
-  CMAKE_ARGS="-DFLASHCORE_CUDA=OFF" python3 -m pip install --no-build-isolation -q .
+  FLASHCORE_CUDA=OFF scripts/python-deps.sh install
   python3 -m pytest tests/python -q
 }
 if ! skipped python && [ -f pyproject.toml ]; then stage python python_pkg; fi
