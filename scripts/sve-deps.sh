@@ -3,7 +3,8 @@
 # missing packages): the aarch64 GNU cross compiler (brings the target's libstdc++ and
 # libgomp) and QEMU user-mode emulation (qemu-aarch64, SVE lengths up to 2048 bits).
 # GoogleTest for the target is built from its sources in /usr/src/googletest (package
-# googletest). FC_SVE_MCA=1 adds llvm (llvm-mca with the A64FX model, for tools/mca_report.py).
+# googletest). FC_SVE_MCA=1 adds llvm (llvm-mca with the A64FX model, for
+# tools/mca_report.py).
 set -euo pipefail
 pkgs=(g++-aarch64-linux-gnu qemu-user googletest)
 [ "${FC_SVE_MCA:-0}" = 1 ] && pkgs+=(llvm)

@@ -31,7 +31,8 @@ run_at() {  # run_at BITS CTEST-ARGS...: every length runs even when an earlier 
   local bits=$1; shift
   cmake -DFLASHCORE_QEMU_SVE_BITS="$bits" "$build" >/dev/null   # changes only the test commands
   local t=$SECONDS
-  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600 "$@" || failed+=("${bits}-bit")
+  ctest --test-dir "$build" --output-on-failure -j"$jobs" --timeout 600 "$@" ||
+    failed+=("${bits}-bit")
   # Guard against stale test lists: the discovered tests must run at this length.
   grep -q "sve${bits}=on" "$build"/tests/flashcore_ukernel_tests*_tests.cmake ||
     { echo "sve: tests did not run at ${bits} bits"; failed+=("${bits}-bit (stale)"); }

@@ -4,10 +4,10 @@
 //   f16_12x2_sve         fp16 A and B, fp32 C and fp32 accumulation. Base SVE (A64FX) has
 //                        no widening fp16 FMLA, so operands are widened and the FMLAs run
 //                        in fp32: products and sums are as exact as the fp32 kernels'.
-//                        B vectors are widened as they are loaded (LD1H into 32-bit lanes +
-//                        FCVT: 2 FCVT per 24 FMLA). A is widened once per chunk of k into a
-//                        small [k][MR] fp32 buffer, so the k loop broadcasts fp32 A values
-//                        with LD1RW like f32_12x2_sve instead of paying an FCVT for each.
+//                        B rows are widened in the k loop (LD1H into 32-bit lanes + FCVT:
+//                        2 FCVT per 24 FMLA, so at most 92.3% of the FMA pipes' slots go
+//                        to FMLAs). A is widened once per chunk of k into a small [k][12]
+//                        fp32 buffer, read by 3 LD1RQW per k and lane-indexed FMLAs.
 //   f16_12x2_noepi4_sve  seed 000's "no epilogue" kernel: fp16 FMLAs accumulating in fp16 C
 //                        registers, k unrolled 4x (kc % 4 == 0). About 3 decimal digits:
 //                        each FMLA rounds to fp16 (2^-11 relative), so a sum over kc terms
@@ -67,12 +67,17 @@ void f16_12x2_sve(int64_t kc, const void* a, int64_t as, const void* b, void* c,
   float abuf[kChunk * kMr];
   const uint16_t* a16 = static_cast<const uint16_t*>(a);
   const uint16_t* b16 = static_cast<const uint16_t*>(b);
-  svfloat32_t r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23;
+  svfloat32_t
+      r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
+      r20, r21, r22, r23;
   for (int64_t k0 = 0; k0 < kc; k0 += kChunk) {
     const int64_t n = kc - k0 < kChunk ? kc - k0 : kChunk;
     widen_a(n, a16 + k0 * as, as, kMr, abuf);
-    gemm_panel<2, 1, Swp::widen_ahead>(n, abuf, kMr, b16 + k0 * kNr, kNr, static_cast<float*>(c), ldc,
-                     accumulate || k0 > 0, svcntw(), r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23);
+    gemm_panel<2, 1, Swp::widen_halves>(
+        n, abuf, kMr, b16 + k0 * kNr, kNr, static_cast<float*>(c), ldc, accumulate || k0 > 0,
+        svcntw(),
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
+        r20, r21, r22, r23);
   }
 }
 
@@ -80,10 +85,14 @@ void f16_12x2_noepi4_sve(int64_t kc, const void* a, int64_t as, const void* b, v
                          int64_t ldc, int accumulate) {
   static_assert(f16_12x2_noepi4_sve_shape.mr == 12 && f16_12x2_noepi4_sve_shape.k_align == 4);
   const Fz16Scope fz16;
-  svfloat16_t r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23;
-  gemm_panel<2, 4, Swp::pingpong>(kc, static_cast<const float16_t*>(a), as, static_cast<const float16_t*>(b),
-                   f16_12x2_noepi4_sve_shape.nr, static_cast<float16_t*>(c), ldc, accumulate,
-                   svcnth(), r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19, r20, r21, r22, r23);
+  svfloat16_t
+      r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
+      r20, r21, r22, r23;
+  gemm_panel<2, 4, Swp::pingpong>(
+      kc, static_cast<const float16_t*>(a), as, static_cast<const float16_t*>(b),
+      f16_12x2_noepi4_sve_shape.nr, static_cast<float16_t*>(c), ldc, accumulate, svcnth(),
+      r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
+      r20, r21, r22, r23);
 }
 
 }  // namespace flashcore::cpu::ukernels

@@ -12,8 +12,8 @@
 // The MR*NV accumulators are named locals of the kernel, passed by reference as one pack
 // (sizeless types may not live in arrays or structs; GCC 12 also spills ACLE tuple types,
 // so plain vectors it is). One k step loads NV B vectors, then for each row i broadcasts
-// A(k, i) (LD1RW / LD1RH) and issues NV FMLAs; instruction order is left to the compiler,
-// whose schedule tools/mca_report.py checks.
+// A(k, i) (LD1RW / LD1RH) and issues NV FMLAs. The k-loop schedule (Swp below) is chosen
+// per kernel from what tools/mca_report.py models for A64FX (docs/results/sve-mca-*.md).
 #pragma once
 
 #include <arm_sve.h>
@@ -110,7 +110,38 @@ FC_SVE_INLINE void k_fmas(const TA* ak, V b0, V b1, V b2, V b3, V& r0, Vs&... rs
 // the start of each step. The two B register sets alternate (ping-pong) over an even
 // unroll, so the rotation costs no register moves (which would take FMA-pipe slots). The
 // last steps are peeled so that nothing past the panel is read.
-enum class Swp { none, pingpong, widen_ahead };
+// One FMLA of the split-halves step (Swp::widen_halves, NV = 2, MR = 12, fp32 A): element
+// e of the accumulator pack takes part in half e % 2; its A value is lane (e/2) % 4 of the
+// 128-bit segments of aq[(e/2) / 4] (LD1RQW), which the indexed FMLA reads directly.
+template <int kHalf>
+FC_SVE_INLINE void fma_half(int e, svfloat32_t a0, svfloat32_t a1, svfloat32_t a2,
+                            svfloat32_t b, svfloat32_t& r) {
+  if (e % 2 != kHalf) return;
+  const int i = e / 2;
+  const svfloat32_t aq = i < 4 ? a0 : i < 8 ? a1 : a2;
+  switch (i % 4) {
+    case 0: r = svmla_lane(r, b, aq, 0); break;
+    case 1: r = svmla_lane(r, b, aq, 1); break;
+    case 2: r = svmla_lane(r, b, aq, 2); break;
+    default: r = svmla_lane(r, b, aq, 3); break;
+  }
+}
+template <int kHalf, class... Vs>
+FC_SVE_INLINE void fmas_half(svfloat32_t a0, svfloat32_t a1, svfloat32_t a2, svfloat32_t b,
+                             Vs&... rs) {
+  int e = 0;
+  (fma_half<kHalf>(e++, a0, a1, a2, b, rs), ...);
+}
+// Widen fp16 bits into the register of `old` (a dead value): the merging FCVT writes its
+// tied destination, so no MOVPRFX or move is needed.
+FC_SVE_INLINE svfloat32_t widen_into(svfloat32_t old, svuint32_t raw) {
+  return svcvt_f32_f16_m(old, svptrue_b8(), svreinterpret_f16(raw));
+}
+
+// k-loop schedules: none (the compiler's order; enough for the fp32 kernels in the model),
+// pingpong (B row k+1 loaded during row k, two register sets), widen_halves (fp16 B
+// widened half a step ahead, fp32 A by lane; f16_12x2_sve only).
+enum class Swp { none, pingpong, widen_halves };
 
 template <int kNv, int kKu, Swp kSwp, class TA, class TB, class TC, class V, class... Vs>
 FC_SVE_INLINE void gemm_panel(int64_t kc, const TA* a, int64_t as, const TB* b, int64_t nr,
@@ -131,18 +162,37 @@ FC_SVE_INLINE void gemm_panel(int64_t kc, const TA* a, int64_t as, const TB* b, 
       const TA* ak = a;
       const TB* bk = b + j0;
       V b0, b1, b2, b3, n0, n1, n2, n3;
-      if constexpr (kSwp == Swp::widen_ahead) {
-        // fp16 B: row k+1 is loaded and widened while the FMLAs of row k issue, then
-        // handed over by two register moves. (A 2-step ping-pong would save the moves,
-        // but with 24 accumulators GCC 12 then spills; see docs/results/sve-mca-*.md.)
-        b_row<kNv>(p0, p1, p2, p3, bk, vl, b0, b1, b2, b3);
+      if constexpr (kSwp == Swp::widen_halves) {
+        // fp16 B, fp32 A rows of 12 (a [k][12] buffer). Each step issues the 12 FMLAs of
+        // B vector 0, then the 12 of vector 1, with A read by lane (3 LD1RQW, no
+        // broadcasts). Vector 0 is dead after the first half, so the next row's vector 0
+        // is widened into its register while the second half runs, and vector 1 likewise
+        // at the top of the next step: B is widened a half step ahead with no moves, and
+        // its raw loads run a full step ahead.
+        static_assert(kNv == 2 && kKu == 1 && sizeof...(Vs) == 23);
+        const float* af = ak;
+        const svbool_t pq = svptrue_b32();
+        svuint32_t w0 = vload_raw(p0, bk), w1 = vload_raw(p1, bk + vl);
+        b0 = widen(w0), b1 = widen(w1);
         for (int64_t k = 1; k < kc; ++k) {
-          b_row<kNv>(p0, p1, p2, p3, bk + nr, vl, n0, n1, n2, n3);
-          k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
-          b0 = n0, b1 = n1, b2 = n2, b3 = n3;
-          ak += as, bk += nr;
+          const svfloat32_t a0 = svld1rq(pq, af), a1 = svld1rq(pq, af + 4),
+                            a2 = svld1rq(pq, af + 8);
+          w0 = vload_raw(p0, bk + nr), w1 = vload_raw(p1, bk + nr + vl);
+          // GCC would otherwise interleave the halves and sink loads and FCVTs to the end
+          // of the loop (measured: 17 instead of 13 modeled cycles per step). Empty asm
+          // statements pin the order: the loads stay at the top (memory clobber), and
+          // the second half reads b1 through an asm that follows the FCVT of b0.
+          __asm__ volatile("" ::: "memory");
+          fmas_half<0>(a0, a1, a2, b0, r0, rs...);
+          b0 = widen_into(b0, w0);
+          __asm__ volatile("" : "+w"(b0), "+w"(b1));
+          fmas_half<1>(a0, a1, a2, b1, r0, rs...);
+          b1 = widen_into(b1, w1);
+          af += as, bk += nr;
         }
-        k_fmas<kNv>(ak, b0, b1, b2, b3, r0, rs...);
+        const svfloat32_t a0 = svld1rq(pq, af), a1 = svld1rq(pq, af + 4), a2 = svld1rq(pq, af + 8);
+        fmas_half<0>(a0, a1, a2, b0, r0, rs...);
+        fmas_half<1>(a0, a1, a2, b1, r0, rs...);
         int e = 0;
         acc_end<kNv>(cols, c + j0, ldc, e++, r0);
         (acc_end<kNv>(cols, c + j0, ldc, e++, rs), ...);
