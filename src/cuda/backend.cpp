@@ -21,10 +21,9 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 
 // Kernel entry points, one per instance TU (names = keys).
 cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
-#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st, oc) \
-  cudaError_t fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp##_o##oc(const FwdParams&, cudaStream_t);
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
-#undef FC_SM80_FWD
+#undef FC_SM80_INST
 
 namespace {
 
@@ -43,11 +42,9 @@ struct Instance {
 
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16;
 const Instance kInstances[] = {
-#define FC_SM80_FWD(dt, ty, hd, bm, bn, wp, st, oc)                                        \
-  {"fwd_sm80_" #dt "_hd" #hd "_" #bm "x" #bn "_w" #wp "_o" #oc, dtype_##dt, hd, bm, bn, wp, st, \
-   fwd_sm80_##dt##_hd##hd##_##bm##x##bn##_w##wp##_o##oc},
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, dtype_##dt, hd, bm, bn, wp, st, key},
 #include "instances_enabled.inc"
-#undef FC_SM80_FWD
+#undef FC_SM80_INST
 };
 constexpr const char* kSimtKey = "fwd_sm80_f32_hd256_simt";
 constexpr int kMaxHeadDim = 256;
@@ -129,13 +126,18 @@ const Instance* find_key(const char* key) {
 
 // First instance (table order = preference) for this dtype that covers the head dim,
 // fits the device's shared memory and matches a forced tile.
-const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, const DeviceInfo& dev) {
+const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_t sk, const DeviceInfo& dev) {
   int best_hd = INT_MAX;
   for (const Instance& i : kInstances)
     if (i.dtype == p.dtype && i.head_dim >= hd && i.head_dim < best_hd) best_hd = i.head_dim;
   if (best_hd == INT_MAX)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                                          ") has no CUDA instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
+  // Measured on an H200 (instances.inc): at hd <= 128, with a band mask and Sk below
+  // this, the work on the diagonal tiles makes the 64-row tiles faster than the 128-row
+  // ones (at hd256 the 64-row tile is slower anyway).
+  constexpr int64_t kBandedLongSk = 12288;
+  const bool banded = (p.causal || p.window_left >= 0 || p.window_right >= 0) && best_hd <= 128;
   const Instance* first = nullptr;
   for (const Instance& i : kInstances) {
     if (i.dtype != p.dtype || i.head_dim != best_hd) continue;
@@ -143,10 +145,10 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, const 
     if (i.smem() > dev.smem_optin) continue;
     if (first == nullptr) {
       first = &i;
-      // Enough CTAs to cover every SM once: keep the preferred tile.
-      if (p.tile_m != 0 || (sq + i.block_m - 1) / i.block_m * p.heads * p.batch >= dev.sms) return first;
+      const bool few_ctas = (sq + i.block_m - 1) / i.block_m * p.heads * p.batch < dev.sms;
+      if (p.tile_m != 0 || (!few_ctas && !(banded && sk < kBandedLongSk))) return first;
     } else if (i.block_m < first->block_m) {
-      return &i;  // a short problem: smaller query blocks put more SMs to work
+      return &i;  // smaller query blocks: more SMs at work, less diagonal waste
     }
   }
   if (first != nullptr) return first;
@@ -210,7 +212,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       if (inst->smem() > dev.smem_optin)
         throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' needs more shared memory than this device has");
     } else {
-      inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq, dev);
+      const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
+      inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
     }
   } else if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, kSimtKey) != 0) {
     throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA f32 kernel (" + kSimtKey + ")");
