@@ -2,6 +2,7 @@
 // Each failure names the argument and the offending value; nothing is written on failure.
 #include "api/checks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@ namespace {
 
 // Shapes and strides beyond this are refused so that byte extents cannot overflow int64.
 constexpr int64_t kMaxDim = int64_t(1) << 40;
+constexpr int64_t kMaxWindow = 2 * kMaxDim;
 
 std::string shape_str(const Tensor& t) {
   std::ostringstream s;
@@ -160,8 +162,11 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   pr.batch = B; pr.sq = Sq; pr.sk = Sk; pr.heads = H; pr.kv_heads = Hkv; pr.d = D; pr.dv = Dv;
   pr.scale = p.scale != 0.0f ? p.scale : float(1.0 / std::sqrt(double(D)));
   pr.causal = p.causal;
-  pr.window_left = p.window_left;
-  pr.window_right = p.window_right;
+  // A window wider than Sq + Sk (<= 2^41) sees every key, so clamping to that changes
+  // nothing, and keeps the mask arithmetic (i + Sk - Sq + window) from overflowing when
+  // a caller writes "unbounded" as INT64_MAX.
+  pr.window_left = std::min(p.window_left, kMaxWindow);
+  pr.window_right = std::min(p.window_right, kMaxWindow);
   pr.strategy = p.strategy;
   pr.exp2 = p.exp2;
   pr.threads = p.threads;

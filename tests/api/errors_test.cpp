@@ -99,6 +99,14 @@ const AttnCase kAttnCases[] = {
     {"zero_kv_heads", [](AttnCall& c) { c.kv.shape[2] = c.vv.shape[2] = 0; }, kInvalid, "k: kv heads Hkv = 0"},
     {"head_dim_zero", [](AttnCall& c) { c.qv.shape[3] = c.kv.shape[3] = 0; }, kInvalid, "q: head dim"},
     {"negative_shape", [](AttnCall& c) { c.qv.shape[1] = -5; }, kInvalid, "q: shape"},
+    {"huge_shape", [](AttnCall& c) { c.kv.shape[1] = int64_t(1) << 41; }, kInvalid, "k: shape"},
+    // Zero strides keep the span small while the element count overflows int64 (found
+    // by the fuzzer: Tensor::numel was undefined behaviour here).
+    {"too_many_elements",
+     [](AttnCall& c) {
+       for (int i = 0; i < 3; ++i) { c.vv.shape[i] = int64_t(1) << 40; c.vv.strides[i] = 0; }
+     },
+     kInvalid, "v: shape"},
     {"q_null", [](AttnCall& c) { c.qv.data = nullptr; }, kInvalid, "q: data is a null pointer"},
     {"v_null", [](AttnCall& c) { c.vv.data = nullptr; }, kInvalid, "v: data is a null pointer"},
     {"out_null", [](AttnCall& c) { c.ov.data = nullptr; }, kInvalid, "out: data is a null pointer"},

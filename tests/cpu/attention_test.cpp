@@ -175,6 +175,26 @@ TEST(Attention, ForceGenericRunsPortableKernels) {
   }
 }
 
+// Windows wider than any sequence (INT64_MAX as "unbounded") equal no window; the mask
+// arithmetic must not overflow on them (found by the fuzzer, UBSan in the asan build).
+TEST(Attention, HugeWindowIsUnbounded) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  const AttnCase plain{"plain", 1, 9, 20, 2, 1, 32, 32};
+  AttnFixture f(plain, DType::f32, rng);
+  for (Strategy s : kStrategies) {
+    SCOPED_TRACE("strategy " + name(s));
+    HostTensor out(DType::f32, {1, 9, 2, 32});
+    fc::AttentionParams p;
+    p.window_left = big;
+    p.window_right = big;
+    p.strategy = s;
+    fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p);
+    EXPECT_TRUE(close(out, f.ref_out, tolerance(DType::f32, Exp2Mode::exact, 20)));
+  }
+}
+
 // Varlen: sequences packed along S (B = 1) against the reference of each sequence alone.
 TEST(Attention, VarlenMatchesPerSequenceReference) {
   Rng rng;
