@@ -228,6 +228,7 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
         }
       }
     }
+    r = std::max(r0, rend);  // the last group may end short: padding rows start at rend
   }
   for (; r < r1; ++r) {
     if (r < nrows) {
@@ -306,6 +307,10 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
 // stage 1: T[kc][mq] = X blocks (k-major [kp][mr], starting at key block xb0) x Y panels.
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int64_t xb0,
             const char* ypanels, float* t) {
+  if (kp == 0) {  // empty inner dimension (gemm_chain K1 = 0): the product is zero
+    std::fill(t, t + kc * g.mq, 0.0f);
+    return;
+  }
   for (int64_t k0 = 0; k0 < kp; k0 += g.kb) {
     const int64_t kl = std::min(g.kb, kp - k0);
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
@@ -725,6 +730,17 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   const int64_t np = round_up(p.n, g.nr);
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
+  const int64_t oes0 = int64_t(dtype_size(p.dtype));
+  if (p.k2 == 0) {
+    // Empty inner dimension: E = 0. (The packed buffers are reused between calls and
+    // hold old data, and B has no columns to pack into the one padded key block.)
+    const std::vector<float> zero(static_cast<size_t>(p.n), 0.0f);
+    for (int64_t i = 0; i < p.m; ++i)
+      core::convert_row(zero.data(), p.n, static_cast<char*>(p.e) + i * p.e_sm * oes0, p.dtype);
+    report(times, phases, g, Strategy::three_pass);
+    if (times) times->strategy = "fused";
+    return;
+  }
   // B as stage-1 A blocks ([k1p][MR] per MR columns), C as stage-2 panels ([k2p][NR]).
   char* const bpack = pack_slot(0, static_cast<size_t>(k2p * k1p * g.es));
   char* const cpack = pack_slot(1, static_cast<size_t>(k2p * np * g.es));
