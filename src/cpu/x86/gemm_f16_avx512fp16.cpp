@@ -7,11 +7,15 @@
 //   rounding accumulates over <= 256 products: relative error ~ 2^-11 * sqrt(256) per
 //   chunk in the worst direction, fine for softmax P (<= 1) times V at 1e-2 tolerance;
 //   a |sum| above 65504 would overflow to inf, so it is for normalized operands only.
-// f16_12x2_avx512fp16: fp32 C. fp16 products are summed in fp16 registers for at most
-//   kChunk k steps, then widened and added into the fp32 C tile (in L1), so the fp16
-//   rounding is bounded by kChunk terms and everything beyond is fp32.
+// There is no fp32-accumulating variant: AVX512-FP16 has no fp16 x fp16 -> fp32 dot
+//   product (that needs AMX-FP16 or AVX10.2), and widening the operands before fp32 FMAs
+//   cannot beat f32_*_avx512 on operands widened at packing, which is what `auto` does for
+//   fp16 storage. (A variant with fp32 C and fp16 partial sums over 32 k steps was tried;
+//   it fails the fp32-accumulation error bound of tests/ukernels and missed the lse
+//   tolerance in attention, so it was removed.)
 //
-// Register use: 24 fp16 accumulators (12 rows x 2 zmm = 64 columns) + 2 B + 1 broadcast.
+// Register use: 24 fp16 accumulators (12 rows x 2 zmm = 64 columns) + 2 B; A comes as a
+// memory broadcast operand. Measured 55-62 % of the fp16 FMA peak GEMM-only (results doc).
 // NOT RUN ON THE DEVELOPMENT MACHINE (Cascade Lake has no AVX512-FP16); see
 // docs/results/cpu-x86-*.md for where it was tested.
 #include <immintrin.h>
@@ -24,7 +28,6 @@ namespace flashcore::cpu::ukernels {
 namespace {
 
 constexpr int kMR = 12, kNV = 2, kNR = 32 * kNV;
-constexpr int64_t kChunk = 32;  // fp16 partial-sum length of the fp32-C kernel
 
 __attribute__((always_inline)) inline void step(const _Float16* a, const _Float16* b,
                                                 __m512h (&acc)[kMR][kNV]) {
@@ -32,8 +35,9 @@ __attribute__((always_inline)) inline void step(const _Float16* a, const _Float1
 #pragma GCC unroll 2
   for (int v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_ph(b + 32 * v);
   // A(k, i) enters each FMA as an embedded {1to32} memory broadcast. A separate
-  // vpbroadcastw would be a load plus a port-5 shuffle, and port 5 is one of the two
-  // 512-bit FMA ports: 12 shuffles per 24 FMAs capped the kernel near 2/3 of the peak.
+  // vpbroadcastw is a load plus a port-5 shuffle, and port 5 is one of the two 512-bit
+  // FMA ports (12 shuffles per 24 FMAs would cap the loop at 2/3 of the peak; measured,
+  // the change made no difference within the noise, so something else limits it).
 #pragma GCC unroll 12
   for (int i = 0; i < kMR; ++i)
 #pragma GCC unroll 2
@@ -84,32 +88,6 @@ void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a_, int64_t as, const vo
       const __m512h r = accumulate ? _mm512_add_ph(_mm512_loadu_ph(p), acc[i][v]) : acc[i][v];
       _mm512_storeu_ph(p, r);
     }
-}
-
-void f16_12x2_avx512fp16(int64_t kc, const void* a_, int64_t as, const void* b_, void* c_,
-                         int64_t ldc, int accumulate) {
-  const _Float16* a = static_cast<const _Float16*>(a_);
-  const _Float16* b = static_cast<const _Float16*>(b_);
-  float* c = static_cast<float*>(c_);
-  __m512h acc[kMR][kNV];
-  for (int64_t k0 = 0; k0 < kc; k0 += kChunk) {
-    zero(acc);
-    run(kc - k0 < kChunk ? kc - k0 : kChunk, a, as, b, acc);
-    // Widen each 32-lane fp16 accumulator into two 16-lane fp32 halves of the C row.
-    const bool add = accumulate || k0 > 0;
-#pragma GCC unroll 12
-    for (int i = 0; i < kMR; ++i)
-#pragma GCC unroll 2
-      for (int v = 0; v < kNV; ++v) {
-        float* p = c + i * ldc + 32 * v;
-        const __m512i bits = _mm512_castph_si512(acc[i][v]);
-        const __m512 lo = _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_castsi512_si256(bits)));
-        const __m512 hi =
-            _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(bits, 1)));
-        _mm512_storeu_ps(p, add ? _mm512_add_ps(_mm512_loadu_ps(p), lo) : lo);
-        _mm512_storeu_ps(p + 16, add ? _mm512_add_ps(_mm512_loadu_ps(p + 16), hi) : hi);
-      }
-  }
 }
 
 }  // namespace flashcore::cpu::ukernels
