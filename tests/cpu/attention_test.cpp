@@ -5,6 +5,7 @@
 // BHSD strides with padded rows, lse, varlen, zero-sized problems, 1 and 2 threads,
 // every GEMM micro-kernel forced by key, and the forced portable path.
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -192,6 +193,20 @@ TEST(Attention, HugeWindowIsUnbounded) {
     p.strategy = s;
     fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p);
     EXPECT_TRUE(close(out, f.ref_out, tolerance(DType::f32, Exp2Mode::exact, 20)));
+  }
+}
+
+// FLASHCORE_FORCE_GENERIC=1 in the environment selects the portable kernels from the
+// start (ctest runs this, with a few reference comparisons, as cpu_force_generic_env).
+TEST(Attention, ForceGenericEnvironment) {
+  const char* env = std::getenv("FLASHCORE_FORCE_GENERIC");
+  if (env == nullptr || std::string(env) != "1")
+    GTEST_SKIP() << "runs under FLASHCORE_FORCE_GENERIC=1 (the ctest entry cpu_force_generic_env)";
+  EXPECT_TRUE(fc::force_generic());
+  for (DType dt : kStorageTypes) {
+    const fc::cpu::CpuConfig cfg = fc::cpu::select_kernels(dt, nullptr);
+    EXPECT_EQ(cfg.gemm->isa, fc::cpu::Isa::generic) << cfg.gemm->key;
+    EXPECT_EQ(cfg.vec->isa, fc::cpu::Isa::generic) << cfg.vec->key;
   }
 }
 
