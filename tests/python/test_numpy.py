@@ -78,10 +78,10 @@ def test_attention_scale(rng):
     check_attention(rng, (1, 9, 11, 2, 2, 16, 16), "f32", scale=0.37)
 
 
-@pytest.mark.xfail(reason="library bug: a negative scale gives NaN in every CPU strategy "
-                          "(the max-find takes the max of unscaled scores); reported", strict=False)
-def test_attention_negative_scale(rng):
-    check_attention(rng, (1, 9, 11, 2, 2, 16, 16), "f32", scale=-1.5)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_attention_negative_scale(rng, strategy):
+    check_attention(rng, (1, 9, 300, 2, 2, 16, 16), "f32", scale=-1.5, strategy=strategy,
+                    causal=True)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
