@@ -146,12 +146,18 @@ char* pack_slot(int slot, size_t bytes) {
 
 // ---------------------------------------------------------------- packing
 // A row source: row r starts at base + r * stride (elements of dtype).
+// base + elems * es, leaving a null base null: an operand with no elements may be null
+// (the checks allow it), and null + offset is undefined behaviour.
+const char* at(const void* base, int64_t elems, int64_t es) {
+  return base == nullptr ? nullptr : static_cast<const char*>(base) + elems * es;
+}
+
 struct Rows {
   const void* base;
   int64_t stride;
   DType dtype;
   const void* row(int64_t r) const {
-    return static_cast<const char*>(base) + r * stride * int64_t(dtype_size(dtype));
+    return at(base, r * stride, int64_t(dtype_size(dtype)));
   }
 };
 
@@ -546,11 +552,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         char* kpack = packed + (gi - g0) * group_bytes;
         char* vpack = kpack + skp_max * kp * g.es;
         std::vector<float> rowbuf(static_cast<size_t>(std::max(kp, dvp) + 64));
-        const Rows krows{static_cast<const char*>(p.k.data) +
-                             (bb * p.k.sb + k_off * p.k.ss + hk * p.k.sh) * es_in,
+        const Rows krows{at(p.k.data, bb * p.k.sb + k_off * p.k.ss + hk * p.k.sh, es_in),
                          p.k.ss, p.dtype};
-        const Rows vrows{static_cast<const char*>(p.v.data) +
-                             (bb * p.v.sb + k_off * p.v.ss + hk * p.v.sh) * es_in,
+        const Rows vrows{at(p.v.data, bb * p.v.sb + k_off * p.v.ss + hk * p.v.sh, es_in),
                          p.v.ss, p.dtype};
         const int64_t nblk = skp / g.mr;
         const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
@@ -810,7 +814,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     float* E = nsplit > 1 ? partial.data() + item * g.mq * np : arena.take<float>(g.mq * np);
     std::fill(E, E + g.mq * np, 0.0f);
     std::vector<float> rowbuf(static_cast<size_t>(k1p + 64));
-    const Rows arows{static_cast<const char*>(p.a) + i0 * p.a_sm * oes, p.a_sm, p.dtype};
+    const Rows arows{at(p.a, i0 * p.a_sm, oes), p.a_sm, p.dtype};
     pack_transposed(arows, rows, p.k1, k1p, g.nr, 0, g.mq / g.nr, apack, g.gk->ab, rowbuf.data());
     lap.to(ph.pack);
     for (int64_t j0 = jt0 * g.kc; j0 < std::min(k2p, jt1 * g.kc); j0 += g.kc) {
