@@ -9,19 +9,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 pkgs=(cmake ninja-build g++ libgtest-dev)
 if [ "$what" = test ]; then
   pkgs+=(clang libclang-rt-14-dev)           # libFuzzer + sanitizers runtime for clang
-  [ -f "$here/sve-deps.sh" ] || true
 fi
 
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "deps: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+"$here/apt-install.sh" "${pkgs[@]}"
 
 if [ "$what" = test ]; then
   # Cross toolchain and qemu for the SVE tests, pinned Python packages for the Python package.

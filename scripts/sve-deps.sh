@@ -8,13 +8,4 @@
 set -euo pipefail
 pkgs=(g++-aarch64-linux-gnu qemu-user googletest)
 [ "${FC_SVE_MCA:-0}" = 1 ] && pkgs+=(llvm)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "sve-deps: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+"$(dirname "$0")/apt-install.sh" "${pkgs[@]}"

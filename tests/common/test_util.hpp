@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/dispatch/dispatch.hpp"
 #include "flashcore/flashcore.hpp"
 
 namespace fctest {
@@ -101,10 +102,28 @@ double tolerance(DType storage, DType kernel_ab, Exp2Mode mode, int64_t sk);
 // lse: +-inf must match exactly, finite values within `tol` (absolute, lse is a log).
 ::testing::AssertionResult lse_close(const HostTensor& lse, const HostTensor& ref, double tol);
 
+// Skips the running test when the machine cannot run this GEMM micro-kernel (its ISA is
+// absent), naming the ISA. Kernels that accumulate in fp16 (noepi) run through the
+// pipelines too, checked at their operand dtype's tolerance.
+#define FC_SKIP_UNLESS_RUNNABLE(k)                                                       \
+  do {                                                                                   \
+    if (!flashcore::cpu::isa_available((k).isa))                                         \
+      GTEST_SKIP() << (k).key << " needs ISA " << flashcore::cpu::isa_name((k).isa)      \
+                   << ", which this CPU lacks";                                          \
+  } while (0)
+
 // Strategy / mode / dtype names for test names and traces.
 std::string name(DType d);
 std::string name(Strategy s);
 std::string name(Exp2Mode m);
+
+// Test-name generator for (case, storage dtype) parameters: "<case>_<dtype>".
+struct CaseDtypeName {
+  template <class Info>
+  std::string operator()(const Info& info) const {
+    return std::string(std::get<0>(info.param).name) + "_" + name(std::get<1>(info.param));
+  }
+};
 
 inline constexpr Strategy kStrategies[] = {Strategy::two_pass, Strategy::three_pass,
                                            Strategy::online, Strategy::automatic};

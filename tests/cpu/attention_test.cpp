@@ -128,20 +128,14 @@ TEST_P(AttentionTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cpu, AttentionTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kStorageTypes)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + name(std::get<1>(info.param));
-    });
+    CaseDtypeName());
 
 // Every GEMM micro-kernel of the build, forced by its key, through every strategy.
 class AttentionKernelTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AttentionKernelTest, ForcedKernelMatchesReference) {
   const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(GetParam());
-  if (!fc::cpu::isa_available(k.isa))
-    GTEST_SKIP() << k.key << " needs ISA " << fc::cpu::isa_name(k.isa) << ", which this CPU lacks";
-  if (k.acc != DType::f32)
-    GTEST_SKIP() << k.key << " accumulates in " << fc::to_string(k.acc)
-                 << "; the pipelines use fp32 accumulators only";
+  FC_SKIP_UNLESS_RUNNABLE(k);
   Rng rng;
   FC_TRACE_SEED(rng);
   const AttnCase c{"forced", 1, 70, 300, 4, 2, 80, 72, true, 150, -1, false, 2};

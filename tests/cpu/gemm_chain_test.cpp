@@ -71,19 +71,13 @@ TEST_P(GemmChainTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cpu, GemmChainTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kStorageTypes)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + name(std::get<1>(info.param));
-    });
+    CaseDtypeName());
 
 class GemmChainKernelTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(GemmChainKernelTest, ForcedKernelMatchesReference) {
   const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(GetParam());
-  if (!fc::cpu::isa_available(k.isa))
-    GTEST_SKIP() << k.key << " needs ISA " << fc::cpu::isa_name(k.isa) << ", which this CPU lacks";
-  if (k.acc != DType::f32)
-    GTEST_SKIP() << k.key << " accumulates in " << fc::to_string(k.acc)
-                 << "; the pipelines use fp32 accumulators only";
+  FC_SKIP_UNLESS_RUNNABLE(k);
   Rng rng;
   FC_TRACE_SEED(rng);
   for (DType dt : kStorageTypes) {
