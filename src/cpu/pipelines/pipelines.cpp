@@ -505,9 +505,10 @@ Strategy resolve(Strategy s, int64_t sq, int64_t sk, int64_t d, DType t) {
 
 Strategy choose_strategy(int64_t sq, int64_t sk, int64_t d, DType storage) {
   (void)sq; (void)d; (void)storage;
-  // Measured with flashcore-bench on the portable kernels (docs/results/cpu-generic.md):
-  // online never pays for a score strip; for short key ranges the strip of two_pass fits
-  // in L2 and saves the rescales.
+  // From flashcore-bench runs (docs/results/cpu-x86-2026-11-22.md, 'automatic strategy'):
+  // at Sk = 4096 online and two-pass overlap within the noise of a shared host and
+  // three-pass trails; online never pays for a score strip, and for short key ranges the
+  // strip of two_pass fits in L2 and saves the rescales.
   return sk <= 1024 ? Strategy::two_pass : Strategy::online;
 }
 
