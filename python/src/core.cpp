@@ -47,6 +47,17 @@ struct Arg {
 
 bool is_none(nb::handle h) { return !h.is_valid() || h.is_none(); }
 
+// threads and impl, shared by every op's params; `keep` owns the impl string for the call.
+template <class Params>
+void set_threads_impl(Params& p, int threads, nb::handle impl_, std::string& keep) {
+  if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
+  p.threads = threads;
+  if (!is_none(impl_)) {
+    keep = nb::cast<std::string>(impl_);
+    p.impl = keep.c_str();
+  }
+}
+
 // numpy cannot export ml_dtypes.bfloat16 through DLPack or the buffer protocol; read
 // such an array through a uint16 view of the same memory and call it bf16.
 bool is_numpy_bf16(nb::handle h) {
@@ -222,12 +233,7 @@ struct AttentionCall {
     p.window_right = wr;
     p.strategy = to_strategy(strategy);
     p.exp2 = to_exp(exp);
-    if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
-    p.threads = threads;
-    if (!is_none(impl_)) {
-      impl = nb::cast<std::string>(impl_);
-      p.impl = impl.c_str();
-    }
+    set_threads_impl(p, threads, impl_, impl);
     p.stream = reinterpret_cast<void*>(stream);
     p.exact_fp32 = exact_fp32;
   }
@@ -311,13 +317,8 @@ void softmax_v(nb::handle s_, nb::handle v_, nb::handle out_, double scale, int 
   p.scale = float(scale);
   p.strategy = to_strategy(strategy);
   p.exp2 = to_exp(exp);
-  if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
-  p.threads = threads;
   std::string impl;
-  if (!is_none(impl_)) {
-    impl = nb::cast<std::string>(impl_);
-    p.impl = impl.c_str();
-  }
+  set_threads_impl(p, threads, impl_, impl);
   nb::gil_scoped_release nogil;
   fc::softmax_v(s.t, v.t, out.t, p);
 }
@@ -336,13 +337,8 @@ void gemm_chain(nb::handle a_, nb::handle b_, nb::handle c_, nb::handle out_, in
   need_dtype(c, "c", a.t.dtype, "a");
   need_dtype(out, "out", a.t.dtype, "a");
   fc::GemmChainParams p;
-  if (threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(threads));
-  p.threads = threads;
   std::string impl;
-  if (!is_none(impl_)) {
-    impl = nb::cast<std::string>(impl_);
-    p.impl = impl.c_str();
-  }
+  set_threads_impl(p, threads, impl_, impl);
   nb::gil_scoped_release nogil;
   fc::gemm_chain(a.t, b.t, c.t, out.t, p);
 }
