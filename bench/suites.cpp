@@ -33,6 +33,16 @@ Config smv(const char* label, const char* strategy, int64_t m, int64_t l, int64_
   return c;
 }
 
+// gemm-chain E[M,N] = (A[M,K1] B[K1,K2]) C[K2,N] with K1 = N = d (BENCH.md's mapping).
+Config gemm_chain(int64_t m, int64_t k2, int64_t d) {
+  Config c;
+  c.label = "gemm-chain";
+  c.op = "gemm-chain";
+  c.batch = 1; c.heads = 1; c.seq_q = m; c.seq_k = k2; c.head_dim = d;
+  c.check = true;
+  return c;
+}
+
 void default_suite(std::vector<Config>& out) {
   // The three strategies (and auto) on one attention shape.
   for (const char* s : {"two-pass", "three-pass", "online", "auto"})
@@ -48,12 +58,7 @@ void default_suite(std::vector<Config>& out) {
   for (const char* s : {"two-pass", "three-pass", "online"})
     out.push_back(smv((std::string("smv-") + s).c_str(), s, 12, 32768, 256));
   // gemm-chain: issue 3's block (M=K1=N=256, K2=8192).
-  Config gc;
-  gc.label = "gemm-chain";
-  gc.op = "gemm-chain";
-  gc.batch = 1; gc.heads = 1; gc.seq_q = 256; gc.seq_k = 8192; gc.head_dim = 256;
-  gc.check = true;
-  out.push_back(gc);
+  out.push_back(gemm_chain(256, 8192, 256));
   // Issue 2's speed row: the portable kernels beside the naive baseline (2 threads each,
   // calls interleaved, same inputs).
   Config ours = att("issue2-speed", "auto", "f32", 1, 8, 8, 2048, 2048, 128);
@@ -68,12 +73,7 @@ void quick_suite(std::vector<Config>& out) {
   for (const char* s : {"two-pass", "three-pass", "online"})
     out.push_back(att((std::string("att-") + s).c_str(), s, "f32", 1, 2, 1, 128, 256, 64));
   out.push_back(smv("smv", "auto", 12, 4096, 128));
-  Config gc;
-  gc.label = "gemm-chain";
-  gc.op = "gemm-chain";
-  gc.batch = 1; gc.heads = 1; gc.seq_q = 64; gc.seq_k = 1024; gc.head_dim = 64;
-  gc.check = true;
-  out.push_back(gc);
+  out.push_back(gemm_chain(64, 1024, 64));
 }
 
 // One GEMM-only row per micro-kernel in the kernel list (skipped rows say why).
