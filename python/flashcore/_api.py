@@ -1,13 +1,15 @@
 """The Python API: argument handling, output allocation, stream lookup.
 
 Arrays go to the C++ library in place (DLPack / buffer protocol through nanobind);
-outputs are allocated here in the framework of the inputs, on their device. Nothing in
-this module imports torch, cupy or jax: a framework is recognised by the module that
-defines the array's type, and its own methods allocate.
+outputs are allocated here in the framework of the inputs, on their device. Importing
+this module imports no torch, cupy or jax: a framework is recognised by the module that
+defines the array's type, and is imported (already loaded by the caller) only to
+allocate or to read its current stream.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -65,6 +67,10 @@ def _empty(like, fw: str, shape: tuple, float32: bool = False):
             import torch  # already imported by the caller's program: it made `like`
             return like.new_empty(shape, dtype=torch.float32)
         return like.new_empty(shape)
+    if fw == "cupy":  # CuPy arrays have no __array_namespace__ (CuPy 14)
+        import cupy
+        with like.device:
+            return cupy.empty(shape, dtype=np.float32 if float32 else like.dtype)
     ns = getattr(like, "__array_namespace__", None)
     if ns is None:
         raise TypeError(f"out: cannot allocate a {fw} array (it has no __array_namespace__); "
@@ -216,26 +222,27 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     if impl is not None:
         _impl(impl)
     if fw != "numpy" and _is_cuda(q, fw):
-        args = (q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
-                cu_seqlens_q, cu_seqlens_k, threads or 0, impl, _cuda_stream(q, fw),
-                bool(exact_fp32))
-        if fw == "torch":
-            _run_on_device_of(q, _core.attention, args)
-        else:
-            _core.attention(*args)
+        with _device_of(q, fw):  # q's device current: its stream, its launch
+            _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,
+                            code_e, cu_seqlens_q, cu_seqlens_k, threads or 0, impl,
+                            _cuda_stream(q, fw), bool(exact_fp32))
     else:
         _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
                         cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, bool(exact_fp32))
     return (out, lse) if return_lse else out
 
 
-def _run_on_device_of(x, fn, args):
-    import torch
-    index = x.device.index
-    if index is None or index == torch.cuda.current_device():
-        return fn(*args)
-    with torch.cuda.device(index):
-        return fn(*args)
+def _device_of(x, fw: str):
+    """A context that makes x's GPU the current device (a no-op when it already is)."""
+    if fw == "torch":
+        import torch
+        index = x.device.index
+        if index is None or index == torch.cuda.current_device():
+            return contextlib.nullcontext()
+        return torch.cuda.device(index)
+    if fw == "cupy":
+        return x.device  # cupy.cuda.Device is a context manager
+    return contextlib.nullcontext()
 
 
 def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact", out=None, threads=None,
