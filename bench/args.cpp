@@ -44,7 +44,7 @@ void print_usage(const char* argv0) {
       "--impl naive: the bench's naive fp32 attention (the baseline of issue 2); --vs-naive\n"
       "times it alongside the chosen kernel, calls interleaved, and prints the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
-      "--list prints the kernel keys; --peaks the measured FMA ceilings of this CPU.\n"
+      "--list prints the kernel keys; --peaks the measured FMA ceilings and memory read bandwidth.\n"
       "Exit status: 0 ok, 1 a row failed or missed its --check tolerance, 2 bad arguments.\n"
       "Suites: %s\n",
       argv0, suite_names());

@@ -60,12 +60,17 @@ struct Result {
   std::string check_subset;         // what part of the output the reference covered
   Phases phases;
   double speedup_vs_naive = NAN;    // vs_naive: median over interleaved pairs of naive/ours
+  // Decode rows (attention, Sq <= kDecodeSq): bytes of Q+K+V+O once / p50, and % of the
+  // memory read bandwidth measured at the same thread count (BENCH.md: decode in GB/s).
+  double gbps = NAN, mem_gbps = NAN, pct_mem = NAN;
   std::string note;
   uint64_t seed = 0;
 };
 
 // ---- ops.cpp
 double flop_count(const Config& c);           // BENCH.md's FLOP formulas
+constexpr int64_t kDecodeSq = 16;             // attention rows judged in GB/s up to this Sq
+double decode_bytes(const Config& c);         // Q+K+V+O bytes, or 0 for a non-decode row
 // One row, or two with vs_naive (the row, then its naive baseline timed alongside).
 std::vector<Result> run_config(const Config& c, uint64_t seed);
 

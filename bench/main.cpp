@@ -48,6 +48,11 @@ int print_peaks(int threads) {
       if (const fcbench::Peak* p = fcbench::peak_for_isa(isa, t))
         std::printf("%-28s %8.1f GFLOP/s\n", p->name.c_str(), p->gflops);
     }
+  for (int t : {1, n}) {
+    if (t == n && n == 1) continue;
+    const fcbench::Peak* p = fcbench::mem_read_peak(t);
+    std::printf("%-28s %8.1f GB/s\n", p->name.c_str(), p->gflops);
+  }
   return 0;
 }
 

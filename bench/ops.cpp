@@ -49,6 +49,14 @@ double flop_count(const Config& c) {
   return 4.0 * b * h * pairs * d;
 }
 
+double decode_bytes(const Config& c) {
+  if (c.op != "attention" || c.seq_q > kDecodeSq) return 0;
+  const double es = c.dtype == "f32" ? 4 : c.dtype == "e4m3" ? 1 : 2;
+  const double qo = 2.0 * double(c.batch * c.heads * c.seq_q * c.head_dim);
+  const double kv = 2.0 * double(c.batch * c.kv_heads * c.seq_k * c.head_dim);
+  return (qo + kv) * es;
+}
+
 namespace {
 
 std::string isa_of_kernel(const std::string& key) {
@@ -68,6 +76,11 @@ void finish(Result& r, const std::string& isa, double time_scale = 1.0) {
     r.peak_name = pk->name;
     r.peak_gflops = pk->gflops;
     r.pct_peak = 100.0 * r.gflops / pk->gflops;
+  }
+  if (const double bytes = decode_bytes(r.cfg); bytes > 0) {
+    r.gbps = bytes / (r.p50_us * 1e-6) * 1e-9;
+    r.mem_gbps = mem_read_peak(r.cfg.threads)->gflops;
+    r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
   }
 }
 

@@ -88,7 +88,53 @@ double measure(const Probe& p, int threads) {
   return percentile(gf, 1.0);
 }
 
+// Reads `n` 64-bit words and returns their sum (integer adds: the compiler vectorizes them
+// without reassociating floating point; the loads, not the adds, are the bottleneck).
+uint64_t read_words(const uint64_t* p, size_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += p[i];
+    s1 += p[i + 1];
+    s2 += p[i + 2];
+    s3 += p[i + 3];
+  }
+  for (; i < n; ++i) s0 += p[i];
+  return s0 + s1 + s2 + s3;
+}
+
 }  // namespace
+
+const Peak* mem_read_peak(int threads) {
+  static std::mutex mu;
+  static std::map<int, Peak> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(threads); it != cache.end()) return &it->second;
+  // 256 MiB, touched by the threads that read it (first-touch placement).
+  constexpr size_t kWords = (size_t(256) << 20) / sizeof(uint64_t);
+  constexpr int kRuns = 7;
+  std::vector<uint64_t> buf(kWords);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < kWords; ++i) buf[i] = i;
+  std::vector<double> gbs;
+  uint64_t sink = 0;
+  for (int run = 0; run < kRuns; ++run) {
+    const double t0 = now_seconds();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      const size_t nt = size_t(omp_get_num_threads()), id = size_t(omp_get_thread_num());
+      const size_t b = kWords * id / nt, e = kWords * (id + 1) / nt;
+      sink += read_words(buf.data() + b, e - b);
+    }
+    gbs.push_back(double(kWords * sizeof(uint64_t)) / (now_seconds() - t0) * 1e-9);
+  }
+  volatile uint64_t keep = sink;
+  (void)keep;
+  Peak pk;
+  pk.name = "mem_read_" + std::to_string(threads) + "t";
+  pk.gflops = percentile(gbs, 1.0);
+  return &cache.emplace(threads, pk).first->second;
+}
 
 std::vector<std::string> peak_isas() {
   std::vector<std::string> out;

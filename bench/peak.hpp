@@ -18,6 +18,10 @@ struct Peak {
 const Peak* peak_for_isa(const std::string& isa, int threads);
 std::vector<std::string> peak_isas();  // ISAs with a probe this CPU can run
 
+// Memory read bandwidth with `threads` threads (GB/s): the ceiling of decode rows, which
+// read K and V once. Best of a few passes over a buffer much larger than the caches.
+const Peak* mem_read_peak(int threads);
+
 // ISA peak loops, one per TU compiled with that ISA's flags. Each runs `reps` rounds of
 // its loop on the calling thread and returns the floating-point operations it did.
 double peak_loop_generic_fp32(long reps);

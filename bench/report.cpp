@@ -84,6 +84,8 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     if (!std::isnan(r.tol) && !r.check_ok) err += " FAIL";
     std::string note = r.note;
     auto add = [&note](const std::string& s) { if (!s.empty()) note += (note.empty() ? "" : "; ") + s; };
+    if (!std::isnan(r.gbps))
+      add(fmt("%.1f GB/s", r.gbps) + fmt(" = %.0f%% of mem read", r.pct_mem) + fmt(" %.1f GB/s", r.mem_gbps));
     if (!std::isnan(r.speedup_vs_naive)) add(fmt("%.1fx vs naive", r.speedup_vs_naive));
     add(r.check_subset);
     if (c.portable && !flashcore::force_generic()) add("portable kernels forced");
@@ -152,6 +154,11 @@ void print_json(const Result& r) {
   }
   if (c.tile_m > 0) kv("tile", json_str(std::to_string(c.tile_m) + "x" + std::to_string(c.tile_n)));
   if (!std::isnan(r.speedup_vs_naive)) kv("speedup_vs_naive", json_num(r.speedup_vs_naive));
+  if (!std::isnan(r.gbps)) {
+    kv("gbps", json_num(r.gbps));
+    kv("mem_read_gbps", json_num(r.mem_gbps));
+    kv("pct_mem_read", json_num(r.pct_mem));
+  }
   if (!c.label.empty()) kv("label", json_str(c.label));
   if (c.portable) kv("portable_forced", "true");
   if (!r.note.empty()) kv("note", json_str(r.note));

@@ -54,6 +54,11 @@ void default_suite(std::vector<Config>& out) {
   Config gqa = att("att-gqa-fastexp", "auto", "f32", 2, 8, 2, 256, 1024, 64, true);
   gqa.exp = "fast";
   out.push_back(gqa);
+  // Decode: one query per head, GQA 4:1 (the query rows of a KV head share its K/V
+  // stream), judged in GB/s against the memory read bandwidth, beside the naive baseline.
+  Config dec = att("decode-gqa", "auto", "f32", 1, 32, 8, 1, 8192, 128);
+  dec.vs_naive = true;
+  out.push_back(dec);
   // softmax-v: seed 000's headline case (M=12, L=32768, d=256) at f32, each strategy.
   for (const char* s : {"two-pass", "three-pass", "online"})
     out.push_back(smv((std::string("smv-") + s).c_str(), s, 12, 32768, 256));

@@ -3,11 +3,15 @@
 // (Sq, Sk in {1, 7, 63, 1000}; D in {32, 64, 80, 96, 128, 256}), GQA 8:1 and 6:2,
 // causal and windowed masks with Sq < Sk and Sq > Sk (fully masked rows), BSHD and
 // BHSD strides with padded rows, lse, varlen, zero-sized problems, 1 and 2 threads,
-// every GEMM micro-kernel forced by key, and the forced portable path.
+// every GEMM micro-kernel forced by key, and the forced portable path. Decode shapes
+// (group * Sq <= 32 query rows per KV head: the row-op path, K/V read in place) with GQA,
+// causal Sq != Sk, windows, odd D, BHSD rows read in place, split over keys, varlen.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -112,6 +116,15 @@ const AttnCase kCases[] = {
     {"square_d32_dv64", 1, 1000, 1000, 1, 1, 32, 64, false, -1, -1, false, 0, 0.3f},
     {"window_sq_gt_sk_d64", 1, 200, 63, 2, 2, 64, 48, false, 8, 3, true, 1, 0.5f},
     {"causal_window_square_d96", 1, 130, 130, 3, 1, 96, 96, true, 17, -1},
+    // Decode path (the query rows of a GQA group, group * Sq <= 32, in one block).
+    {"gqa4to1_decode_sq1_d128", 2, 1, 1000, 8, 2, 128, 128},
+    {"gqa8to1_decode_sq4_causal_d64", 1, 4, 777, 8, 1, 64, 64, true, -1, -1, false, 3},
+    {"mqa_decode_sq3_causal_bhsd_d64", 1, 3, 700, 4, 1, 64, 64, true, -1, -1, true},
+    {"decode_sq2_window_d7_dv5", 1, 2, 1000, 2, 2, 7, 5, false, 50, 0, false, 0, 0.7f},
+    {"decode_split_sq1_d96", 1, 1, 1000, 4, 1, 96, 96},
+    {"decode_sq16_causal_d256", 1, 16, 300, 2, 1, 256, 256, true},
+    {"gqa2to1_decode_kvblocks_d64", 3, 1, 500, 12, 6, 64, 64},   // 12 rows: 6 kv heads per block
+    {"decode_kvblocks_sq5_causal_d32", 1, 5, 300, 15, 5, 32, 40, true, -1, -1, false, 2},
 };
 
 class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType>> {};
@@ -205,11 +218,11 @@ TEST(Attention, ForceGenericEnvironment) {
 }
 
 // Varlen: sequences packed along S (B = 1) against the reference of each sequence alone.
-TEST(Attention, VarlenMatchesPerSequenceReference) {
+void check_varlen(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k) {
   Rng rng;
   FC_TRACE_SEED(rng);
-  const std::vector<int32_t> cu_q = {0, 5, 5, 22, 86}, cu_k = {0, 9, 13, 43, 107};
-  const int64_t nseq = 4, tq = cu_q.back() + 3, tk = cu_k.back() + 2;  // spare rows at the end
+  const int64_t nseq = int64_t(cu_q.size()) - 1;
+  const int64_t tq = cu_q.back() + 3, tk = cu_k.back() + 2;  // spare rows at the end
   const int64_t h = 4, hkv = 2, d = 64;
   for (DType dt : kStorageTypes)
     for (bool causal : {false, true}) {
@@ -274,6 +287,102 @@ TEST(Attention, VarlenMatchesPerSequenceReference) {
           }
       }
     }
+}
+
+TEST(Attention, VarlenMatchesPerSequenceReference) {
+  check_varlen({0, 5, 5, 22, 86}, {0, 9, 13, 43, 107});
+}
+
+// Decode-sized varlen (group 2 x max Sq 3 = 6 rows: the row-op path), sequences of 0-3
+// queries, one with no keys.
+TEST(Attention, VarlenDecodeMatchesPerSequenceReference) {
+  check_varlen({0, 1, 1, 4, 6, 7}, {0, 300, 301, 601, 1100, 1100});
+}
+
+// Which path runs: decode shapes on the row ops (the portable set when forced), others on
+// the GEMM micro-kernel.
+TEST(Attention, DecodeShapesRunTheRowOps) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (bool generic : {false, true}) {
+    ForceGeneric force(generic);
+    SCOPED_TRACE(generic ? "portable forced" : "auto");
+    const fc::cpu::CpuConfig cfg = fc::cpu::select_kernels(DType::f32, nullptr);
+    if (generic) {
+      EXPECT_EQ(cfg.rows->isa, fc::cpu::Isa::generic) << cfg.rows->key;
+    }
+    for (const AttnCase& c : {AttnCase{"decode", 1, 2, 600, 16, 1, 64, 64, true},
+                              AttnCase{"prefill", 1, 33, 600, 2, 1, 64, 64, true}}) {
+      SCOPED_TRACE(c.name);
+      AttnFixture f(c, DType::f32, rng);
+      HostTensor out(DType::f32, {c.b, c.sq, c.h, c.dv});
+      fc::PhaseTimes times;
+      fc::AttentionParams p = f.params();
+      p.threads = 2;
+      fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p, &times);
+      EXPECT_TRUE(close(out, f.ref_out, tolerance(DType::f32, Exp2Mode::exact, c.sk)));
+      EXPECT_EQ(times.kernel, c.sq == 2 ? cfg.rows->key : cfg.gemm->key);
+    }
+  }
+}
+
+// Every row-op set of the build against plain loops: odd sizes, lanes beyond one vector,
+// strided rows, accumulation into a poisoned-border output.
+TEST(RowOps, MatchLoops) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int r = 0; r < fc::cpu::rowops_count(); ++r) {
+    const fc::cpu::RowOps& ops = fc::cpu::rowops(r);
+    if (!fc::cpu::isa_available(ops.isa)) {
+      std::printf("skipped %s: this CPU lacks %s\n", ops.key, fc::cpu::isa_name(ops.isa));
+      continue;
+    }
+    SCOPED_TRACE(ops.key);
+    for (auto [kc, d, mq] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 3},
+                             {9, 128, 1}, {17, 64, 16}, {33, 80, 17}, {256, 7, 40},
+                             {40, 130, 2}, {15, 256, 8}, {100, 33, 5}}) {
+      SCOPED_TRACE("kc " + std::to_string(kc) + " d " + std::to_string(d) + " mq " + std::to_string(mq));
+      const int64_t xs = d + 5, n = d + 3, vs = n + 2, ldo = n + 4, ldt = mq + 3, ldp = mq + 2;
+      std::vector<float> x(size_t(kc * xs)), y(size_t(d * mq)), q(size_t(mq * d)), v(size_t(kc * vs)),
+          pm(size_t(kc * ldp)), t(size_t(kc * ldt), std::nanf("")), o(size_t(mq * ldo), std::nanf(""));
+      for (float& e : x) e = float(rng.uniform(-1, 1));
+      for (float& e : y) e = float(rng.uniform(-1, 1));
+      for (float& e : v) e = float(rng.uniform(-1, 1));
+      for (float& e : pm) e = float(rng.uniform(0, 1));
+      for (int64_t i = 0; i < mq; ++i)
+        for (int64_t j = 0; j < n; ++j) o[size_t(i * ldo + j)] = float(rng.uniform(-1, 1));
+      for (int64_t i = 0; i < mq; ++i)
+        for (int64_t e = 0; e < d; ++e) q[size_t(i * d + e)] = y[size_t(e * mq + i)];
+      std::vector<float> o0 = o;
+      ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
+      ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o.data(), ldo);
+      for (int64_t k = 0; k < kc; ++k)
+        for (int64_t i = mq; i < ldt; ++i)
+          ASSERT_TRUE(std::isnan(t[size_t(k * ldt + i)])) << "dot wrote k=" << k << " i=" << i;
+      for (int64_t k = 0; k < kc; ++k)
+        for (int64_t i = 0; i < mq; ++i) {
+          double ref = 0, mag = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            ref += double(x[size_t(k * xs + e)]) * y[size_t(e * mq + i)];
+            mag += std::abs(double(x[size_t(k * xs + e)]) * y[size_t(e * mq + i)]);
+          }
+          ASSERT_NEAR(t[size_t(k * ldt + i)], ref, 1e-6 * (1 + mag)) << "dot k=" << k << " i=" << i;
+        }
+      for (int64_t i = 0; i < mq; ++i)
+        for (int64_t j = 0; j < ldo; ++j) {
+          if (j >= n) {  // the border of each output row is not the op's
+            ASSERT_TRUE(std::isnan(o[size_t(i * ldo + j)])) << "axpy wrote i=" << i << " j=" << j;
+            continue;
+          }
+          double ref = o0[size_t(i * ldo + j)], mag = std::abs(ref);
+          for (int64_t k = 0; k < kc; ++k) {
+            ref += double(pm[size_t(k * ldp + i)]) * v[size_t(k * vs + j)];
+            mag += std::abs(double(pm[size_t(k * ldp + i)]) * v[size_t(k * vs + j)]);
+          }
+          ASSERT_NEAR(o[size_t(i * ldo + j)], ref, 1e-6 * (1 + mag)) << "axpy i=" << i << " j=" << j;
+        }
+    }
+  }
 }
 
 // A zero-sized batch or query dim is a no-op: every output byte stays as it was.

@@ -102,6 +102,12 @@ const VecOps* const kVec[] = {
 };
 #undef FC_VECOPS
 
+#define FC_ROWOPS(key_, isa_) &ukernels::key_,
+const RowOps* const kRows[] = {
+#include "cpu/ukernels/rowops.inc"
+};
+#undef FC_ROWOPS
+
 // Automatic choice: the first available kernel in auto_table.inc for the storage dtype
 // whose operand dtype holds it exactly (f32 operands hold every storage dtype).
 struct AutoEntry { DType storage; const char* key; };
@@ -145,6 +151,8 @@ int gemm_ukernel_count() { return int(sizeof(kGemm) / sizeof(kGemm[0])); }
 const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }
 int vecops_count() { return int(sizeof(kVec) / sizeof(kVec[0])); }
 const VecOps& vecops(int i) { return *kVec[i]; }
+int rowops_count() { return int(sizeof(kRows) / sizeof(kRows[0])); }
+const RowOps& rowops(int i) { return *kRows[i]; }
 
 CpuConfig select_kernels(DType storage, const char* impl) {
   CpuConfig cfg;
@@ -177,6 +185,12 @@ CpuConfig select_kernels(DType storage, const char* impl) {
   for (const VecOps* v : kVec)
     if (v->isa == cfg.gemm->isa && isa_available(v->isa)) cfg.vec = v;
   if (cfg.vec == nullptr || generic_only) cfg.vec = &ukernels::vecops_generic;
+  // Row ops (decode path): portable with a portable GEMM kernel, else the last available
+  // set of the list (SIMD ISAs without a set of their own use the portable one).
+  cfg.rows = &ukernels::rowops_generic;
+  if (cfg.gemm->isa != Isa::generic && !generic_only)
+    for (const RowOps* r : kRows)
+      if (isa_available(r->isa)) cfg.rows = r;
   return cfg;
 }
 

@@ -24,11 +24,14 @@ int gemm_ukernel_count();
 const GemmUkernel& gemm_ukernel(int i);
 int vecops_count();
 const VecOps& vecops(int i);
+int rowops_count();
+const RowOps& rowops(int i);
 
 // Chosen kernels for one call.
 struct CpuConfig {
   const GemmUkernel* gemm = nullptr;
   const VecOps* vec = nullptr;
+  const RowOps* rows = nullptr;  // the decode path's row ops
 };
 
 // Best available kernels for operands stored as `storage`. `impl` (a GEMM key) forces a

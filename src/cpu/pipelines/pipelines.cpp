@@ -44,6 +44,11 @@ constexpr int64_t kTargetQueryBlock = 64;
 constexpr size_t kPackBudgetBytes = size_t(64) << 20;
 constexpr int64_t kL1PanelBytes = 16 << 10;
 constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
+// Attention takes the decode path (row ops, K/V read in place) when the query rows of one
+// GQA group, group * Sq, are at most this many.
+constexpr int64_t kDecodeRows = 32;
+// ... and blocks take several kv heads' query rows, up to this many rows.
+constexpr int64_t kDecodeBlockRows = 64;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
@@ -256,7 +261,9 @@ struct Geometry {
   int64_t kc;           // key tile (multiple of mr and k_align)
   int64_t kb;           // k chunk of one micro-kernel call (multiple of k_align)
   int64_t key_align;    // keys are padded to this
-  int64_t es;           // operand element size
+  int64_t es;           // element size of P (and of the packed operands)
+  DType pt;             // dtype of P as exp2_pack writes it
+  const char* key;      // what ran, for PhaseTimes
 };
 
 Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
@@ -272,9 +279,28 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   g.key_align = lcm(g.mr, g.gk->k_align);
   g.kc = round_up(kKeyTile, g.key_align);
   g.es = int64_t(dtype_size(g.gk->ab));
+  g.pt = g.gk->ab;
+  g.key = g.gk->key;
   // A B panel chunk of kb x NR operands fills at most kL1PanelBytes (half a 32 KiB L1D).
   g.kb = std::max<int64_t>(g.gk->k_align,
                            kL1PanelBytes / (g.nr * g.es) / g.gk->k_align * g.gk->k_align);
+  return g;
+}
+
+// The decode path's block: `rows` query rows in the lanes of the row ops, no padding; K/V
+// rows read in place (no key padding), P in fp32 (what the row ops read).
+Geometry make_rows_geometry(const CpuConfig& cfg, int64_t rows) {
+  Geometry g;
+  g.gk = cfg.gemm;
+  g.vec = cfg.vec;
+  g.mr = g.nr = 1;
+  g.mq = std::max<int64_t>(rows, 1);
+  g.kc = kKeyTile;
+  g.kb = kKeyTile;
+  g.key_align = 1;
+  g.es = 4;
+  g.pt = DType::f32;
+  g.key = cfg.rows->key;
   return g;
 }
 
@@ -342,13 +368,24 @@ void stage2(const Geometry& g, int64_t kc, const char* p, const char* vpanels, i
 // ---------------------------------------------------------------- softmax block
 // One query block through a strategy. `Scores` fills key tile [j0, j0+kc) as T[kc][mq]
 // (masked entries -inf) and gives the visible key range of the block.
+// Rows of a block are segments of `seg` rows, one per head (a GQA block holds several
+// heads' queries; other blocks are one segment): row i is row i % seg of segment i / seg,
+// and the first `rows` rows of each segment exist (the rest is padding).
 struct BlockOut {
   void* o;          // output row 0 of the block
-  int64_t o_stride; // between output rows (elements)
+  int64_t o_stride; // between output rows of a segment (elements)
   DType o_type;
-  int64_t rows;     // valid rows (<= mq)
+  int64_t rows;     // valid rows per segment (<= seg)
   int64_t dv;
-  float* lse;       // lse of row 0 (stride 1) or null
+  float* lse;       // lse of row 0 (stride 1 within a segment) or null
+  int64_t seg;      // rows per segment
+  int64_t o_hs = 0, lse_hs = 0;  // between segments (elements)
+  bool valid(int64_t i) const { return i % seg < rows; }
+  char* row(int64_t i) const {
+    return static_cast<char*>(o) +
+           ((i / seg) * o_hs + (i % seg) * o_stride) * int64_t(dtype_size(o_type));
+  }
+  float* lse_at(int64_t i) const { return lse + (i / seg) * lse_hs + i % seg; }
 };
 
 // A negative scale turns the row max of scale*s into scale*min(s). Rather than a second
@@ -357,9 +394,11 @@ void negate_scores(float* t, int64_t n) {
   for (int64_t i = 0; i < n; ++i) t[i] = t[i] == kNegInf ? kNegInf : -t[i];
 }
 
-template <class Scores>
+// `pv(j0, kc, P, O)` adds P[kc][mq]^T x V rows [j0, j0+kc) into O[mq][dvp]; rp is the
+// (padded) key count.
+template <class Scores, class PV>
 void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c, float scale,
-                   const Scores& raw_scores, int64_t key_lo, int64_t key_hi, const char* vpanels,
+                   const Scores& raw_scores, int64_t key_lo, int64_t key_hi, const PV& pv,
                    int64_t rp, int64_t dvp, const BlockOut& out, bool timed, Phases& ph) {
   const int64_t mq = g.mq;
   Lap lap(timed);
@@ -407,7 +446,7 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   // at L = 32768 (one partial sum per tile: ~2e-7).
   auto exp_tile = [&](int64_t kc, const float* t, char* p) {
     std::fill(tsum, tsum + mq, 0.0f);
-    g.vec->exp2_pack(kc, mq, t, mq, c, cm, p, mq, g.gk->ab, mode, tsum);
+    g.vec->exp2_pack(kc, mq, t, mq, c, cm, p, mq, g.pt, mode, tsum);
     for (int64_t i = 0; i < mq; ++i) l[i] += tsum[i];
   };
 
@@ -432,7 +471,7 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
       }
       exp_tile(kc, T, P);
       lap.to(ph.exp_pack);
-      stage2(g, kc, P, vpanels, rp, t * g.kc, dvp, O);
+      pv(t * g.kc, kc, P, O);
       lap.to(ph.gemm);
     }
   } else {
@@ -450,7 +489,7 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
       for (int64_t t = t_begin; t < t_end; ++t)
         exp_tile(tile_len(t), T + (t - t_begin) * g.kc * mq, P + (t - t_begin) * g.kc * mq * g.es);
       lap.to(ph.exp_pack);
-      if (keys_total > 0) stage2(g, keys_total, P, vpanels, rp, t_begin * g.kc, dvp, O);
+      if (keys_total > 0) pv(t_begin * g.kc, keys_total, P, O);
       lap.to(ph.gemm);
     } else {
       // Phases 1+2: the producer runs kPipeAhead tiles ahead of the GEMM in a ring.
@@ -463,22 +502,21 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
       for (int64_t t = t_begin; t < std::min(t_end, t_begin + kPipeAhead); ++t) produce(t);
       for (int64_t t = t_begin; t < t_end; ++t) {
         if (t + kPipeAhead < t_end) produce(t + kPipeAhead);
-        stage2(g, tile_len(t), P + ((t - t_begin) % slots) * g.kc * mq * g.es, vpanels, rp,
-               t * g.kc, dvp, O);
+        pv(t * g.kc, tile_len(t), P + ((t - t_begin) % slots) * g.kc * mq * g.es, O);
         lap.to(ph.gemm);
       }
     }
   }
 
   // Phase 3: normalize, lse, store. A row with no visible key has l = 0: O = 0, lse = -inf.
-  const int64_t ose = int64_t(dtype_size(out.o_type));
-  for (int64_t i = 0; i < out.rows; ++i) {
+  for (int64_t i = 0; i < mq; ++i) {
+    if (!out.valid(i)) continue;
     const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
     float* row = O + i * dvp;
     for (int64_t j = 0; j < out.dv; ++j) row[j] *= inv;
-    core::convert_row(row, out.dv, static_cast<char*>(out.o) + i * out.o_stride * ose, out.o_type);
+    core::convert_row(row, out.dv, out.row(i), out.o_type);
     if (out.lse != nullptr)
-      out.lse[i] = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : kNegInf;
+      *out.lse_at(i) = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : kNegInf;
   }
   lap.to(ph.normalize);
 }
@@ -493,7 +531,7 @@ void report(PhaseTimes* times, const std::vector<Phases>& per_thread, const Geom
   times->exp_pack = sum.exp_pack;
   times->gemm = sum.gemm;
   times->normalize = sum.normalize;
-  times->kernel = g.gk->key;
+  times->kernel = g.key;
   times->strategy = to_string(s);
 }
 
@@ -513,35 +551,66 @@ Strategy choose_strategy(int64_t sq, int64_t sk, int64_t d, DType storage) {
 }
 
 // ================================================================ attention
+// Two block shapes, one pipeline. Prefill: blocks of mq query rows of one head, K and V
+// packed once per (batch, kv head) for the GEMM micro-kernels. Decode (the query rows of
+// a whole GQA group, group * Sq, fit in kDecodeRows): one block holds every query row of
+// one or more whole groups (kv heads), computed by the row ops straight from K and V, so
+// each call reads K and V once and packs nothing; split over keys when there are fewer
+// blocks than threads. Several kv heads per block: in BSHD tensors the rows of
+// consecutive kv heads of one key are adjacent, so a block's key tile reads whole
+// stretches of each page instead of one head's 2^k bytes per page (one head alone ran
+// at ~40-50 % of the memory bandwidth that contiguous rows reach).
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const CpuConfig cfg = select_kernels(p.dtype, p.impl);
   const bool varlen = p.cu_q != nullptr;
-  const Geometry g = make_geometry(cfg, p.sq, true);
+  const int64_t sq_max = std::max<int64_t>(p.sq, 1);
+  const bool rows_mode = p.group() * sq_max <= kDecodeRows;
+  // kv heads per block: 1, or in decode the most that divide Hkv within kDecodeBlockRows.
+  const int64_t mqh = p.group() * sq_max;  // decode: query rows per kv head
+  int64_t kvb = 1;
+  if (rows_mode)
+    for (int64_t n = 1; n <= p.kv_heads; ++n)
+      if (p.kv_heads % n == 0 && n * mqh <= std::max(kDecodeBlockRows, mqh)) kvb = n;
+  Geometry g = rows_mode ? make_rows_geometry(cfg, kvb * mqh) : make_geometry(cfg, p.sq, true);
+  // A decode key tile covers every kv head of the block: as many rows in all as a
+  // one-head tile, so that the heads' reads of one page stay close in time (B1 H16 Sq1
+  // Sk4096 D128 BSHD, 1 thread: 48-55 % of the memory read bandwidth with 256 keys per
+  // tile, 104-111 % with 16).
+  if (rows_mode) g.kc = std::max<int64_t>(16, round_up(kKeyTile / kvb, 16));
   const Strategy strategy = resolve(p.strategy, p.sq, p.sk, p.d, p.dtype);
   const int nthreads = resolve_threads(p.threads);
   const float c = p.scale * core::kLog2e;
-  const int64_t kp = round_up(p.d, g.gk->k_align);
-  const int64_t dvp = round_up(p.dv, g.nr);
+  const int64_t kp = rows_mode ? p.d : round_up(p.d, g.gk->k_align);
+  const int64_t dvp = rows_mode ? p.dv : round_up(p.dv, g.nr);
   const int64_t es_in = int64_t(dtype_size(p.dtype));
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
+  // A block: `hpb` heads of kvb groups x `seg` query rows each.
+  const int64_t hpb = rows_mode ? kvb * p.group() : 1;
+  const int64_t seg = rows_mode ? sq_max : g.mq;
+  const int64_t qblocks = (sq_max + seg - 1) / seg;
+  const int64_t blocks_per_group = rows_mode ? 1 : p.group() * qblocks;
 
-  // Groups (batch, kv head) share one packed K and V; process them in chunks that fit
-  // the packing budget.
-  const int64_t ngroups = p.batch * p.kv_heads;
+  // Groups (batch, kv head; decode: batch, kv block) share one packed K and V; process
+  // them in chunks that fit the packing budget.
+  const int64_t nkvb = p.kv_heads / kvb;
+  const int64_t ngroups = p.batch * nkvb;
   auto seq = [&](const int32_t* cu, int64_t b, int64_t fixed) -> std::pair<int64_t, int64_t> {
     return cu ? std::make_pair(int64_t(cu[b]), int64_t(cu[b + 1] - cu[b])) : std::make_pair(int64_t(0), fixed);
   };
   const int64_t skp_max = round_up(std::max<int64_t>(p.sk, 1), g.key_align);
-  const int64_t group_bytes = skp_max * (kp + dvp) * g.es;
-  const int64_t chunk = std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
-  char* const packed = pack_slot(0, static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
+  const int64_t group_bytes = rows_mode ? 0 : skp_max * (kp + dvp) * g.es;
+  const int64_t chunk =
+      rows_mode ? ngroups : std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
+  char* const packed =
+      rows_mode ? nullptr : pack_slot(0, static_cast<size_t>(std::min(chunk, ngroups) * group_bytes));
 
   for (int64_t g0 = 0; g0 < ngroups; g0 += chunk) {
     const int64_t g1 = std::min(ngroups, g0 + chunk);
     // Pack K (as stage-1 A blocks of MR keys) and V (as stage-2 panels) of each group,
     // split into parts so that one large group still uses every thread.
-    const int64_t parts = std::max<int64_t>(1, (nthreads + (g1 - g0) - 1) / (g1 - g0));
+    const int64_t parts =
+        rows_mode ? 0 : std::max<int64_t>(1, (nthreads + (g1 - g0) - 1) / (g1 - g0));
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads) collapse(2)
     for (int64_t gi = g0; gi < g1; ++gi) {
       for (int64_t part = 0; part < parts; ++part) {
@@ -566,9 +635,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       }
     }
 
-    // Work items: (group, head in group, query block).
-    const int64_t qblocks_max = (std::max<int64_t>(p.sq, 1) + g.mq - 1) / g.mq;
-    const int64_t items = (g1 - g0) * p.group() * qblocks_max;
+    // Work items: (group, block of the group).
+    const int64_t items = (g1 - g0) * blocks_per_group;
     // Split over keys (decode-like shapes: fewer work items than threads). Each item's key
     // tiles are cut into nsplit parts run as separate items; every part writes its own
     // normalized O and lse to scratch, and the parts are merged with weights
@@ -578,41 +646,85 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         items < nthreads ? std::min<int64_t>((nthreads + items - 1) / items, ktiles) : 1;
     std::vector<float> split_o(static_cast<size_t>(nsplit > 1 ? items * nsplit * g.mq * p.dv : 0));
     std::vector<float> split_lse(static_cast<size_t>(nsplit > 1 ? items * nsplit * g.mq : 0));
+
+    // Where item `it` lives: its group, first head and first query row, and its output.
+    struct Item {
+      int64_t gi, b, hk, h0, s0, bb, k_off, sq, sk;
+      BlockOut out;
+    };
+    auto locate = [&](int64_t it) {
+      Item x;
+      x.gi = g0 + it / blocks_per_group;
+      const int64_t r = it % blocks_per_group;
+      x.b = x.gi / nkvb;
+      x.hk = x.gi % nkvb * kvb;
+      x.h0 = x.hk * p.group() + (r / qblocks) * hpb;
+      x.s0 = (r % qblocks) * seg;
+      x.bb = varlen ? 0 : x.b;
+      const auto [q_off, sq] = seq(p.cu_q, x.b, p.sq);
+      const auto [k_off, sk] = seq(p.cu_k, x.b, p.sk);
+      x.sq = sq;
+      x.sk = sk;
+      x.k_off = k_off;
+      const int64_t qs = q_off + x.s0;
+      x.out = BlockOut{static_cast<char*>(p.o) + (x.bb * p.o_sb + qs * p.o_ss + x.h0 * p.o_sh) * es_in,
+                       p.o_ss, p.dtype, std::min(seg, sq - x.s0), p.dv,
+                       p.lse ? p.lse + x.bb * p.lse_sb + x.h0 * p.lse_sh + qs : nullptr,
+                       seg, p.o_sh, p.lse_sh};
+      return x;
+    };
+
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
     for (int64_t it2 = 0; it2 < items * nsplit; ++it2) {
       const int64_t it = it2 / nsplit, part = it2 % nsplit;
       Phases& ph = phases[size_t(omp_get_thread_num())];
       Lap lap(timed);
-      const int64_t qb = it % qblocks_max;
-      const int64_t hg = (it / qblocks_max) % p.group();
-      const int64_t gi = g0 + it / (qblocks_max * p.group());
-      const int64_t b = gi / p.kv_heads, hk = gi % p.kv_heads, h = hk * p.group() + hg;
-      const auto [q_off, sq] = seq(p.cu_q, b, p.sq);
-      const auto [k_off, sk] = seq(p.cu_k, b, p.sk);
-      (void)k_off;
-      const int64_t i0 = qb * g.mq;
-      if (i0 >= sq) continue;
-      const int64_t rows = std::min(g.mq, sq - i0);
+      const Item x = locate(it);
+      if (x.out.rows <= 0) continue;
+      const int64_t sk = x.sk;
       const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
-      const int64_t bb = varlen ? 0 : b;
-      const char* kpack = packed + (gi - g0) * group_bytes;
+      const char* kpack = packed + (x.gi - g0) * group_bytes;
       const char* vpack = kpack + skp_max * kp * g.es;
-      const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
+      const char* kin = at(p.k.data, x.bb * p.k.sb + x.k_off * p.k.ss + x.hk * p.k.sh, es_in);
+      const char* vin = at(p.v.data, x.bb * p.v.sb + x.k_off * p.v.ss + x.hk * p.v.sh, es_in);
+      const core::BandMask mask =
+          core::make_mask(p.causal, p.window_left, p.window_right, x.sq, sk);
 
-      // Pack this block's queries as stage-1 B panels (Q^T, NR queries per panel).
-      PackBuf qpack(static_cast<size_t>(g.mq * kp * g.es));
+      // Pack this block's queries: stage-1 B panels (Q^T, NR queries per panel), or for
+      // the row ops fp32 [d][mq] followed by [mq][d].
+      PackBuf qpack(static_cast<size_t>(g.mq * kp * (rows_mode ? 2 * 4 : g.es)));
+      // decode: per kv head of the block, y = [d][mqh] then q = [mqh][d] (RowOps::dot)
+      auto qy = [&](int64_t kvi) { return reinterpret_cast<float*>(qpack.data()) + kvi * 2 * mqh * p.d; };
       std::vector<float> rowbuf(static_cast<size_t>(kp + 64));
       std::vector<int64_t> lo(static_cast<size_t>(g.mq)), hi(static_cast<size_t>(g.mq));
-      const Rows qrows{static_cast<const char*>(p.q.data) +
-                           (bb * p.q.sb + (q_off + i0) * p.q.ss + h * p.q.sh) * es_in,
-                       p.q.ss, p.dtype};
-      pack_transposed(qrows, rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack.data(), g.gk->ab,
-                      rowbuf.data());
+      if (rows_mode) {
+        for (int64_t i = 0; i < g.mq; ++i) {
+          if (x.out.valid(i)) {
+            core::convert_row(at(p.q.data, x.bb * p.q.sb + (i / seg) * p.q.sh +
+                                               (x.s0 + i % seg + (varlen ? p.cu_q[x.b] : 0)) * p.q.ss +
+                                               x.h0 * p.q.sh, es_in),
+                              p.dtype, p.d, rowbuf.data());
+          } else {
+            std::fill(rowbuf.begin(), rowbuf.begin() + p.d, 0.0f);
+          }
+          float* y = qy(i / mqh);
+          const int64_t il = i % mqh;
+          for (int64_t e = 0; e < p.d; ++e) y[e * mqh + il] = rowbuf[size_t(e)];
+          std::copy(rowbuf.begin(), rowbuf.begin() + p.d, y + mqh * p.d + il * p.d);
+        }
+      } else {
+        const Rows qrows{at(p.q.data, x.bb * p.q.sb + ((varlen ? p.cu_q[x.b] : 0) + x.s0) * p.q.ss +
+                                          x.h0 * p.q.sh, es_in),
+                         p.q.ss, p.dtype};
+        pack_transposed(qrows, x.out.rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack.data(), g.gk->ab,
+                        rowbuf.data());
+      }
       int64_t key_lo = sk, key_hi = 0, all_lo = 0, all_hi = sk;
       for (int64_t i = 0; i < g.mq; ++i) {
-        lo[size_t(i)] = i < rows ? mask.key_begin(i0 + i, sk) : 0;
-        hi[size_t(i)] = i < rows ? mask.key_end(i0 + i, sk) : sk;
-        if (i < rows && hi[size_t(i)] > lo[size_t(i)]) {
+        const bool v = x.out.valid(i);
+        lo[size_t(i)] = v ? mask.key_begin(x.s0 + i % seg, sk) : 0;
+        hi[size_t(i)] = v ? mask.key_end(x.s0 + i % seg, sk) : sk;
+        if (v && hi[size_t(i)] > lo[size_t(i)]) {
           key_lo = std::min(key_lo, lo[size_t(i)]);
           key_hi = std::max(key_hi, hi[size_t(i)]);
         }
@@ -621,8 +733,40 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       }
       lap.to(ph.pack);
 
+      // The row ops read fp32 K / V rows in place (measured: copying BSHD rows, a head-row
+      // apart, into a contiguous buffer first was 1.2-1.6x slower). Other storage is
+      // converted tile by tile into fp32 rows, prefetching the rows it reads next.
+      thread_local std::vector<float> kconv, vconv;
+      auto f32_rows = [&](const char* base, int64_t stride, int64_t j0, int64_t n, int64_t len,
+                          std::vector<float>& buf, int64_t& ld) -> const float* {
+        if (p.dtype == DType::f32) {
+          ld = stride;
+          return reinterpret_cast<const float*>(base) + j0 * stride;
+        }
+        constexpr int64_t kAhead = 8;
+        const int64_t row_bytes = len * es_in;
+        auto src = [&](int64_t k) { return base + (j0 + k) * stride * es_in; };
+        for (int64_t k = 0; k < std::min(kAhead, n); ++k)
+          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(src(k) + o);
+        buf.resize(static_cast<size_t>(n * len));
+        for (int64_t k = 0; k < n; ++k) {
+          if (k + kAhead < n)
+            for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(src(k + kAhead) + o);
+          core::convert_row(src(k), p.dtype, len, buf.data() + k * len);
+        }
+        ld = len;
+        return buf.data();
+      };
       auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
-        stage1(g, kp, kc, kpack, j0 / g.mr, qpack.data(), t);
+        if (rows_mode) {
+          for (int64_t kvi = 0; kvi < kvb; ++kvi) {
+            int64_t xs = 0;
+            const float* xr = f32_rows(kin + kvi * p.k.sh * es_in, p.k.ss, j0, kc, p.d, kconv, xs);
+            cfg.rows->dot(kc, p.d, xr, xs, qy(kvi) + mqh * p.d, qy(kvi), mqh, t + kvi * mqh, g.mq);
+          }
+        } else {
+          stage1(g, kp, kc, kpack, j0 / g.mr, qpack.data(), t);
+        }
         lapx.to(phx.gemm);
         if (j0 >= all_lo && j0 + kc <= all_hi) return;  // tile fully visible
         for (int64_t k = 0; k < kc; ++k) {
@@ -632,10 +776,23 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             if (j < lo[size_t(i)] || j >= hi[size_t(i)]) row[i] = kNegInf;
         }
       };
-      float* lse_row = p.lse ? p.lse + bb * p.lse_sb + h * p.lse_sh + q_off + i0 : nullptr;
-      BlockOut out{static_cast<char*>(p.o) +
-                       (bb * p.o_sb + (q_off + i0) * p.o_ss + h * p.o_sh) * es_in,
-                   p.o_ss, p.dtype, rows, p.dv, lse_row};
+      auto pv = [&](int64_t j0, int64_t kc, const char* P, float* O) {
+        if (!rows_mode) {
+          stage2(g, kc, P, vpack, skp, j0, dvp, O);
+          return;
+        }
+        for (int64_t k0 = 0; k0 < kc; k0 += g.kc) {
+          const int64_t n = std::min(g.kc, kc - k0);
+          for (int64_t kvi = 0; kvi < kvb; ++kvi) {
+            int64_t vs = 0;
+            const float* vr =
+                f32_rows(vin + kvi * p.v.sh * es_in, p.v.ss, j0 + k0, n, p.dv, vconv, vs);
+            cfg.rows->axpy(n, mqh, reinterpret_cast<const float*>(P) + k0 * g.mq + kvi * mqh,
+                           g.mq, vr, vs, p.dv, O + kvi * mqh * dvp, dvp);
+          }
+        }
+      };
+      BlockOut out = x.out;
       if (key_hi <= key_lo) key_lo = key_hi = 0;  // every row fully masked: O = 0
       if (nsplit > 1) {
         // This part's tiles [t0, t1) of the sequence; ranges stay tile-aligned, so no key
@@ -644,26 +801,22 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         key_lo = std::max(key_lo, nt * part / nsplit * g.kc);
         key_hi = std::min(key_hi, nt * (part + 1) / nsplit * g.kc);
         if (key_hi <= key_lo) key_lo = key_hi = 0;
-        out = BlockOut{split_o.data() + it2 * g.mq * p.dv, p.dv, DType::f32, rows, p.dv,
-                       split_lse.data() + it2 * g.mq};
+        // Scratch rows are contiguous: segment stride = seg rows.
+        out = BlockOut{split_o.data() + it2 * g.mq * p.dv, p.dv, DType::f32, x.out.rows, p.dv,
+                       split_lse.data() + it2 * g.mq, seg, seg * p.dv, seg};
       }
-      softmax_block(g, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, vpack, skp, dvp,
+      softmax_block(g, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, skp, dvp,
                     out, timed, ph);
     }
     if (nsplit > 1) {
       Lap lap(timed);
 #pragma omp parallel for num_threads(nthreads)
       for (int64_t it = 0; it < items; ++it) {
-        const int64_t qb = it % qblocks_max;
-        const int64_t hg = (it / qblocks_max) % p.group();
-        const int64_t gi = g0 + it / (qblocks_max * p.group());
-        const int64_t b = gi / p.kv_heads, hk = gi % p.kv_heads, h = hk * p.group() + hg;
-        const int64_t q_off = p.cu_q ? p.cu_q[b] : 0;
-        const int64_t sq = p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.sq;
-        const int64_t i0 = qb * g.mq, bb = varlen ? 0 : b;
-        if (i0 >= sq) continue;
+        const Item x = locate(it);
+        if (x.out.rows <= 0) continue;
         std::vector<float> acc(static_cast<size_t>(p.dv));
-        for (int64_t i = 0; i < std::min(g.mq, sq - i0); ++i) {
+        for (int64_t i = 0; i < g.mq; ++i) {
+          if (!x.out.valid(i)) continue;
           float mx = kNegInf;
           for (int64_t s = 0; s < nsplit; ++s)
             mx = std::max(mx, split_lse[size_t((it * nsplit + s) * g.mq + i)]);
@@ -676,15 +829,10 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
               for (int64_t j = 0; j < p.dv; ++j) acc[size_t(j)] += w * os[j];
               wsum += w;
             }
-            for (float& x : acc) x /= wsum;
+            for (float& a : acc) a /= wsum;
           }
-          core::convert_row(acc.data(), p.dv,
-                            static_cast<char*>(p.o) +
-                                (bb * p.o_sb + (q_off + i0 + i) * p.o_ss + h * p.o_sh) * es_in,
-                            p.dtype);
-          if (p.lse)
-            p.lse[bb * p.lse_sb + h * p.lse_sh + q_off + i0 + i] =
-                mx == kNegInf ? kNegInf : mx + std::log(wsum);
+          core::convert_row(acc.data(), p.dv, x.out.row(i), p.dtype);
+          if (p.lse) *x.out.lse_at(i) = mx == kNegInf ? kNegInf : mx + std::log(wsum);
         }
       }
       lap.to(phases[0].normalize);
@@ -743,9 +891,11 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
     };
     (void)ses;
     const BlockOut out{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, rows, p.d,
-                       nullptr};
-    softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, vpack, lp, dvp, out,
-                  timed, ph);
+                       nullptr, g.mq};
+    auto pv = [&](int64_t j0, int64_t kc, const char* P, float* O) {
+      stage2(g, kc, P, vpack, lp, j0, dvp, O);
+    };
+    softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, pv, lp, dvp, out, timed, ph);
   }
   report(times, phases, g, strategy);
 }

@@ -1,5 +1,5 @@
 // The CPU micro-kernel interface. The strategies in cpu/pipelines are written once
-// against these two kinds of kernel; an ISA adds kernels to gemm.inc / vecops.inc.
+// against these kinds of kernel; an ISA adds kernels to gemm.inc / vecops.inc / rowops.inc.
 //
 // GEMM micro-kernel (seed 000's interface, with an A stride):
 //   C[MR x NR] (=|+=) sum_{k < kc} A(k, i) * B(k, j)
@@ -52,16 +52,38 @@ struct VecOps {
   void (*scale_rows)(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha);
 };
 
+// Row operations of the small-query (decode) path: K and V rows are read in place from
+// the caller's tensors (row stride in elements, fp32), never packed, so a call streams
+// them from memory once. Queries sit in the lanes: mq is small (the query rows of one
+// GQA group, <= a few vectors), and any mq >= 1 is allowed.
+struct RowOps {
+  const char* key;
+  Isa isa;
+  // t[k * ldt + i] = sum_{e < d} x[k * xs + e] * q[i * d + e]   (k < kc, i < mq)
+  // (x: kc key rows; the queries given twice: q = [mq][d], y = q transposed,
+  // y[e * mq + i] = q[i * d + e], so a kernel may put either axis in the lanes)
+  void (*dot)(int64_t kc, int64_t d, const float* x, int64_t xs, const float* q,
+              const float* y, int64_t mq, float* t, int64_t ldt);
+  // o[i * ldo + j] += sum_{k < kc} p[k * ldp + i] * v[k * vs + j]   (i < mq, j < n)
+  // (p: key-major probabilities; v: kc value rows)
+  void (*axpy)(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, int64_t vs,
+               int64_t n, float* o, int64_t ldo);
+};
+
 // The kernel lists, expanded into declarations here and into tables in dispatch.
 #define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, k_align) \
   void key(int64_t, const void*, int64_t, const void*, void*, int64_t, int);
 #define FC_VECOPS(key, isa) \
   extern const VecOps key;
+#define FC_ROWOPS(key, isa) \
+  extern const RowOps key;
 namespace ukernels {
 #include "cpu/ukernels/gemm.inc"
 #include "cpu/ukernels/vecops.inc"
+#include "cpu/ukernels/rowops.inc"
 }  // namespace ukernels
 #undef FC_GEMM_UKERNEL
 #undef FC_VECOPS
+#undef FC_ROWOPS
 
 }  // namespace flashcore::cpu

@@ -9,10 +9,12 @@ set(_fc_x86_dir ${CMAKE_CURRENT_SOURCE_DIR}/cpu/x86)
 target_sources(flashcore_obj PRIVATE
   ${_fc_x86_dir}/gemm_f32_avx512.cpp
   ${_fc_x86_dir}/vecops_avx512.cpp
+  ${_fc_x86_dir}/rowops_avx512.cpp
 )
 set_source_files_properties(
   ${_fc_x86_dir}/gemm_f32_avx512.cpp
   ${_fc_x86_dir}/vecops_avx512.cpp
+  ${_fc_x86_dir}/rowops_avx512.cpp
   PROPERTIES COMPILE_OPTIONS "${_fc_x86_avx512}")
 target_compile_definitions(flashcore_config INTERFACE FC_BUILD_X86)
 
