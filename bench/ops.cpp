@@ -63,6 +63,9 @@ std::string isa_of_kernel(const std::string& key) {
   for (int i = 0; i < flashcore::cpu::gemm_ukernel_count(); ++i)
     if (key == flashcore::cpu::gemm_ukernel(i).key)
       return flashcore::cpu::isa_name(flashcore::cpu::gemm_ukernel(i).isa);
+  for (int i = 0; i < flashcore::cpu::rowops_count(); ++i)  // the decode / few-row path
+    if (key == flashcore::cpu::rowops(i).key)
+      return flashcore::cpu::isa_name(flashcore::cpu::rowops(i).isa);
   return "";
 }
 

@@ -116,6 +116,29 @@ TEST_P(SoftmaxVKernelTest, ForcedKernelMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cpu, SoftmaxVKernelTest, ::testing::Range(0, fc::cpu::gemm_ukernel_count()),
                          [](const auto& info) { return std::string(fc::cpu::gemm_ukernel(info.param).key); });
 
+// Which path runs: up to 64 rows the row ops read V in place (the portable set when
+// forced), more rows the GEMM micro-kernel on V packed once per call.
+TEST(SoftmaxV, FewRowsRunTheRowOps) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (bool generic : {false, true}) {
+    ForceGeneric force(generic);
+    SCOPED_TRACE(generic ? "portable forced" : "auto");
+    const fc::cpu::CpuConfig cfg = fc::cpu::select_kernels(DType::f32, nullptr);
+    for (int64_t m : {12, 64, 65}) {
+      SCOPED_TRACE("M " + std::to_string(m));
+      SvFixture f({"rows", m, 1000, 72, DType::f32, false, 0, 0.5f}, DType::f32, rng);
+      for (Strategy s : kStrategies) f.check(s, Exp2Mode::exact, 2, nullptr, DType::f32);
+      HostTensor out(DType::f32, {m, 72});
+      fc::PhaseTimes times;
+      fc::SoftmaxVParams p;
+      p.scale = 0.5f;
+      fc::softmax_v(f.s.view(), f.v.view(), out.view(), p, &times);
+      EXPECT_EQ(times.kernel, m <= 64 ? cfg.rows->key : cfg.gemm->key);
+    }
+  }
+}
+
 TEST(SoftmaxV, ForceGeneric) {
   ForceGeneric generic(true);
   Rng rng;

@@ -47,12 +47,19 @@ constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many
 // Attention takes the decode path (row ops, K/V read in place) when the query rows of one
 // GQA group, group * Sq, are at most this many.
 constexpr int64_t kDecodeRows = 32;
-// ... and blocks take several kv heads' query rows, up to this many rows.
+// ... and blocks take several kv heads' query rows, up to this many rows (softmax_v: the
+// row ops up to this many rows).
 constexpr int64_t kDecodeBlockRows = 64;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
 int64_t lcm(int64_t a, int64_t b) { return a / gcd(a, b) * b; }
+
+// `impl` naming a GEMM micro-kernel keeps a call on that kernel (the GEMM path), also for
+// the shapes that would otherwise take the row ops.
+bool gemm_forced(const char* impl) {
+  return impl != nullptr && impl[0] != '\0' && std::strcmp(impl, "auto") != 0;
+}
 
 int resolve_threads(int requested) {
   return requested > 0 ? requested : omp_get_max_threads();
@@ -365,6 +372,47 @@ void stage2(const Geometry& g, int64_t kc, const char* p, const char* vpanels, i
   }
 }
 
+// ---------------------------------------------------------------- row-op operands
+// Rows [j0, j0+n) of a row source (row r at base + r * stride elements of dt) as fp32 rows
+// the row ops can read: fp32 rows in place, with ld = stride (measured: copying BSHD rows,
+// a head-row apart, into a contiguous buffer first was 1.2-1.6x slower); other storage
+// converted into `buf` (ld = len), prefetching the rows it reads next.
+const float* f32_rows(const char* base, int64_t stride, DType dt, int64_t j0, int64_t n,
+                      int64_t len, std::vector<float>& buf, int64_t& ld) {
+  if (dt == DType::f32) {
+    ld = stride;
+    return reinterpret_cast<const float*>(base) + j0 * stride;
+  }
+  constexpr int64_t kAhead = 8;
+  const int64_t es = int64_t(dtype_size(dt));
+  const int64_t row_bytes = len * es;
+  auto src = [&](int64_t k) { return base + (j0 + k) * stride * es; };
+  for (int64_t k = 0; k < std::min(kAhead, n); ++k)
+    for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(src(k) + o);
+  buf.resize(static_cast<size_t>(n * len));
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + kAhead < n)
+      for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(src(k + kAhead) + o);
+    core::convert_row(src(k), dt, len, buf.data() + k * len);
+  }
+  ld = len;
+  return buf.data();
+}
+
+// O[mq][ldo] (rows [0, mq)) += P[kc][ldp]^T (columns [0, mq)) x V rows [j0, j0+kc) of a row
+// source, by the row ops, key tile by key tile.
+void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, int64_t ldp,
+             int64_t mq, const char* vbase, int64_t vstride, DType dt, int64_t j0, int64_t dv,
+             float* O, int64_t ldo) {
+  thread_local std::vector<float> vconv;
+  for (int64_t k0 = 0; k0 < kc; k0 += g.kc) {
+    const int64_t n = std::min(g.kc, kc - k0);
+    int64_t vs = 0;
+    const float* vr = f32_rows(vbase, vstride, dt, j0 + k0, n, dv, vconv, vs);
+    ops.axpy(n, mq, P + k0 * ldp, ldp, vr, vs, dv, O, ldo);
+  }
+}
+
 // ---------------------------------------------------------------- softmax block
 // One query block through a strategy. `Scores` fills key tile [j0, j0+kc) as T[kc][mq]
 // (masked entries -inf) and gives the visible key range of the block.
@@ -564,7 +612,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const CpuConfig cfg = select_kernels(p.dtype, p.impl);
   const bool varlen = p.cu_q != nullptr;
   const int64_t sq_max = std::max<int64_t>(p.sq, 1);
-  const bool rows_mode = p.group() * sq_max <= kDecodeRows;
+  const bool rows_mode = p.group() * sq_max <= kDecodeRows && !gemm_forced(p.impl);
   // kv heads per block: 1, or in decode the most that divide Hkv within kDecodeBlockRows.
   const int64_t mqh = p.group() * sq_max;  // decode: query rows per kv head
   int64_t kvb = 1;
@@ -733,35 +781,13 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       }
       lap.to(ph.pack);
 
-      // The row ops read fp32 K / V rows in place (measured: copying BSHD rows, a head-row
-      // apart, into a contiguous buffer first was 1.2-1.6x slower). Other storage is
-      // converted tile by tile into fp32 rows, prefetching the rows it reads next.
-      thread_local std::vector<float> kconv, vconv;
-      auto f32_rows = [&](const char* base, int64_t stride, int64_t j0, int64_t n, int64_t len,
-                          std::vector<float>& buf, int64_t& ld) -> const float* {
-        if (p.dtype == DType::f32) {
-          ld = stride;
-          return reinterpret_cast<const float*>(base) + j0 * stride;
-        }
-        constexpr int64_t kAhead = 8;
-        const int64_t row_bytes = len * es_in;
-        auto src = [&](int64_t k) { return base + (j0 + k) * stride * es_in; };
-        for (int64_t k = 0; k < std::min(kAhead, n); ++k)
-          for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(src(k) + o);
-        buf.resize(static_cast<size_t>(n * len));
-        for (int64_t k = 0; k < n; ++k) {
-          if (k + kAhead < n)
-            for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(src(k + kAhead) + o);
-          core::convert_row(src(k), p.dtype, len, buf.data() + k * len);
-        }
-        ld = len;
-        return buf.data();
-      };
+      thread_local std::vector<float> kconv;
       auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
         if (rows_mode) {
           for (int64_t kvi = 0; kvi < kvb; ++kvi) {
             int64_t xs = 0;
-            const float* xr = f32_rows(kin + kvi * p.k.sh * es_in, p.k.ss, j0, kc, p.d, kconv, xs);
+            const float* xr =
+                f32_rows(kin + kvi * p.k.sh * es_in, p.k.ss, p.dtype, j0, kc, p.d, kconv, xs);
             cfg.rows->dot(kc, p.d, xr, xs, qy(kvi) + mqh * p.d, qy(kvi), mqh, t + kvi * mqh, g.mq);
           }
         } else {
@@ -781,16 +807,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
           stage2(g, kc, P, vpack, skp, j0, dvp, O);
           return;
         }
-        for (int64_t k0 = 0; k0 < kc; k0 += g.kc) {
-          const int64_t n = std::min(g.kc, kc - k0);
-          for (int64_t kvi = 0; kvi < kvb; ++kvi) {
-            int64_t vs = 0;
-            const float* vr =
-                f32_rows(vin + kvi * p.v.sh * es_in, p.v.ss, j0 + k0, n, p.dv, vconv, vs);
-            cfg.rows->axpy(n, mqh, reinterpret_cast<const float*>(P) + k0 * g.mq + kvi * mqh,
-                           g.mq, vr, vs, p.dv, O + kvi * mqh * dvp, dvp);
-          }
-        }
+        for (int64_t kvi = 0; kvi < kvb; ++kvi)
+          rows_pv(g, *cfg.rows, kc, reinterpret_cast<const float*>(P) + kvi * mqh, g.mq, mqh,
+                  vin + kvi * p.v.sh * es_in, p.v.ss, p.dtype, j0, p.dv, O + kvi * mqh * dvp, dvp);
       };
       BlockOut out = x.out;
       if (key_hi <= key_lo) key_lo = key_hi = 0;  // every row fully masked: O = 0
@@ -842,9 +861,14 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
 }
 
 // ================================================================ softmax_v
+// Few rows (M <= kDecodeBlockRows: one block) take the row ops: P V by axpy straight from
+// V's rows, so V is read once and never packed (packing V, 32 MiB at L = 32768, d = 256,
+// took more time than the GEMM: 2.3-3.3 ms of 5-6 ms). More rows pack V once per call
+// and share it across the row blocks of every thread.
 void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
   const CpuConfig cfg = select_kernels(p.dtype, p.impl);
-  const Geometry g = make_geometry(cfg, p.m, false);
+  const bool rows_mode = p.m <= kDecodeBlockRows && !gemm_forced(p.impl);
+  const Geometry g = rows_mode ? make_rows_geometry(cfg, p.m) : make_geometry(cfg, p.m, false);
   const Strategy strategy = resolve(p.strategy, p.m, p.l, p.d, p.dtype);
   const int nthreads = resolve_threads(p.threads);
   const float c = p.scale * core::kLog2e;
@@ -852,9 +876,9 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
   const int64_t dvp = round_up(p.d, g.nr);
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
-  char* const vpack = pack_slot(0, static_cast<size_t>(lp * dvp * g.es));
+  char* const vpack = rows_mode ? nullptr : pack_slot(0, static_cast<size_t>(lp * dvp * g.es));
   const Rows vrows{p.v, p.v_sl, p.dtype};
-  {
+  if (!rows_mode) {
     Lap lap(timed);
     const int64_t nblk = lp / g.mr;
 #pragma omp parallel num_threads(nthreads)
@@ -893,7 +917,11 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
     const BlockOut out{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, rows, p.d,
                        nullptr, g.mq};
     auto pv = [&](int64_t j0, int64_t kc, const char* P, float* O) {
-      stage2(g, kc, P, vpack, lp, j0, dvp, O);
+      if (rows_mode)
+        rows_pv(g, *cfg.rows, kc, reinterpret_cast<const float*>(P), g.mq, g.mq,
+                static_cast<const char*>(p.v), p.v_sl, p.dtype, j0, p.d, O, dvp);
+      else
+        stage2(g, kc, P, vpack, lp, j0, dvp, O);
     };
     softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, pv, lp, dvp, out, timed, ph);
   }

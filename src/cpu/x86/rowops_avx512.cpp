@@ -31,10 +31,11 @@ namespace {
 
 namespace v = flashcore::cpu::avx512;
 
-// Prefetch the `bytes` bytes of a row into L1 (prefetch never faults).
+// Prefetch the `bytes` bytes of a row into L1 (T0) or L2 (T1) (prefetch never faults).
+template <int kHint = _MM_HINT_T0>
 inline void prefetch_row(const float* row, int64_t bytes) {
   const char* p = reinterpret_cast<const char*>(row);
-  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, static_cast<_mm_hint>(kHint));
 }
 
 constexpr int64_t kFewQueries = 8;
@@ -145,7 +146,9 @@ inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const float* v, 
 #pragma GCC unroll 4
     for (int c = 0; c < kAxpyVecs; ++c) acc[r][c] = v::load(o + r * ldo + 16 * c, m[c]);
   for (int64_t k = 0; k < kc; ++k) {
-    if (prefetch) prefetch_row(v + (k + kAxpyChunk) * vs, row_bytes);
+    // Into L2: the next chunk's rows are as large as L1 (32 rows of 1 KiB at d = 256) and
+    // would evict this chunk's, which the other row blocks read again.
+    if (prefetch) prefetch_row<_MM_HINT_T1>(v + (k + kAxpyChunk) * vs, row_bytes);
     __m512 vk[kAxpyVecs];
 #pragma GCC unroll 4
     for (int c = 0; c < kAxpyVecs; ++c) vk[c] = v::load(v + k * vs + 16 * c, m[c]);
