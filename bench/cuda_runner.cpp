@@ -136,7 +136,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
       cuda_ok(cudaMemcpy(d.o.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
       const CheckResult cr = check_attention(c, d, d.o);
       r.rel_err = cr.rel_err;
-      r.tol = tolerance(c);
+      // fp32 on TF32 tensor cores (the default CUDA f32 path): BENCH.md's TF32 bound.
+      r.tol = c.dtype == "f32" && r.kernel.rfind("fwd_sm80_tf32_", 0) == 0 ? 2e-3 : tolerance(c);
       r.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= r.tol;
       r.check_subset = cr.subset;
     }

@@ -33,14 +33,15 @@ struct Instance {
   int head_dim, block_m, block_n, warps, stages;
   LaunchFn fn;
   // Dynamic shared memory of the sm80 kernel: Q tile + kStages K and V tiles, rows
-  // padded to a multiple of 64 elements (see common/swizzle.cuh).
+  // padded to a multiple of 128 bytes (see common/swizzle.cuh).
   int smem() const {
-    const int pitch = (head_dim + 63) / 64 * 64;
-    return (block_m + 2 * stages * block_n) * pitch * 2;
+    const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
+    return (block_m + 2 * stages * block_n) * row_bytes;
   }
 };
 
-constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16;
+// Instance dtype keys -> storage dtype (tf32: fp32 storage on TF32 tensor cores).
+constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32;
 const Instance kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, dtype_##dt, hd, bm, bn, wp, st, key},
 #include "instances_enabled.inc"
@@ -104,18 +105,36 @@ void check_device_pointer(const void* ptr, const char* name, int device) {
 }
 
 // 16-byte cp.async loads need 16-byte aligned rows: the base and every stride that
-// is used (its dim > 1) a multiple of 8 elements (16-bit storage).
-void check_aligned(const void* ptr, const char* name, int64_t bytes, std::initializer_list<std::pair<int64_t, int64_t>> strides) {
-  const int64_t elems = bytes / 2;
+// is used (its dim > 1) a multiple of `bytes` / (element size) elements. Returns why not
+// ("" when aligned).
+using Strides = std::initializer_list<std::pair<int64_t, int64_t>>;
+std::string misalignment(const void* ptr, int64_t bytes, int64_t elem_size, Strides strides) {
+  const int64_t elems = std::max<int64_t>(bytes / elem_size, 1);
   if (reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) != 0)
-    throw_error(Status::invalid_argument, std::string(name) + ": data pointer must be " + std::to_string(bytes) +
-                                              "-byte aligned for the CUDA kernels");
+    return "data pointer must be " + std::to_string(bytes) + "-byte aligned for the CUDA kernels";
   for (const auto& [stride, extent] : strides)
     if (extent > 1 && stride % elems != 0)
-      throw_error(Status::invalid_argument, std::string(name) + ": stride " + std::to_string(stride) +
-                                                " is not a multiple of " + std::to_string(elems) +
-                                                " elements (rows must be " + std::to_string(bytes) +
-                                                "-byte aligned for the CUDA kernels)");
+      return "stride " + std::to_string(stride) + " is not a multiple of " + std::to_string(elems) +
+             " elements (rows must be " + std::to_string(bytes) + "-byte aligned for the CUDA kernels)";
+  return {};
+}
+
+// The q/k/v (16 bytes) and out (4 bytes) alignment the tensor-core kernels need; the
+// first violation, or "" when none.
+std::string tensor_core_misalignment(const core::AttentionProblem& p, std::string* which) {
+  const int64_t es = int64_t(dtype_size(p.dtype)), nb = p.cu_q != nullptr ? 1 : p.batch;
+  const std::pair<const char*, std::string> checks[] = {
+      {"q", misalignment(p.q.data, 16, es, {{p.q.sb, nb}, {p.q.ss, p.sq}, {p.q.sh, p.heads}})},
+      {"k", misalignment(p.k.data, 16, es, {{p.k.sb, nb}, {p.k.ss, p.sk}, {p.k.sh, p.kv_heads}})},
+      {"v", misalignment(p.v.data, 16, es, {{p.v.sb, nb}, {p.v.ss, p.sk}, {p.v.sh, p.kv_heads}})},
+      {"out", misalignment(p.o, 4, es, {{p.o_sb, nb}, {p.o_ss, p.sq}, {p.o_sh, p.heads}})},
+  };
+  for (const auto& [name, why] : checks)
+    if (!why.empty()) {
+      *which = name;
+      return why;
+    }
+  return {};
 }
 
 const Instance* find_key(const char* key) {
@@ -125,11 +144,14 @@ const Instance* find_key(const char* key) {
 }
 
 // First instance (table order = preference) for this dtype that covers the head dim,
-// fits the device's shared memory and matches a forced tile.
+// fits the device's shared memory and matches a forced tile. f32 without a forced tile:
+// nullptr when none does (the caller runs the FFMA kernel); otherwise that throws.
 const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_t sk, const DeviceInfo& dev) {
+  const bool may_fall_back = p.dtype == DType::f32 && p.tile_m == 0;
   int best_hd = INT_MAX;
   for (const Instance& i : kInstances)
     if (i.dtype == p.dtype && i.head_dim >= hd && i.head_dim < best_hd) best_hd = i.head_dim;
+  if (best_hd == INT_MAX && may_fall_back) return nullptr;
   if (best_hd == INT_MAX)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                                          ") has no CUDA instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
@@ -151,7 +173,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
       return &i;  // smaller query blocks: more SMs at work, less diagonal waste
     }
   }
-  if (first != nullptr) return first;
+  if (first != nullptr || may_fall_back) return first;
   if (p.tile_m != 0)
     throw_error(Status::unsupported, "params.tile_m: no CUDA instance with tile " + std::to_string(p.tile_m) + "x" +
                                          std::to_string(p.tile_n) + " for " + to_string(p.dtype) + " head dim " +
@@ -193,31 +215,44 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
                                          ": the CUDA kernels take at most 65535 of each");
 
+  // Kernel choice. 16-bit: a tensor-core instance (by key, by tile, or the table), else
+  // an error. fp32: the exact FFMA kernel when asked for (exact_fp32 or its key), else
+  // a TF32 instance when the head dims and strides allow (multiples of 4 elements,
+  // 16-byte rows) and one fits, else the FFMA kernel (exact; never a wrong answer).
   const Instance* inst = nullptr;
   const bool f32 = p.dtype == DType::f32;
+  const bool forced = p.impl != nullptr && p.impl[0] != '\0';
+  const bool simt_forced = f32 && forced && std::strcmp(p.impl, kSimtKey) == 0;
+  const int64_t chunk = 16 / int64_t(dtype_size(p.dtype));  // elements per 16-byte copy
+  const bool dims_ok = p.d % chunk == 0 && p.dv % chunk == 0;
+  std::string bad_tensor;
+  const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
   if (!f32) {
-    if (p.d % 8 != 0 || p.dv % 8 != 0)
+    if (!dims_ok)
       throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
                                            " must be multiples of 8 for the 16-bit CUDA kernels");
-    const int64_t nb = p.cu_q != nullptr ? 1 : p.batch;
-    check_aligned(p.q.data, "q", 16, {{p.q.sb, nb}, {p.q.ss, p.sq}, {p.q.sh, p.heads}});
-    check_aligned(p.k.data, "k", 16, {{p.k.sb, nb}, {p.k.ss, p.sk}, {p.k.sh, p.kv_heads}});
-    check_aligned(p.v.data, "v", 16, {{p.v.sb, nb}, {p.v.ss, p.sk}, {p.v.sh, p.kv_heads}});
-    check_aligned(p.o, "out", 4, {{p.o_sb, nb}, {p.o_ss, p.sq}, {p.o_sh, p.heads}});
-    if (p.impl != nullptr && p.impl[0] != '\0') {
-      inst = find_key(p.impl);
-      if (inst == nullptr || inst->dtype != p.dtype || inst->head_dim < hd)
-        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA kernel of this build for " +
-                                             to_string(p.dtype) + " head dim " + std::to_string(hd));
-      if (inst->smem() > dev.smem_optin)
-        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' needs more shared memory than this device has");
-    } else {
-      const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
-      inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
-    }
-  } else if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, kSimtKey) != 0) {
-    throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA f32 kernel (" + kSimtKey + ")");
+    if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   }
+  if (forced && !simt_forced) {
+    inst = find_key(p.impl);
+    if (inst == nullptr || inst->dtype != p.dtype || inst->head_dim < hd)
+      throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA kernel of this build for " +
+                                           to_string(p.dtype) + " head dim " + std::to_string(hd) +
+                                           (f32 ? std::string(" (or ") + kSimtKey + ")" : std::string()));
+    if (inst->smem() > dev.smem_optin)
+      throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' needs more shared memory than this device has");
+    if (f32 && p.exact_fp32)
+      throw_error(Status::invalid_argument, std::string("params.impl: '") + p.impl +
+                                                "' runs on TF32 tensor cores, but params.exact_fp32 asks for exact fp32");
+    if (f32 && !dims_ok)
+      throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' needs head dims that are multiples of 4 (D = " +
+                                           std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) + ")");
+    if (f32 && !bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
+  } else if (!simt_forced && !(f32 && (p.exact_fp32 || !dims_ok || !bad_align.empty()))) {
+    const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
+    inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
+  }
+  const bool simt = inst == nullptr;  // f32 only: pick throws for 16-bit
 
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   int64_t sq = p.sq, sk = p.sk;
@@ -245,14 +280,14 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   f.scale_log2 = p.scale * 1.4426950408889634f;
 
   if (times != nullptr) {
-    times->kernel = f32 ? kSimtKey : inst->key;
+    times->kernel = simt ? kSimtKey : inst->key;
     times->strategy = to_string(Strategy::online);
   }
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;
 
-  const cudaError_t e = f32 ? fwd_sm80_f32_hd256_simt(f, stream) : inst->fn(f, stream);
+  const cudaError_t e = simt ? fwd_sm80_f32_hd256_simt(f, stream) : inst->fn(f, stream);
   if (e != cudaSuccess)
-    cuda_fail(Status::device_error, std::string("CUDA kernel ") + (f32 ? kSimtKey : inst->key) + " failed to launch", e);
+    cuda_fail(Status::device_error, std::string("CUDA kernel ") + (simt ? kSimtKey : inst->key) + " failed to launch", e);
 }
 
 std::vector<KernelInfo> kernels() {

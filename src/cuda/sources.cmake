@@ -8,7 +8,8 @@ find_package(CUDAToolkit REQUIRED)
 
 set(FLASHCORE_CUDA_ARCHS "80;86;89;90" CACHE STRING
     "SASS targets of the CUDA kernels (PTX of the last one is embedded too); e.g. 90 for a quick Hopper-only build")
-set(FLASHCORE_CUDA_DTYPES "f16;bf16" CACHE STRING "16-bit storage types to instantiate (f16, bf16)")
+set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32" CACHE STRING
+    "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built)")
 set(FLASHCORE_CUDA_HDIMS "64;96;128;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 256)")
 
 set(_fc_cuda_archs "")

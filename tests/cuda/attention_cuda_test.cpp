@@ -1,7 +1,8 @@
-// CUDA backend vs the fp64 reference: every feature of the sm80 kernels (dtypes, head
-// dims incl. padded ones, odd and unequal lengths, causal bottom-right, windows, GQA/MQA,
-// varlen, lse, strided layouts, streams, forced tiles, the fp32 FFMA path) on fresh
-// random inputs with NaN-poisoned outputs, and bad inputs refused before any launch.
+// CUDA backend vs the fp64 reference: every feature of the sm80 kernels (dtypes f16,
+// bf16 and f32 on TF32 tensor cores, head dims incl. padded ones, odd and unequal
+// lengths, causal bottom-right, windows, GQA/MQA, varlen, lse, strided layouts, streams,
+// forced tiles, the exact fp32 FFMA path and when f32 falls back to it) on fresh random
+// inputs with NaN-poisoned outputs, and bad inputs refused before any launch.
 // Every test skips with a message when there is no sm80+ GPU (CI has none).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -89,8 +90,18 @@ struct Case {
   }
 };
 
-double out_tol(DType d, int64_t sk) { return fctest::tolerance(d, flashcore::Exp2Mode::exact, sk); }
-double lse_tol(DType d) { return d == DType::f32 ? 1e-4 : 3e-3; }
+constexpr const char* kSimtKey = "fwd_sm80_f32_hd256_simt";
+
+// fp32 storage runs on TF32 tensor cores (10-bit mantissa operands, fp32 accumulation)
+// unless exact_fp32: BENCH.md's TF32 tolerance 2e-3; exact FFMA at the fp32 1e-5.
+double out_tol(DType d, int64_t sk, bool exact_fp32 = false) {
+  if (d == DType::f32 && !exact_fp32) return 2e-3;
+  return fctest::tolerance(d, flashcore::Exp2Mode::exact, sk);
+}
+double lse_tol(DType d, bool exact_fp32 = false) { return d == DType::f32 && exact_fp32 ? 1e-4 : 3e-3; }
+
+// Dtype part of the tensor-core kernel keys: fwd_sm80_<key>_hd...
+std::string key_dtype(DType d) { return d == DType::f32 ? "tf32" : fctest::name(d); }
 
 void run_case(const Case& c) {
   SCOPED_TRACE(c.str());
@@ -133,9 +144,16 @@ void run_case(const Case& c) {
   rp.impl = nullptr;
   flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
                                   ref.view(), rp);
-  EXPECT_TRUE(fctest::close(o, ref, out_tol(c.dtype, c.Sk))) << "kernel " << times.kernel;
+  // f32: the exact FFMA kernel when asked for, or when the head dims / strides are not
+  // multiples of 4 elements (16-byte rows); TF32 otherwise.
+  const bool exact = c.dtype == DType::f32 &&
+                     (c.exact_fp32 || c.impl == kSimtKey || c.D % 4 != 0 || Dv % 4 != 0 || c.pad % 4 != 0);
+  if (c.dtype == DType::f32) {
+    EXPECT_EQ(times.kernel.rfind(exact ? kSimtKey : "fwd_sm80_tf32_", 0), 0u) << "kernel " << times.kernel;
+  }
+  EXPECT_TRUE(fctest::close(o, ref, out_tol(c.dtype, c.Sk, exact))) << "kernel " << times.kernel;
   if (c.lse) {
-    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(c.dtype))) << "kernel " << times.kernel;
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(c.dtype, exact))) << "kernel " << times.kernel;
   }
 }
 
@@ -235,7 +253,7 @@ TEST_P(CudaDtype, ForcedTiles) {
   FC_REQUIRE_GPU();
   std::vector<flashcore::KernelInfo> ks(256);
   ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
-  const std::string prefix = "fwd_sm80_" + fctest::name(GetParam()) + "_hd";
+  const std::string prefix = "fwd_sm80_" + key_dtype(GetParam()) + "_hd";
   int ran = 0;
   for (const auto& k : ks) {
     if (k.key.rfind(prefix, 0) != 0 || !k.available) continue;
@@ -307,10 +325,14 @@ TEST_P(CudaDtype, Varlen) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, CudaDtype, ::testing::Values(DType::f16, DType::bf16),
+// f32 runs every test above on TF32 tensor cores (fwd_sm80_tf32_*).
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDtype, ::testing::Values(DType::f16, DType::bf16, DType::f32),
                          [](const auto& i) { return fctest::name(i.param); });
 
-TEST(CudaF32, FfmaExact) {
+// The exact FFMA kernel (exact_fp32, or forced by key) at fp32 accuracy, and the
+// default f32 path: TF32, or FFMA where TF32 cannot run (head dims or row strides not
+// multiples of 4 elements). run_case checks which kernel ran.
+TEST(CudaF32, FfmaExactAndTf32Default) {
   FC_REQUIRE_GPU();
   for (bool exact : {true, false})
     for (int64_t D : {1, 33, 64, 128, 256}) {
@@ -330,6 +352,18 @@ TEST(CudaF32, FfmaExact) {
   c.Sq = c.Sk = 4097;
   c.H = c.Hkv = 1;
   c.wl = 100;
+  for (bool exact : {true, false}) {
+    c.exact_fp32 = exact;
+    run_case(c);
+  }
+  c = Case{};
+  c.dtype = DType::f32;
+  c.Sq = 70;
+  c.Sk = 90;
+  c.pad = 1;  // rows not 16-byte aligned: FFMA
+  run_case(c);
+  c.pad = 0;
+  c.impl = kSimtKey;  // forced by key
   run_case(c);
 }
 
@@ -435,6 +469,19 @@ TEST(CudaErrors, UnsupportedHeadDims) {
     DevTensor dq(q), dout(o);
     expect_refused(dq.view(), dq.view(), dq.view(), dout, o, {}, Status::unsupported, "head dim");
   }
+}
+
+TEST(CudaF32, Tf32KeyWithExactRefused) {
+  FC_REQUIRE_GPU();
+  fctest::Rng rng;
+  HostTensor q(DType::f32, {1, 64, 2, 64}), o(DType::f32, {1, 64, 2, 64});
+  q.fill_uniform(rng, -1, 1);
+  o.poison();
+  DevTensor dq(q), dout(o);
+  AttentionParams p;
+  p.exact_fp32 = true;
+  p.impl = "fwd_sm80_tf32_hd64_64x64_w4_o2";
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::invalid_argument, "exact_fp32");
 }
 
 TEST(CudaKernels, Listed) {

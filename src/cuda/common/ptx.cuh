@@ -1,6 +1,7 @@
 // Thin wrappers over the sm80 PTX the forward kernels use: cp.async (global -> shared,
-// 16 bytes, zero-filling predicated-off rows), ldmatrix, mma.sync m16n8k16 with fp32
-// accumulation, ex2.approx and register packing. Names follow the PTX ISA sections
+// 16 bytes, zero-filling predicated-off rows), ldmatrix, 32-bit shared loads, mma.sync
+// m16n8k16 (f16/bf16) and m16n8k8 (tf32) with fp32 accumulation, fp32 -> tf32 rounding,
+// ex2.approx and register packing. Names follow the PTX ISA sections
 // (9.7.9.25 ldmatrix, 9.7.13 mma, 9.7.8.22 cp.async); nothing here knows about attention.
 #pragma once
 
@@ -38,6 +39,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
+// One 32-bit shared-memory load.
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t r;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r) : "r"(addr));
+  return r;
+}
+
 // D = A(16x16, row) * B(16x8, col) + D, fp32 accumulators. Fragment ownership (lane l,
 // g = l/4, t = l%4): a = {(g,2t..), (g+8,2t..), (g,2t+8..), (g+8,2t+8..)},
 // b = {(k=2t.., n=g), (k=2t+8.., n=g)}, d = {(g,2t), (g,2t+1), (g+8,2t), (g+8,2t+1)}.
@@ -63,6 +71,24 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D = A(16x8, row) * B(8x8, col) + D on TF32 operands, fp32 accumulators. Fragments
+// (g = l/4, t = l%4): a = {(g,t), (g+8,t), (g,t+4), (g+8,t+4)}, b = {(k=t, n=g), (k=t+4, n=g)},
+// d as in m16n8k16. Each a/b register is one fp32 element in TF32 format (tf32_rna).
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// fp32 -> TF32 (10-bit mantissa), round to nearest, ties away from zero.
+__device__ __forceinline__ uint32_t tf32_rna(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
 // Two floats -> one register of two 16-bit values (low half = x), round to nearest.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float x, float y);
@@ -75,6 +101,18 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
   return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Stores two adjacent output elements (p 4-byte aligned): one 32-bit store of the
+// packed pair for 16-bit storage, two for fp32.
+template <typename T>
+__device__ __forceinline__ void store2(T* p, float x, float y) {
+  *reinterpret_cast<uint32_t*>(p) = pack2<T>(x, y);
+}
+template <>
+__device__ __forceinline__ void store2<float>(float* p, float x, float y) {
+  p[0] = x;
+  p[1] = y;
 }
 
 // 2^x with the MUFU unit (ex2.approx.ftz: ~2 ulp over the range softmax uses, 2^-inf = 0).

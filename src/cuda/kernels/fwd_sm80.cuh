@@ -1,12 +1,15 @@
 // fwd_sm80: fused attention forward on mma.sync tensor cores (sm80, sm86, sm89, and sm90
-// as a fallback). One CTA computes kBlockM query rows of one (sequence, head); each of
-// its kWarps warps owns kBlockM / kWarps of them (16 or 32: with 32, every K and V
-// fragment read from shared memory feeds two MMAs). Per key tile of kBlockN keys:
+// as a fallback), for f16/bf16 storage (m16n8k16) and fp32 storage on TF32 (m16n8k8):
+// parts/operands.cuh holds what differs between them. One CTA computes kBlockM query
+// rows of one (sequence, head); each of its kWarps warps owns kBlockM / kWarps of them
+// (16 or 32: with 32, every K and V fragment read from shared memory feeds two MMAs).
+// Per key tile of kBlockN keys:
 //
-//   S  = Q K^T                  ldmatrix Q, K from swizzled smem; m16n8k16, fp32 acc
+//   S  = Q K^T                  ldmatrix Q, K from swizzled smem, 32 bytes of the head
+//                               dim per k-step; fp32 accumulators
 //   S' = S * scale * log2 e     band mask -> -inf, only on tiles the band cuts
 //   P  = 2^(S' - m), O *= corr  OnlineSoftmax (registers; P never leaves them)
-//   O += P V                    P repacked as the A operand; V by ldmatrix.trans
+//   O += P V                    P converted to the A operand; V from shared memory
 //
 // K/V tiles stream through a kStages-deep cp.async ring (one __syncthreads per tile);
 // the epilogue divides by the row sums and writes O (and lse) straight from registers.
@@ -20,6 +23,7 @@
 #include "cuda/common/swizzle.cuh"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/epilogue.cuh"
+#include "cuda/parts/operands.cuh"
 #include "cuda/parts/seq_mask.cuh"
 #include "cuda/parts/softmax.cuh"
 #include "cuda/parts/tile_load.cuh"
@@ -30,17 +34,21 @@ template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kS
 struct FwdSm80Traits {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kMI = kBlockM / (16 * kWarps);  // 16-row fragments per warp
-  static constexpr int kPitch = SwizzledTile<kHeadDim>::kPitch;
+  static constexpr int kRowBytes = SwizzledTile<kHeadDim, T>::kRowBytes;
   static constexpr int kNF = kBlockN / 8;    // 8-key fragments of S
-  static constexpr int kKS = kHeadDim / 16;  // k-steps of Q K^T
+  static constexpr int kKS = kHeadDim * int(sizeof(T)) / 32;  // 32-byte k-steps of Q K^T
   static constexpr int kDF = kHeadDim / 8;   // 8-column fragments of O
-  static constexpr int kPK = kBlockN / 16;   // k-steps of P V
-  static constexpr int kTileQ = kBlockM * kPitch * 2;  // bytes
-  static constexpr int kTileKV = kBlockN * kPitch * 2;
+  static constexpr int kPK = kBlockN / MmaOps<T>::kPVKeys;  // k-steps of P V
+  static constexpr int kTileQ = kBlockM * kRowBytes;  // bytes
+  static constexpr int kTileKV = kBlockN * kRowBytes;
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV;
   // CTAs per SM the register budget is fitted to (__launch_bounds__): more warps to
   // hide the ldmatrix/MMA/MUFU latencies vs more registers per thread (spills).
   static constexpr int kMinBlocks = kMinBlocksPerSM;
+  // Q fragments held in registers for the whole key loop: measured on an H200
+  // (docs/results/cuda-sm80-2026-11-22-tf32.md) 1-3% faster at hd64 16-bit; at hd128
+  // mixed with 16-row warps (32 registers), 10-39% slower with 32-row warps (spills).
+  static constexpr bool kQInRegs = kKS <= 4;
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
 };
 
@@ -49,6 +57,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
                                   FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
+  using Op = MmaOps<T>;
   constexpr int kMI = Tr::kMI, kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -98,22 +107,39 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   OnlineSoftmax<2 * kMI> sm;
   sm.init();
 
-  // ldmatrix lane roles (see ptx::mma_16816 for the fragment layouts). Warp w owns
-  // rows [w * 16 kMI, (w + 1) * 16 kMI) of the block, fragment mi rows +16 mi. Every
-  // lane's ldmatrix row is = lane (mod 8), so the swizzled chunk of logical chunk
-  // 8 b + 2 j + c is 8 b + ((2 j + c) ^ lane % 8): four per-lane bases per operand (j)
-  // and compile-time offsets for the rest (row blocks, b, the stage).
-  constexpr uint32_t kRowBytes = Tr::kPitch * 2;
+  // ldmatrix lane roles (see ptx::mma_16816 / mma_1688_tf32 for the fragment layouts).
+  // Warp w owns rows [w * 16 kMI, (w + 1) * 16 kMI) of the block, fragment mi rows
+  // +16 mi. Every lane's ldmatrix row is = lane (mod 8), so the swizzled chunk of logical
+  // chunk 8 b + 2 j + c is 8 b + ((2 j + c) ^ lane % 8): four per-lane bases per operand
+  // (j) and compile-time offsets for the rest (row blocks, b, the stage).
+  constexpr uint32_t kRowBytes = Tr::kRowBytes;
   const int r7 = lane % 8, cq = lane / 16, ck = (lane / 8) % 2;
-  uint32_t q_base[4], k_base[4], v_base[4];
+  uint32_t q_base[4], k_base[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     q_base[j] = sQ + (warp * 16 * kMI + r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
     k_base[j] = sK + (r7 + cq * 8) * kRowBytes + (((2 * j + ck) ^ r7) * 16);
-    v_base[j] = sV + (r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
   }
+  VOperand<T, kRowBytes> vop;
+  vop.init(sV, lane);
   const int g = lane / 4, t = lane % 4;
   const int row0 = m0 + warp * 16 * kMI + g;  // this lane's rows: row0 + 16 mi + {0, 8}
+
+  // Q's fragments stay in registers for the whole key loop where they are few (one
+  // 128-byte row chunk: hd64 16-bit, 16-32 registers): no Q ldmatrix per tile.
+  constexpr bool kQInRegs = Tr::kQInRegs;
+  uint32_t qf[kQInRegs ? kKS : 1][kMI][4];
+  if constexpr (kQInRegs) {
+    ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks)
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) {
+        ptx::ldmatrix_x4(qf[ks][mi], q_base[ks % 4] + mi * 16 * kRowBytes + (ks / 4) * 128);
+        Op::operand(qf[ks][mi]);
+      }
+  }
 
   for (int n = tiles.lo; n < tiles.hi; ++n) {
     const int it = n - tiles.lo;
@@ -136,16 +162,24 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     for (int ks = 0; ks < kKS; ++ks) {
       uint32_t a[kMI][4];
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-        ptx::ldmatrix_x4(a[mi], q_base[ks % 4] + mi * 16 * kRowBytes + (ks / 4) * 128);
+      for (int mi = 0; mi < kMI; ++mi) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a[mi][r] = qf[kQInRegs ? ks : 0][mi][r];
+        } else {
+          ptx::ldmatrix_x4(a[mi], q_base[ks % 4] + mi * 16 * kRowBytes + (ks / 4) * 128);
+          Op::operand(a[mi]);
+        }
+      }
 #pragma unroll
       for (int nf = 0; nf < kNF; nf += 2) {
         uint32_t bk[4];
         ptx::ldmatrix_x4(bk, k_base[ks % 4] + stage_off + nf * 8 * kRowBytes + (ks / 4) * 128);
+        Op::operand(bk);
 #pragma unroll
         for (int mi = 0; mi < kMI; ++mi) {
-          ptx::mma_16816<T>(s[mi][nf], a[mi], bk[0], bk[1]);
-          ptx::mma_16816<T>(s[mi][nf + 1], a[mi], bk[2], bk[3]);
+          Op::mma(s[mi][nf], a[mi], bk[0], bk[1]);
+          Op::mma(s[mi][nf + 1], a[mi], bk[2], bk[3]);
         }
       }
     }
@@ -186,26 +220,21 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
         }
     }
 
-    // O += P V: the S accumulators of keys [16 pk, 16 pk + 16) are exactly the A
-    // fragment of one k-step once packed to 16 bits.
+    // O += P V: the S accumulators of one k-step's keys are its A fragment once
+    // converted (Op::p_operand).
 #pragma unroll
     for (int pk = 0; pk < kPK; ++pk) {
       uint32_t a[kMI][4];
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        a[mi][0] = ptx::pack2<T>(s[mi][2 * pk][0], s[mi][2 * pk][1]);
-        a[mi][1] = ptx::pack2<T>(s[mi][2 * pk][2], s[mi][2 * pk][3]);
-        a[mi][2] = ptx::pack2<T>(s[mi][2 * pk + 1][0], s[mi][2 * pk + 1][1]);
-        a[mi][3] = ptx::pack2<T>(s[mi][2 * pk + 1][2], s[mi][2 * pk + 1][3]);
-      }
+      for (int mi = 0; mi < kMI; ++mi) Op::p_operand(a[mi], s[mi], pk);
 #pragma unroll
       for (int df = 0; df < kDF; df += 2) {
         uint32_t bv[4];
-        ptx::ldmatrix_x4_trans(bv, v_base[(df / 2) % 4] + stage_off + pk * 16 * kRowBytes + (df / 8) * 128);
+        vop.load(bv, stage_off, pk, df);
 #pragma unroll
         for (int mi = 0; mi < kMI; ++mi) {
-          ptx::mma_16816<T>(acc[mi][df], a[mi], bv[0], bv[1]);
-          ptx::mma_16816<T>(acc[mi][df + 1], a[mi], bv[2], bv[3]);
+          Op::mma(acc[mi][df], a[mi], bv[0], bv[1]);
+          Op::mma(acc[mi][df + 1], a[mi], bv[2], bv[3]);
         }
       }
     }

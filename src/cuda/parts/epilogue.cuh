@@ -1,6 +1,6 @@
 // Epilogue of the sm80 forward: O = acc / l per row (0 for a row with no visible key),
 // converted to the storage type and written from the accumulator fragments (two
-// adjacent columns per 32-bit store); lse = ln(sum exp(scale * s)) = (m' + log2 l) ln 2,
+// adjacent columns per store, ptx::store2); lse = ln(sum exp(scale * s)) = (m' + log2 l) ln 2,
 // -inf for a row with no visible key. Rows past Sq and columns past Dv are not written.
 #pragma once
 
@@ -23,9 +23,7 @@ __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const f
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;
-      if (col < dv)
-        *reinterpret_cast<uint32_t*>(orow + col) =
-            ptx::pack2<T>(acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
+      if (col < dv) ptx::store2<T>(orow + col, acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
     }
     if (glse != nullptr && t == 0)
       glse[row] = l[half] > 0.f ? (m[half] + log2f(l[half])) * 0.69314718055994531f : -INFINITY;

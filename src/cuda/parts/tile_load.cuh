@@ -1,6 +1,7 @@
 // Global -> shared tile copies of the sm80 mainloop: `kRows` rows of the head dim, 16
 // bytes per cp.async, rows past `rows` and columns past `cols` zero-filled (so padded
-// head dims and sequence tails feed zeros, never stale shared memory, to the MMAs).
+// head dims and sequence tails feed zeros, never stale shared memory, to the MMAs;
+// `cols` is a multiple of the 16-byte chunk's elements, checked on the host).
 // Each thread copies one fixed 16-byte column chunk of every kThreads / kChunks-th row,
 // so the addresses advance by constants (no per-chunk division or 64-bit multiply).
 #pragma once
@@ -13,21 +14,22 @@ namespace flashcore::cuda {
 template <int kRows, int kHeadDim, int kThreads, typename T>
 __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t row_stride,
                                           int rows, int cols, int tid) {
-  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  using Tile = SwizzledTile<kHeadDim, T>;
+  constexpr int kChunks = Tile::kChunks, kE = Tile::kElemsPerChunk;
   if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
     constexpr int kStep = kThreads / kChunks;  // rows per pass; a multiple of 8, so the
-    const int c = (tid % kChunks) * 8;          // swizzle of a thread's chunk is the same
-    const int r0 = tid / kChunks;               // in every pass
+    const int chunk = tid % kChunks;            // swizzle of a thread's chunk is the same
+    const int c = chunk * kE;                   // in every pass
+    const int r0 = tid / kChunks;
     const T* src = gmem + r0 * row_stride + c;
-    const uint32_t dst = smem + SwizzledTile<kHeadDim>::offset(r0, c);
+    const uint32_t dst = smem + Tile::offset(r0, chunk);
     const int64_t src_step = kStep * row_stride;
 #pragma unroll
     for (int pass = 0; pass < (kRows + kStep - 1) / kStep; ++pass) {
       const int r = r0 + pass * kStep;
       if (kRows % kStep == 0 || r < kRows) {
         const bool ok = r < rows && c < cols;
-        ptx::cp_async_16(dst + pass * kStep * SwizzledTile<kHeadDim>::kPitch * 2, ok ? src + pass * src_step : gmem,
-                         ok);
+        ptx::cp_async_16(dst + pass * kStep * Tile::kRowBytes, ok ? src + pass * src_step : gmem, ok);
       }
     }
   } else {
@@ -36,10 +38,10 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
     for (int i0 = 0; i0 < kTotal; i0 += kThreads) {
       const int i = i0 + tid;
       if (kTotal % kThreads == 0 || i < kTotal) {
-        const int r = i / kChunks, c = (i % kChunks) * 8;
+        const int r = i / kChunks, chunk = i % kChunks, c = chunk * kE;
         const bool ok = r < rows && c < cols;
         const T* src = ok ? gmem + r * row_stride + c : gmem;
-        ptx::cp_async_16(smem + SwizzledTile<kHeadDim>::offset(r, c), src, ok);
+        ptx::cp_async_16(smem + Tile::offset(r, chunk), src, ok);
       }
     }
   }
