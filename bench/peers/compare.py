@@ -32,30 +32,35 @@ def main():
         k = key(r)
         if k not in best or r["us"] < best[k]["us"]:
             best[k] = r
-    print("| dtype | B,H,S,D | causal | flashcore kernel | us | TFLOP/s | flash TFLOP/s | cudnn TFLOP/s | vs flash | vs cudnn |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    names = []  # peer backends in the order they appear (flash, cudnn; efficient for f32)
+    for (_, b) in peers:
+        if b not in names:
+            names.append(b)
+    print("| dtype | B,H,S,D | causal | flashcore kernel | us | TFLOP/s | "
+          + " | ".join(f"{n} TFLOP/s" for n in names) + " | " + " | ".join(f"vs {n}" for n in names) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * (2 * len(names)))
     graph_rows = []
     for k, r in best.items():
-        fl, cu = peers.get((k, "flash"), {}), peers.get((k, "cudnn"), {})
+        ps = [peers.get((k, n), {}) for n in names]
         def ratio(p):
             return f"{p['us'] / r['us']:.2f}x" if "us" in p else "n/a"
         print(f"| {k[0]} | {k[1]},{k[2]},{k[3]},{k[4]} | {'yes' if k[5] else 'no'} | {r['kernel']} | {r['us']:.1f} | "
-              f"{r['tflops']:.0f} | {fl.get('tflops', 'n/a')} | {cu.get('tflops', 'n/a')} | {ratio(fl)} | {ratio(cu)} |")
+              f"{r['tflops']:.0f} | " + " | ".join(str(p.get('tflops', 'n/a')) for p in ps) + " | "
+              + " | ".join(ratio(p) for p in ps) + " |")
         if r.get("graph_us", -1) > 0:
-            graph_rows.append((k, r, fl, cu))
+            graph_rows.append((k, r, ps))
     if graph_rows:
         print()
         print("Short shapes, per call inside a CUDA graph of 20 calls (kernel time without launch/dispatch gaps):")
         print()
-        print("| dtype | B,H,S,D | causal | flashcore us | flash us | cudnn us | vs flash | vs cudnn |")
-        print("|---|---|---|---|---|---|---|---|")
-        for k, r, fl, cu in graph_rows:
-            def g(p):
-                return p.get("graph_us", "n/a")
+        print("| dtype | B,H,S,D | causal | flashcore us | " + " | ".join(f"{n} us" for n in names) + " | "
+              + " | ".join(f"vs {n}" for n in names) + " |")
+        print("|---|---|---|---|" + "---|" * (2 * len(names)))
+        for k, r, ps in graph_rows:
             def gr(p):
                 return f"{p['graph_us'] / r['graph_us']:.2f}x" if "graph_us" in p else "n/a"
-            print(f"| {k[0]} | {k[1]},{k[2]},{k[3]},{k[4]} | {'yes' if k[5] else 'no'} | {r['graph_us']:.1f} | {g(fl)} | {g(cu)} | {gr(fl)} | {gr(cu)} |")
-
+            print(f"| {k[0]} | {k[1]},{k[2]},{k[3]},{k[4]} | {'yes' if k[5] else 'no'} | {r['graph_us']:.1f} | "
+                  + " | ".join(str(p.get("graph_us", "n/a")) for p in ps) + " | " + " | ".join(gr(p) for p in ps) + " |")
 
 if __name__ == "__main__":
     main()

@@ -4,11 +4,12 @@
 Times torch.nn.functional.scaled_dot_product_attention forward with the FlashAttention-2
 backend ("flash") and the cuDNN backend ("cudnn") on the shapes flashcore's CUDA timing
 driver runs (seed mission B1 H8 S512 D64, and BENCH.md's grid D in {64,128,256},
-S in {512..16384}, B = 16384/S, H = 2048/D, causal and not), fp16 and bf16. Timing as in
+S in {512..16384}, B = 16384/S, H = 2048/D, causal and not), fp16 and bf16; fp32 with the
+memory-efficient backend ("efficient"; FA2 and cuDNN take no fp32), TF32 matmuls allowed. Timing as in
 flashcore_cuda_timing: per-call CUDA events, median after warm-up. TFLOP/s counts
 4*B*H*S*S*D, halved for causal. One JSON line per (shape, backend).
 
-  python3 bench/peers/sdpa_peers.py [--dtype f16|bf16|both] [--iters N] [--only-mission]
+  python3 bench/peers/sdpa_peers.py [--dtype f16|bf16|f32|both|all] [--iters N] [--only-mission]
 """
 import argparse
 import json
@@ -18,6 +19,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+F32_BACKENDS = {"efficient": SDPBackend.EFFICIENT_ATTENTION}
+NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
 
 def median_ms(fn, iters, warm=5):
@@ -65,20 +68,24 @@ def shapes(only_mission):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dtype", default="both", choices=["f16", "bf16", "both"])
+    ap.add_argument("--dtype", default="both", choices=["f16", "bf16", "f32", "both", "all"])
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only-mission", action="store_true")
     args = ap.parse_args()
-    dts = {"f16": [torch.float16], "bf16": [torch.bfloat16], "both": [torch.float16, torch.bfloat16]}[args.dtype]
+    dts = {"f16": [torch.float16], "bf16": [torch.bfloat16], "f32": [torch.float32],
+           "both": [torch.float16, torch.bfloat16],
+           "all": [torch.float16, torch.bfloat16, torch.float32]}[args.dtype]
+    torch.backends.cuda.matmul.allow_tf32 = True
     print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
                       "cudnn": torch.backends.cudnn.version()}), flush=True)
     for dt in dts:
-        name = "f16" if dt == torch.float16 else "bf16"
+        name = NAMES[dt]
+        backends = F32_BACKENDS if dt == torch.float32 else BACKENDS
         for tag, b, h, s, d, causal in shapes(args.only_mission):
             # [B, H, S, D] views of [B, S, H, D] storage: the layout flashcore is timed on.
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt).transpose(1, 2) for _ in range(3))
             flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-            for backend, enum in BACKENDS.items():
+            for backend, enum in backends.items():
                 row = dict(tag=tag, backend=backend, dtype=name, B=b, H=h, S=s, D=d, causal=causal)
                 try:
                     with sdpa_kernel([enum]):

@@ -4,6 +4,8 @@
 // short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
 // flashcore-bench's --backend cuda covers the same rows.
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32] [--only-mission]
+//                         [--profile "B H S D causal"]
+// (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -143,17 +145,26 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool all_tiles = false, only_mission = false;
+  bool all_tiles = false, only_mission = false, dtype_given = false;
   int iters = 30;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--all-tiles") all_tiles = true;
     else if (a == "--only-mission") only_mission = true;
+    else if (a == "--profile" && i + 1 < argc) {  // "B H S D causal": a few calls of one shape (for ncu)
+      long long B, H, S, D;
+      int c;
+      if (std::sscanf(argv[++i], "%lld %lld %lld %lld %d", &B, &H, &S, &D, &c) != 5) return 2;
+      run({"profile", B, H, S, D, c != 0}, flashcore::DType::f16, nullptr, 3);
+      return 0;
+    }
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (a == "--dtype" && i + 1 < argc) {
       const std::string d = argv[++i];
-      dts = {d == "bf16" ? flashcore::DType::bf16 : d == "f32" ? flashcore::DType::f32 : flashcore::DType::f16};
+      if (!dtype_given) dts.clear();
+      dtype_given = true;
+      dts.push_back(d == "bf16" ? flashcore::DType::bf16 : d == "f32" ? flashcore::DType::f32 : flashcore::DType::f16);
     }
   }
   std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};
@@ -169,9 +180,13 @@ int main(int argc, char** argv) {
         run(s, dt, nullptr, iters);
         continue;
       }
-      const std::string prefix = std::string("fwd_sm80_") + flashcore::to_string(dt) + "_hd" + std::to_string(s.D) + "_";
+      // f32: the TF32 instances (fwd_sm80_tf32_*), and the exact FFMA kernel up to S = 2048.
+      const bool f32 = dt == flashcore::DType::f32;
+      const std::string prefix =
+          std::string("fwd_sm80_") + (f32 ? "tf32" : flashcore::to_string(dt)) + "_hd" + std::to_string(s.D) + "_";
       for (const auto& k : ks)
         if (k.key.rfind(prefix, 0) == 0 && k.available) run(s, dt, k.key.c_str(), iters);
+      if (f32 && s.S <= 2048) run(s, dt, "fwd_sm80_f32_hd256_simt", iters);
     }
   return 0;
 }

@@ -4,49 +4,97 @@
 # Binaries come prebuilt (no GTest on the device image) in .gpubin/ (carried):
 #   cmake -S . -B build/cuda -G Ninja -DFLASHCORE_CUDA_ARCHS=90 && ninja -C build/cuda flashcore_cuda_tests flashcore_cuda_timing
 #   tests/cuda/stage_gpubin.sh
-# STAGES (default "info tests sanitize timing peers") picks what runs.
+# STAGES (default "info tests sanitize timing peers") picks what runs; "exp" also times
+# an experiment build's timing binary (.gpubin/exp/flashcore_cuda_timing, EXP_ARGS) and
+# "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
+# TIMING_DTYPES (default "f16 bf16 f32") and PEER_DTYPE (default all) pick the dtypes.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# Logs go to LOG and come back as one archive ($OUT/logs.tgz; the device tool returns at
+# most 8 files), the tables also as plain files.
+LOG=${LOG:-/tmp/fc_logs}
+rm -rf "$LOG"; mkdir -p "$LOG"
 BIN=.gpubin
 export LD_LIBRARY_PATH=$PWD/$BIN:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-info tests sanitize timing peers}
 TIMING_ARGS=${TIMING_ARGS:---all-tiles}
+TIMING_DTYPES=${TIMING_DTYPES:-f16 bf16 f32}
+PEER_DTYPE=${PEER_DTYPE:-all}
+dtype_args() { for d in $TIMING_DTYPES; do printf -- '--dtype %s ' "$d"; done; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
+# Every stamp also re-packs the logs, so a run stopped at its time limit still returns them.
+stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; tar czf "$OUT/logs.tgz" -C "$LOG" . 2>/dev/null; }
 
 if has info; then
-  { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2; } > "$OUT/device.txt" 2>&1
-  cat "$OUT/device.txt"
+  { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2; } > "$LOG/device.txt" 2>&1
+  cat "$LOG/device.txt"
 fi
 if has tests; then
   stamp tests
-  timeout 300 $BIN/flashcore_cuda_tests --gtest_brief=1 > "$OUT/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.log"
-  grep -E "FAILED|PASSED|SKIPPED \]|Failure|rel_err|Which is|Value of|Expected|kernel " "$OUT/tests.log" | head -60
+  timeout 300 $BIN/flashcore_cuda_tests --gtest_brief=1 > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
+  grep -E "FAILED|PASSED|SKIPPED \]|Failure|rel_err|Which is|Value of|Expected|kernel " "$LOG/tests.log" | head -60
 fi
 if has sanitize; then
   stamp sanitize
   CS="compute-sanitizer --error-exitcode 9"
   small='Cuda/CudaDtype.CausalUnequalLengths/f16:Cuda/CudaDtype.Varlen/*:Cuda/CudaDtype.PaddedHeadDims/bf16:CudaErrors.*:CudaF32.*'
-  timeout 200 $CS --tool memcheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small" > "$OUT/sanitizer.log" 2>&1
-  echo "memcheck rc=$?" | tee -a "$OUT/sanitizer.log"
-  timeout 150 $CS --tool racecheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaDtype.Varlen/f16:Cuda/CudaDtype.LocalWindows/bf16' >> "$OUT/sanitizer.log" 2>&1
-  echo "racecheck rc=$?" | tee -a "$OUT/sanitizer.log"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" "$OUT/sanitizer.log" | sort | uniq -c | head -20
+  small="$small:Cuda/CudaDtype.CausalUnequalLengths/f32:Cuda/CudaDtype.PaddedHeadDims/f32:Cuda/CudaDtype.ForcedTiles/f32"
+  timeout 240 $CS --tool memcheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small" > "$LOG/sanitizer.log" 2>&1
+  echo "memcheck rc=$?" | tee -a "$LOG/sanitizer.log"
+  timeout 150 $CS --tool racecheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaDtype.Varlen/f16:Cuda/CudaDtype.LocalWindows/bf16:Cuda/CudaDtype.Varlen/f32:Cuda/CudaDtype.LocalWindows/f32' >> "$LOG/sanitizer.log" 2>&1
+  echo "racecheck rc=$?" | tee -a "$LOG/sanitizer.log"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" "$LOG/sanitizer.log" | sort | uniq -c | head -20
 fi
 if has timing; then
   stamp timing
-  timeout 200 $BIN/flashcore_cuda_timing $TIMING_ARGS > "$OUT/flashcore.jsonl" 2> "$OUT/timing.err"; echo "timing rc=$?"
+  timeout 200 $BIN/flashcore_cuda_timing $TIMING_ARGS $(dtype_args) > "$LOG/flashcore.jsonl" 2> "$LOG/timing.err"; echo "timing rc=$?"
+fi
+if has exp && [ -x $BIN/exp/flashcore_cuda_timing ]; then
+  stamp exp
+  timeout 120 $BIN/exp/flashcore_cuda_timing ${EXP_ARGS:---all-tiles --dtype f16} > "$LOG/exp.jsonl" 2> "$LOG/exp.err"; echo "exp rc=$?"
 fi
 if has peers; then
   stamp peers
-  timeout 200 python3 bench/peers/sdpa_peers.py > "$OUT/peers.jsonl" 2> "$OUT/peers.err"; echo "peers rc=$?"
-  tail -3 "$OUT/peers.err"
+  timeout 200 python3 bench/peers/sdpa_peers.py --dtype "$PEER_DTYPE" > "$LOG/peers.jsonl" 2> "$LOG/peers.err"; echo "peers rc=$?"
+  tail -3 "$LOG/peers.err"
 fi
-if [ -s "$OUT/flashcore.jsonl" ] && [ -s "$OUT/peers.jsonl" ]; then
-  python3 bench/peers/compare.py "$OUT/flashcore.jsonl" "$OUT/peers.jsonl" > "$OUT/table.md"
-  cat "$OUT/table.md"
+if has bench && [ -x $BIN/flashcore-bench ]; then
+  stamp bench
+  FB="timeout 60 $BIN/flashcore-bench --backend cuda"
+  {
+    $FB --dtype f32 --batch 1 --heads 2 --seq-q 700 --head-dim 64 --check
+    $FB --dtype f32 --batch 1 --heads 4 --kv-heads 2 --seq-q 1000 --seq-k 3000 --head-dim 96 --causal --check
+    $FB --dtype f32 --batch 2 --heads 16 --seq-q 2048 --head-dim 128 --check
+    $FB --dtype f32 --batch 2 --heads 16 --seq-q 2048 --head-dim 128 --impl fwd_sm80_f32_hd256_simt --check
+    $FB --dtype f32 --batch 2 --heads 8 --seq-q 2048 --head-dim 256 --causal --check
+    $FB --dtype f16 --batch 1 --heads 8 --seq-q 512 --head-dim 64 --check
+  } > "$LOG/bench.txt" 2>&1; echo "bench rc=$?"
+  cat "$LOG/bench.txt"
 fi
+if has profile; then
+  stamp profile
+  # PROFILE_SHAPE="B H S D causal(0/1)"; one launch each, clocks left alone.
+  read -r PB PH PS PD PC <<< "${PROFILE_SHAPE:-8 16 2048 128 0}"
+  NCU="ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section InstructionStats --launch-skip 3 --launch-count 1"
+  timeout 120 $NCU -k regex:fwd_sm80 $BIN/flashcore_cuda_timing --profile "$PB $PH $PS $PD $PC" > "$LOG/ncu_flashcore.txt" 2>&1; echo "ncu flashcore rc=$?"
+  timeout 120 $NCU -k regex:flash_fwd python3 -c "
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn($PB, $PS, $PH, $PD, device='cuda', dtype=torch.float16).transpose(1, 2) for _ in range(3))
+with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+    for _ in range(6): F.scaled_dot_product_attention(q, k, v, is_causal=bool($PC))
+torch.cuda.synchronize()" > "$LOG/ncu_flash.txt" 2>&1; echo "ncu flash rc=$?"
+  for f in "$LOG"/ncu_*.txt; do echo "== $f"; grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Executed Ipc A|Stall|Warp Cycles Per Issued|Shared Memory Configuration Size|Dynamic Shared|Block Size|Grid Size|Executed Instructions  " "$f" | head -30; done
+fi
+if [ -s "$LOG/flashcore.jsonl" ] && [ -s "$LOG/peers.jsonl" ]; then
+  python3 bench/peers/compare.py "$LOG/flashcore.jsonl" "$LOG/peers.jsonl" > "$LOG/table.md"
+  cat "$LOG/table.md"
+fi
+if [ -s "$LOG/exp.jsonl" ] && [ -s "$LOG/peers.jsonl" ]; then
+  python3 bench/peers/compare.py "$LOG/exp.jsonl" "$LOG/peers.jsonl" > "$LOG/table_exp.md"
+fi
+cp -f "$LOG"/table*.md "$OUT"/ 2>/dev/null
 stamp done
