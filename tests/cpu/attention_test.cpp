@@ -124,7 +124,7 @@ const AttnCase kCases[] = {
     {"decode_split_sq1_d96", 1, 1, 1000, 4, 1, 96, 96},
     {"decode_sq16_causal_d256", 1, 16, 300, 2, 1, 256, 256, true},
     {"gqa2to1_decode_kvblocks_d64", 3, 1, 500, 12, 6, 64, 64},   // 12 rows: 6 kv heads per block
-    {"decode_kvblocks_sq5_causal_d32", 1, 5, 300, 15, 5, 32, 40, true, -1, -1, false, 2},
+    {"gqa3to1_decode_sq5_causal_d32_dv40", 1, 5, 300, 15, 5, 32, 40, true, -1, -1, false, 2},
 };
 
 class AttentionTest : public ::testing::TestWithParam<std::tuple<AttnCase, DType>> {};
