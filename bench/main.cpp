@@ -8,6 +8,7 @@
 
 #include "args.hpp"
 #include "bench.hpp"
+#include "core/clones.hpp"
 #include "flashcore/flashcore.hpp"
 #include "peak.hpp"
 #include "timing.hpp"
@@ -108,9 +109,10 @@ int main(int argc, char** argv) {
     char date[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-    std::printf("flashcore %s bench, %s, %s, %d online cores, load average %s at start, %s%s\n\n",
+    std::printf("flashcore %s bench, %s, %s, %d online cores, load average %s at start, %s, "
+                "portable kernels built as the %s clone%s\n\n",
                 flashcore::version(), date, cpu_model().c_str(), fcbench::online_cores(),
-                load.c_str(), binding.c_str(),
+                load.c_str(), binding.c_str(), flashcore::core::portable_isa_level(),
                 flashcore::force_generic() ? ", portable kernels forced (FLASHCORE_FORCE_GENERIC)" : "");
     fcbench::print_table(rows, true);
   }

@@ -7,31 +7,32 @@
 #include <mutex>
 #include <vector>
 
+#include "core/clones.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 #include "timing.hpp"
 
 namespace fcbench {
 
-// The portable ceiling: multiply-adds on independent accumulators, compiled with the same
-// baseline flags as the generic micro-kernels, so it measures what those kernels can reach
-// (on x86-64: 4-wide SSE mulps + addps, no FMA). 12 accumulators of 4 lanes = 12 SSE
-// registers cover the mul+add latency; a ~ 1 and a tiny b keep the values bounded.
-double peak_loop_generic_fp32(long reps) {
+// The portable ceiling: multiply-adds on independent accumulators of 4-float generic
+// vectors, like the generic micro-kernels' accumulators, and compiled like them
+// (FC_PORTABLE_CLONES: on x86-64 the baseline clone is SSE2 mulps + addps, the x86-64-v3
+// clone 4-wide FMAs), so it measures what those kernels can reach on this CPU. 12
+// accumulators cover the latency; a ~ 1 and a tiny b keep the values bounded.
+FC_PORTABLE_CLONES double peak_loop_generic_fp32(long reps) {
+  typedef float v4f __attribute__((vector_size(16)));
   constexpr int kVecs = 12, kLanes = 4;
-  float acc[kVecs][kLanes];
+  v4f acc[kVecs];
   for (int v = 0; v < kVecs; ++v)
     for (int l = 0; l < kLanes; ++l) acc[v][l] = 1.0f + float(v * kLanes + l) * 1e-3f;
   volatile float va = 0.999999f, vb = 1e-7f;  // volatile: not constants the compiler can fold
-  const float a = va, b = vb;
+  const v4f a = v4f{va, va, va, va}, b = v4f{vb, vb, vb, vb};
   for (long r = 0; r < reps; ++r) {
 #pragma GCC unroll 12
-    for (int v = 0; v < kVecs; ++v)
-#pragma GCC unroll 4
-      for (int l = 0; l < kLanes; ++l) acc[v][l] = acc[v][l] * a + b;
+    for (int v = 0; v < kVecs; ++v) acc[v] = acc[v] * a + b;
   }
   float sum = 0;
-  for (const auto& row : acc)
-    for (float x : row) sum += x;
+  for (const auto& x : acc)
+    for (int l = 0; l < kLanes; ++l) sum += x[l];
   volatile float sink = sum;
   (void)sink;
   return 2.0 * kVecs * kLanes * double(reps);

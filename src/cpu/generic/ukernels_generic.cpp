@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/clones.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 #include "cpu/ukernels/vecops_portable.hpp"
 
@@ -52,20 +53,34 @@ void gemm_f32(int64_t kc, const void* a_, int64_t a_stride, const void* b_, void
 
 }  // namespace
 
-void f32_4x16_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
+FC_PORTABLE_CLONES void f32_4x16_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                       int accumulate) {
   gemm_f32<4, 16>(kc, a, as, b, c, ldc, accumulate);
 }
-void f32_4x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
+FC_PORTABLE_CLONES void f32_4x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                      int accumulate) {
   gemm_f32<4, 8>(kc, a, as, b, c, ldc, accumulate);
 }
-void f32_6x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
+FC_PORTABLE_CLONES void f32_6x8_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                      int accumulate) {
   gemm_f32<6, 8>(kc, a, as, b, c, ldc, accumulate);
 }
 
-const VecOps vecops_generic = {"vecops_generic", Isa::generic, portable::col_max,
-                               portable::exp2_pack, portable::scale_rows};
+// The vector ops through cloned entry points (the portable bodies inline into each clone).
+namespace {
+FC_PORTABLE_CLONES void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
+  portable::col_max(kc, mq, t, ldt, mx);
+}
+FC_PORTABLE_CLONES void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                                  const float* cm, void* dst, int64_t ldd, DType dst_type,
+                                  Exp2Mode mode, float* sum) {
+  portable::exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, mode, sum);
+}
+FC_PORTABLE_CLONES void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
+  portable::scale_rows(mq, n, o, ld, alpha);
+}
+}  // namespace
+
+const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, scale_rows};
 
 }  // namespace flashcore::cpu::ukernels

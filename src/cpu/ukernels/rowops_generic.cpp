@@ -1,8 +1,10 @@
 // Portable row ops of the decode path (RowOps in ukernel.hpp): plain loops over the query
-// lanes (dot) and the value columns (axpy) that the compiler vectorizes with the baseline
-// flags. Also the row ops of ISAs without their own set (SVE today).
+// lanes (dot) and the value columns (axpy) that the compiler vectorizes, compiled for the
+// baseline ISA and, on x86-64, also for x86-64-v3 (FC_PORTABLE_CLONES, like the portable
+// GEMM kernels). Also the row ops of ISAs without their own set (SVE today).
 #include <cstdint>
 
+#include "core/clones.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 
 namespace flashcore::cpu::ukernels {
@@ -12,7 +14,7 @@ namespace {
 constexpr int64_t kKeys = 4;
 constexpr int64_t kMaxLanes = 64;
 
-void dot(int64_t kc, int64_t d, const float* x, int64_t xs, const float* /*q*/, const float* y,
+FC_PORTABLE_CLONES void dot(int64_t kc, int64_t d, const float* x, int64_t xs, const float* /*q*/, const float* y,
          int64_t mq, float* t, int64_t ldt) {
   for (int64_t i0 = 0; i0 < mq; i0 += kMaxLanes) {
     const int64_t n = mq - i0 < kMaxLanes ? mq - i0 : kMaxLanes;
@@ -41,7 +43,7 @@ void dot(int64_t kc, int64_t d, const float* x, int64_t xs, const float* /*q*/, 
   }
 }
 
-void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, int64_t vs,
+FC_PORTABLE_CLONES void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, int64_t vs,
           int64_t n, float* o, int64_t ldo) {
   for (int64_t i = 0; i < mq; ++i) {
     float* oi = o + i * ldo;
