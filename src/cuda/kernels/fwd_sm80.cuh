@@ -19,6 +19,7 @@
 
 #include <atomic>
 
+#include "cuda/common/launch.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/swizzle.cuh"
 #include "cuda/kernels/params.hpp"
@@ -184,41 +185,11 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       }
     }
 
-    // Mask only where the band or Sk cuts this tile. A non-positive scale (legal, if
-    // odd) is applied up front so that the softmax can fold a positive one in.
-    const bool full = n >= tiles.full_lo && n < tiles.full_hi;
-    if (!full || !(p.scale_log2 > 0.f)) {
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-        for (int nf = 0; nf < kNF; ++nf)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = p.scale_log2 > 0.f ? s[mi][nf][e] : s[mi][nf][e] * p.scale_log2;
-            const int i = row0 + 16 * mi + (e / 2) * 8, j = n * kBlockN + nf * 8 + 2 * t + (e % 2);
-            if (!full && !band.visible(i, j)) x = -INFINITY;
-            s[mi][nf][e] = x;
-          }
-    }
+    mask_scores<kMI, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
 
     float corr[2 * kMI];
     sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
-    // Rescale O only when some row's max moved (after the first tiles it rarely does:
-    // this skips kDF * 4 FMULs per row fragment on most tiles).
-    bool moved = false;
-#pragma unroll
-    for (int r = 0; r < 2 * kMI; ++r) moved |= corr[r] != 1.f;
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-        for (int df = 0; df < kDF; ++df) {
-          acc[mi][df][0] *= corr[2 * mi];
-          acc[mi][df][1] *= corr[2 * mi];
-          acc[mi][df][2] *= corr[2 * mi + 1];
-          acc[mi][df][3] *= corr[2 * mi + 1];
-        }
-    }
+    rescale_rows<kMI, kDF>(acc, corr);
 
     // O += P V: the S accumulators of one k-step's keys are its A fragment once
     // converted (Op::p_operand).
@@ -253,18 +224,9 @@ template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kS
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
   auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
-  // Opt in to more than 48 KiB of dynamic shared memory, once per device (bit d of
-  // `done`): the call costs microseconds, which short shapes would pay on every launch.
-  static std::atomic<uint64_t> done{0};
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
+  static std::atomic<uint64_t> smem_done{0};
+  const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
-  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-  if (bit == 0 || (done.load(std::memory_order_relaxed) & bit) == 0) {
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmem);
-    if (e != cudaSuccess) return e;
-    done.fetch_or(bit, std::memory_order_relaxed);
-  }
   const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
   return cudaGetLastError();

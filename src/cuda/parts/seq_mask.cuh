@@ -2,6 +2,8 @@
 // (core::BandMask), evaluated in 32-bit arithmetic in the inner loops.
 #pragma once
 
+#include <cmath>
+
 #include "core/variants/mask.hpp"
 #include "cuda/kernels/params.hpp"
 
@@ -60,5 +62,27 @@ struct Band32 {
     return j < sk && (left < 0 || j >= i + offset - left) && (right < 0 || j <= i + offset + right);
   }
 };
+
+// Masks the raw scores of one key tile held as mma accumulator fragments (mma.sync and
+// wgmma share the layout): s[mi][nf][e] is query row row0 + 16 mi + 8 (e / 2), key
+// col0 + 8 nf + 2 t + e % 2. Only where the band or Sk cuts the tile (!full) are scores
+// set to -inf. A non-positive scale (legal, if odd) is applied here, up front, so that
+// the softmax can fold a positive one into its exponent (it is then called with 1).
+template <int kMI, int kNF>
+__device__ __forceinline__ void mask_scores(float (&s)[kMI][kNF][4], bool full, float scale_log2, const Band32& band,
+                                            int row0, int col0, int t) {
+  if (full && scale_log2 > 0.f) return;
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = scale_log2 > 0.f ? s[mi][nf][e] : s[mi][nf][e] * scale_log2;
+        const int i = row0 + 16 * mi + (e / 2) * 8, j = col0 + nf * 8 + 2 * t + (e % 2);
+        if (!full && !band.visible(i, j)) x = -INFINITY;
+        s[mi][nf][e] = x;
+      }
+}
 
 }  // namespace flashcore::cuda

@@ -71,4 +71,23 @@ struct OnlineSoftmax {
   }
 };
 
+// O *= corr per row (corr from OnlineSoftmax::update), skipped when no row of the warp
+// moved its max (after the first tiles it rarely does: kDF * 4 FMULs per row fragment).
+template <int kMI, int kDF>
+__device__ __forceinline__ void rescale_rows(float (&acc)[kMI][kDF][4], const float (&corr)[2 * kMI]) {
+  bool moved = false;
+#pragma unroll
+  for (int r = 0; r < 2 * kMI; ++r) moved |= corr[r] != 1.f;
+  if (!__any_sync(0xffffffffu, moved)) return;
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      acc[mi][df][0] *= corr[2 * mi];
+      acc[mi][df][1] *= corr[2 * mi];
+      acc[mi][df][2] *= corr[2 * mi + 1];
+      acc[mi][df][3] *= corr[2 * mi + 1];
+    }
+}
+
 }  // namespace flashcore::cuda
