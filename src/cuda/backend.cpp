@@ -22,37 +22,47 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 // Kernel entry points, one per instance TU (names = keys).
 cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
+#define FC_SM90_INST(key, dt, hd, bm, bn, st) cudaError_t key(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 
 namespace {
 
+struct DeviceInfo {
+  int id = -1, major = 0, minor = 0, smem_optin = 0, sms = 0;
+};
+
 struct Instance {
   const char* key;
+  int arch;  // 80: fwd_sm80 (sm80+), 90: fwd_sm90 (sm_90a: compute capability 9.0 only)
   DType dtype;
   int head_dim, block_m, block_n, warps, stages;
   LaunchFn fn;
-  // Dynamic shared memory of the sm80 kernel: Q tile + kStages K and V tiles, rows
-  // padded to a multiple of 128 bytes (see common/swizzle.cuh).
+  // Dynamic shared memory: Q tile + kStages K and V tiles, rows padded to a multiple of
+  // 128 bytes (common/swizzle.cuh; the sm90 tiles are 128-byte column blocks), sm90 also
+  // its mbarriers and 1024 bytes of alignment slack (FwdSm90Traits::kSmem).
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
-    return (block_m + 2 * stages * block_n) * row_bytes;
+    const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
+    return arch == 90 ? tiles + 8 * (1 + 3 * stages) + 1024 : tiles;
+  }
+  bool runs_on(const DeviceInfo& d) const {
+    return smem() <= d.smem_optin && (arch != 90 || (d.major == 9 && d.minor == 0));
   }
 };
 
 // Instance dtype keys -> storage dtype (tf32: fp32 storage on TF32 tensor cores).
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32;
 const Instance kInstances[] = {
-#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, dtype_##dt, hd, bm, bn, wp, st, key},
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, 80, dtype_##dt, hd, bm, bn, wp, st, key},
+#define FC_SM90_INST(key, dt, hd, bm, bn, st) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 };
 constexpr const char* kSimtKey = "fwd_sm80_f32_hd256_simt";
 constexpr int kMaxHeadDim = 256;
-
-struct DeviceInfo {
-  int id = -1, major = 0, minor = 0, smem_optin = 0, sms = 0;
-};
 
 [[noreturn]] void cuda_fail(Status code, const std::string& what, cudaError_t e) {
   throw_error(code, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
@@ -137,6 +147,30 @@ std::string tensor_core_misalignment(const core::AttentionProblem& p, std::strin
   return {};
 }
 
+// Why the sm90 kernels cannot take this problem ("" when they can): they need a 9.0
+// device, 16-bit storage, D == Dv == the instance's head dim (no padding), fixed-length
+// batches. Windows, causal, GQA, lse and any strides the 16-bit path accepts are fine.
+std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, const DeviceInfo& dev) {
+  if (!(dev.major == 9 && dev.minor == 0)) return "needs a compute capability 9.0 (Hopper) device";
+  if (p.dtype != i.dtype) return "is not a " + std::string(to_string(p.dtype)) + " kernel";
+  if (p.d != i.head_dim || p.dv != i.head_dim)
+    return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
+           ", Dv = " + std::to_string(p.dv) + ")";
+  if (p.cu_q != nullptr) return "does not take variable-length batches (cu_seqlens)";
+  if (i.smem() > dev.smem_optin) return "needs more shared memory than this device has";
+  return {};
+}
+
+// The Hopper kernel for this problem when the device is 9.0 and it qualifies (table
+// order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
+// the sm80 family.
+const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
+  if (p.tile_m != 0) return nullptr;
+  for (const Instance& i : kInstances)
+    if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) return &i;
+  return nullptr;
+}
+
 const Instance* find_key(const char* key) {
   for (const Instance& i : kInstances)
     if (std::strcmp(i.key, key) == 0) return &i;
@@ -150,7 +184,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
   const bool may_fall_back = p.dtype == DType::f32 && p.tile_m == 0;
   int best_hd = INT_MAX;
   for (const Instance& i : kInstances)
-    if (i.dtype == p.dtype && i.head_dim >= hd && i.head_dim < best_hd) best_hd = i.head_dim;
+    if (i.arch == 80 && i.dtype == p.dtype && i.head_dim >= hd && i.head_dim < best_hd) best_hd = i.head_dim;
   if (best_hd == INT_MAX && may_fall_back) return nullptr;
   if (best_hd == INT_MAX)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
@@ -162,7 +196,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
   const bool banded = (p.causal || p.window_left >= 0 || p.window_right >= 0) && best_hd <= 128;
   const Instance* first = nullptr;
   for (const Instance& i : kInstances) {
-    if (i.dtype != p.dtype || i.head_dim != best_hd) continue;
+    if (i.arch != 80 || i.dtype != p.dtype || i.head_dim != best_hd) continue;
     if (p.tile_m != 0 && (i.block_m != p.tile_m || i.block_n != p.tile_n)) continue;
     if (i.smem() > dev.smem_optin) continue;
     if (first == nullptr) {
@@ -235,6 +269,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   }
   if (forced && !simt_forced) {
     inst = find_key(p.impl);
+    if (inst != nullptr && inst->arch == 90) {
+      const std::string why = sm90_refusal(p, *inst, dev);
+      if (!why.empty())
+        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' " + why);
+    }
     if (inst == nullptr || inst->dtype != p.dtype || inst->head_dim < hd)
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not a CUDA kernel of this build for " +
                                            to_string(p.dtype) + " head dim " + std::to_string(hd) +
@@ -250,7 +289,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     if (f32 && !bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   } else if (!simt_forced && !(f32 && (p.exact_fp32 || !dims_ok || !bad_align.empty()))) {
     const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
-    inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
+    inst = f32 ? nullptr : pick_sm90(p, dev);
+    if (inst == nullptr)
+      inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
   }
   const bool simt = inst == nullptr;  // f32 only: pick throws for 16-bit
 
@@ -300,7 +341,7 @@ std::vector<KernelInfo> kernels() {
   }
   std::vector<KernelInfo> out;
   for (const Instance& i : kInstances)
-    out.push_back({i.key, "sm80", have && i.smem() <= dev.smem_optin});
+    out.push_back({i.key, i.arch == 90 ? "sm90" : "sm80", have && i.runs_on(dev)});
   out.push_back({kSimtKey, "sm80", have});
   return out;
 }

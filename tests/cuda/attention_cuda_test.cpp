@@ -2,8 +2,11 @@
 // bf16 and f32 on TF32 tensor cores, head dims incl. padded ones, odd and unequal
 // lengths, causal bottom-right, windows, GQA/MQA, varlen, lse, strided layouts, streams,
 // forced tiles, the exact fp32 FFMA path and when f32 falls back to it) on fresh random
-// inputs with NaN-poisoned outputs, and bad inputs refused before any launch.
-// Every test skips with a message when there is no sm80+ GPU (CI has none).
+// inputs with NaN-poisoned outputs, and bad inputs refused before any launch; the Hopper
+// kernels (fwd_sm90: odd lengths, causal Sq != Sk, GQA/MQA, layouts, windows, lse) and
+// which family the dispatcher picks on a 9.0 device (CudaSm90).
+// Every test skips with a message when there is no sm80+ GPU (CI has none), the CudaSm90
+// ones when the GPU is not sm90.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -81,6 +84,7 @@ struct Case {
   int tile_m = 0, tile_n = 0;
   std::string impl;  // force a kernel by key
   float scale = 0.f;  // 0 = 1/sqrt(D)
+  std::string expect_kernel;  // when set: the kernel that ran must start with this
   std::string str() const {
     return std::string(fctest::name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" +
@@ -150,6 +154,9 @@ void run_case(const Case& c) {
                      (c.exact_fp32 || c.impl == kSimtKey || c.D % 4 != 0 || Dv % 4 != 0 || c.pad % 4 != 0);
   if (c.dtype == DType::f32) {
     EXPECT_EQ(times.kernel.rfind(exact ? kSimtKey : "fwd_sm80_tf32_", 0), 0u) << "kernel " << times.kernel;
+  }
+  if (!c.expect_kernel.empty()) {
+    EXPECT_EQ(times.kernel.rfind(c.expect_kernel, 0), 0u) << "kernel " << times.kernel;
   }
   EXPECT_TRUE(fctest::close(o, ref, out_tol(c.dtype, c.Sk, exact))) << "kernel " << times.kernel;
   if (c.lse) {
@@ -329,6 +336,164 @@ TEST_P(CudaDtype, Varlen) {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaDtype, ::testing::Values(DType::f16, DType::bf16, DType::f32),
                          [](const auto& i) { return fctest::name(i.param); });
 
+// ---- Hopper family (fwd_sm90: wgmma + TMA, sm_90a) -------------------------------------
+
+// Empty when the device runs the sm90 kernels (compute capability 9.0), else why not.
+std::string sm90_missing() {
+  std::string why = gpu_missing();
+  if (!why.empty()) return why;
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (major != 9 || minor != 0) return "device is sm" + std::to_string(major) + std::to_string(minor) + ", not sm90";
+  return {};
+}
+
+#define FC_REQUIRE_SM90()                                 \
+  do {                                                    \
+    const std::string why = sm90_missing();               \
+    if (!why.empty()) { GTEST_SKIP() << why << ": sm90 test skipped"; } \
+  } while (0)
+
+// The first sm90 key of this build for (dtype, head dim), or "" when there is none.
+std::string sm90_key(DType dt, int64_t hd) {
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  const std::string prefix = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd" + std::to_string(hd) + "_";
+  for (const auto& k : ks)
+    if (k.key.rfind(prefix, 0) == 0) return k.key;
+  return {};
+}
+
+// A case forced onto the sm90 kernel of (dtype, D); fails when the build has none.
+Case sm90_case(DType dt, int64_t D) {
+  Case c;
+  c.dtype = dt;
+  c.D = D;
+  c.impl = sm90_key(dt, D);
+  EXPECT_FALSE(c.impl.empty()) << "no fwd_sm90 kernel for " << fctest::name(dt) << " hd" << D;
+  c.expect_kernel = c.impl;
+  return c;
+}
+
+class CudaSm90 : public ::testing::TestWithParam<DType> {};
+
+// On a 9.0 device the dispatcher picks the Hopper kernel for what it supports, and the
+// sm80 family for the rest; impl and tile_m still force either family.
+TEST_P(CudaSm90, DispatcherSelects) {
+  FC_REQUIRE_SM90();
+  const DType dt = GetParam();
+  for (int64_t D : {64, 128}) {
+    Case c;
+    c.dtype = dt;
+    c.D = D;
+    c.Sq = c.Sk = 300;
+    c.causal = D == 128;
+    c.expect_kernel = sm90_key(dt, D);
+    ASSERT_FALSE(c.expect_kernel.empty()) << "no fwd_sm90 kernel for hd" << D;
+    run_case(c);
+    c.wl = 40;  // windows: same kernel
+    run_case(c);
+  }
+  Case c;
+  c.dtype = dt;
+  c.Sq = 100;
+  c.Sk = 200;
+  c.D = 96;  // no sm90 instance
+  c.expect_kernel = "fwd_sm80_";
+  run_case(c);
+  c.D = 128;
+  c.Dv = 64;  // D != Dv
+  run_case(c);
+  c.Dv = -1;
+  c.tile_m = 64;  // a forced tile stays with the sm80 family
+  c.tile_n = 64;
+  run_case(c);
+  c.tile_m = c.tile_n = 0;
+  c.impl = "fwd_sm80_" + std::string(fctest::name(dt)) + "_hd128_128x32_w4_o2";  // forced by key
+  c.expect_kernel = c.impl;
+  run_case(c);
+}
+
+TEST_P(CudaSm90, OddLengths) {
+  FC_REQUIRE_SM90();
+  for (int64_t D : {64, 128})
+    for (int64_t S : {1, 7, 1000, 4097})
+      for (bool causal : {false, true}) {
+        if (S == 4097 && causal != (D == 128)) continue;  // the fp64 reference is slow at 4097
+        Case c = sm90_case(GetParam(), D);
+        c.Sq = c.Sk = S;
+        c.H = c.Hkv = S == 4097 ? 1 : 2;
+        c.causal = causal;
+        run_case(c);
+      }
+}
+
+TEST_P(CudaSm90, CausalUnequalLengths) {
+  FC_REQUIRE_SM90();
+  for (int64_t D : {64, 128})
+    for (auto [Sq, Sk] : {std::pair<int64_t, int64_t>{100, 300}, {300, 100}, {1, 513}, {513, 1}, {129, 4000},
+                          {1000, 1500}}) {
+      Case c = sm90_case(GetParam(), D);
+      c.Sq = Sq;
+      c.Sk = Sk;
+      c.causal = true;
+      run_case(c);  // Sq > Sk: the first Sq - Sk rows see no key (O = 0, lse = -inf)
+    }
+}
+
+TEST_P(CudaSm90, GqaLayoutsWindows) {
+  FC_REQUIRE_SM90();
+  for (int64_t D : {64, 128}) {
+    Case c = sm90_case(GetParam(), D);
+    c.B = 3;
+    c.H = 8;
+    c.Hkv = 2;
+    c.Sq = 150;
+    c.Sk = 390;
+    run_case(c);
+    c.Hkv = 1;  // MQA
+    c.causal = true;
+    run_case(c);
+    c.bhsd = true;  // [B, H, S, D] memory order, padded rows
+    c.pad = 8;
+    run_case(c);
+    c.scale = -0.3f;
+    c.lse = false;
+    run_case(c);
+    c.scale = 0.f;
+    c.lse = true;
+    c.bhsd = false;
+    c.pad = 0;
+    for (auto [wl, wr, causal] : {std::tuple<int64_t, int64_t, bool>{50, 10, false}, {64, -1, true}, {0, 0, false}}) {
+      c.wl = wl;
+      c.wr = wr;
+      c.causal = causal;
+      run_case(c);
+    }
+  }
+}
+
+// Small cases for the compute-sanitizer runs (run_on_gpu.sh: memcheck, racecheck, synccheck).
+TEST_P(CudaSm90, Small) {
+  FC_REQUIRE_SM90();
+  for (int64_t D : {64, 128})
+    for (auto [Sq, Sk, causal] : {std::tuple<int64_t, int64_t, bool>{1, 1, false}, {70, 70, true}, {200, 300, false},
+                                  {260, 130, true}}) {
+      Case c = sm90_case(GetParam(), D);
+      c.B = 2;
+      c.H = 4;
+      c.Hkv = 2;
+      c.Sq = Sq;
+      c.Sk = Sk;
+      c.causal = causal;
+      run_case(c);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaSm90, ::testing::Values(DType::f16, DType::bf16),
+                         [](const auto& i) { return fctest::name(i.param); });
+
 // The exact FFMA kernel (exact_fp32, or forced by key) at fp32 accuracy, and the
 // default f32 path: TF32, or FFMA where TF32 cannot run (head dims or row strides not
 // multiples of 4 elements). run_case checks which kernel ran.
@@ -484,6 +649,35 @@ TEST(CudaF32, Tf32KeyWithExactRefused) {
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::invalid_argument, "exact_fp32");
 }
 
+// An sm90 key forced onto a problem it does not take is refused, naming params.impl.
+TEST(CudaSm90Errors, ForcedKeyRefused) {
+  FC_REQUIRE_SM90();
+  const std::string key = sm90_key(DType::f16, 128);
+  ASSERT_FALSE(key.empty());
+  fctest::Rng rng;
+  HostTensor q(DType::f16, {1, 64, 2, 96}), o(DType::f16, {1, 64, 2, 96});
+  q.fill_uniform(rng, -1, 1);
+  o.poison();
+  DevTensor dq(q), dout(o);
+  AttentionParams p;
+  p.impl = key.c_str();
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");  // D = 96
+
+  HostTensor q2(DType::f16, {1, 64, 2, 128}), o2(DType::f16, {1, 64, 2, 128});
+  q2.fill_uniform(rng, -1, 1);
+  o2.poison();
+  DevTensor dq2(q2), dout2(o2);
+  int32_t* dcu = nullptr;
+  const int32_t cu[3] = {0, 30, 64};
+  ASSERT_EQ(cudaMalloc(&dcu, sizeof cu), cudaSuccess);
+  cudaMemcpy(dcu, cu, sizeof cu, cudaMemcpyHostToDevice);
+  p.cu_seqlens_q = dcu;
+  p.cu_seqlens_k = dcu;
+  p.varlen_batch = 2;
+  expect_refused(dq2.view(), dq2.view(), dq2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // varlen
+  cudaFree(dcu);
+}
+
 TEST(CudaKernels, Listed) {
   std::vector<flashcore::KernelInfo> ks(256);
   ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
@@ -496,6 +690,14 @@ TEST(CudaKernels, Listed) {
       EXPECT_TRUE(k.available) << k.key;
     }
   }
+  if (!sm90_missing().empty()) return;
+  int n90 = 0;
+  for (const auto& k : ks)
+    if (k.key.rfind("fwd_sm90_", 0) == 0) {
+      ++n90;
+      EXPECT_TRUE(k.available) << k.key;
+    }
+  EXPECT_GT(n90, 0) << "an sm90 device, but the build lists no fwd_sm90 kernel";
 }
 
 }  // namespace

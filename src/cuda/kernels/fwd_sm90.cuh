@@ -1,0 +1,218 @@
+// fwd_sm90: fused attention forward for Hopper (sm_90a) on wgmma + TMA, 16-bit storage
+// (f16, bf16), fp32 accumulation. One CTA computes kBlockM query rows of one (batch,
+// head) with 1 + kBlockM / 64 warpgroups (warp specialization):
+//
+//   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread issues the TMA
+//     loads: Q once, then each key tile's K and V into a kStages-deep shared-memory ring;
+//     full_k/full_v barriers count the bytes in (expect-tx), empty barriers the
+//     consumers' releases.
+//   warpgroups 1.. (consumers, 240 registers): 64 query rows each. Per key tile:
+//     S = Q K^T          wgmma m64n<kBlockN>k16, Q and K from shared memory (K-major)
+//     mask, softmax      parts/seq_mask.cuh, parts/softmax.cuh on the accumulators
+//                        (wgmma's accumulator layout is mma.sync's m16n8 fragments)
+//     O += P V           wgmma m64n<kHeadDim>k16, P from registers (MmaOps::p_operand),
+//                        V from shared memory read N-major (transposed descriptor)
+//     then release the stage. The epilogue (parts/epilogue.cuh) writes O and lse.
+//
+// Shared memory: every tile is stored as kHeadDim / 64 column blocks of [rows][64]
+// elements, 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r at
+// c ^ (r % 8)), which is what TMA's SWIZZLE_128B writes and wgmma's SW128 descriptors
+// read. Out-of-bounds rows (past Sq or Sk) arrive zero-filled from TMA.
+//
+// Not (yet) here: overlap of softmax with the GEMMs inside a warpgroup, ping-pong
+// scheduling between consumer warpgroups, TMA stores, a persistent scheduler.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/common/launch.hpp"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/tma_host.hpp"
+#include "cuda/kernels/params.hpp"
+#include "cuda/parts/epilogue.cuh"
+#include "cuda/parts/operands.cuh"
+#include "cuda/parts/seq_mask.cuh"
+#include "cuda/parts/softmax.cuh"
+
+namespace flashcore::cuda {
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+struct FwdSm90Traits {
+  static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks per row
+  static constexpr int kTileQ = kBlockM * kHeadDim * 2;
+  static constexpr int kTileKV = kBlockN * kHeadDim * 2;
+  static constexpr int kBarriers = 1 + 3 * kStages;  // q, full_k[], full_v[], empty[]
+  // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
+  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 256 : 240;
+  static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+};
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads, 1)
+    fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                    const __grid_constant__ CUtensorMap tm_v, const FwdParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  constexpr int kNF = kBlockN / 8, kDF = kHeadDim / 8, kPK = kBlockN / 16, kKS = kHeadDim / 16;
+
+  extern __shared__ unsigned char smem[];
+  const uint32_t sQ = (ptx::smem_addr(smem) + 1023u) & ~1023u;
+  const uint32_t sK = sQ + Tr::kTileQ;
+  const uint32_t sV = sK + kStages * Tr::kTileKV;
+  const uint32_t bar_q = sV + kStages * Tr::kTileKV;
+  auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
+  auto full_v = [&](int s) { return bar_q + 8u * (1 + kStages + s); };
+  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
+
+  // Heavy (late, causal) query blocks first: they are launched in reverse order.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const SeqInfo seq = seq_info(p, b);
+  const int m0 = m_block * kBlockM;
+  if (m0 >= seq.sq) return;
+  const int hk = h / p.group;
+  const core::BandMask mask = band_mask(p, seq);
+  const TileRange tiles = tile_range(mask, m0, min(m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN);
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    ptx::mbar_init(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(full_k(s), 1);
+      ptx::mbar_init(full_v(s), 1);
+      ptx::mbar_init(empty(s), 4 * Tr::kConsumers);  // one arrival per consumer warp
+    }
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: one thread issues every copy; the ring's stage `it % kStages` is reused
+    // once all consumer warps released its previous round.
+    ptx::setmaxnreg_dec<Tr::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      ptx::tma_prefetch_desc(&tm_q);
+      ptx::tma_prefetch_desc(&tm_k);
+      ptx::tma_prefetch_desc(&tm_v);
+      ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
+#pragma unroll
+      for (int c = 0; c < Tr::kColBlocks; ++c)
+        ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * 64, m0, h, int(seq.bb));
+      for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
+        const int stage = it % kStages;
+        if (it >= kStages) ptx::mbar_wait(empty(stage), ((it / kStages) - 1) & 1);
+        const uint32_t off = stage * Tr::kTileKV;
+        ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
+#pragma unroll
+        for (int c = 0; c < Tr::kColBlocks; ++c)
+          ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * 64, n * kBlockN, hk, int(seq.bb));
+        ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
+#pragma unroll
+        for (int c = 0; c < Tr::kColBlocks; ++c)
+          ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64, n * kBlockN, hk, int(seq.bb));
+      }
+    }
+  } else {
+    ptx::setmaxnreg_inc<Tr::kConsumerRegs>();
+    using Op = MmaOps<T>;
+    const int cw = wg - 1;  // this warpgroup's 64 rows: [64 cw, 64 cw + 64) of the block
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int row0 = m0 + 64 * cw + 16 * warp + g;  // this lane's rows: row0, row0 + 8
+    const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
+
+    float acc[1][kDF][4];
+#pragma unroll
+    for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
+    OnlineSoftmax<2> sm;
+    sm.init();
+
+    ptx::mbar_wait(bar_q, 0);
+    for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
+      const int stage = it % kStages;
+      const uint32_t parity = (it / kStages) & 1, off = stage * Tr::kTileKV;
+
+      // S = Q K^T: k-step ks reads 32 bytes of column block ks / 4 (the swizzle is applied
+      // by the hardware to the full address, so the start just moves by 32 bytes).
+      float s[1][kNF][4];
+      ptx::mbar_wait(full_k(stage), parity);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
+        const uint64_t da = ptx::desc_sw128(sQ + cb * kBlockM * 128 + cw * 64 * 128 + kb, 16, 1024);
+        const uint64_t db = ptx::desc_sw128(sK + off + cb * kBlockN * 128 + kb, 16, 1024);
+        ptx::wgmma_ss<kBlockN, T>(s[0], da, db, ks > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(s[0]);
+
+      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
+      float corr[2];
+      sm.template update<1, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+      rescale_rows<1, kDF>(acc, corr);
+
+      // O += P V: k-step pk covers keys [16 pk, 16 pk + 16) = rows of V 2048 bytes apart;
+      // V is the N-major B operand (LBO: next 64 columns = next column block, SBO: next
+      // 8 keys).
+      uint32_t pa[kPK][4];
+#pragma unroll
+      for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
+      ptx::mbar_wait(full_v(stage), parity);
+      ptx::fence_regs(acc[0]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int pk = 0; pk < kPK; ++pk) {
+        const uint64_t dv = ptx::desc_sw128(sV + off + pk * 16 * 128, kBlockN * 128, 1024);
+        ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(acc[0]);
+      if (lane == 0) ptx::mbar_arrive(empty(stage));
+    }
+
+    sm.finish();
+    T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
+    float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
+    store_output<T, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+  }
+#endif
+}
+
+// Host launcher: tensor maps of Q, K, V ([B][S][H][D] by strides, any order; D must be
+// kHeadDim), then the launch on the caller's stream. Varlen is not supported (the
+// dispatcher never sends it here).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
+  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  if (p.cu_q != nullptr || p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
+  constexpr bool bf16 = sizeof(T) == 2 && !std::is_same_v<T, __half>;
+  const int kv_heads = p.heads / p.group;
+  CUtensorMap tq, tk, tv;
+  cudaError_t e = make_tma_16bit_4d(&tq, bf16, p.q, p.d, p.sq, p.heads, p.batch, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+  if (e == cudaSuccess)
+    e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, p.sk, kv_heads, p.batch, p.k_ss, p.k_sh, p.k_sb, kBlockN);
+  if (e == cudaSuccess)
+    e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, p.sk, kv_heads, p.batch, p.v_ss, p.v_sh, p.v_sb, kBlockN);
+  if (e != cudaSuccess) return e;
+  auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  static std::atomic<uint64_t> smem_done{0};
+  e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
+  if (e != cudaSuccess) return e;
+  const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
+  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(tq, tk, tv, p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashcore::cuda
