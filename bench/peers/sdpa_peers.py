@@ -10,6 +10,7 @@ flashcore_cuda_timing: per-call CUDA events, median after warm-up. TFLOP/s count
 4*B*H*S*S*D, halved for causal. One JSON line per (shape, backend).
 
   python3 bench/peers/sdpa_peers.py [--dtype f16|bf16|f32|both|all] [--iters N] [--only-mission]
+                                    [--hdims 64,128]   (grid shapes of these head dims only)
 """
 import argparse
 import json
@@ -56,10 +57,10 @@ def graph_us(fn, calls=20, reps=20):
     return ms * 1e3 / calls
 
 
-def shapes(only_mission):
+def shapes(only_mission, hdims=(64, 128, 256)):
     out = [("seed-mission", 1, 8, 512, 64, False), ("seed-mission", 1, 8, 512, 64, True)]
     if not only_mission:
-        for d in (64, 128, 256):
+        for d in hdims:
             for s in (512, 2048, 8192, 16384):
                 for causal in (False, True):
                     out.append(("grid", 16384 // s, 2048 // d, s, d, causal))
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--dtype", default="both", choices=["f16", "bf16", "f32", "both", "all"])
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only-mission", action="store_true")
+    ap.add_argument("--hdims", default="64,128,256")
     args = ap.parse_args()
     dts = {"f16": [torch.float16], "bf16": [torch.bfloat16], "f32": [torch.float32],
            "both": [torch.float16, torch.bfloat16],
@@ -81,7 +83,7 @@ def main():
     for dt in dts:
         name = NAMES[dt]
         backends = F32_BACKENDS if dt == torch.float32 else BACKENDS
-        for tag, b, h, s, d, causal in shapes(args.only_mission):
+        for tag, b, h, s, d, causal in shapes(args.only_mission, [int(x) for x in args.hdims.split(",")]):
             # [B, H, S, D] views of [B, S, H, D] storage: the layout flashcore is timed on.
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt).transpose(1, 2) for _ in range(3))
             flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)

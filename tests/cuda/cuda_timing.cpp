@@ -4,8 +4,11 @@
 // short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
 // flashcore-bench's --backend cuda covers the same rows.
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32] [--only-mission]
-//                         [--profile "B H S D causal"]
-// (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key)
+//                         [--hdims 64,128] [--profile "B H S D causal"]
+// (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
+// --all-tiles times every listed kernel of the shape's dtype and head dim, both families
+// fwd_sm80_* and fwd_sm90_* where the device runs them, plus the dispatcher's own pick;
+// --hdims keeps only the grid shapes of those head dims)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,7 +82,8 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   AttentionParams p;
   p.causal = s.causal;
   p.stream = st;
-  p.impl = impl;
+  const bool dispatcher = impl != nullptr && std::strcmp(impl, "auto") == 0;
+  p.impl = dispatcher ? nullptr : impl;
   PhaseTimes pt;
   try {
     attention(tq, tk, tv, to, p, &pt);
@@ -131,9 +135,9 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   }
   const double flops = 4.0 * s.B * s.H * s.S * s.S * s.D * (s.causal ? 0.5 : 1.0);
   std::printf(
-      "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dtype\":\"%s\",\"B\":%lld,\"H\":%lld,\"S\":%lld,"
-      "\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"tflops\":%.1f}\n",
-      s.tag, pt.kernel.c_str(), to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
+      "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"dtype\":\"%s\",\"B\":%lld,"
+      "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"tflops\":%.1f}\n",
+      s.tag, pt.kernel.c_str(), impl == nullptr || dispatcher ? "true" : "false", to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
       s.causal ? "true" : "false", us, graph_us, flops / us / 1e6);
   std::fflush(stdout);
   cudaEventDestroy(a);
@@ -146,6 +150,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
 
 int main(int argc, char** argv) {
   bool all_tiles = false, only_mission = false, dtype_given = false;
+  std::vector<int64_t> hdims = {64, 128, 256};
   int iters = 30;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
   for (int i = 1; i < argc; ++i) {
@@ -160,6 +165,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
+    else if (a == "--hdims" && i + 1 < argc) {
+      hdims.clear();
+      for (const char* c = argv[++i]; *c != '\0';) {
+        char* end = nullptr;
+        hdims.push_back(std::strtoll(c, &end, 10));
+        c = *end == ',' ? end + 1 : end;
+      }
+    }
     else if (a == "--dtype" && i + 1 < argc) {
       const std::string d = argv[++i];
       if (!dtype_given) dts.clear();
@@ -169,7 +182,7 @@ int main(int argc, char** argv) {
   }
   std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};
   if (!only_mission)
-    for (int64_t D : {64, 128, 256})
+    for (int64_t D : hdims)
       for (int64_t S : {512, 2048, 8192, 16384})
         for (bool c : {false, true}) shapes.push_back({"grid", 16384 / S, 2048 / D, S, D, c});
   std::vector<flashcore::KernelInfo> ks(256);
@@ -182,10 +195,11 @@ int main(int argc, char** argv) {
       }
       // f32: the TF32 instances (fwd_sm80_tf32_*), and the exact FFMA kernel up to S = 2048.
       const bool f32 = dt == flashcore::DType::f32;
-      const std::string prefix =
-          std::string("fwd_sm80_") + (f32 ? "tf32" : flashcore::to_string(dt)) + "_hd" + std::to_string(s.D) + "_";
+      const std::string tail = std::string(f32 ? "tf32" : flashcore::to_string(dt)) + "_hd" + std::to_string(s.D) + "_";
       for (const auto& k : ks)
-        if (k.key.rfind(prefix, 0) == 0 && k.available) run(s, dt, k.key.c_str(), iters);
+        if ((k.key.rfind("fwd_sm80_" + tail, 0) == 0 || k.key.rfind("fwd_sm90_" + tail, 0) == 0) && k.available)
+          run(s, dt, k.key.c_str(), iters);
+      run(s, dt, "auto", iters);  // the dispatcher's choice, as a row of its own
       if (f32 && s.S <= 2048) run(s, dt, "fwd_sm80_f32_hd256_simt", iters);
     }
   return 0;

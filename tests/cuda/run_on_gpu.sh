@@ -4,10 +4,14 @@
 # Binaries come prebuilt (no GTest on the device image) in .gpubin/ (carried):
 #   cmake -S . -B build/cuda -G Ninja -DFLASHCORE_CUDA_ARCHS=90 && ninja -C build/cuda flashcore_cuda_tests flashcore_cuda_timing
 #   tests/cuda/stage_gpubin.sh
-# STAGES (default "info tests sanitize timing peers") picks what runs; "exp" also times
+# STAGES (default "info tests sanitize timing peers") picks what runs ("smoke" first: a
+# short run of the sm90 tests that ends the batch if they fail or hang); "exp" also times
 # an experiment build's timing binary (.gpubin/exp/flashcore_cuda_timing, EXP_ARGS) and
 # "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
-# TIMING_DTYPES (default "f16 bf16 f32") and PEER_DTYPE (default all) pick the dtypes.
+# TIMING_DTYPES (default "f16 bf16 f32") and PEER_DTYPE (default all) pick the dtypes,
+# HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
+# sm80 sanitizer subset (the sm90 one always runs). "sass" counts the wgmma
+# (HGMMA) and local-memory instructions per kernel in the test binary (cuobjdump).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -22,6 +26,7 @@ STAGES=${STAGES:-info tests sanitize timing peers}
 TIMING_ARGS=${TIMING_ARGS:---all-tiles}
 TIMING_DTYPES=${TIMING_DTYPES:-f16 bf16 f32}
 PEER_DTYPE=${PEER_DTYPE:-all}
+HDIMS=${HDIMS:-64,128,256}
 dtype_args() { for d in $TIMING_DTYPES; do printf -- '--dtype %s ' "$d"; done; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 t0=$(date +%s)
@@ -32,25 +37,49 @@ if has info; then
   { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv; nvcc --version | tail -2; } > "$LOG/device.txt" 2>&1
   cat "$LOG/device.txt"
 fi
+if has smoke; then
+  # A short first look at the Hopper kernels: a hang (mbarrier phases) or wrong results
+  # end the batch here instead of burning the other stages' time.
+  stamp smoke
+  timeout 60 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaSm90.Small/*:Cuda/CudaSm90.DispatcherSelects/*' > "$LOG/smoke.log" 2>&1
+  rc=$?; echo "smoke rc=$rc" | tee -a "$LOG/smoke.log"
+  if [ $rc -ne 0 ]; then grep -E "FAILED|Failure|rel_err|Which is|Expected|kernel |Value of" "$LOG/smoke.log" | head -40; stamp stopped; exit 1; fi
+fi
 if has tests; then
   stamp tests
   timeout 300 $BIN/flashcore_cuda_tests --gtest_brief=1 > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
   grep -E "FAILED|PASSED|SKIPPED \]|Failure|rel_err|Which is|Value of|Expected|kernel " "$LOG/tests.log" | head -60
 fi
+if has sass; then
+  stamp sass
+  cuobjdump --dump-sass $BIN/flashcore_cuda_tests 2>/dev/null | awk '
+    /Function :/ { f = $3 }
+    /HGMMA/ { g[f]++ } /LDL|STL/ { l[f]++ } /HMMA/ { h[f]++ }
+    END { for (k in g) printf "%s HGMMA %d HMMA %d local %d\n", k, g[k], h[k], l[k] }' > "$LOG/sass.txt"
+  cat "$LOG/sass.txt"
+fi
 if has sanitize; then
   stamp sanitize
   CS="compute-sanitizer --error-exitcode 9"
-  small='Cuda/CudaDtype.CausalUnequalLengths/f16:Cuda/CudaDtype.Varlen/*:Cuda/CudaDtype.PaddedHeadDims/bf16:CudaErrors.*:CudaF32.*'
-  small="$small:Cuda/CudaDtype.CausalUnequalLengths/f32:Cuda/CudaDtype.PaddedHeadDims/f32:Cuda/CudaDtype.ForcedTiles/f32"
-  timeout 240 $CS --tool memcheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small" > "$LOG/sanitizer.log" 2>&1
-  echo "memcheck rc=$?" | tee -a "$LOG/sanitizer.log"
-  timeout 150 $CS --tool racecheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaDtype.Varlen/f16:Cuda/CudaDtype.LocalWindows/bf16:Cuda/CudaDtype.Varlen/f32:Cuda/CudaDtype.LocalWindows/f32' >> "$LOG/sanitizer.log" 2>&1
-  echo "racecheck rc=$?" | tee -a "$LOG/sanitizer.log"
+  if [ "${SANITIZE_SM80:-1}" = 1 ]; then
+    small='Cuda/CudaDtype.CausalUnequalLengths/f16:Cuda/CudaDtype.Varlen/*:Cuda/CudaDtype.PaddedHeadDims/bf16:CudaErrors.*:CudaF32.*'
+    small="$small:Cuda/CudaDtype.CausalUnequalLengths/f32:Cuda/CudaDtype.PaddedHeadDims/f32:Cuda/CudaDtype.ForcedTiles/f32"
+    timeout 240 $CS --tool memcheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small" > "$LOG/sanitizer.log" 2>&1
+    echo "memcheck rc=$?" | tee -a "$LOG/sanitizer.log"
+    timeout 150 $CS --tool racecheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaDtype.Varlen/f16:Cuda/CudaDtype.LocalWindows/bf16:Cuda/CudaDtype.Varlen/f32:Cuda/CudaDtype.LocalWindows/f32' >> "$LOG/sanitizer.log" 2>&1
+    echo "racecheck rc=$?" | tee -a "$LOG/sanitizer.log"
+  fi
+  # Hopper kernels (TMA, mbarriers, wgmma): memcheck, racecheck and synccheck on small cases.
+  small90='Cuda/CudaSm90.Small/*:CudaSm90Errors.*'
+  for tool in memcheck racecheck synccheck; do
+    timeout 120 $CS --tool $tool $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small90" >> "$LOG/sanitizer.log" 2>&1
+    echo "sm90 $tool rc=$?" | tee -a "$LOG/sanitizer.log"
+  done
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" "$LOG/sanitizer.log" | sort | uniq -c | head -20
 fi
 if has timing; then
   stamp timing
-  timeout 200 $BIN/flashcore_cuda_timing $TIMING_ARGS $(dtype_args) > "$LOG/flashcore.jsonl" 2> "$LOG/timing.err"; echo "timing rc=$?"
+  timeout 300 $BIN/flashcore_cuda_timing $TIMING_ARGS --hdims "$HDIMS" $(dtype_args) > "$LOG/flashcore.jsonl" 2> "$LOG/timing.err"; echo "timing rc=$?"
 fi
 if has exp && [ -x $BIN/exp/flashcore_cuda_timing ]; then
   stamp exp
@@ -58,7 +87,7 @@ if has exp && [ -x $BIN/exp/flashcore_cuda_timing ]; then
 fi
 if has peers; then
   stamp peers
-  timeout 200 python3 bench/peers/sdpa_peers.py --dtype "$PEER_DTYPE" > "$LOG/peers.jsonl" 2> "$LOG/peers.err"; echo "peers rc=$?"
+  timeout 200 python3 bench/peers/sdpa_peers.py --dtype "$PEER_DTYPE" --hdims "$HDIMS" > "$LOG/peers.jsonl" 2> "$LOG/peers.err"; echo "peers rc=$?"
   tail -3 "$LOG/peers.err"
 fi
 if has bench && [ -x $BIN/flashcore-bench ]; then
