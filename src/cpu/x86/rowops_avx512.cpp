@@ -31,11 +31,13 @@ namespace {
 
 namespace v = flashcore::cpu::avx512;
 
-// Prefetch the `bytes` bytes of a row into L1 (T0) or L2 (T1) (prefetch never faults).
-template <int kHint = _MM_HINT_T0>
+// Prefetch the `bytes` bytes of a row into L1 (locality 3, prefetcht0) or L2 (2, prefetcht1);
+// prefetch never faults. __builtin_prefetch: GCC's _mm_prefetch wants its own enum type,
+// Clang's is a macro over this builtin.
+template <int kLocality = 3>
 inline void prefetch_row(const float* row, int64_t bytes) {
   const char* p = reinterpret_cast<const char*>(row);
-  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, static_cast<_mm_hint>(kHint));
+  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, kLocality);
 }
 
 constexpr int64_t kFewQueries = 8;
@@ -148,7 +150,7 @@ inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const float* v, 
   for (int64_t k = 0; k < kc; ++k) {
     // Into L2: the next chunk's rows are as large as L1 (32 rows of 1 KiB at d = 256) and
     // would evict this chunk's, which the other row blocks read again.
-    if (prefetch) prefetch_row<_MM_HINT_T1>(v + (k + kAxpyChunk) * vs, row_bytes);
+    if (prefetch) prefetch_row<2>(v + (k + kAxpyChunk) * vs, row_bytes);
     __m512 vk[kAxpyVecs];
 #pragma GCC unroll 4
     for (int c = 0; c < kAxpyVecs; ++c) vk[c] = v::load(v + k * vs + 16 * c, m[c]);
