@@ -731,8 +731,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       if (x.out.rows <= 0) continue;
       const int64_t sk = x.sk;
       const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
-      const char* kpack = packed + (x.gi - g0) * group_bytes;
-      const char* vpack = kpack + skp_max * kp * g.es;
+      // (the row ops pack nothing: `packed` is null there, and so are these)
+      const char* kpack = packed ? packed + (x.gi - g0) * group_bytes : nullptr;
+      const char* vpack = packed ? kpack + skp_max * kp * g.es : nullptr;
       const char* kin = at(p.k.data, x.bb * p.k.sb + x.k_off * p.k.ss + x.hk * p.k.sh, es_in);
       const char* vin = at(p.v.data, x.bb * p.v.sb + x.k_off * p.v.ss + x.hk * p.v.sh, es_in);
       const core::BandMask mask =
