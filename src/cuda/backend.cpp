@@ -45,7 +45,7 @@ struct Instance {
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
     const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
-    return arch == 90 ? tiles + 8 * (1 + 3 * stages) + 1024 : tiles;
+    return arch == 90 ? tiles + 8 * (1 + 4 * stages) + 1024 : tiles;
   }
   bool runs_on(const DeviceInfo& d) const {
     return smem() <= d.smem_optin && (arch != 90 || (d.major == 9 && d.minor == 0));
@@ -163,11 +163,20 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 
 // The Hopper kernel for this problem when the device is 9.0 and it qualifies (table
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
-// the sm80 family.
+// the sm80 family, and so do (measured on an H200, docs/results/cuda-sm90-2026-11-22.md)
+// grids with fewer CTAs than SMs (the sm80 family's 64-row tiles spread B1 H8 S512 over
+// more SMs: 9.4 vs 10.3 us) and band masks with Sk < 1024 (causal S = 512: the 128x128
+// tiles waste more work on the diagonal; hd64 0.7x the sm80 64x64 tile, at S = 2048 1.05x).
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
   if (p.tile_m != 0) return nullptr;
+  constexpr int64_t kBandedMinSk = 1024;
+  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
   for (const Instance& i : kInstances)
-    if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) return &i;
+    if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) {
+      const int64_t ctas = (p.sq + i.block_m - 1) / i.block_m * p.heads * p.batch;
+      if (ctas < dev.sms || (banded && p.sk < kBandedMinSk)) return nullptr;
+      return &i;
+    }
   return nullptr;
 }
 

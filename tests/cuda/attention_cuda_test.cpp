@@ -378,8 +378,9 @@ Case sm90_case(DType dt, int64_t D) {
 
 class CudaSm90 : public ::testing::TestWithParam<DType> {};
 
-// On a 9.0 device the dispatcher picks the Hopper kernel for what it supports, and the
-// sm80 family for the rest; impl and tile_m still force either family.
+// On a 9.0 device the dispatcher picks the Hopper kernel for what it supports (and where
+// it was measured faster: at least as many CTAs as SMs, Sk >= 1024 under a band mask),
+// and the sm80 family for the rest; impl and tile_m still force either family.
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
@@ -387,20 +388,34 @@ TEST_P(CudaSm90, DispatcherSelects) {
     Case c;
     c.dtype = dt;
     c.D = D;
-    c.Sq = c.Sk = 300;
-    c.causal = D == 128;
+    c.H = c.Hkv = 132;  // 132 CTAs of 128 rows: no SM idle on an H100/H200
+    c.Sq = 100;
+    c.Sk = 300;
     c.expect_kernel = sm90_key(dt, D);
     ASSERT_FALSE(c.expect_kernel.empty()) << "no fwd_sm90 kernel for hd" << D;
-    run_case(c);
-    c.wl = 40;  // windows: same kernel
     run_case(c);
   }
   Case c;
   c.dtype = dt;
+  c.H = c.Hkv = 132;
+  c.Sq = 128;
+  c.Sk = 1024;
+  c.wl = 40;  // windows and causal run on it too, from Sk = 1024
+  c.expect_kernel = sm90_key(dt, 64);
+  run_case(c);
+  c.wl = -1;
+  c.causal = true;
+  c.Sk = 1000;  // banded, Sk < 1024: the sm80 family
+  c.expect_kernel = "fwd_sm80_";
+  run_case(c);
+  c.causal = false;
+  c.H = c.Hkv = 8;  // B1 H8 S512: 32 CTAs, fewer than the SMs: the sm80 family
+  c.Sq = c.Sk = 512;
+  run_case(c);
+  c.H = c.Hkv = 132;
   c.Sq = 100;
   c.Sk = 200;
   c.D = 96;  // no sm90 instance
-  c.expect_kernel = "fwd_sm80_";
   run_case(c);
   c.D = 128;
   c.Dv = 64;  // D != Dv

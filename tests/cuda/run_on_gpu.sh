@@ -6,7 +6,7 @@
 #   tests/cuda/stage_gpubin.sh
 # STAGES (default "info tests sanitize timing peers") picks what runs ("smoke" first: a
 # short run of the sm90 tests that ends the batch if they fail or hang); "exp" also times
-# an experiment build's timing binary (.gpubin/exp/flashcore_cuda_timing, EXP_ARGS) and
+# experiment builds' timing binaries (.gpubin/exp*/flashcore_cuda_timing, EXP_ARGS) and
 # "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
 # TIMING_DTYPES (default "f16 bf16 f32") and PEER_DTYPE (default all) pick the dtypes,
 # HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
@@ -81,9 +81,14 @@ if has timing; then
   stamp timing
   timeout 300 $BIN/flashcore_cuda_timing $TIMING_ARGS --hdims "$HDIMS" $(dtype_args) > "$LOG/flashcore.jsonl" 2> "$LOG/timing.err"; echo "timing rc=$?"
 fi
-if has exp && [ -x $BIN/exp/flashcore_cuda_timing ]; then
-  stamp exp
-  timeout 120 $BIN/exp/flashcore_cuda_timing ${EXP_ARGS:---all-tiles --dtype f16} > "$LOG/exp.jsonl" 2> "$LOG/exp.err"; echo "exp rc=$?"
+if has exp; then
+  # Each experiment build's timing binary (.gpubin/exp*/), right after the main one.
+  for d in $BIN/exp*/; do
+    [ -x "$d/flashcore_cuda_timing" ] || continue
+    n=$(basename "$d")
+    stamp "$n"
+    timeout 300 "$d/flashcore_cuda_timing" ${EXP_ARGS:---all-tiles --dtype f16} --hdims "$HDIMS" > "$LOG/$n.jsonl" 2> "$LOG/$n.err"; echo "$n rc=$?"
+  done
 fi
 if has peers; then
   stamp peers
@@ -122,8 +127,10 @@ if [ -s "$LOG/flashcore.jsonl" ] && [ -s "$LOG/peers.jsonl" ]; then
   python3 bench/peers/compare.py "$LOG/flashcore.jsonl" "$LOG/peers.jsonl" > "$LOG/table.md"
   cat "$LOG/table.md"
 fi
-if [ -s "$LOG/exp.jsonl" ] && [ -s "$LOG/peers.jsonl" ]; then
-  python3 bench/peers/compare.py "$LOG/exp.jsonl" "$LOG/peers.jsonl" > "$LOG/table_exp.md"
-fi
+for f in "$LOG"/exp*.jsonl; do
+  [ -s "$f" ] && [ -s "$LOG/peers.jsonl" ] || continue
+  n=$(basename "$f" .jsonl)
+  python3 bench/peers/compare.py "$f" "$LOG/peers.jsonl" > "$LOG/table_$n.md"
+done
 cp -f "$LOG"/table*.md "$OUT"/ 2>/dev/null
 stamp done

@@ -3,24 +3,27 @@
 // head) with 1 + kBlockM / 64 warpgroups (warp specialization):
 //
 //   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread issues the TMA
-//     loads: Q once, then each key tile's K and V into a kStages-deep shared-memory ring;
-//     full_k/full_v barriers count the bytes in (expect-tx), empty barriers the
-//     consumers' releases.
+//     loads: Q once, then each key tile's K and V into kStages-deep shared-memory rings;
+//     full_k/full_v barriers count the bytes in (expect-tx), empty_k/empty_v barriers the
+//     consumers' releases (K is released as soon as S is computed, V after P V).
 //   warpgroups 1.. (consumers, 240 registers): 64 query rows each. Per key tile:
 //     S = Q K^T          wgmma m64n<kBlockN>k16, Q and K from shared memory (K-major)
 //     mask, softmax      parts/seq_mask.cuh, parts/softmax.cuh on the accumulators
 //                        (wgmma's accumulator layout is mma.sync's m16n8 fragments)
 //     O += P V           wgmma m64n<kHeadDim>k16, P from registers (MmaOps::p_operand),
 //                        V from shared memory read N-major (transposed descriptor)
-//     then release the stage. The epilogue (parts/epilogue.cuh) writes O and lse.
+//     Within a warpgroup, P V of tile n - 1 is issued just before S of tile n (at hd128
+//     both are retired by one wait); the two consumer warpgroups overlap each other's
+//     softmax and GEMMs.
+//     The epilogue (parts/epilogue.cuh) writes O and lse from registers.
 //
 // Shared memory: every tile is stored as kHeadDim / 64 column blocks of [rows][64]
 // elements, 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r at
 // c ^ (r % 8)), which is what TMA's SWIZZLE_128B writes and wgmma's SW128 descriptors
 // read. Out-of-bounds rows (past Sq or Sk) arrive zero-filled from TMA.
 //
-// Not (yet) here: overlap of softmax with the GEMMs inside a warpgroup, ping-pong
-// scheduling between consumer warpgroups, TMA stores, a persistent scheduler.
+// Not (yet) here: ping-pong scheduling between consumer warpgroups (named barriers), TMA
+// stores, a persistent scheduler, GQA packing, hd96/hd256, fp8.
 #pragma once
 
 #include <cuda.h>
@@ -48,10 +51,13 @@ struct FwdSm90Traits {
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks per row
   static constexpr int kTileQ = kBlockM * kHeadDim * 2;
   static constexpr int kTileKV = kBlockN * kHeadDim * 2;
-  static constexpr int kBarriers = 1 + 3 * kStages;  // q, full_k[], full_v[], empty[]
+  static constexpr int kBarriers = 1 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[]
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 256 : 240;
+  // One wgmma wait per key tile for P V and the next S (measured on an H200, f16, same
+  // run: hd128 1-4% faster than retiring P V first, hd64 5-10% slower).
+  static constexpr bool kOneWait = kHeadDim >= 128;
   static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
 };
@@ -71,7 +77,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t bar_q = sV + kStages * Tr::kTileKV;
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
   auto full_v = [&](int s) { return bar_q + 8u * (1 + kStages + s); };
-  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
+  auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
+  auto empty_v = [&](int s) { return bar_q + 8u * (1 + 3 * kStages + s); };
 
   // Heavy (late, causal) query blocks first: they are launched in reverse order.
   const int m_block = gridDim.x - 1 - blockIdx.x;
@@ -89,7 +96,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(full_k(s), 1);
       ptx::mbar_init(full_v(s), 1);
-      ptx::mbar_init(empty(s), 4 * Tr::kConsumers);  // one arrival per consumer warp
+      ptx::mbar_init(empty_k(s), 4 * Tr::kConsumers);  // one arrival per consumer warp
+      ptx::mbar_init(empty_v(s), 4 * Tr::kConsumers);
     }
     ptx::mbar_init_fence();
   }
@@ -109,12 +117,13 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * 64, m0, h, int(seq.bb));
       for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
         const int stage = it % kStages;
-        if (it >= kStages) ptx::mbar_wait(empty(stage), ((it / kStages) - 1) & 1);
-        const uint32_t off = stage * Tr::kTileKV;
+        const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
+        if (it >= kStages) ptx::mbar_wait(empty_k(stage), parity);
         ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
           ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * 64, n * kBlockN, hk, int(seq.bb));
+        if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
         ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
@@ -130,56 +139,99 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     const int row0 = m0 + 64 * cw + 16 * warp + g;  // this lane's rows: row0, row0 + 8
     const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
 
-    float acc[1][kDF][4];
+    float acc[1][kDF][4];  // O, unnormalized
 #pragma unroll
     for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
     OnlineSoftmax<2> sm;
     sm.init();
 
-    ptx::mbar_wait(bar_q, 0);
-    for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
-      const int stage = it % kStages;
-      const uint32_t parity = (it / kStages) & 1, off = stage * Tr::kTileKV;
-
-      // S = Q K^T: k-step ks reads 32 bytes of column block ks / 4 (the swizzle is applied
-      // by the hardware to the full address, so the start just moves by 32 bytes).
-      float s[1][kNF][4];
-      ptx::mbar_wait(full_k(stage), parity);
+    // Per key tile it = 1, 2, ..: O += P_{it-1} V_{it-1} (the previous tile's P, in
+    // registers), then S_it = Q K_it^T, then the softmax of S_it gives P_it and the rescale
+    // of O. kOneWait: both GEMMs issued back to back and retired by one wait (hd128);
+    // otherwise P V is retired before S is issued (hd64). K and V stages are released
+    // separately (empty_k, empty_v). Overlapping the softmax with the P V GEMM (wait<1>
+    // between them) made ptxas serialize the wgmmas (C7513) and lost 12-25%; see
+    // docs/results/cuda-sm90-2026-11-22.md.
+    auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
       ptx::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) {
+        // k-step ks reads 32 bytes of column block ks / 4 (the swizzle is applied by the
+        // hardware to the full address, so the start just moves by 32 bytes).
         const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
         const uint64_t da = ptx::desc_sw128(sQ + cb * kBlockM * 128 + cw * 64 * 128 + kb, 16, 1024);
         const uint64_t db = ptx::desc_sw128(sK + off + cb * kBlockN * 128 + kb, 16, 1024);
-        ptx::wgmma_ss<kBlockN, T>(s[0], da, db, ks > 0);
+        if (ks == 0)
+          ptx::wgmma_ss_zero<kBlockN, T>(s[0], da, db);
+        else
+          ptx::wgmma_ss<kBlockN, T>(s[0], da, db, 1);
       }
       ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(s[0]);
-
-      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
-      float corr[2];
-      sm.template update<1, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
-      rescale_rows<1, kDF>(acc, corr);
-
-      // O += P V: k-step pk covers keys [16 pk, 16 pk + 16) = rows of V 2048 bytes apart;
-      // V is the N-major B operand (LBO: next 64 columns = next column block, SBO: next
-      // 8 keys).
-      uint32_t pa[kPK][4];
-#pragma unroll
-      for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
-      ptx::mbar_wait(full_v(stage), parity);
-      ptx::fence_regs(acc[0]);
+    };
+    auto issue_pv = [&](const uint32_t (&pa)[kPK][4], uint32_t off) {
       ptx::wgmma_fence();
 #pragma unroll
       for (int pk = 0; pk < kPK; ++pk) {
+        // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
+        // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
         const uint64_t dv = ptx::desc_sw128(sV + off + pk * 16 * 128, kBlockN * 128, 1024);
         ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
       }
       ptx::wgmma_commit();
+    };
+    // Mask + online softmax of tile n's scores; P into pa, the O rescale factors into corr.
+    auto softmax = [&](float (&s)[1][kNF][4], int n, uint32_t (&pa)[kPK][4], float (&corr)[2]) {
+      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
+      sm.template update<1, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+#pragma unroll
+      for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
+    };
+    auto release = [&](uint32_t bar) {
+      if (lane == 0) ptx::mbar_arrive(bar);
+    };
+
+    ptx::mbar_wait(bar_q, 0);
+    uint32_t pa[kPK][4];
+    float corr[2];
+    if (tiles.lo < tiles.hi) {
+      float s[1][kNF][4];
+      ptx::mbar_wait(full_k(0), 0);
+      issue_qk(s, 0);
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(s[0]);
+      release(empty_k(0));
+      softmax(s, tiles.lo, pa, corr);  // corr of the first tile multiplies O = 0: unused
+    }
+    int it = 1;
+    for (int n = tiles.lo + 1; n < tiles.hi; ++n, ++it) {
+      const int stage = it % kStages, prev = (it - 1) % kStages;
+      float s[1][kNF][4];
+      ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
+      issue_pv(pa, prev * Tr::kTileKV);
+      if constexpr (!Tr::kOneWait) {  // P V retired before S is issued
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc[0]);
+        release(empty_v(prev));
+      }
+      ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
+      issue_qk(s, stage * Tr::kTileKV);
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs(s[0]);
+      if constexpr (Tr::kOneWait) {  // both GEMMs retired by one wait
+        ptx::fence_regs(acc[0]);
+        release(empty_v(prev));
+      }
+      release(empty_k(stage));
+      softmax(s, n, pa, corr);
+      rescale_rows<1, kDF>(acc, corr);
+    }
+    if (tiles.lo < tiles.hi) {
+      const int prev = (it - 1) % kStages;
+      ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
+      issue_pv(pa, prev * Tr::kTileKV);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(acc[0]);
-      if (lane == 0) ptx::mbar_arrive(empty(stage));
+      release(empty_v(prev));
     }
 
     sm.finish();
