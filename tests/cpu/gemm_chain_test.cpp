@@ -24,6 +24,9 @@ const GcCase kCases[] = {
     {"k2_1000", 63, 96, 1000, 64},
     {"m_1000", 1000, 64, 7, 128, 1},
     {"k1_256", 130, 256, 300, 96},
+    // 17 query blocks of 96: two groups of blocks sharing the packed K2 tiles on 2 threads,
+    // K2 ending inside a tile.
+    {"groups", 1600, 20, 300, 24, 1},
 };
 
 struct GcFixture {

@@ -44,6 +44,10 @@ constexpr int64_t kTargetQueryBlock = 64;
 constexpr size_t kPackBudgetBytes = size_t(64) << 20;
 constexpr int64_t kL1PanelBytes = 16 << 10;
 constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
+// gemm_chain: a group of query blocks shares each packed K2 tile of B and C; groups are
+// this many blocks or more, so that the packing (B and C once per group) stays small next
+// to the GEMMs.
+constexpr int64_t kChainMinGroupBlocks = 8;
 // Attention takes the decode path (row ops, K/V read in place) when the query rows of one
 // GQA group, group * Sq, are at most this many.
 constexpr int64_t kDecodeRows = 32;
@@ -233,9 +237,17 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
     // while the reads walk 16 rows in step. This packing is a per-call cost of gemm_chain
     // and softmax_v.
     constexpr int64_t kRowGroup = 16;
+    constexpr int64_t kPrefetchRowBytes = 2048;
     const int64_t rend = std::min(r1, nrows);
+    // Short rows (gemm_chain's B tile: 1 KiB pieces of rows 32 KiB apart, one page each)
+    // defeat the hardware prefetcher: prefetch the next group's rows by hand.
+    const bool fetch_ahead = cols * 4 <= kPrefetchRowBytes;
     for (; r < rend; r += kRowGroup) {
       const int64_t rb = std::min(kRowGroup, rend - r);
+      if (fetch_ahead)
+        for (int64_t i = r + kRowGroup; i < std::min(rend, r + 2 * kRowGroup); ++i)
+          for (int64_t o = 0; o < cols * 4; o += 64)
+            __builtin_prefetch(static_cast<const char*>(src.row(i)) + o);
       for (int64_t p = 0; p < npanels; ++p) {
         const int64_t n = std::min(w, cols - p * w);
         float* d = reinterpret_cast<float*>(out) + (p * rp + r) * w;
@@ -950,72 +962,91 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     if (times) times->strategy = "fused";
     return;
   }
-  // B as stage-1 A blocks ([k1p][MR] per MR columns), C as stage-2 panels ([k2p][NR]).
-  char* const bpack = pack_slot(0, static_cast<size_t>(k2p * k1p * g.es));
-  char* const cpack = pack_slot(1, static_cast<size_t>(k2p * np * g.es));
-  {
-    Lap lap(timed);
-    const Rows brows{p.b, p.b_sk, p.dtype}, crows{p.c, p.c_sk, p.dtype};
-    // B^T rows are B's columns: pack B's rows as panels of MR columns, which is the
-    // k-major [k1][MR] block layout stage 1 reads.
-#pragma omp parallel num_threads(nthreads)
-    {
-      std::vector<float> rowbuf(static_cast<size_t>(std::max(k2p, np) + 64));
-      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-      pack_panels(brows, p.k1, p.k2, k1p, g.mr, k1p * id / nt, k1p * (id + 1) / nt, bpack,
-                  g.gk->ab, rowbuf.data());
-      const int64_t nb = k2p / g.mr;
-      pack_panels(crows, p.k2, p.n, k2p, g.nr, nb * id / nt * g.mr, nb * (id + 1) / nt * g.mr,
-                  cpack, g.gk->ab, rowbuf.data());
-    }
-    lap.to(phases[0].pack);
-  }
+  // K2 tiles outside the query blocks: a work item is (group of query blocks, range of K2
+  // tiles). Per tile it packs that tile of B (stage-1 A blocks, [k1p][MR] per MR columns)
+  // and of C (stage-2 panels, [kc][NR]) into its thread's buffers (2 x 256 KiB for
+  // K1 = N = 256 fp32: L2-resident), then runs every block of its group on them, so B and
+  // C are read from memory once per group instead of once per block, and no 16 MiB copy
+  // of them is made per call.
   const int64_t oes = int64_t(dtype_size(p.dtype));
   const int64_t nblocks = (p.m + g.mq - 1) / g.mq;
-  // Split over K2 when the row blocks alone would leave threads idle or unevenly loaded
-  // (M = 256 on 2 threads is 3 blocks of 96 with f32_12x2): every block then runs on
-  // every thread for 1/nsplit of the K2 tiles into its own partial E, summed at the end.
+  // Groups: one per thread when each gets kChainMinGroupBlocks blocks or more, else fewer.
+  // Only the tile being used and one block's A and E need to stay in L2: the other blocks'
+  // A and E are read once per tile (192 KiB per 25 MFLOP for K1 = N = 256, blocks of 96).
+  const int64_t ngroups =
+      std::clamp<int64_t>(nblocks / kChainMinGroupBlocks, 1,
+                          std::max<int64_t>(1, std::min<int64_t>(nthreads, nblocks)));
+  const int64_t per_group = (nblocks + ngroups - 1) / ngroups;
+  // Split over K2 when the groups alone would leave threads idle or unevenly loaded
+  // (M = 256 on 2 threads is one group of 3 blocks of 96 with f32_12x2): every group then
+  // runs on nsplit threads, each for 1/nsplit of the K2 tiles into its own partial E,
+  // summed at the end. ngroups * nsplit is a multiple of the thread count.
   const int64_t ktiles = (k2p + g.kc - 1) / g.kc;
-  const int64_t nsplit =
-      (nblocks % nthreads == 0) ? 1 : std::min<int64_t>(nthreads, ktiles);
+  const int64_t nsplit = std::min<int64_t>(nthreads / gcd(ngroups, nthreads), ktiles);
   std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq * np : 0));
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
-  for (int64_t item = 0; item < nblocks * nsplit; ++item) {
-    const int64_t qb = item / nsplit, split = item % nsplit;
+  for (int64_t item = 0; item < ngroups * nsplit; ++item) {
+    const int64_t grp = item / nsplit, split = item % nsplit;
+    const int64_t qb0 = std::min(nblocks, grp * per_group), qb1 = std::min(nblocks, qb0 + per_group);
     const int64_t jt0 = ktiles * split / nsplit, jt1 = ktiles * (split + 1) / nsplit;
     Phases& ph = phases[size_t(omp_get_thread_num())];
     Lap lap(timed);
-    const int64_t i0 = qb * g.mq, rows = std::min(g.mq, p.m - i0);
+    const int64_t nb = qb1 - qb0;
     Arena& arena = thread_arena();
-    arena.reset(static_cast<size_t>(g.mq * k1p * g.es + g.kc * g.mq * (4 + g.es) + g.mq * np * 4 + 4 * 64));
-    char* apack = arena.take<char>(g.mq * k1p * g.es);
+    arena.reset(static_cast<size_t>(nb * g.mq * (k1p * g.es + np * 4) +
+                                    g.kc * g.mq * (4 + g.es) + 4 * 64));
+    char* apack = arena.take<char>(nb * g.mq * k1p * g.es);
     float* T = arena.take<float>(g.kc * g.mq);
     char* P = arena.take<char>(g.kc * g.mq * g.es);
-    float* E = nsplit > 1 ? partial.data() + item * g.mq * np : arena.take<float>(g.mq * np);
-    std::fill(E, E + g.mq * np, 0.0f);
-    std::vector<float> rowbuf(static_cast<size_t>(k1p + 64));
-    const Rows arows{at(p.a, i0 * p.a_sm, oes), p.a_sm, p.dtype};
-    pack_transposed(arows, rows, p.k1, k1p, g.nr, 0, g.mq / g.nr, apack, g.gk->ab, rowbuf.data());
+    float* Eown = nsplit > 1 ? nullptr : arena.take<float>(nb * g.mq * np);
+    auto E = [&](int64_t qb) {
+      return nsplit > 1 ? partial.data() + (qb * nsplit + split) * g.mq * np
+                        : Eown + (qb - qb0) * g.mq * np;
+    };
+    std::vector<float> rowbuf(static_cast<size_t>(std::max({k1p, g.kc, np}) + 64));
+    for (int64_t qb = qb0; qb < qb1; ++qb) {
+      std::fill(E(qb), E(qb) + g.mq * np, 0.0f);
+      const int64_t i0 = qb * g.mq;
+      const Rows arows{at(p.a, i0 * p.a_sm, oes), p.a_sm, p.dtype};
+      pack_transposed(arows, std::min(g.mq, p.m - i0), p.k1, k1p, g.nr, 0, g.mq / g.nr,
+                      apack + (qb - qb0) * g.mq * k1p * g.es, g.gk->ab, rowbuf.data());
+    }
+    char* const btile = pack_slot(0, static_cast<size_t>(g.kc * k1p * g.es));
+    char* const ctile = pack_slot(1, static_cast<size_t>(g.kc * np * g.es));
     lap.to(ph.pack);
     for (int64_t j0 = jt0 * g.kc; j0 < std::min(k2p, jt1 * g.kc); j0 += g.kc) {
-      const int64_t kc = std::min(g.kc, k2p - j0);
-      // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
-      stage1(g, k1p, kc, bpack, j0 / g.mr, apack, T);
-      lap.to(ph.gemm);
-      const char* pt = reinterpret_cast<const char*>(T);
-      if (g.gk->ab != DType::f32) {
-        for (int64_t k = 0; k < kc; ++k)
-          store_row(T + k * g.mq, g.mq, P + k * g.mq * g.es, 1, g.gk->ab);
-        pt = P;
-        lap.to(ph.exp_pack);
+      const int64_t kc = std::min(g.kc, k2p - j0);  // multiple of MR
+      const int64_t cols = std::min(g.kc, p.k2 - j0);  // >= 1: j0 < k2p - key_align < k2
+      // B's columns [j0, j0+cols) as blocks of MR; blocks past the last column are zero.
+      const Rows bt{at(p.b, j0, oes), p.b_sk, p.dtype};
+      pack_panels(bt, p.k1, cols, k1p, g.mr, 0, k1p, btile, g.gk->ab, rowbuf.data());
+      const int64_t bfull = (cols + g.mr - 1) / g.mr * g.mr;
+      std::memset(btile + bfull * k1p * g.es, 0, size_t((kc - bfull) * k1p * g.es));
+      const Rows ct{at(p.c, j0 * p.c_sk, oes), p.c_sk, p.dtype};
+      pack_panels(ct, cols, p.n, kc, g.nr, 0, kc, ctile, g.gk->ab, rowbuf.data());
+      lap.to(ph.pack);
+      for (int64_t qb = qb0; qb < qb1; ++qb) {
+        // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
+        stage1(g, k1p, kc, btile, 0, apack + (qb - qb0) * g.mq * k1p * g.es, T);
+        lap.to(ph.gemm);
+        const char* pt = reinterpret_cast<const char*>(T);
+        if (g.gk->ab != DType::f32) {
+          for (int64_t k = 0; k < kc; ++k)
+            store_row(T + k * g.mq, g.mq, P + k * g.mq * g.es, 1, g.gk->ab);
+          pt = P;
+          lap.to(ph.exp_pack);
+        }
+        stage2(g, kc, pt, ctile, kc, 0, np, E(qb));
+        lap.to(ph.gemm);
       }
-      stage2(g, kc, pt, cpack, k2p, j0, np, E);
-      lap.to(ph.gemm);
     }
     if (nsplit == 1)
-      for (int64_t i = 0; i < rows; ++i)
-        core::convert_row(E + i * np, p.n, static_cast<char*>(p.e) + (i0 + i) * p.e_sm * oes,
-                          p.dtype);
+      for (int64_t qb = qb0; qb < qb1; ++qb) {
+        const int64_t i0 = qb * g.mq;
+        for (int64_t i = 0; i < std::min(g.mq, p.m - i0); ++i)
+          core::convert_row(E(qb) + i * np, p.n,
+                            static_cast<char*>(p.e) + (i0 + i) * p.e_sm * oes, p.dtype);
+      }
     lap.to(ph.normalize);
   }
   if (nsplit > 1) {
