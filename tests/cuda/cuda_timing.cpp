@@ -150,12 +150,14 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
 
 int main(int argc, char** argv) {
   bool all_tiles = false, only_mission = false, dtype_given = false;
+  std::string prefix;
   std::vector<int64_t> hdims = {64, 128, 256};
   int iters = 30;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--all-tiles") all_tiles = true;
+    else if (a == "--prefix" && i + 1 < argc) prefix = argv[++i];  // --all-tiles: only keys starting so
     else if (a == "--only-mission") only_mission = true;
     else if (a == "--profile" && i + 1 < argc) {  // "B H S D causal": a few calls of one shape (for ncu)
       long long B, H, S, D;
@@ -197,7 +199,8 @@ int main(int argc, char** argv) {
       const bool f32 = dt == flashcore::DType::f32;
       const std::string tail = std::string(f32 ? "tf32" : flashcore::to_string(dt)) + "_hd" + std::to_string(s.D) + "_";
       for (const auto& k : ks)
-        if ((k.key.rfind("fwd_sm80_" + tail, 0) == 0 || k.key.rfind("fwd_sm90_" + tail, 0) == 0) && k.available)
+        if ((k.key.rfind("fwd_sm80_" + tail, 0) == 0 || k.key.rfind("fwd_sm90_" + tail, 0) == 0) && k.available &&
+            k.key.rfind(prefix, 0) == 0)
           run(s, dt, k.key.c_str(), iters);
       run(s, dt, "auto", iters);  // the dispatcher's choice, as a row of its own
       if (f32 && s.S <= 2048) run(s, dt, "fwd_sm80_f32_hd256_simt", iters);

@@ -10,7 +10,8 @@
 # "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
 # TIMING_DTYPES (default "f16 bf16 f32") and PEER_DTYPE (default all) pick the dtypes,
 # HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
-# sm80 sanitizer subset (the sm90 one always runs). "sass" counts the wgmma
+# sm80 sanitizer subset (the sm90 one always runs; SANITIZE_TOOLS, default "memcheck
+# racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage. "sass" counts the wgmma
 # (HGMMA) and local-memory instructions per kernel in the test binary (cuobjdump).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -47,7 +48,7 @@ if has smoke; then
 fi
 if has tests; then
   stamp tests
-  timeout 300 $BIN/flashcore_cuda_tests --gtest_brief=1 > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
+  timeout 300 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
   grep -E "FAILED|PASSED|SKIPPED \]|Failure|rel_err|Which is|Value of|Expected|kernel " "$LOG/tests.log" | head -60
 fi
 if has sass; then
@@ -71,7 +72,7 @@ if has sanitize; then
   fi
   # Hopper kernels (TMA, mbarriers, wgmma): memcheck, racecheck and synccheck on small cases.
   small90='Cuda/CudaSm90.Small/*:CudaSm90Errors.*'
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     timeout 120 $CS --tool $tool $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small90" >> "$LOG/sanitizer.log" 2>&1
     echo "sm90 $tool rc=$?" | tee -a "$LOG/sanitizer.log"
   done

@@ -220,6 +220,16 @@ __device__ __forceinline__ void wgmma_rs_bt<128, __nv_bfloat16>(float (&d)[16][4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }
 
+// ---- named barriers (bar.sync / bar.arrive on ids 1..15; id 0 is __syncthreads) --------
+// `threads` counts every thread taking part (syncing and arriving), a multiple of 32.
+// bar.arrive does not wait; bar.sync waits until `threads` threads reached the barrier.
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- register reallocation between warpgroups ------------------------------------------
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() {

@@ -13,8 +13,9 @@
 //     O += P V           wgmma m64n<kHeadDim>k16, P from registers (MmaOps::p_operand),
 //                        V from shared memory read N-major (transposed descriptor)
 //     Within a warpgroup, P V of tile n - 1 is issued just before S of tile n (at hd128
-//     both are retired by one wait); the two consumer warpgroups overlap each other's
-//     softmax and GEMMs.
+//     both are retired by one wait). kPingPong: the two consumer warpgroups take turns
+//     issuing their GEMMs (named barriers 1 and 2), so one's softmax runs under the
+//     other's GEMMs.
 //     The epilogue (parts/epilogue.cuh) writes O and lse from registers.
 //
 // Shared memory: every tile is stored as kHeadDim / 64 column blocks of [rows][64]
@@ -22,8 +23,7 @@
 // c ^ (r % 8)), which is what TMA's SWIZZLE_128B writes and wgmma's SW128 descriptors
 // read. Out-of-bounds rows (past Sq or Sk) arrive zero-filled from TMA.
 //
-// Not (yet) here: ping-pong scheduling between consumer warpgroups (named barriers), TMA
-// stores, a persistent scheduler, GQA packing, hd96/hd256, fp8.
+// Not (yet) here: TMA stores, a persistent scheduler, GQA packing, hd96/hd256, fp8.
 #pragma once
 
 #include <cuda.h>
@@ -56,8 +56,16 @@ struct FwdSm90Traits {
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 256 : 240;
   // One wgmma wait per key tile for P V and the next S (measured on an H200, f16, same
-  // run: hd128 1-4% faster than retiring P V first, hd64 5-10% slower).
+  // run, without ping-pong: hd128 1-4% faster than retiring P V first, hd64 5-10% slower).
+  // With ping-pong both head dims use this order.
   static constexpr bool kOneWait = kHeadDim >= 128;
+  // Ping-pong between the two consumer warpgroups (FlashAttention-3's inter-warpgroup
+  // schedule): each issues its GEMMs of a key tile only in its turn, handed over through
+  // two named barriers, so one warpgroup's softmax runs while the other's GEMMs do. In
+  // its turn a warpgroup issues P V and S back to back (kOneWait's order). Measured on an
+  // H200, same run: 2-10% faster than without on 35 of the 36 hd64/hd128 f16/bf16 rows
+  // (docs/results/cuda-sm90-2026-11-22.md, step 5).
+  static constexpr bool kPingPong = kConsumers == 2;
   static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
 };
@@ -147,8 +155,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 
     // Per key tile it = 1, 2, ..: O += P_{it-1} V_{it-1} (the previous tile's P, in
     // registers), then S_it = Q K_it^T, then the softmax of S_it gives P_it and the rescale
-    // of O. kOneWait: both GEMMs issued back to back and retired by one wait (hd128);
-    // otherwise P V is retired before S is issued (hd64). K and V stages are released
+    // of O. kOneWait (or kPingPong): both GEMMs issued back to back and retired by one
+    // wait; otherwise P V is retired before S is issued. K and V stages are released
     // separately (empty_k, empty_v). Overlapping the softmax with the P V GEMM (wait<1>
     // between them) made ptxas serialize the wgmmas (C7513) and lost 12-25%; see
     // docs/results/cuda-sm90-2026-11-22.md.
@@ -189,14 +197,34 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     auto release = [&](uint32_t bar) {
       if (lane == 0) ptx::mbar_arrive(bar);
     };
+    // Ping-pong turns: consumer cw waits on named barrier 1 + cw and hands the turn over
+    // on the other's (2 - cw), both counted over the 256 consumer threads. Consumer 1
+    // opens barrier 1 once up front, so consumer 0 goes first; consumer 1 skips its
+    // hand-over after its last turn (nothing waits for it), so every barrier sees as many
+    // arrivals as syncs.
+    constexpr uint32_t kPPThreads = 256;
+    auto turn_begin = [&]() {
+      if constexpr (Tr::kPingPong) ptx::named_bar_sync(1 + cw, kPPThreads);
+    };
+    auto turn_end = [&](bool last) {
+      if constexpr (Tr::kPingPong) {
+        if (!last || cw == 0) ptx::named_bar_arrive(2 - cw, kPPThreads);
+      }
+    };
+    constexpr bool kOneWait = Tr::kOneWait || Tr::kPingPong;
 
     ptx::mbar_wait(bar_q, 0);
     uint32_t pa[kPK][4];
     float corr[2];
+    if constexpr (Tr::kPingPong) {
+      if (cw == 1 && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
+    }
     if (tiles.lo < tiles.hi) {
       float s[1][kNF][4];
       ptx::mbar_wait(full_k(0), 0);
+      turn_begin();
       issue_qk(s, 0);
+      turn_end(false);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(s[0]);
       release(empty_k(0));
@@ -207,17 +235,20 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       const int stage = it % kStages, prev = (it - 1) % kStages;
       float s[1][kNF][4];
       ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
+      if constexpr (Tr::kPingPong) ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
+      turn_begin();
       issue_pv(pa, prev * Tr::kTileKV);
-      if constexpr (!Tr::kOneWait) {  // P V retired before S is issued
+      if constexpr (!kOneWait) {  // P V retired before S is issued
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc[0]);
         release(empty_v(prev));
       }
-      ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
+      if constexpr (!Tr::kPingPong) ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
       issue_qk(s, stage * Tr::kTileKV);
+      turn_end(false);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(s[0]);
-      if constexpr (Tr::kOneWait) {  // both GEMMs retired by one wait
+      if constexpr (kOneWait) {  // both GEMMs retired by one wait
         ptx::fence_regs(acc[0]);
         release(empty_v(prev));
       }
@@ -228,7 +259,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     if (tiles.lo < tiles.hi) {
       const int prev = (it - 1) % kStages;
       ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
+      turn_begin();
       issue_pv(pa, prev * Tr::kTileKV);
+      turn_end(true);
       ptx::wgmma_wait<0>();
       ptx::fence_regs(acc[0]);
       release(empty_v(prev));
