@@ -25,14 +25,10 @@ namespace flashcore::core {
 // The clone the portable kernels run as on this CPU: "x86-64-v3" or "baseline".
 inline const char* portable_isa_level() {
 #if FC_PORTABLE_CLONES_ENABLED
+  // The same test the clones' ifunc resolver makes (GCC, the only compiler that builds
+  // the clones): every feature of the x86-64-v3 level present.
   __builtin_cpu_init();
-  // The ifunc resolver picks the v3 clone when every feature of the level is present
-  // (AVX2, FMA, BMI1/2, F16C, LZCNT, MOVBE beyond x86-64-v2); this report checks the
-  // ones both GCC and Clang can name, which every CPU with AVX2 + FMA has with the rest.
-  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                  __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-                  __builtin_cpu_supports("popcnt");
-  return v3 ? "x86-64-v3" : "baseline";
+  return __builtin_cpu_supports("x86-64-v3") ? "x86-64-v3" : "baseline";
 #else
   return "baseline";
 #endif
