@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 # most 8 files), the tables also as plain files.
 LOG=${LOG:-/tmp/fc_logs}
 rm -rf "$LOG"; mkdir -p "$LOG"
-BIN=.gpubin
+BIN=${GPUBIN:-.gpubin}  # GPUBIN: another staging folder (one per engineer)
 export LD_LIBRARY_PATH=$PWD/$BIN:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-info tests sanitize timing peers}
