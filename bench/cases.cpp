@@ -19,16 +19,6 @@ namespace {
 // reference flops, taking whole rows of the output (a subset of batches, heads, rows).
 constexpr double kRefBudgetFlops = 3e8;
 
-// OCP fp8 e4m3 (bias 7, no infinities, S.1111.111 is NaN).
-float e4m3_to_f32(uint8_t x) {
-  const int sign = x >> 7, e = (x >> 3) & 0xF, m = x & 7;
-  float v;
-  if (e == 0xF && m == 7) v = std::numeric_limits<float>::quiet_NaN();
-  else if (e == 0) v = std::ldexp(float(m) / 8.0f, -6);
-  else v = std::ldexp(1.0f + float(m) / 8.0f, e - 7);
-  return sign ? -v : v;
-}
-
 double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -62,8 +52,7 @@ flashcore::Strategy parse_strategy(const std::string& s) {
 }
 
 float HostArray::at(int64_t i) const {
-  if (dtype == DType::e4m3) return e4m3_to_f32(bytes[size_t(i)]);
-  return flashcore::core::load_as_f32(bytes.data(), i, dtype);
+  return flashcore::core::load_as_f32(bytes.data(), i, dtype);  // e4m3 decoded exactly
 }
 
 HostArray empty_array(DType t, int64_t n) {

@@ -52,6 +52,9 @@ typedef struct {
   void* stream;
   int exact_fp32;
   int tile_m, tile_n; /* CUDA tuning: forced tile shape, 0 = automatic */
+  /* fp8 (e4m3) q/k/v: per-tensor dequantization factors (real = stored * descale);
+   * 0 = 1 (no descale), as set by fc_attention_params_init */
+  float q_descale, k_descale, v_descale;
 } fc_attention_params;
 
 /* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp. */

@@ -23,7 +23,9 @@
 //    Exp2Mode::fast is a cheap approximation (relative error <= 1.8e-3 on x86 and the
 //    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp).
 //  * Storage dtypes f32, f16, bf16 (fp8 on GPUs that have it); accumulation is fp32.
-//    The output has the dtype of Q (attention), V (softmax_v) or A (gemm_chain).
+//    The output has the dtype of Q (attention), V (softmax_v) or A (gemm_chain), except
+//    fp8 attention (CUDA, Hopper: e4m3 q/k/v with AttentionParams' descales), which writes
+//    f16 or bf16; the fp64 reference also takes e4m3 CPU tensors (and f32 out).
 //  * Errors: every function throws flashcore::Error, whose message names the bad
 //    argument and its value, before any kernel runs; the output is then untouched.
 //  * A problem with a zero-sized dimension (B = 0, Sq = 0, ...) is a no-op.
@@ -109,6 +111,10 @@ struct AttentionParams {
   // CUDA tuning: force the query x key tile of the fused kernel (both 0 = the table's
   // choice for this GPU and head dim); a shape this build has no instance of is refused.
   int tile_m = 0, tile_n = 0;
+  // fp8 (e4m3) q/k/v: per-tensor dequantization factors, the real values being the stored
+  // ones times these (scores = scale * q_descale * k_descale * Q K^T, O = v_descale * P V).
+  // Finite and > 0; for other dtypes they must stay 1.
+  float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;
 };
 
 struct SoftmaxVParams {

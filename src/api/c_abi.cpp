@@ -86,6 +86,9 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.exact_fp32 = p->exact_fp32 != 0;
   r.tile_m = p->tile_m;
   r.tile_n = p->tile_n;
+  r.q_descale = p->q_descale == 0.0f ? 1.0f : p->q_descale;
+  r.k_descale = p->k_descale == 0.0f ? 1.0f : p->k_descale;
+  r.v_descale = p->v_descale == 0.0f ? 1.0f : p->v_descale;
   return r;
 }
 
@@ -98,6 +101,7 @@ void fc_attention_params_init(fc_attention_params* p) {
   *p = fc_attention_params{};
   p->window_left = -1;
   p->window_right = -1;
+  p->q_descale = p->k_descale = p->v_descale = 1.0f;
 }
 
 fc_status fc_attention(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,

@@ -110,7 +110,7 @@ void check_strategy(Strategy s, Exp2Mode e, int threads) {
 }  // namespace
 
 core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const AttentionParams& p) {
+                                       const Tensor& out, const AttentionParams& p, bool reference) {
   check_tensor(q, "q", 4, "[B, Sq, H, D]");
   check_tensor(k, "k", 4, "[B, Sk, Hkv, D]");
   check_tensor(v, "v", 4, "[B, Sk, Hkv, Dv]");
@@ -118,14 +118,22 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   check_same_device(k, "k", q.device);
   check_same_device(v, "v", q.device);
   check_same_device(out, "out", q.device);
-  check_storage_dtype(q.dtype, "q", q.device);
+  check_storage_dtype(q.dtype, "q", reference ? Device::cuda : q.device);
   if (k.dtype != q.dtype) bad("k", std::string("dtype ") + to_string(k.dtype) + " differs from q's " + to_string(q.dtype));
   if (v.dtype != q.dtype) bad("v", std::string("dtype ") + to_string(v.dtype) + " differs from q's " + to_string(q.dtype));
   const bool fp8 = q.dtype == DType::e4m3 || q.dtype == DType::e5m2;
   if (!fp8 && out.dtype != q.dtype)
     bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from q's " + to_string(q.dtype));
-  if (fp8 && out.dtype != DType::bf16 && out.dtype != DType::f16)
+  if (fp8 && out.dtype != DType::bf16 && out.dtype != DType::f16 && !(reference && out.dtype == DType::f32))
     bad("out", "fp8 attention writes bf16 or f16, got " + std::string(to_string(out.dtype)));
+  const std::pair<float, const char*> descales[] = {
+      {p.q_descale, "params.q_descale"}, {p.k_descale, "params.k_descale"}, {p.v_descale, "params.v_descale"}};
+  for (const auto& [value, name] : descales) {
+    if (!std::isfinite(value) || value <= 0.0f) bad(name, "must be finite and > 0, got " + std::to_string(value));
+    if (!fp8 && value != 1.0f)
+      bad(name, "applies to fp8 (e4m3) inputs only and must be 1 for " + std::string(to_string(q.dtype)) +
+                    ", got " + std::to_string(value));
+  }
 
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], D = q.shape[3];
   const int64_t Sk = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
@@ -153,6 +161,10 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
 
   core::AttentionProblem pr;
   pr.dtype = q.dtype;
+  pr.out_dtype = out.dtype;
+  pr.q_descale = p.q_descale;
+  pr.k_descale = p.k_descale;
+  pr.v_descale = p.v_descale;
   pr.device = q.device;
   pr.q = {q.data, q.strides[0], q.strides[1], q.strides[2]};
   pr.k = {k.data, k.strides[0], k.strides[1], k.strides[2]};

@@ -5,8 +5,10 @@
 
 namespace flashcore::api {
 
+// reference: the fp64 reference's checks, which also take e4m3/e5m2 CPU tensors (decoded
+// exactly) and an f32 output for them.
 core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const AttentionParams& p);
+                                       const Tensor& out, const AttentionParams& p, bool reference = false);
 core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
                                       const SoftmaxVParams& p);
 core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,

@@ -50,11 +50,40 @@ static inline uint16_t f32_to_bf16(float f) {
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+// OCP fp8 e4m3 (E4M3FN: bias 7, no infinities, S.1111.111 is NaN, max 448) -> binary32,
+// exact. e5m2 is the upper byte of a binary16, so its decode is the f16 one.
+static inline float e4m3_to_f32(uint8_t x) {
+  const uint32_t sign = uint32_t(x & 0x80u) << 24, exp = (x >> 3) & 0xFu, man = x & 7u;
+  if (exp == 0xF && man == 7) return bits_f32(sign | 0x7FC00000u);
+  if (exp != 0) return bits_f32(sign | ((exp + 120) << 23) | (man << 20));
+  const float mag = float(man) * 0.001953125f;  // subnormal: man * 2^-9
+  return sign ? -mag : mag;
+}
+static inline float e5m2_to_f32(uint8_t x) { return f16_to_f32(uint16_t(x) << 8); }
+
+// binary32 -> e4m3, round to nearest even, saturating to +-448 (as cvt.rn.satfinite
+// does on the GPU); NaN stays NaN.
+static inline uint8_t f32_to_e4m3(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return uint8_t(sign | 0x7Fu);
+  if (abs >= 0x43E00000u) return uint8_t(sign | 0x7Eu);  // >= 448 (and inf): saturate
+  if (abs < 0x3C800000u) {  // below 2^-6: subnormal or zero, value / 2^-9 rounded
+    const float r = (bits_f32(abs) * 512.0f + 8388608.0f) - 8388608.0f;
+    return uint8_t(sign | uint32_t(r));
+  }
+  const uint32_t rounded = abs + 0x7FFFFu + ((abs >> 20) & 1u);  // RNE on the 20 dropped bits
+  return uint8_t(sign | ((rounded >> 20) - (120u << 3)));
+}
+
 static inline float load_as_f32(const void* base, int64_t i, DType t) {
   switch (t) {
     case DType::f32: return static_cast<const float*>(base)[i];
     case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::e4m3: return e4m3_to_f32(static_cast<const uint8_t*>(base)[i]);
+    case DType::e5m2: return e5m2_to_f32(static_cast<const uint8_t*>(base)[i]);
     case DType::i32: return float(static_cast<const int32_t*>(base)[i]);
     default: return 0.0f;
   }
@@ -65,6 +94,7 @@ static inline void store_from_f32(void* base, int64_t i, DType t, float v) {
     case DType::f32: static_cast<float*>(base)[i] = v; break;
     case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
     case DType::bf16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
+    case DType::e4m3: static_cast<uint8_t*>(base)[i] = f32_to_e4m3(v); break;
     default: break;
   }
 }

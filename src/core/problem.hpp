@@ -17,7 +17,9 @@ struct Operand4 {
 };
 
 struct AttentionProblem {
-  DType dtype = DType::f32;      // storage of q, k, v and o
+  DType dtype = DType::f32;      // storage of q, k, v (and o, except for fp8 q/k/v)
+  DType out_dtype = DType::f32;  // storage of o (f16/bf16 for fp8 inputs, else dtype)
+  float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;  // fp8 dequantization
   Device device = Device::cpu;
   Operand4 q, k, v;
   void* o = nullptr;

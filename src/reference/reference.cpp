@@ -42,10 +42,11 @@ double softmax_row(const std::vector<double>& s, const std::vector<bool>& visibl
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const AttentionParams& params) {
-  const core::AttentionProblem p = api::check_attention(q, k, v, out, params);
+  const core::AttentionProblem p = api::check_attention(q, k, v, out, params, /*reference=*/true);
   require_cpu(p.device, "q");
-  const int64_t es = int64_t(dtype_size(p.dtype));
-  (void)es;
+  // fp8 inputs are decoded exactly and dequantized here (the descales are 1 otherwise):
+  // the scores get q_descale * k_descale, V rows v_descale.
+  const double qk_descale = double(p.q_descale) * double(p.k_descale), v_descale = double(p.v_descale);
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t q_off = p.cu_q ? p.cu_q[b] : 0, k_off = p.cu_k ? p.cu_k[b] : 0;
     const int64_t sq = p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.sq;
@@ -58,7 +59,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       for (int64_t j = 0; j < sk; ++j)
         for (int64_t d = 0; d < p.dv; ++d)
           vrows[size_t(j)][size_t(d)] =
-              load(p.v.data, bb * p.v.sb + (k_off + j) * p.v.ss + hk * p.v.sh + d, p.dtype);
+              v_descale * load(p.v.data, bb * p.v.sb + (k_off + j) * p.v.ss + hk * p.v.sh + d, p.dtype);
       std::vector<double> s(static_cast<size_t>(sk)), o(static_cast<size_t>(p.dv));
       std::vector<bool> vis(static_cast<size_t>(sk));
       for (int64_t i = 0; i < sq; ++i) {
@@ -67,12 +68,12 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
           for (int64_t d = 0; d < p.d; ++d)
             acc += load(p.q.data, bb * p.q.sb + (q_off + i) * p.q.ss + h * p.q.sh + d, p.dtype) *
                    load(p.k.data, bb * p.k.sb + (k_off + j) * p.k.ss + hk * p.k.sh + d, p.dtype);
-          s[size_t(j)] = acc;
+          s[size_t(j)] = acc * qk_descale;
           vis[size_t(j)] = mask.visible(i, j);
         }
         const double lse = softmax_row(s, vis, double(p.scale), vrows, o);
         for (int64_t d = 0; d < p.dv; ++d)
-          core::store_from_f32(p.o, bb * p.o_sb + (q_off + i) * p.o_ss + h * p.o_sh + d, p.dtype,
+          core::store_from_f32(p.o, bb * p.o_sb + (q_off + i) * p.o_ss + h * p.o_sh + d, p.out_dtype,
                                float(o[size_t(d)]));
         if (p.lse) p.lse[bb * p.lse_sb + h * p.lse_sh + q_off + i] = float(lse);
       }

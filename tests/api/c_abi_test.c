@@ -145,6 +145,11 @@ int main(void) {
   p.window_left = -3;
   expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.window_left", out, copy, nq, "window");
   fc_attention_params_init(&p);
+  CHECK(p.q_descale == 1.0f && p.k_descale == 1.0f && p.v_descale == 1.0f, "init descales %g %g %g",
+        p.q_descale, p.k_descale, p.v_descale);
+  p.v_descale = 2.0f; /* fp8 inputs only */
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.v_descale", out, copy, nq, "descale");
+  fc_attention_params_init(&p);
   p.scale = NAN;
   expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.scale", out, copy, nq, "scale");
   fc_attention_params_init(&p);

@@ -112,8 +112,6 @@ const AttnCase kAttnCases[] = {
     {"out_null", [](AttnCall& c) { c.ov.data = nullptr; }, kInvalid, "out: data is a null pointer"},
     {"dtype_i32", [](AttnCall& c) { for (Tensor* t : {&c.qv, &c.kv, &c.vv, &c.ov}) t->dtype = DType::i32; },
      kUnsupported, "q: dtype i32"},
-    {"dtype_e4m3_cpu", [](AttnCall& c) { for (Tensor* t : {&c.qv, &c.kv, &c.vv}) t->dtype = DType::e4m3; },
-     kUnsupported, "q: dtype e4m3"},
     {"dtype_unknown", [](AttnCall& c) { c.qv.dtype = static_cast<DType>(42); }, kInvalid, "q: unknown dtype"},
     {"k_dtype_differs", [](AttnCall& c) { c.kv.dtype = DType::f16; }, kInvalid, "k: dtype f16"},
     {"out_dtype_differs", [](AttnCall& c) { c.ov.dtype = DType::bf16; }, kInvalid, "out: dtype bf16"},
@@ -135,6 +133,11 @@ const AttnCase kAttnCases[] = {
     {"strategy_code", [](AttnCall& c) { c.p.strategy = static_cast<Strategy>(9); }, kInvalid, "params.strategy"},
     {"exp2_code", [](AttnCall& c) { c.p.exp2 = static_cast<Exp2Mode>(5); }, kInvalid, "params.exp2"},
     {"threads_negative", [](AttnCall& c) { c.p.threads = -1; }, kInvalid, "params.threads"},
+    {"descale_not_fp8", [](AttnCall& c) { c.p.q_descale = 2.0f; }, kInvalid, "params.q_descale"},
+    {"descale_nan", [](AttnCall& c) { c.p.k_descale = std::numeric_limits<float>::quiet_NaN(); }, kInvalid,
+     "params.k_descale"},
+    {"descale_negative", [](AttnCall& c) { c.p.v_descale = -1.0f; }, kInvalid, "params.v_descale"},
+    {"descale_zero", [](AttnCall& c) { c.p.q_descale = 0.0f; }, kInvalid, "params.q_descale"},
     {"cu_seqlens_k_missing", [](AttnCall& c) { varlen(c, kCuGood, nullptr); }, kInvalid, "params.cu_seqlens_k"},
     {"cu_seqlens_q_missing", [](AttnCall& c) { varlen(c, nullptr, kCuGood); }, kInvalid, "params.cu_seqlens_q"},
     {"cu_seqlens_start", [](AttnCall& c) { varlen(c, kCuNonZero, kCuGood); }, kInvalid, "params.cu_seqlens_q: must start at 0"},
@@ -164,6 +167,54 @@ TEST_P(AttentionErrorTest, RefusedBeforeAnyKernel) {
 
 INSTANTIATE_TEST_SUITE_P(Api, AttentionErrorTest, ::testing::ValuesIn(kAttnCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// e4m3 q/k/v: the CPU backend refuses them (unsupported, output untouched); the fp64
+// reference decodes them exactly and applies the descales: the same answer as the
+// reference on f32 copies holding decoded value * descale (to f32 rounding of those).
+TEST(AttentionError, E4m3CpuRefusedReferenceDequantizes) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  HostTensor q(DType::e4m3, {2, 5, 4, 16}), k(DType::e4m3, {2, 9, 2, 16}), v(DType::e4m3, {2, 9, 2, 16});
+  HostTensor out(DType::f16, {2, 5, 4, 16}), lse(DType::f32, {2, 4, 5});
+  q.fill_uniform(rng, -100, 100);
+  k.fill_uniform(rng, -100, 100);
+  v.fill_uniform(rng, -3, 3);
+  fc::AttentionParams p;
+  p.q_descale = 0.013f;
+  p.k_descale = 0.021f;
+  p.v_descale = 5.5f;
+  p.causal = true;
+  expect_error([&] { fc::attention(q.view(), k.view(), v.view(), out.view(), p); }, Status::unsupported,
+               "q: dtype e4m3", {&out});
+  HostTensor bad_out(DType::e4m3, {2, 5, 4, 16});
+  expect_error([&] { fc::reference::attention(q.view(), k.view(), v.view(), bad_out.view(), p); },
+               Status::invalid_argument, "out: fp8 attention writes bf16 or f16", {&bad_out});
+
+  HostTensor ref(DType::f32, {2, 5, 4, 16}), ref_lse(DType::f32, {2, 4, 5});
+  p.lse = lse.ptr();
+  ASSERT_NO_THROW(fc::reference::attention(q.view(), k.view(), v.view(), ref.view(), p));
+  HostTensor q32(DType::f32, q.shape()), k32(DType::f32, k.shape()), v32(DType::f32, v.shape());
+  for (int64_t i = 0; i < q.numel(); ++i) q32.set(i, q.get(i) * double(p.q_descale));
+  for (int64_t i = 0; i < k.numel(); ++i) k32.set(i, k.get(i) * double(p.k_descale));
+  for (int64_t i = 0; i < v.numel(); ++i) v32.set(i, v.get(i) * double(p.v_descale));
+  fc::AttentionParams p32;
+  p32.causal = true;
+  p32.lse = ref_lse.ptr();
+  HostTensor want(DType::f32, {2, 5, 4, 16});
+  fc::reference::attention(q32.view(), k32.view(), v32.view(), want.view(), p32);
+  EXPECT_TRUE(close(ref, want, 1e-6));
+  EXPECT_TRUE(lse_close(lse, ref_lse, 1e-6));
+  // The stored values are e4m3 codes (rounded to nearest even, saturating at 448).
+  HostTensor s(DType::e4m3, {4});
+  s.set(0, 1000.0);
+  s.set(1, 0.3);
+  s.set(2, -0.0009765625);  // 2^-10: half the smallest subnormal, ties to even (0)
+  s.set(3, 17.0);          // between 16 and 18: ties to even (16)
+  EXPECT_EQ(s.get(0), 448.0);
+  EXPECT_EQ(s.get(1), 0.3125);
+  EXPECT_EQ(s.get(2), 0.0);
+  EXPECT_EQ(s.get(3), 16.0);
+}
 
 TEST(AttentionError, ValidCallPasses) {
   AttnCall c;
