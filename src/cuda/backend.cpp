@@ -8,12 +8,14 @@
 
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "api/checks.hpp"
 #include "api/errors.hpp"
 #include "cuda/kernels/params.hpp"
+#include "cuda/parts/fp8.hpp"
 
 namespace flashcore::cuda {
 
@@ -21,6 +23,7 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 
 // Kernel entry points, one per instance TU (names = keys).
 cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
+cudaError_t transpose_v_fp8(const FwdParams&, void* vt, int64_t sk_pad, cudaStream_t);  // vt_fp8.cu
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
 #define FC_SM90_INST(key, dt, hd, bm, bn, st) cudaError_t key(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
@@ -53,7 +56,7 @@ struct Instance {
 };
 
 // Instance dtype keys -> storage dtype (tf32: fp32 storage on TF32 tensor cores).
-constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32;
+constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32, dtype_e4m3 = DType::e4m3;
 const Instance kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, 80, dtype_##dt, hd, bm, bn, wp, st, key},
 #define FC_SM90_INST(key, dt, hd, bm, bn, st) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key},
@@ -114,6 +117,15 @@ void check_device_pointer(const void* ptr, const char* name, int device) {
                                               " but the current device is " + std::to_string(device));
 }
 
+void check_pointers(const core::AttentionProblem& p, const DeviceInfo& dev) {
+  const char* names[] = {"q", "k", "v", "out"};
+  const void* ptrs[] = {p.q.data, p.k.data, p.v.data, p.o};
+  for (int i = 0; i < 4; ++i) check_device_pointer(ptrs[i], names[i], dev.id);
+  check_device_pointer(p.lse, "params.lse", dev.id);
+  check_device_pointer(p.cu_q, "params.cu_seqlens_q", dev.id);
+  check_device_pointer(p.cu_k, "params.cu_seqlens_k", dev.id);
+}
+
 // 16-byte cp.async loads need 16-byte aligned rows: the base and every stride that
 // is used (its dim > 1) a multiple of `bytes` / (element size) elements. Returns why not
 // ("" when aligned).
@@ -137,7 +149,7 @@ std::string tensor_core_misalignment(const core::AttentionProblem& p, std::strin
       {"q", misalignment(p.q.data, 16, es, {{p.q.sb, nb}, {p.q.ss, p.sq}, {p.q.sh, p.heads}})},
       {"k", misalignment(p.k.data, 16, es, {{p.k.sb, nb}, {p.k.ss, p.sk}, {p.k.sh, p.kv_heads}})},
       {"v", misalignment(p.v.data, 16, es, {{p.v.sb, nb}, {p.v.ss, p.sk}, {p.v.sh, p.kv_heads}})},
-      {"out", misalignment(p.o, 4, es, {{p.o_sb, nb}, {p.o_ss, p.sq}, {p.o_sh, p.heads}})},
+      {"out", misalignment(p.o, 4, int64_t(dtype_size(p.out_dtype)), {{p.o_sb, nb}, {p.o_ss, p.sq}, {p.o_sh, p.heads}})},
   };
   for (const auto& [name, why] : checks)
     if (!why.empty()) {
@@ -225,6 +237,26 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
                                        " fits this device's shared memory (" + std::to_string(dev.smem_optin) + " bytes)");
 }
 
+// The kernels' parameters for a checked problem (sq, sk: the longest sequences).
+FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk) {
+  const core::BandMask band = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
+  FwdParams f;
+  f.q = p.q.data; f.k = p.k.data; f.v = p.v.data; f.o = p.o; f.lse = p.lse;
+  f.q_sb = p.q.sb; f.q_ss = p.q.ss; f.q_sh = p.q.sh;
+  f.k_sb = p.k.sb; f.k_ss = p.k.ss; f.k_sh = p.k.sh;
+  f.v_sb = p.v.sb; f.v_ss = p.v.ss; f.v_sh = p.v.sh;
+  f.o_sb = p.o_sb; f.o_ss = p.o_ss; f.o_sh = p.o_sh;
+  f.lse_sb = p.lse_sb; f.lse_sh = p.lse_sh;
+  f.batch = int(p.batch); f.sq = int(sq); f.sk = int(sk);
+  f.heads = int(p.heads); f.group = int(p.group());
+  f.d = int(p.d); f.dv = int(p.dv);
+  f.cu_q = p.cu_q; f.cu_k = p.cu_k;
+  f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
+  f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
+  f.scale_log2 = p.scale * 1.4426950408889634f;
+  return f;
+}
+
 // Device-resident cu_seqlens: copy to the host (on the caller's stream) and check.
 int64_t varlen_max(const int32_t* cu, int64_t batch, int64_t total, const char* name, cudaStream_t stream) {
   std::vector<int32_t> host(size_t(batch) + 1);
@@ -236,19 +268,108 @@ int64_t varlen_max(const int32_t* cu, int64_t batch, int64_t total, const char* 
   return max_len;
 }
 
+// Stream-ordered workspace memory from a pool of the library's own per device that keeps
+// what it has allocated (release threshold: unlimited), so calls after the first neither
+// cudaMalloc nor synchronize, and a buffer is reused only in stream order.
+cudaMemPool_t workspace_pool(int device) {
+  static std::mutex mu;
+  static std::vector<cudaMemPool_t> pools;
+  std::lock_guard<std::mutex> lock(mu);
+  if (int(pools.size()) <= device) pools.resize(size_t(device) + 1, nullptr);
+  if (pools[size_t(device)] == nullptr) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool = nullptr;
+    cudaError_t e = cudaMemPoolCreate(&pool, &props);
+    uint64_t keep = UINT64_MAX;
+    if (e == cudaSuccess) e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    if (e != cudaSuccess) cuda_fail(Status::device_error, "q: creating the CUDA workspace pool failed", e);
+    pools[size_t(device)] = pool;
+  }
+  return pools[size_t(device)];
+}
+
+// fp8 (e4m3) q/k/v: the Hopper kernel only (FC_SM90_FWD e4m3 rows), D == Dv == the row's
+// head dim, fixed-length batches, f16/bf16 output. V is transposed into a workspace by a
+// pre-pass on the caller's stream (vt_fp8.cu), then the kernel runs; the workspace goes
+// back to the pool in stream order.
+void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
+  if (!(dev.major == 9 && dev.minor == 0))
+    throw_error(Status::unsupported, "q: dtype e4m3 runs on the Hopper kernels only (compute capability 9.0); device " +
+                                         std::to_string(dev.id) + " is sm" + std::to_string(dev.major) +
+                                         std::to_string(dev.minor));
+  check_pointers(p, dev);
+  if (p.cu_q != nullptr)
+    throw_error(Status::unsupported, "params.cu_seqlens_q: the e4m3 kernels do not take variable-length batches");
+  if (p.tile_m != 0)
+    throw_error(Status::unsupported, "params.tile_m: the e4m3 kernels have no tile choice (leave tile_m/tile_n 0)");
+  const Instance* inst = nullptr;
+  std::string dims;
+  for (const Instance& i : kInstances)
+    if (i.arch == 90 && i.dtype == DType::e4m3) {
+      dims += (dims.empty() ? "" : ", ") + std::to_string(i.head_dim);
+      if (inst == nullptr && p.d == i.head_dim && p.dv == i.head_dim && i.smem() <= dev.smem_optin) inst = &i;
+    }
+  if (p.impl != nullptr && p.impl[0] != '\0') {
+    const Instance* forced = find_key(p.impl);
+    if (forced == nullptr || forced != inst)
+      throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not an e4m3 kernel of this build for D = " +
+                                           std::to_string(p.d) + ", Dv = " + std::to_string(p.dv));
+  }
+  if (dims.empty())
+    throw_error(Status::unsupported, "q: dtype e4m3 has no CUDA kernel in this build (FLASHCORE_CUDA_DTYPES, "
+                                     "FLASHCORE_CUDA_ARCHS with 90)");
+  if (inst == nullptr)
+    throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
+                                         ": the e4m3 kernels of this build take D == Dv in {" + dims + "}");
+  std::string bad_tensor;
+  const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
+  if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
+  if (p.heads > 65535 || p.batch > 65535)
+    throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
+                                         ": the CUDA kernels take at most 65535 of each");
+  if (p.sq > INT_MAX / 2 || p.sk > INT_MAX / 2)
+    throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
+
+  FwdParams f = fwd_params(p, p.sq, p.sk);
+  f.scale_log2 *= p.q_descale * p.k_descale;
+  f.o_scale = p.v_descale / kFp8PScale;
+  f.out_bf16 = p.out_dtype == DType::bf16;
+  f.vt_sk = std::max<int64_t>((p.sk + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign, kFp8VtKeyAlign);
+  if (times != nullptr) {
+    times->kernel = inst->key;
+    times->strategy = to_string(Strategy::online);
+  }
+  if (p.batch == 0 || p.heads == 0 || p.sq == 0) return;
+
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  const size_t bytes = size_t(p.batch * p.kv_heads * p.dv * f.vt_sk);
+  void* vt = nullptr;
+  cudaError_t e = cudaMallocFromPoolAsync(&vt, bytes, workspace_pool(dev.id), stream);
+  if (e != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the e4m3 V^T workspace failed", e);
+  f.vt = vt;
+  e = transpose_v_fp8(f, vt, f.vt_sk, stream);
+  const char* what = "the e4m3 V^T pre-pass";
+  if (e == cudaSuccess) {
+    e = inst->fn(f, stream);
+    what = inst->key;
+  }
+  const cudaError_t ef = cudaFreeAsync(vt, stream);
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
+  if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the e4m3 V^T workspace failed", ef);
+}
+
 }  // namespace
 
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const DeviceInfo dev = device_info(true);
+  if (p.dtype == DType::e4m3) return attention_fp8(p, dev, times);
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     throw_error(Status::unsupported, std::string("q: dtype ") + to_string(p.dtype) +
-                                         " is not supported by the sm80 CUDA kernels (f32, f16, bf16)");
-  const char* names[] = {"q", "k", "v", "out"};
-  const void* ptrs[] = {p.q.data, p.k.data, p.v.data, p.o};
-  for (int i = 0; i < 4; ++i) check_device_pointer(ptrs[i], names[i], dev.id);
-  check_device_pointer(p.lse, "params.lse", dev.id);
-  check_device_pointer(p.cu_q, "params.cu_seqlens_q", dev.id);
-  check_device_pointer(p.cu_k, "params.cu_seqlens_k", dev.id);
+                                         " is not supported by the CUDA kernels (f32, f16, bf16; e4m3 on Hopper)");
+  check_pointers(p, dev);
 
   const int64_t hd = std::max(p.d, p.dv);
   if (hd > kMaxHeadDim)
@@ -313,21 +434,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (sq > INT_MAX / 2 || sk > INT_MAX / 2)
     throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
 
-  const core::BandMask band = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
-  FwdParams f;
-  f.q = p.q.data; f.k = p.k.data; f.v = p.v.data; f.o = p.o; f.lse = p.lse;
-  f.q_sb = p.q.sb; f.q_ss = p.q.ss; f.q_sh = p.q.sh;
-  f.k_sb = p.k.sb; f.k_ss = p.k.ss; f.k_sh = p.k.sh;
-  f.v_sb = p.v.sb; f.v_ss = p.v.ss; f.v_sh = p.v.sh;
-  f.o_sb = p.o_sb; f.o_ss = p.o_ss; f.o_sh = p.o_sh;
-  f.lse_sb = p.lse_sb; f.lse_sh = p.lse_sh;
-  f.batch = int(p.batch); f.sq = int(sq); f.sk = int(sk);
-  f.heads = int(p.heads); f.group = int(p.group());
-  f.d = int(p.d); f.dv = int(p.dv);
-  f.cu_q = p.cu_q; f.cu_k = p.cu_k;
-  f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
-  f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
-  f.scale_log2 = p.scale * 1.4426950408889634f;
+  const FwdParams f = fwd_params(p, sq, sk);
 
   if (times != nullptr) {
     times->kernel = simt ? kSimtKey : inst->key;

@@ -8,8 +8,8 @@ find_package(CUDAToolkit REQUIRED)
 
 set(FLASHCORE_CUDA_ARCHS "80;86;89;90" CACHE STRING
     "SASS targets of the CUDA kernels (PTX of the last one is embedded too); e.g. 90 for a quick Hopper-only build")
-set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32" CACHE STRING
-    "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built)")
+set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32;e4m3" CACHE STRING
+    "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built), e4m3 (sm90 only)")
 set(FLASHCORE_CUDA_HDIMS "64;96;128;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 256)")
 
 set(_fc_cuda_archs "")
@@ -40,7 +40,7 @@ set(_fc_inst_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_inst)
 file(MAKE_DIRECTORY ${_fc_inst_dir})
 file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc _fc_rows REGEX "^FC_SM80_FWD\\(")
 set(_fc_enabled "")
-set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu)
+set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu)
 foreach(row IN LISTS _fc_rows)
   string(REGEX MATCH "FC_SM80_FWD\\(([a-z0-9]+), *([A-Za-z0-9_]+), *([0-9]+), *([0-9]+), *([0-9]+), *([0-9]+), *([0-9]+), *([0-9]+)\\)" _m "${row}")
   set(dt ${CMAKE_MATCH_1})

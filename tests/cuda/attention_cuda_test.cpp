@@ -4,14 +4,18 @@
 // forced tiles, the exact fp32 FFMA path and when f32 falls back to it) on fresh random
 // inputs with NaN-poisoned outputs, and bad inputs refused before any launch; the Hopper
 // kernels (fwd_sm90: odd lengths, causal Sq != Sk, GQA/MQA, layouts, windows, lse) and
-// which family the dispatcher picks on a 9.0 device (CudaSm90).
+// which family the dispatcher picks on a 9.0 device (CudaSm90); fp8 e4m3 with descales
+// on the Hopper kernel (CudaFp8).
 // Every test skips with a message when there is no sm80+ GPU (CI has none), the CudaSm90
 // ones when the GPU is not sm90.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/test_util.hpp"
@@ -691,6 +695,252 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
   p.varlen_batch = 2;
   expect_refused(dq2.view(), dq2.view(), dq2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // varlen
   cudaFree(dcu);
+}
+
+// ---- fp8 (e4m3) forward on the Hopper kernel (CudaFp8) ------------------------------
+// q/k/v in e4m3 (random finite codes from uniform values, per-tensor descales), output
+// f16 or bf16, against the fp64 reference on the same e4m3 tensors (decoded exactly,
+// descales applied), outputs NaN-poisoned. Tolerance: the kernel rounds P (in [0, 1],
+// times 256) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
+// rms, independent across keys, so rel_err(O) is about that rms whatever Sk (the error
+// averages like O itself); BENCH.md's fp8 bound 6e-2 leaves 2x. Q K^T is exact products
+// accumulated in fp32 (lse within the 16-bit path's 3e-3). Output rounding (bf16 2^-9)
+// is small beside it.
+constexpr double kFp8Tol = 6e-2;
+
+struct Fp8Case {
+  DType out = DType::f16;
+  int64_t B = 1, H = 2, Hkv = 2, Sq = 64, Sk = 64, D = 128;
+  bool causal = false;
+  int64_t wl = -1, wr = -1;
+  bool bhsd = false;
+  int64_t pad = 0;  // elements after every row (multiples of 16 keep rows 16-byte aligned)
+  float qd = 1.f, kd = 1.f, vd = 1.f;
+  double range = 1;  // inputs drawn from [-range, range] before rounding to e4m3
+  bool lse = true;
+  std::string str() const {
+    return "e4m3->" + fctest::name(out) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
+           std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
+           (causal ? " causal" : "") + " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" +
+           (bhsd ? " bhsd" : "") + " descale " + std::to_string(qd) + "/" + std::to_string(kd) + "/" +
+           std::to_string(vd);
+  }
+};
+
+// The e4m3 key of this build for head dim D ("" when none).
+std::string fp8_key(int64_t D) { return sm90_key(DType::e4m3, D); }
+
+void run_fp8(const Fp8Case& c) {
+  SCOPED_TRACE(c.str());
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  const std::vector<int> order = c.bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{};
+  HostTensor q(DType::e4m3, {c.B, c.Sq, c.H, c.D}, order, c.pad), k(DType::e4m3, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad),
+      v(DType::e4m3, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad), o(c.out, {c.B, c.Sq, c.H, c.D}, order, c.pad);
+  q.fill_uniform(rng, -c.range, c.range);
+  k.fill_uniform(rng, -c.range, c.range);
+  v.fill_uniform(rng, -c.range, c.range);
+  o.poison();
+  HostTensor lse(DType::f32, {c.B, c.H, c.Sq});
+  lse.poison();
+  DevTensor dq(q), dk(k), dv(v), dout(o), dlse(lse);
+  AttentionParams p;
+  p.causal = c.causal;
+  p.window_left = c.wl;
+  p.window_right = c.wr;
+  p.q_descale = c.qd;
+  p.k_descale = c.kd;
+  p.v_descale = c.vd;
+  if (c.lse) p.lse = &dlse.view();
+  flashcore::PhaseTimes times;
+  ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &times));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  dout.download(o);
+  dlse.download(lse);
+  EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
+  EXPECT_EQ(times.kernel, fp8_key(c.D));
+
+  HostTensor ref(DType::f32, {c.B, c.Sq, c.H, c.D}), ref_lse(DType::f32, {c.B, c.H, c.Sq});
+  AttentionParams rp = p;
+  rp.lse = c.lse ? &ref_lse.view() : nullptr;
+  flashcore::reference::attention(q.view(), k.view(), v.view(), ref.view(), rp);  // e4m3 decoded by the reference
+  std::printf("[fp8] %s: rel_err %.4f\n", c.str().c_str(), fctest::rel_err(o, ref));  // for the results log
+  EXPECT_TRUE(fctest::close(o, ref, kFp8Tol)) << "kernel " << times.kernel;
+  if (c.lse) {
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, 3e-3)) << "kernel " << times.kernel;
+  }
+}
+
+#define FC_REQUIRE_FP8(D)                                                                  \
+  do {                                                                                     \
+    FC_REQUIRE_SM90();                                                                     \
+    if (fp8_key(D).empty()) { GTEST_SKIP() << "no e4m3 hd" << (D) << " kernel in this build"; } \
+  } while (0)
+
+class CudaFp8 : public ::testing::TestWithParam<DType> {};  // parameter: the output dtype
+
+TEST_P(CudaFp8, OddLengths) {
+  for (int64_t D : {128, 256}) {
+    FC_REQUIRE_FP8(D);
+    for (int64_t S : {1, 7, 1000})
+      for (bool causal : {false, true}) {
+        Fp8Case c;
+        c.out = GetParam();
+        c.D = D;
+        c.Sq = c.Sk = S;
+        c.causal = causal;
+        run_fp8(c);
+      }
+    Fp8Case c;
+    c.out = GetParam();
+    c.D = D;
+    c.H = c.Hkv = 1;
+    c.Sq = c.Sk = 4097;
+    c.causal = D == 128;
+    run_fp8(c);
+  }
+}
+
+TEST_P(CudaFp8, CausalUnequalLengths) {
+  FC_REQUIRE_FP8(128);
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{100, 300}, {300, 100}, {1, 513}, {513, 1}, {129, 4000}, {1000, 1500}}) {
+    Fp8Case c;
+    c.out = GetParam();
+    c.Sq = sq;
+    c.Sk = sk;
+    c.causal = true;
+    run_fp8(c);
+  }
+}
+
+// GQA / MQA, BHSD with padded rows, windows, descales != 1 on values spread over e4m3's range.
+TEST_P(CudaFp8, GqaLayoutsWindowsDescale) {
+  FC_REQUIRE_FP8(128);
+  Fp8Case c;
+  c.out = GetParam();
+  c.B = 3;
+  c.H = 8;
+  c.Hkv = 2;
+  c.Sq = 200;
+  c.Sk = 333;
+  run_fp8(c);
+  c.Hkv = 1;  // MQA
+  c.causal = true;
+  run_fp8(c);
+  Fp8Case l;
+  l.out = GetParam();
+  l.B = 2;
+  l.H = 4;
+  l.Hkv = 2;
+  l.Sq = 300;
+  l.Sk = 517;
+  l.bhsd = true;
+  l.pad = 16;
+  l.wl = 50;
+  l.wr = 10;
+  run_fp8(l);
+  Fp8Case d;
+  d.out = GetParam();
+  d.Sq = 257;
+  d.Sk = 700;
+  d.causal = true;
+  d.range = 200;  // codes up to 2^7, descaled back to O(1) scores
+  d.qd = 0.0113f;
+  d.kd = 0.0071f;
+  d.vd = 0.37f;
+  run_fp8(d);
+  if (!fp8_key(256).empty()) {
+    d.D = 256;
+    d.H = 4;
+    d.Hkv = 1;
+    run_fp8(d);
+  }
+}
+
+// Small shapes for the sanitizers (tests/cuda/run_on_gpu.sh).
+TEST_P(CudaFp8, Small) {
+  FC_REQUIRE_FP8(128);
+  for (auto [sq, sk, causal] : {std::tuple<int64_t, int64_t, bool>{1, 1, false}, {70, 70, true}, {300, 130, true},
+                                {100, 300, false}}) {
+    Fp8Case c;
+    c.out = GetParam();
+    c.Sq = sq;
+    c.Sk = sk;
+    c.causal = causal;
+    c.H = 4;
+    c.Hkv = 2;
+    c.vd = 2.5f;
+    run_fp8(c);
+    if (!fp8_key(256).empty()) {
+      c.D = 256;
+      run_fp8(c);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaFp8, ::testing::Values(DType::f16, DType::bf16),
+                         [](const auto& info) { return fctest::name(info.param); });
+
+// Bad fp8 input is refused before any launch, naming the argument, output untouched.
+TEST(CudaFp8Errors, RefusedBeforeLaunch) {
+  FC_REQUIRE_FP8(128);
+  fctest::Rng rng;
+  HostTensor q(DType::e4m3, {1, 64, 2, 128}), o(DType::f16, {1, 64, 2, 128}), o8(DType::e4m3, {1, 64, 2, 128});
+  q.fill_uniform(rng, -1, 1);
+  o.poison();
+  o8.poison();
+  DevTensor dq(q), dout(o), dout8(o8);
+  AttentionParams p;
+  // An e4m3 output.
+  expect_refused(dq.view(), dq.view(), dq.view(), dout8, o8, p, Status::invalid_argument, "out: fp8 attention writes");
+  // A head dim without an e4m3 kernel (D = 96).
+  HostTensor q96(DType::e4m3, {1, 64, 2, 96}), o96(DType::f16, {1, 64, 2, 96});
+  q96.fill_uniform(rng, -1, 1);
+  o96.poison();
+  DevTensor dq96(q96), dout96(o96);
+  expect_refused(dq96.view(), dq96.view(), dq96.view(), dout96, o96, p, Status::unsupported, "q: head dims D = 96");
+  // Descales: non-finite, <= 0.
+  AttentionParams pd;
+  pd.k_descale = std::nanf("");
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pd, Status::invalid_argument, "params.k_descale");
+  pd.k_descale = 1.f;
+  pd.v_descale = 0.f;
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pd, Status::invalid_argument, "params.v_descale");
+  // Rows that are not 16-byte aligned (row stride 136 bytes).
+  HostTensor qp(DType::e4m3, {1, 64, 2, 128}, {}, 8);
+  qp.fill_uniform(rng, -1, 1);
+  DevTensor dqp(qp);
+  expect_refused(dqp.view(), dq.view(), dq.view(), dout, o, p, Status::invalid_argument, "q: stride");
+  // Varlen, a forced tile, a forced f16 key.
+  int32_t* dcu = nullptr;
+  const int32_t cu[3] = {0, 30, 64};
+  ASSERT_EQ(cudaMalloc(&dcu, sizeof cu), cudaSuccess);
+  cudaMemcpy(dcu, cu, sizeof cu, cudaMemcpyHostToDevice);
+  AttentionParams pv;
+  pv.cu_seqlens_q = dcu;
+  pv.cu_seqlens_k = dcu;
+  pv.varlen_batch = 2;
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pv, Status::unsupported, "params.cu_seqlens_q");
+  cudaFree(dcu);
+  AttentionParams pt;
+  pt.tile_m = pt.tile_n = 128;
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pt, Status::unsupported, "params.tile_m");
+  const std::string f16key = sm90_key(DType::f16, 128);
+  AttentionParams pk;
+  pk.impl = f16key.c_str();
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pk, Status::unsupported, "params.impl");
+  // e4m3 on the CPU (host tensors): the CPU backend has no fp8 kernels.
+  HostTensor oh(DType::f16, {1, 64, 2, 128});
+  oh.poison();
+  const std::vector<uint8_t> before = oh.snapshot();
+  try {
+    flashcore::attention(q.view(), q.view(), q.view(), oh.view(), p);
+    ADD_FAILURE() << "e4m3 on the CPU accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(int(e.code()), int(Status::unsupported)) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q: dtype e4m3"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(oh.snapshot(), before) << "output was written";
 }
 
 TEST(CudaKernels, Listed) {

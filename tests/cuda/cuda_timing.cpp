@@ -3,9 +3,10 @@
 // events, median over iterations after warm-up; plus a CUDA-graph time per call for
 // short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
 // flashcore-bench's --backend cuda covers the same rows.
-//   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32] [--only-mission]
+//   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission]
 //                         [--hdims 64,128] [--profile "B H S D causal"]
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
+// e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
 // fwd_sm80_* and fwd_sm90_* where the device runs them, plus the dispatcher's own pick;
 // --hdims keeps only the grid shapes of those head dims)
@@ -45,12 +46,14 @@ double median(std::vector<float> v) {
 void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   using namespace flashcore;
   const size_t es = dtype_size(dt);
+  const bool fp8 = dt == DType::e4m3;
+  const DType ot = fp8 ? DType::f16 : dt;  // fp8 attention writes f16 here
   const int64_t n = s.B * s.S * s.H * s.D;
   void *q, *k, *v, *o;
   CK(cudaMalloc(&q, n * es));
   CK(cudaMalloc(&k, n * es));
   CK(cudaMalloc(&v, n * es));
-  CK(cudaMalloc(&o, n * es));
+  CK(cudaMalloc(&o, n * dtype_size(ot)));
   // Random-ish bits: small finite values (a fixed pattern; correctness is the tests' job).
   std::vector<uint16_t> h16(n);
   std::vector<float> h32;
@@ -70,13 +73,21 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
     h32.resize(n);
     for (int64_t i = 0; i < n; ++i) h32[i] = float(i % 2001 - 1000) / 1000.f;
   }
+  std::vector<uint8_t> h8;
+  if (fp8) {  // e4m3 codes of magnitude 2^-3 .. 1.875 * 2^1, either sign
+    h8.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x = x * 1664525u + 1013904223u;
+      h8[i] = uint8_t((x >> 31) << 7 | (4 + (x >> 12) % 5) << 3 | ((x >> 9) & 7));
+    }
+  }
   for (void* p : {q, k, v})
-    CK(cudaMemcpy(p, dt == DType::f32 ? static_cast<const void*>(h32.data()) : h16.data(), n * es,
+    CK(cudaMemcpy(p, fp8 ? static_cast<const void*>(h8.data()) : dt == DType::f32 ? static_cast<const void*>(h32.data()) : h16.data(), n * es,
                   cudaMemcpyHostToDevice));
   Tensor tq = Tensor::contiguous(q, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
   Tensor tk = Tensor::contiguous(k, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
   Tensor tv = Tensor::contiguous(v, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
-  Tensor to = Tensor::contiguous(o, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
+  Tensor to = Tensor::contiguous(o, ot, {s.B, s.S, s.H, s.D}, Device::cuda);
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   AttentionParams p;
@@ -179,7 +190,10 @@ int main(int argc, char** argv) {
       const std::string d = argv[++i];
       if (!dtype_given) dts.clear();
       dtype_given = true;
-      dts.push_back(d == "bf16" ? flashcore::DType::bf16 : d == "f32" ? flashcore::DType::f32 : flashcore::DType::f16);
+      dts.push_back(d == "bf16"   ? flashcore::DType::bf16
+                    : d == "f32"  ? flashcore::DType::f32
+                    : d == "e4m3" ? flashcore::DType::e4m3
+                                  : flashcore::DType::f16);
     }
   }
   std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};

@@ -8,11 +8,11 @@
 # short run of the sm90 tests that ends the batch if they fail or hang); "exp" also times
 # experiment builds' timing binaries (.gpubin/exp*/flashcore_cuda_timing, EXP_ARGS) and
 # "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
-# TIMING_DTYPES (default "f16 bf16 f32") and PEER_DTYPE (default all) pick the dtypes,
+# TIMING_DTYPES (default "f16 bf16 f32"; e4m3 too) and PEER_DTYPE (default all) pick the dtypes,
 # HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
 # sm80 sanitizer subset (the sm90 one always runs; SANITIZE_TOOLS, default "memcheck
 # racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage. "sass" counts the wgmma
-# (HGMMA) and local-memory instructions per kernel in the test binary (cuobjdump).
+# (HGMMA, QGMMA for fp8) and local-memory instructions per kernel in the test binary (cuobjdump).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -55,8 +55,8 @@ if has sass; then
   stamp sass
   cuobjdump --dump-sass $BIN/flashcore_cuda_tests 2>/dev/null | awk '
     /Function :/ { f = $3 }
-    /HGMMA/ { g[f]++ } /LDL|STL/ { l[f]++ } /HMMA/ { h[f]++ }
-    END { for (k in g) printf "%s HGMMA %d HMMA %d local %d\n", k, g[k], h[k], l[k] }' > "$LOG/sass.txt"
+    /HGMMA|QGMMA/ { g[f]++ } /LDL|STL/ { l[f]++ } /HMMA/ { h[f]++ }
+    END { for (k in g) printf "%s HGMMA/QGMMA %d HMMA %d local %d\n", k, g[k], h[k], l[k] }' > "$LOG/sass.txt"
   cat "$LOG/sass.txt"
 fi
 if has sanitize; then
@@ -70,8 +70,9 @@ if has sanitize; then
     timeout 150 $CS --tool racecheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaDtype.Varlen/f16:Cuda/CudaDtype.LocalWindows/bf16:Cuda/CudaDtype.Varlen/f32:Cuda/CudaDtype.LocalWindows/f32' >> "$LOG/sanitizer.log" 2>&1
     echo "racecheck rc=$?" | tee -a "$LOG/sanitizer.log"
   fi
-  # Hopper kernels (TMA, mbarriers, wgmma): memcheck, racecheck and synccheck on small cases.
-  small90='Cuda/CudaSm90.Small/*:CudaSm90Errors.*'
+  # Hopper kernels (TMA, mbarriers, wgmma; fp8 with its V^T pre-pass): memcheck, racecheck
+  # and synccheck on small cases (SANITIZE_FILTER90 replaces the set).
+  small90=${SANITIZE_FILTER90:-'Cuda/CudaSm90.Small/*:CudaSm90Errors.*:Cuda/CudaFp8.Small/*:CudaFp8Errors.*'}
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     timeout 120 $CS --tool $tool $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small90" >> "$LOG/sanitizer.log" 2>&1
     echo "sm90 $tool rc=$?" | tee -a "$LOG/sanitizer.log"

@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -105,6 +106,24 @@ template <int N, typename T>
 __device__ __forceinline__ void wgmma_ss_zero(float (&d)[N / 8][4], uint64_t a, uint64_t b);
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_rs_bt(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int scale_d);
+// T = __nv_fp8_e4m3: the same calls are m64nNk32 (32 bytes of K per call, as for k16 of a
+// 16-bit type), and fp8 wgmma takes no transpose: B is always K-major, so P V uses
+// wgmma_rs (A from registers, the m16n8k32 8-bit A fragment; B K-major) on V^T.
+template <int N, typename T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int scale_d);
+
+// Four fp32 values -> four e4m3 bytes (round to nearest even, saturating to +-448), x0 in
+// the lowest byte: cvt.rn.satfinite.e4m3x2.f32 puts its first source in the upper byte.
+__device__ __forceinline__ uint32_t pack4_e4m3(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
 
 // (the specializations for each N and type: wgmma_gen.cuh, included at the end)
 

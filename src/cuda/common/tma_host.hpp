@@ -29,13 +29,15 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// 4-d tiled map of a 16-bit [d3][d2][d1][d0] tensor (d0 contiguous; strides in elements,
-// any order), box {64, box_rows, 1, 1} (one 128-byte row chunk per row) with the 128-byte
-// swizzle that wgmma's K-major and MN-major SW128 layouts read. Out-of-bounds elements
-// (rows past d1, columns past d0) are written as zeros. A stride of a dimension of
-// extent 1 is never used: it is replaced by a valid one (TMA wants multiples of 16 bytes).
-inline cudaError_t make_tma_16bit_4d(CUtensorMap* map, bool bf16, const void* base, int64_t d0, int64_t d1,
-                                     int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows) {
+// 4-d tiled map of a [d3][d2][d1][d0] tensor of `elem_bytes`-byte elements (d0
+// contiguous; strides in elements, any order), box {128 bytes of d0, box_rows, 1, 1} (one
+// 128-byte row chunk per row: 64 16-bit or 128 8-bit elements) with the 128-byte swizzle
+// that wgmma's K-major and MN-major SW128 layouts read. Out-of-bounds elements (rows past
+// d1, columns past d0) are written as zeros. A stride of a dimension of extent 1 is never
+// used: it is replaced by a valid one (TMA wants multiples of 16 bytes).
+inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base,
+                               int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3,
+                               int box_rows) {
   const EncodeTiledFn encode = encode_tiled_fn();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[4] = {cuuint64_t(d0), cuuint64_t(d1), cuuint64_t(d2), cuuint64_t(d3)};
@@ -43,14 +45,25 @@ inline cudaError_t make_tma_16bit_4d(CUtensorMap* map, bool bf16, const void* ba
   const int64_t ext[3] = {d1, d2, d3};
   for (int i = 0; i < 3; ++i)
     if (ext[i] <= 1) st[i] = (i == 0 ? d0 : st[i - 1] * ext[i - 1]);
-  const cuuint64_t strides[3] = {cuuint64_t(st[0] * 2), cuuint64_t(st[1] * 2), cuuint64_t(st[2] * 2)};
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint64_t strides[3] = {cuuint64_t(st[0] * elem_bytes), cuuint64_t(st[1] * elem_bytes),
+                                 cuuint64_t(st[2] * elem_bytes)};
+  const cuuint32_t box[4] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                            const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map, type, 4, const_cast<void*>(base), dims, strides, box, estr,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// 16-bit (f16 / bf16) and 8-bit (fp8, as raw bytes) maps.
+inline cudaError_t make_tma_16bit_4d(CUtensorMap* map, bool bf16, const void* base, int64_t d0, int64_t d1,
+                                     int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows) {
+  return make_tma_4d(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, base, d0, d1,
+                     d2, d3, s1, s2, s3, box_rows);
+}
+inline cudaError_t make_tma_8bit_4d(CUtensorMap* map, const void* base, int64_t d0, int64_t d1, int64_t d2,
+                                    int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows) {
+  return make_tma_4d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, d0, d1, d2, d3, s1, s2, s3, box_rows);
 }
 
 }  // namespace flashcore::cuda

@@ -24,7 +24,14 @@ struct FwdParams {
   const int32_t* cu_q = nullptr;  // varlen prefix sums (device), or null
   const int32_t* cu_k = nullptr;
   int window_left = -1, window_right = -1;  // band mask (causal folded into right = 0)
-  float scale_log2 = 0.f;                   // softmax scale * log2(e)
+  float scale_log2 = 0.f;                   // softmax scale * log2(e) (fp8: * q_descale * k_descale)
+  // fp8 (e4m3) inputs only: V^T in the pre-pass's workspace ([b][kv head][Dv][vt_sk]
+  // bytes, parts/fp8.hpp's key order), the factor of the output (v_descale / kFp8PScale)
+  // and the output type (bf16, else f16).
+  const void* vt = nullptr;
+  int64_t vt_sk = 0;
+  float o_scale = 1.f;
+  bool out_bf16 = false;
 };
 
 // Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the

@@ -1,0 +1,32 @@
+// What the fp8 (e4m3) forward's host code, V^T pre-pass and kernel agree on.
+//
+// P V on fp8 wgmma (m64nNk32) takes P from registers as the A operand and V^T as a K-major
+// B operand (fp8 wgmma has no transpose). A thread's k32 A fragment holds, for each of its
+// rows g and g + 8, the k positions {4t .. 4t+3, 16+4t .. 16+4t+3} (t = lane % 4), while the
+// fp32 S accumulator (m16n8 fragments) gives it keys {2t, 2t+1, 8+2t, 9+2t, 16+2t, 17+2t,
+// 24+2t, 25+2t} of every 32. Feeding the accumulator's keys in that order as k positions
+// 0..31 of the A fragment needs no data movement between lanes; P V is unchanged when V^T's
+// k positions hold the keys in the same order (sum over keys in any order). So k position
+// l of every 32 holds key fp8_vt_key(l): a permutation of bits 1-3 of l (l = 4t + 2h + b
+// within 16 -> key 8h + 2t + b), written by the pre-pass, read as is by the kernel.
+#pragma once
+
+namespace flashcore::cuda {
+
+// Key stored at k position l of V^T (the permutation repeats every 32 keys).
+__host__ __device__ constexpr int fp8_vt_key(int l) {
+  return (l & ~15) | (((l >> 1) & 1) << 3) | (((l >> 2) & 3) << 1) | (l & 1);
+}
+static_assert(fp8_vt_key(2) == 8 && fp8_vt_key(4) == 2 && fp8_vt_key(19) == 25 && fp8_vt_key(20) == 18,
+              "V^T key order");
+
+// P (in [0, 1] after the running-max subtraction) is stored as e4m3(P * kFp8PScale): the
+// power of two moves P down to 2^-14 into e4m3's normal range (min normal 2^-6, relative
+// rounding step 2^-4) instead of its subnormals; the row sums l stay unscaled fp32, and the
+// output is multiplied by v_descale / kFp8PScale. 256 * 1 < 448 (e4m3's max).
+constexpr float kFp8PScale = 256.0f;
+
+// Keys per row of the V^T workspace are padded to a multiple of this (zeros past Sk).
+constexpr int kFp8VtKeyAlign = 64;
+
+}  // namespace flashcore::cuda
