@@ -29,7 +29,8 @@ const flashcore::cpu::GemmUkernel* find_kernel(const std::string& key) {
   return nullptr;
 }
 
-// One thread's operands: A = P as k-major [L][MR], B = V as d/NR panels of [L][NR], C.
+// One thread's operands: A = P as [L][MR] (or [MR][L] for row-major A kernels), B = V as
+// d/NR panels of [L][NR], each in the kernel's layout (ukernel.hpp), C.
 struct Operands {
   HostArray a, b, c;
 };
@@ -56,6 +57,8 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     o.b = random_array(k->ab, npanels * l * nr, -1.0f, 1.0f, rng);
     o.c = empty_array(k->acc, mr * ldc);
   }
+  namespace cpu = flashcore::cpu;
+  const int64_t as = k->a_layout == cpu::Layout::rows ? l : mr;  // A's leading dimension
   auto one = [&](Operands& o) {
     const int64_t ea = int64_t(flashcore::dtype_size(k->ab));
     const char* a = static_cast<const char*>(o.a.data());
@@ -64,7 +67,9 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     const int64_t ec = int64_t(flashcore::dtype_size(k->acc));
     for (int64_t k0 = 0; k0 < l; k0 += kc)
       for (int64_t p = 0; p < npanels; ++p)
-        k->fn(kc, a + k0 * mr * ea, mr, b + (p * l + k0) * nr * ea, c + p * nr * ec, ldc, k0 > 0);
+        k->fn(kc, a + cpu::pack_index(k->a_layout, k0, 0, as) * ea, as,
+              b + (p * l * nr + cpu::pack_index(k->b_layout, k0, 0, nr)) * ea, c + p * nr * ec, ldc,
+              k0 > 0);
   };
   auto call = [&] {
 #pragma omp parallel num_threads(cfg.threads)
@@ -80,7 +85,8 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
       for (int64_t j = 0; j < d; ++j) {
         double ref = 0;
         for (int64_t kk = 0; kk < l; ++kk)
-          ref += double(o.a.at(kk * mr + i)) * double(o.b.at(((j / nr) * l + kk) * nr + j % nr));
+          ref += double(o.a.at(cpu::pack_index(k->a_layout, kk, i, as))) *
+                 double(o.b.at((j / nr) * l * nr + cpu::pack_index(k->b_layout, kk, j % nr, nr)));
         const double diff = double(o.c.at(i * ldc + j)) - ref;
         num += diff * diff;
         den += ref * ref;

@@ -6,6 +6,8 @@ CPU GEMM micro-kernels:  {ab}_{MR}x{NR}{_variant}*_{isa}
   MR, NR  tile rows x columns; NR counts vectors for SIMD ISAs, elements for generic and AMX
   variant optional lower-case tokens (noepi4, swp, ...)
   isa     generic | avx512 | avx512fp16 | avx512bf16 | amx | sve, matching the list's isa column
+  (an entry whose layout columns are not kmajor | kpairs | rows for A, kmajor | kpairs for B
+  is reported as malformed)
 Vector-op sets:          vecops_{isa}
 Exits non-zero and names each offending key.
 """
@@ -19,7 +21,7 @@ UK = ROOT / "src" / "cpu" / "ukernels"
 ISA_OF_SUFFIX = {"generic": "generic", "avx512": "avx512f", "avx512fp16": "avx512fp16",
                  "avx512bf16": "avx512bf16", "amx": "amx_bf16", "sve": "sve"}
 GEMM_KEY = re.compile(r"^(f32|f16|bf16)_(\d+)x(\d+)((?:_[a-z0-9]+)*)_(" + "|".join(ISA_OF_SUFFIX) + r")$")
-GEMM_ENTRY = re.compile(r"^\s*FC_GEMM_UKERNEL\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+GEMM_ENTRY = re.compile(r"^\s*FC_GEMM_UKERNEL\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(kmajor|kpairs|rows)\s*,\s*(kmajor|kpairs)\s*\)")
 VEC_ENTRY = re.compile(r"^\s*FC_VECOPS\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 
 
@@ -29,6 +31,8 @@ def main() -> int:
         for n, line in enumerate(path.read_text().splitlines(), 1):
             where = f"{path.relative_to(ROOT)}:{n}"
             m = GEMM_ENTRY.match(line)
+            if not m and line.lstrip().startswith("FC_GEMM_UKERNEL("):
+                errors.append(f"{where}: malformed FC_GEMM_UKERNEL entry (columns: key, isa, ab, acc, MR, NR, k_align, A layout, B layout)")
             if m:
                 key, isa, ab = m.group(1), m.group(2), m.group(3)
                 k = GEMM_KEY.match(key)

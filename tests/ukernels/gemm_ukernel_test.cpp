@@ -1,8 +1,9 @@
 // One test per GEMM micro-kernel, generated from the kernel list itself: gemm.inc is
 // expanded here as it is in the dispatch table, so a kernel added to the list is tested
 // with no edit to this file. Each runs against a double-precision reference for several
-// kc, in init and accumulate form, with a_stride > MR and ldc > NR; kernels whose ISA
-// this CPU lacks are skipped with a message naming the ISA.
+// kc, in init and accumulate form, with a_stride > MR (a_stride > kc for row-major A) and
+// ldc > NR, in the operand layouts the kernel's entry names (k-major, k pairs, rows);
+// kernels whose ISA this CPU lacks are skipped with a message naming the ISA.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,10 +26,12 @@ struct GemmEntry {
   DType ab, acc;
   int mr, nr, k_align;
   cpu::GemmFn fn;
+  cpu::Layout a_layout, b_layout;
 };
 
-#define FC_GEMM_UKERNEL(key_, isa_, ab_, acc_, mr_, nr_, ka_) \
-  GemmEntry{#key_, cpu::Isa::isa_, DType::ab_, DType::acc_, mr_, nr_, ka_, &cpu::ukernels::key_},
+#define FC_GEMM_UKERNEL(key_, isa_, ab_, acc_, mr_, nr_, ka_, al_, bl_)                          \
+  GemmEntry{#key_, cpu::Isa::isa_, DType::ab_, DType::acc_, mr_, nr_, ka_, &cpu::ukernels::key_, \
+            cpu::Layout::al_, cpu::Layout::bl_},
 const GemmEntry kGemmKernels[] = {
 #include "cpu/ukernels/gemm.inc"
 };
@@ -69,12 +72,17 @@ void run_kernel(const GemmEntry& k, int64_t kc, bool accumulate, Layout lay, Rng
   SCOPED_TRACE("kc " + std::to_string(kc) + (accumulate ? ", accumulate" : ", init") +
                ", a_stride MR+" + std::to_string(lay.a_extra) + ", ldc NR+" +
                std::to_string(lay.ldc_extra));
-  const int64_t mr = k.mr, nr = k.nr, a_stride = mr + lay.a_extra, ldc = nr + lay.ldc_extra;
-  Buf a(k.ab, kc * a_stride), b(k.ab, kc * nr), c(k.acc, mr * ldc);
-  // A's elements beyond MR in each k row stay NaN: a kernel that reads them fails.
+  const int64_t mr = k.mr, nr = k.nr, ldc = nr + lay.ldc_extra;
+  const bool a_rows = k.a_layout == cpu::Layout::rows;
+  const int64_t a_stride = (a_rows ? kc : mr) + lay.a_extra;
+  const int64_t kc2 = (kc + 1) / 2 * 2;  // whole k pairs
+  Buf a(k.ab, a_rows ? mr * a_stride : kc2 * a_stride), b(k.ab, kc2 * nr), c(k.acc, mr * ldc);
+  auto ai = [&](int64_t kk, int64_t i) { return cpu::pack_index(k.a_layout, kk, i, a_stride); };
+  auto bi = [&](int64_t kk, int64_t j) { return cpu::pack_index(k.b_layout, kk, j, nr); };
+  // A's elements beyond MR (or kc) in its stride stay NaN: a kernel that reads them fails.
   for (int64_t kk = 0; kk < kc; ++kk) {
-    for (int64_t i = 0; i < mr; ++i) a.set(kk * a_stride + i, rng.uniform(-1, 1));
-    for (int64_t j = 0; j < nr; ++j) b.set(kk * nr + j, rng.uniform(-1, 1));
+    for (int64_t i = 0; i < mr; ++i) a.set(ai(kk, i), rng.uniform(-1, 1));
+    for (int64_t j = 0; j < nr; ++j) b.set(bi(kk, j), rng.uniform(-1, 1));
   }
   // Init form: C starts as NaN and must be overwritten; accumulate form: random C.
   if (accumulate)
@@ -93,7 +101,7 @@ void run_kernel(const GemmEntry& k, int64_t kc, bool accumulate, Layout lay, Rng
     for (int64_t j = 0; j < nr; ++j) {
       double want = accumulate ? c0[size_t(i * nr + j)] : 0.0, mag = std::abs(want);
       for (int64_t kk = 0; kk < kc; ++kk) {
-        const double prod = a.get(kk * a_stride + i) * b.get(kk * nr + j);
+        const double prod = a.get(ai(kk, i)) * b.get(bi(kk, j));
         want += prod;
         mag += std::abs(prod);
       }
@@ -165,6 +173,13 @@ TEST(GemmUkernelList, MatchesDispatchTable) {
     EXPECT_EQ(key.rfind(fc::to_string(g.ab), 0), 0u) << key << " should start with its operand dtype";
     EXPECT_NE(key.find(std::string("_") + std::to_string(g.mr) + "x"), std::string::npos) << key;
     EXPECT_GE(g.k_align, 1) << key;
+    EXPECT_EQ(g.a_layout, kGemmKernels[i].a_layout) << key;
+    EXPECT_EQ(g.b_layout, kGemmKernels[i].b_layout) << key;
+    // Pair layouts need whole pairs; row-major A is for A only.
+    if (g.a_layout == cpu::Layout::kpairs || g.b_layout == cpu::Layout::kpairs) {
+      EXPECT_EQ(g.k_align % 2, 0) << key;
+    }
+    EXPECT_NE(g.b_layout, cpu::Layout::rows) << key;
   }
   // list_kernels reports every one of them.
   std::vector<fc::KernelInfo> all(size_t(fc::list_kernels(nullptr, 0)));

@@ -1,6 +1,7 @@
 // One test per softmax vector-op set, generated from vecops.inc like the GEMM tests:
 // col_max, exp2_pack into f32 / f16 / bf16 in both exp2 modes (with -inf scores and
-// fully masked columns), and scale_rows, each against the portable bodies.
+// fully masked columns), exp2_pack into the bf16 kernels' P layouts (k pairs, rows), and
+// scale_rows, each against the portable bodies.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -87,9 +88,10 @@ TEST_P(VecOpsTest, Exp2Pack) {
           std::vector<uint8_t> got(size_t(kc * ldd) * es, 0xFF), want(size_t(kc * ldd) * es, 0xFF);
           std::vector<float> sum(static_cast<size_t>(mq)), want_sum(static_cast<size_t>(mq));
           for (int64_t i = 0; i < mq; ++i) sum[size_t(i)] = want_sum[size_t(i)] = float(rng.uniform(0, 2));
-          cpu::portable::exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), want.data(), ldd, dst_type, mode,
-                                   want_sum.data());
-          ops().exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), got.data(), ldd, dst_type, mode, sum.data());
+          cpu::portable::exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), want.data(), ldd, dst_type,
+                                   cpu::Layout::kmajor, mode, want_sum.data());
+          ops().exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), got.data(), ldd, dst_type,
+                          cpu::Layout::kmajor, mode, sum.data());
           // Two correct kernels may differ by their exp2 error plus one rounding step of
           // the stored type; f16 values under 2^-14 may flush or stay subnormal. Fast exp2
           // is <= 1.8e-3 (portable, AVX-512) but FEXPA alone on SVE is ~5.4e-3 (issue 5's
@@ -117,6 +119,68 @@ TEST_P(VecOpsTest, Exp2Pack) {
             ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + double(kc) * abs_tol)
                 << "sum of query " << i;
         }
+}
+
+// The k-pair and row layouts hold the same values as the k-major pack (portable, k-major:
+// the reference here), each at pack_index(layout, k, i, ldd); the partner of an odd last key
+// is zero, and nothing outside the layout's [kc x mq] elements is written. kc = 32 and 256
+// take the AVX-512 row path (kc % 32 == 0), 7 and 62 the others.
+TEST_P(VecOpsTest, Exp2PackLayouts) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (cpu::Layout layout : {cpu::Layout::kpairs, cpu::Layout::rows})
+    for (DType dst_type : {DType::bf16, DType::f32})
+      for (Exp2Mode mode : kExpModes)
+        for (int64_t mq : kMq)
+          for (int64_t kc : {7, 32, 62, 256}) {
+            SCOPED_TRACE(std::string(cpu::layout_name(layout)) + ", dst " + name(dst_type) + ", exp " +
+                         name(mode) + ", mq " + std::to_string(mq) + ", kc " + std::to_string(kc));
+            const int64_t ldt = mq + kExtra, kc2 = (kc + 1) / 2 * 2;
+            const int64_t ldd = layout == cpu::Layout::rows ? kc + kExtra : mq + kExtra;
+            const int64_t n = layout == cpu::Layout::rows ? mq * ldd : kc2 * ldd;
+            const std::vector<float> t = scores(rng, kc, mq, ldt);
+            const float c = 0.7f;
+            std::vector<float> cm(size_t(mq), kNegInf);
+            cpu::portable::col_max(kc, mq, t.data(), ldt, cm.data());
+            for (float& x : cm) x = x == kNegInf ? 0.0f : c * x;
+            const size_t es = fc::dtype_size(dst_type);
+            std::vector<uint8_t> want(size_t(kc * mq) * es), got(size_t(n) * es, 0xFF);
+            std::vector<float> sum(size_t(mq), 0.5f), want_sum(size_t(mq), 0.5f);
+            cpu::portable::exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), want.data(), mq, dst_type,
+                                     cpu::Layout::kmajor, mode, want_sum.data());
+            ops().exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), got.data(), ldd, dst_type, layout,
+                            mode, sum.data());
+            const double rel = (mode == Exp2Mode::exact ? 1e-5 : 8e-3) +
+                               (dst_type == DType::f32 ? 0.0 : 0x1p-7);
+            std::vector<bool> mine(size_t(n), false);
+            const int64_t kend = layout == cpu::Layout::kpairs ? kc2 : kc;
+            for (int64_t k = 0; k < kend; ++k)
+              for (int64_t i = 0; i < mq; ++i) {
+                const int64_t at = cpu::pack_index(layout, k, i, ldd);
+                ASSERT_LT(at, n);
+                mine[size_t(at)] = true;
+                const double g = fc::core::load_as_f32(got.data(), at, dst_type);
+                if (k >= kc) {
+                  ASSERT_EQ(g, 0.0) << "pair partner of the last key, query " << i;
+                  continue;
+                }
+                const double w = fc::core::load_as_f32(want.data(), k * mq + i, dst_type);
+                if (t[size_t(k * ldt + i)] == kNegInf) {
+                  ASSERT_EQ(g, 0.0) << "masked score must give exactly 0 at key " << k << ", query " << i;
+                  continue;
+                }
+                ASSERT_TRUE(std::abs(g - w) <= rel * w + 1e-30)
+                    << "key " << k << ", query " << i << ": got " << g << ", want " << w;
+              }
+            for (int64_t e = 0; e < n; ++e) {
+              if (mine[size_t(e)]) continue;
+              for (size_t byte = size_t(e) * es; byte < size_t(e + 1) * es; ++byte)
+                ASSERT_EQ(got[byte], 0xFF) << "wrote element " << e << " outside the layout";
+            }
+            for (int64_t i = 0; i < mq; ++i)
+              ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + 1e-6)
+                  << "sum of query " << i;
+          }
 }
 
 TEST_P(VecOpsTest, ScaleRows) {

@@ -29,6 +29,15 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kmajor: return "kmajor";
+    case Layout::kpairs: return "kpairs";
+    case Layout::rows: return "rows";
+  }
+  return "?";
+}
+
 namespace {
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -89,8 +98,9 @@ CpuFeatures detect() {
   return f;
 }
 
-#define FC_GEMM_UKERNEL(key_, isa_, ab_, acc_, mr_, nr_, ka_) \
-  {#key_, Isa::isa_, DType::ab_, DType::acc_, mr_, nr_, ka_, &ukernels::key_},
+#define FC_GEMM_UKERNEL(key_, isa_, ab_, acc_, mr_, nr_, ka_, al_, bl_)           \
+  {#key_, Isa::isa_,  DType::ab_,     DType::acc_, mr_, nr_, ka_, &ukernels::key_, \
+   Layout::al_,       Layout::bl_},
 const GemmUkernel kGemm[] = {
 #include "cpu/ukernels/gemm.inc"
 };

@@ -51,7 +51,38 @@ void gemm_f32(int64_t kc, const void* a_, int64_t a_stride, const void* b_, void
     }
 }
 
+// bf16 operands in the pair layouts of the x86 bf16 kernels (ukernel.hpp), fp32 sums: the
+// same tiles and layouts as bf16_12x2_avx512bf16 (kpairs A) and bf16_32x32_amx (rows A),
+// so the pipelines' packing for those layouts is tested on every machine. Scalar reference
+// loops, not tuned: never in the automatic choice, reached through `impl` only.
+template <int MR, int NR, Layout AL>
+void gemm_bf16(int64_t kc, const void* a_, int64_t as, const void* b_, void* c_, int64_t ldc,
+               int accumulate) {
+  const uint16_t* a = static_cast<const uint16_t*>(a_);
+  const uint16_t* b = static_cast<const uint16_t*>(b_);
+  float* c = static_cast<float*>(c_);
+  float acc[MR][NR] = {};
+  for (int64_t k = 0; k < kc; ++k)
+    for (int i = 0; i < MR; ++i) {
+      const float ai = portable::from_bf16_bits(a[pack_index(AL, k, i, as)]);
+      for (int j = 0; j < NR; ++j)
+        acc[i][j] += ai * portable::from_bf16_bits(b[pack_index(Layout::kpairs, k, j, NR)]);
+    }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j)
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
 }  // namespace
+
+void bf16_12x32_pairs_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c,
+                              int64_t ldc, int accumulate) {
+  gemm_bf16<12, 32, Layout::kpairs>(kc, a, as, b, c, ldc, accumulate);
+}
+void bf16_32x32_rows_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c,
+                             int64_t ldc, int accumulate) {
+  gemm_bf16<32, 32, Layout::rows>(kc, a, as, b, c, ldc, accumulate);
+}
 
 FC_PORTABLE_CLONES void f32_4x16_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                       int accumulate) {
@@ -73,8 +104,8 @@ FC_PORTABLE_CLONES void col_max(int64_t kc, int64_t mq, const float* t, int64_t 
 }
 FC_PORTABLE_CLONES void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
                                   const float* cm, void* dst, int64_t ldd, DType dst_type,
-                                  Exp2Mode mode, float* sum) {
-  portable::exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, mode, sum);
+                                  Layout layout, Exp2Mode mode, float* sum) {
+  portable::exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode, sum);
 }
 FC_PORTABLE_CLONES void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
   portable::scale_rows(mq, n, o, ld, alpha);

@@ -197,11 +197,24 @@ void store_row(const float* src, int64_t n, void* dst, int64_t dst_stride, DType
   }
 }
 
-// Blocks of W rows, each stored k-major: block b is [kp][W], element (k, w) = row(b*W+w)[k].
-// Rows >= nrows and k >= len are zero. Packs blocks [b0, b1).
+// One fp32 value stored as dtype t at element `at` of dst.
+void store_at(void* dst, int64_t at, DType t, float v) {
+  if (t == DType::f32) static_cast<float*>(dst)[at] = v;
+  else if (t == DType::f16) static_cast<uint16_t*>(dst)[at] = core::f32_to_f16(v);
+  else static_cast<uint16_t*>(dst)[at] = core::f32_to_bf16(v);
+}
+
+// The leading dimension of a packed block or panel of w columns and kp rows of k in
+// layout `lay` (ukernel.hpp): the row length for `rows`, else the width.
+int64_t block_ld(Layout lay, int64_t kp, int64_t w) { return lay == Layout::rows ? kp : w; }
+
+// Blocks of W rows: block b holds element (k, w) = row(b*W+w)[k] at
+// pack_index(lay, k, w, block_ld) (k-major: [kp][W]). Rows >= nrows and k >= len are zero.
+// Packs blocks [b0, b1).
 void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
-                     int64_t b0, int64_t b1, void* dst, DType t, float* rowbuf) {
+                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf) {
   const int64_t es = int64_t(dtype_size(t));
+  const int64_t ld = block_ld(lay, kp, w);
   char* out = static_cast<char*>(dst);
   for (int64_t b = b0; b < b1; ++b) {
     char* blk = out + b * kp * w * es;
@@ -209,28 +222,47 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
     for (int64_t r = 0; r < w; ++r) {
       const int64_t row = b * w + r;
       if (row >= nrows) break;
-      if (src.dtype == DType::f32 && t == DType::f32) {  // no conversion: copy straight in
-        const float* s = static_cast<const float*>(src.row(row));
+      if (src.dtype == DType::f32 && t == DType::f32 && lay == Layout::kmajor) {
+        const float* s = static_cast<const float*>(src.row(row));  // no conversion: copy
         float* d = reinterpret_cast<float*>(blk) + r;
         for (int64_t k = 0; k < len; ++k) d[k * w] = s[k];
         continue;
       }
+      if (src.dtype == t && es == 2 && lay == Layout::rows) {  // a row is a row: copy it
+        std::memcpy(blk + r * kp * 2, src.row(row), size_t(len * 2));
+        continue;
+      }
+      if (src.dtype == t && es == 2 && lay == Layout::kpairs) {
+        // Pair (k, k+1) of row r is one 32-bit word of the source row: a word transpose.
+        const char* s = static_cast<const char*>(src.row(row));
+        for (int64_t k2 = 0; k2 < len / 2; ++k2)
+          std::memcpy(blk + ((k2 * w + r) * 2) * 2, s + k2 * 4, 4);
+        if (len % 2 == 1)
+          std::memcpy(blk + pack_index(lay, len - 1, r, w) * 2, s + (len - 1) * 2, 2);
+        continue;
+      }
       core::convert_row(src.row(row), src.dtype, len, rowbuf);
-      store_row(rowbuf, len, blk + r * es, w, t);
+      if (lay == Layout::kmajor) {
+        store_row(rowbuf, len, blk + r * es, w, t);
+      } else {
+        for (int64_t k = 0; k < len; ++k) store_at(blk, pack_index(lay, k, r, ld), t, rowbuf[k]);
+      }
     }
   }
 }
 
-// Panels of W columns: panel p is [rp][W], element (r, w) = row(r)[p*W + w]; zero padded.
-// Packs rows [r0, r1) of every panel.
+// Panels of W columns: panel p holds element (r, w) = row(r)[p*W + w] at
+// pack_index(lay, r, w, block_ld) (k-major: [rp][W]); zero padded. Packs rows [r0, r1) of
+// every panel (with kpairs, two callers may share a pair row only through the slow path).
 void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
-                 int64_t r1, void* dst, DType t, float* rowbuf) {
+                 int64_t r1, void* dst, DType t, Layout lay, float* rowbuf) {
   const int64_t es = int64_t(dtype_size(t));
   const int64_t npanels = (cols + w - 1) / w;
   const int64_t cols_pad = npanels * w;
+  const int64_t ld = block_ld(lay, rp, w);
   char* out = static_cast<char*>(dst);
   int64_t r = r0;
-  if (src.dtype == DType::f32 && t == DType::f32) {
+  if (src.dtype == DType::f32 && t == DType::f32 && lay == Layout::kmajor) {
     // No conversion: copy straight in, 16 rows at a time panel by panel, so that the
     // writes of a group are 16*w contiguous floats of one panel rather than w floats per
     // panel per row (gemm_chain's B is 683 panels of 12 KiB: one row touched 683 pages),
@@ -260,6 +292,23 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
     }
     r = std::max(r0, rend);  // the last group may end short: padding rows start at rend
   }
+  if (src.dtype == t && es == 2 && lay == Layout::kpairs && r0 % 2 == 0) {
+    // No conversion (bf16 V for the bf16 kernels): rows r and r+1 interleaved into one
+    // pair row per panel; a missing partner row (past nrows) is zero.
+    for (; r + 1 < r1; r += 2) {
+      const uint16_t* s0 = r < nrows ? static_cast<const uint16_t*>(src.row(r)) : nullptr;
+      const uint16_t* s1 = r + 1 < nrows ? static_cast<const uint16_t*>(src.row(r + 1)) : nullptr;
+      for (int64_t p = 0; p < npanels; ++p) {
+        uint16_t* d = reinterpret_cast<uint16_t*>(out) + p * rp * w + (r / 2) * 2 * w;
+        const int64_t n = std::min(w, cols - p * w);
+        for (int64_t j = 0; j < n; ++j) {
+          d[2 * j] = s0 ? s0[p * w + j] : 0;
+          d[2 * j + 1] = s1 ? s1[p * w + j] : 0;
+        }
+        for (int64_t j = n; j < w; ++j) d[2 * j] = d[2 * j + 1] = 0;
+      }
+    }
+  }
   for (; r < r1; ++r) {
     if (r < nrows) {
       core::convert_row(src.row(r), src.dtype, cols, rowbuf);
@@ -267,8 +316,14 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
     } else {
       std::fill(rowbuf, rowbuf + cols_pad, 0.0f);
     }
-    for (int64_t p = 0; p < npanels; ++p)
-      store_row(rowbuf + p * w, w, out + (p * rp + r) * w * es, 1, t);
+    for (int64_t p = 0; p < npanels; ++p) {
+      char* panel = out + p * rp * w * es;
+      if (lay == Layout::kmajor)
+        store_row(rowbuf + p * w, w, panel + r * w * es, 1, t);
+      else
+        for (int64_t j = 0; j < w; ++j)
+          store_at(panel, pack_index(lay, r, j, ld), t, rowbuf[p * w + j]);
+    }
   }
 }
 
@@ -282,6 +337,8 @@ struct Geometry {
   int64_t key_align;    // keys are padded to this
   int64_t es;           // element size of P (and of the packed operands)
   DType pt;             // dtype of P as exp2_pack writes it
+  Layout pa = Layout::kmajor;  // the kernel's A layout: K blocks, P, gemm_chain's B^T blocks
+  Layout pb = Layout::kmajor;  // the kernel's B layout: Q panels, V panels, gemm_chain's C
   const char* key;      // what ran, for PhaseTimes
 };
 
@@ -299,6 +356,8 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   g.kc = round_up(kKeyTile, g.key_align);
   g.es = int64_t(dtype_size(g.gk->ab));
   g.pt = g.gk->ab;
+  g.pa = g.gk->a_layout;
+  g.pb = g.gk->b_layout;
   g.key = g.gk->key;
   // A B panel chunk of kb x NR operands fills at most kL1PanelBytes (half a 32 KiB L1D).
   g.kb = std::max<int64_t>(g.gk->k_align,
@@ -337,8 +396,8 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
   tile.resize(static_cast<size_t>(g.mr * g.nr));
   const int64_t step = round_up(kKeyTile, g.gk->k_align);
   for (int64_t k0 = 0; k0 < kc; k0 += step) {
-    g.gk->fn(std::min(step, kc - k0), a + k0 * as * g.es, as, b + k0 * g.nr * g.es, tile.data(),
-             g.nr, 0);
+    g.gk->fn(std::min(step, kc - k0), a + pack_index(g.pa, k0, 0, as) * g.es, as,
+             b + pack_index(g.pb, k0, 0, g.nr) * g.es, tile.data(), g.nr, 0);
     const bool add = accumulate || k0 > 0;
     for (int64_t i = 0; i < g.mr; ++i)
       for (int64_t j = 0; j < g.nr; ++j) {
@@ -355,32 +414,40 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
 // cpu-x86-2026-11-22.md) it measured equal to the A-stationary order within the noise
 // (GEMM-only 89.0% vs 87.9% of peak); it is kept for the smaller L1 footprint.
 //
-// stage 1: T[kc][mq] = X blocks (k-major [kp][mr], starting at key block xb0) x Y panels.
+// Operand addresses use the kernel's layouts (ukernel.hpp): k offsets are multiples of
+// k_align (even for kpairs), so a chunk starts on a whole pair row.
+//
+// stage 1: T[kc][mq] = X blocks ([kp][mr] in layout pa, starting at key block xb0) x Y
+// panels ([kp][nr] in layout pb).
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int64_t xb0,
             const char* ypanels, float* t) {
   if (kp == 0) {  // empty inner dimension (gemm_chain K1 = 0): the product is zero
     std::fill(t, t + kc * g.mq, 0.0f);
     return;
   }
+  const int64_t as = block_ld(g.pa, kp, g.mr);
   for (int64_t k0 = 0; k0 < kp; k0 += g.kb) {
     const int64_t kl = std::min(g.kb, kp - k0);
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
       for (int64_t r = 0; r < kc / g.mr; ++r)
-        gemm_call(g, kl, xblocks + ((xb0 + r) * kp + k0) * g.mr * g.es, g.mr,
-                  ypanels + (q * kp + k0) * g.nr * g.es, t + r * g.mr * g.mq + q * g.nr, g.mq,
-                  k0 > 0);
+        gemm_call(g, kl, xblocks + ((xb0 + r) * kp * g.mr + pack_index(g.pa, k0, 0, as)) * g.es,
+                  as,
+                  ypanels + (q * kp * g.nr + pack_index(g.pb, k0, 0, g.nr)) * g.es,
+                  t + r * g.mr * g.mq + q * g.nr, g.mq, k0 > 0);
   }
 }
 
-// stage 2: O[mq][dvp] += P[kc][mq]^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel).
-void stage2(const Geometry& g, int64_t kc, const char* p, const char* vpanels, int64_t rp,
-            int64_t j0, int64_t dvp, float* o) {
+// stage 2: O[mq][dvp] += P^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel). P holds
+// kc keys x mq queries in layout pa with leading dimension ldp (see softmax_block).
+void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const char* vpanels,
+            int64_t rp, int64_t j0, int64_t dvp, float* o) {
   for (int64_t k0 = 0; k0 < kc; k0 += g.kb) {
     const int64_t kl = std::min(g.kb, kc - k0);
     for (int64_t c = 0; c < dvp / g.nr; ++c)
       for (int64_t i0 = 0; i0 < g.mq; i0 += g.mr)
-        gemm_call(g, kl, p + (k0 * g.mq + i0) * g.es, g.mq,
-                  vpanels + (c * rp + j0 + k0) * g.nr * g.es, o + i0 * dvp + c * g.nr, dvp, 1);
+        gemm_call(g, kl, p + pack_index(g.pa, k0, i0, ldp) * g.es, ldp,
+                  vpanels + (c * rp * g.nr + pack_index(g.pb, j0 + k0, 0, g.nr)) * g.es,
+                  o + i0 * dvp + c * g.nr, dvp, 1);
   }
 }
 
@@ -454,7 +521,8 @@ void negate_scores(float* t, int64_t n) {
   for (int64_t i = 0; i < n; ++i) t[i] = t[i] == kNegInf ? kNegInf : -t[i];
 }
 
-// `pv(j0, kc, P, O)` adds P[kc][mq]^T x V rows [j0, j0+kc) into O[mq][dvp]; rp is the
+// `pv(j0, kc, P, ldp, O)` adds P^T x V rows [j0, j0+kc) into O[mq][dvp] (P: kc keys x mq
+// queries in layout g.pa, leading dimension ldp); rp is the
 // (padded) key count.
 template <class Scores, class PV>
 void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c, float scale,
@@ -504,9 +572,16 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   // exp+pack of one key tile. Its row sums go through a tile-local sum before joining l:
   // adding tens of thousands of terms one by one into l cost fp32 softmax_v 2.8e-5 rel_err
   // at L = 32768 (one partial sum per tile: ~2e-7).
-  auto exp_tile = [&](int64_t kc, const float* t, char* p) {
+  // P is written in the kernel's A layout (g.pa): a buffer of `width` keys has leading
+  // dimension p_ld(width) (the row length for `rows`, mq otherwise), and key kk of it
+  // starts at p_at(buffer, kk, ld).
+  auto p_ld = [&](int64_t width) { return g.pa == Layout::rows ? width : mq; };
+  auto p_at = [&](char* buf, int64_t kk, int64_t ld) {
+    return buf + pack_index(g.pa, kk, 0, ld) * g.es;
+  };
+  auto exp_tile = [&](int64_t kc, const float* t, char* p, int64_t ldp) {
     std::fill(tsum, tsum + mq, 0.0f);
-    g.vec->exp2_pack(kc, mq, t, mq, c, cm, p, mq, g.pt, mode, tsum);
+    g.vec->exp2_pack(kc, mq, t, mq, c, cm, p, ldp, g.pt, g.pa, mode, tsum);
     for (int64_t i = 0; i < mq; ++i) l[i] += tsum[i];
   };
 
@@ -529,9 +604,9 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
         g.vec->scale_rows(mq, dvp, O, dvp, alpha);
         for (int64_t i = 0; i < mq; ++i) l[i] *= alpha[i];
       }
-      exp_tile(kc, T, P);
+      exp_tile(kc, T, P, p_ld(g.kc));
       lap.to(ph.exp_pack);
-      pv(t * g.kc, kc, P, O);
+      pv(t * g.kc, kc, P, p_ld(g.kc), O);
       lap.to(ph.gemm);
     }
   } else {
@@ -546,23 +621,24 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
     fold_max();
     if (strategy == Strategy::three_pass) {
       // Phase 1: all of P; phase 2: one pure GEMM over every key.
+      const int64_t ld = p_ld(std::max<int64_t>(keys_total, 1));
       for (int64_t t = t_begin; t < t_end; ++t)
-        exp_tile(tile_len(t), T + (t - t_begin) * g.kc * mq, P + (t - t_begin) * g.kc * mq * g.es);
+        exp_tile(tile_len(t), T + (t - t_begin) * g.kc * mq, p_at(P, (t - t_begin) * g.kc, ld), ld);
       lap.to(ph.exp_pack);
-      if (keys_total > 0) pv(t_begin * g.kc, keys_total, P, O);
+      if (keys_total > 0) pv(t_begin * g.kc, keys_total, P, ld, O);
       lap.to(ph.gemm);
     } else {
       // Phases 1+2: the producer runs kPipeAhead tiles ahead of the GEMM in a ring.
       const int64_t slots = kPipeAhead + 1;
       auto produce = [&](int64_t t) {
         exp_tile(tile_len(t), T + (t - t_begin) * g.kc * mq,
-                 P + ((t - t_begin) % slots) * g.kc * mq * g.es);
+                 P + ((t - t_begin) % slots) * g.kc * mq * g.es, p_ld(g.kc));
         lap.to(ph.exp_pack);
       };
       for (int64_t t = t_begin; t < std::min(t_end, t_begin + kPipeAhead); ++t) produce(t);
       for (int64_t t = t_begin; t < t_end; ++t) {
         if (t + kPipeAhead < t_end) produce(t + kPipeAhead);
-        pv(t * g.kc, tile_len(t), P + ((t - t_begin) % slots) * g.kc * mq * g.es, O);
+        pv(t * g.kc, tile_len(t), P + ((t - t_begin) % slots) * g.kc * mq * g.es, p_ld(g.kc), O);
         lap.to(ph.gemm);
       }
     }
@@ -688,8 +764,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
                          p.v.ss, p.dtype};
         const int64_t nblk = skp / g.mr;
         const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
-        pack_transposed(krows, sk, p.d, kp, g.mr, kb0, kb1, kpack, g.gk->ab, rowbuf.data());
-        pack_panels(vrows, sk, p.dv, skp, g.nr, kb0 * g.mr, kb1 * g.mr, vpack, g.gk->ab,
+        pack_transposed(krows, sk, p.d, kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa,
+                        rowbuf.data());
+        pack_panels(vrows, sk, p.dv, skp, g.nr, kb0 * g.mr, kb1 * g.mr, vpack, g.gk->ab, g.pb,
                     rowbuf.data());
         lap.to(phases[size_t(omp_get_thread_num())].pack);
       }
@@ -778,7 +855,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
                                           x.h0 * p.q.sh, es_in),
                          p.q.ss, p.dtype};
         pack_transposed(qrows, x.out.rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack.data(), g.gk->ab,
-                        rowbuf.data());
+                        g.pb, rowbuf.data());
       }
       int64_t key_lo = sk, key_hi = 0, all_lo = 0, all_hi = sk;
       for (int64_t i = 0; i < g.mq; ++i) {
@@ -815,9 +892,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             if (j < lo[size_t(i)] || j >= hi[size_t(i)]) row[i] = kNegInf;
         }
       };
-      auto pv = [&](int64_t j0, int64_t kc, const char* P, float* O) {
+      auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
         if (!rows_mode) {
-          stage2(g, kc, P, vpack, skp, j0, dvp, O);
+          stage2(g, kc, P, ldp, vpack, skp, j0, dvp, O);
           return;
         }
         for (int64_t kvi = 0; kvi < kvb; ++kvi)
@@ -899,7 +976,7 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
       std::vector<float> rowbuf(static_cast<size_t>(dvp + 64));
       const int nt = omp_get_num_threads(), id = omp_get_thread_num();
       const int64_t b0 = nblk * id / nt, b1 = nblk * (id + 1) / nt;
-      pack_panels(vrows, p.l, p.d, lp, g.nr, b0 * g.mr, b1 * g.mr, vpack, g.gk->ab,
+      pack_panels(vrows, p.l, p.d, lp, g.nr, b0 * g.mr, b1 * g.mr, vpack, g.gk->ab, g.pb,
                   rowbuf.data());
     }
     lap.to(phases[0].pack);
@@ -929,12 +1006,12 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
     (void)ses;
     const BlockOut out{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, rows, p.d,
                        nullptr, g.mq};
-    auto pv = [&](int64_t j0, int64_t kc, const char* P, float* O) {
+    auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
       if (rows_mode)
         rows_pv(g, *cfg.rows, kc, reinterpret_cast<const float*>(P), g.mq, g.mq,
                 static_cast<const char*>(p.v), p.v_sl, p.dtype, j0, p.d, O, dvp);
       else
-        stage2(g, kc, P, vpack, lp, j0, dvp, O);
+        stage2(g, kc, P, ldp, vpack, lp, j0, dvp, O);
     };
     softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, pv, lp, dvp, out, timed, ph);
   }
@@ -1009,7 +1086,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
       const int64_t i0 = qb * g.mq;
       const Rows arows{at(p.a, i0 * p.a_sm, oes), p.a_sm, p.dtype};
       pack_transposed(arows, std::min(g.mq, p.m - i0), p.k1, k1p, g.nr, 0, g.mq / g.nr,
-                      apack + (qb - qb0) * g.mq * k1p * g.es, g.gk->ab, rowbuf.data());
+                      apack + (qb - qb0) * g.mq * k1p * g.es, g.gk->ab, g.pb, rowbuf.data());
     }
     char* const btile = pack_slot(0, static_cast<size_t>(g.kc * k1p * g.es));
     char* const ctile = pack_slot(1, static_cast<size_t>(g.kc * np * g.es));
@@ -1019,24 +1096,34 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
       const int64_t cols = std::min(g.kc, p.k2 - j0);  // >= 1: j0 < k2p - key_align < k2
       // B's columns [j0, j0+cols) as blocks of MR; blocks past the last column are zero.
       const Rows bt{at(p.b, j0, oes), p.b_sk, p.dtype};
-      pack_panels(bt, p.k1, cols, k1p, g.mr, 0, k1p, btile, g.gk->ab, rowbuf.data());
+      pack_panels(bt, p.k1, cols, k1p, g.mr, 0, k1p, btile, g.gk->ab, g.pa, rowbuf.data());
       const int64_t bfull = (cols + g.mr - 1) / g.mr * g.mr;
       std::memset(btile + bfull * k1p * g.es, 0, size_t((kc - bfull) * k1p * g.es));
       const Rows ct{at(p.c, j0 * p.c_sk, oes), p.c_sk, p.dtype};
-      pack_panels(ct, cols, p.n, kc, g.nr, 0, kc, ctile, g.gk->ab, rowbuf.data());
+      pack_panels(ct, cols, p.n, kc, g.nr, 0, kc, ctile, g.gk->ab, g.pb, rowbuf.data());
       lap.to(ph.pack);
       for (int64_t qb = qb0; qb < qb1; ++qb) {
         // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
         stage1(g, k1p, kc, btile, 0, apack + (qb - qb0) * g.mq * k1p * g.es, T);
         lap.to(ph.gemm);
+        // As the second GEMM's A operand: T itself for fp32 k-major kernels, else T
+        // converted into the kernel's dtype and layout (leading dimension ldp).
         const char* pt = reinterpret_cast<const char*>(T);
-        if (g.gk->ab != DType::f32) {
-          for (int64_t k = 0; k < kc; ++k)
-            store_row(T + k * g.mq, g.mq, P + k * g.mq * g.es, 1, g.gk->ab);
+        int64_t ldp = g.mq;
+        if (g.gk->ab != DType::f32 || g.pa != Layout::kmajor) {
+          if (g.pa == Layout::kmajor) {
+            for (int64_t k = 0; k < kc; ++k)
+              store_row(T + k * g.mq, g.mq, P + k * g.mq * g.es, 1, g.gk->ab);
+          } else {
+            ldp = g.pa == Layout::rows ? g.kc : g.mq;
+            for (int64_t k = 0; k < kc; ++k)
+              for (int64_t i = 0; i < g.mq; ++i)
+                store_at(P, pack_index(g.pa, k, i, ldp), g.gk->ab, T[k * g.mq + i]);
+          }
           pt = P;
           lap.to(ph.exp_pack);
         }
-        stage2(g, kc, pt, ctile, kc, 0, np, E(qb));
+        stage2(g, kc, pt, ldp, ctile, kc, 0, np, E(qb));
         lap.to(ph.gemm);
       }
     }

@@ -244,7 +244,7 @@ FC_SVE_INLINE void gemm_panel(int64_t kc, const TA* a, int64_t as, const TB* b, 
 
 // The list's columns as constants, so a kernel's tile cannot drift from its entry.
 struct Shape { int64_t mr, nr, k_align; };
-#define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, ka) \
+#define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, ka, al, bl) \
   [[maybe_unused]] constexpr Shape key##_shape{mr, nr, ka};
 #include "cpu/ukernels/gemm_sve.inc"
 #undef FC_GEMM_UKERNEL

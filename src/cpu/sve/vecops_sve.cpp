@@ -85,10 +85,12 @@ void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, c
 }
 
 void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
-               void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum) {
-  if (dst_type != DType::f32 && dst_type != DType::f16) {
-    // No SVE kernel takes bf16 operands (base SVE has no BFCVT): the portable ops.
-    ukernels::vecops_generic.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, mode, sum);
+               void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode, float* sum) {
+  if ((dst_type != DType::f32 && dst_type != DType::f16) || layout != Layout::kmajor) {
+    // No SVE kernel takes bf16 operands (base SVE has no BFCVT) or packs other than
+    // k-major: the portable ops.
+    ukernels::vecops_generic.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode,
+                                       sum);
     return;
   }
   if (mode == Exp2Mode::fast)

@@ -3,11 +3,22 @@
 //
 // GEMM micro-kernel (seed 000's interface, with an A stride):
 //   C[MR x NR] (=|+=) sum_{k < kc} A(k, i) * B(k, j)
-//   A(k, i) at a[k * a_stride + i]   (column-major K x MR; a_stride >= MR, in elements)
-//   B(k, j) at b[k * NR + j]         (one packed panel, K x NR)
+//   A(k, i) at a[pack_index(a_layout, k, i, a_stride)]   (k-major by default: a[k * a_stride + i],
+//                                                          a_stride >= MR, in elements)
+//   B(k, j) at b[pack_index(b_layout, k, j, NR)]         (one packed panel, K x NR)
 //   C(i, j) at c[i * ldc + j]        (row-major, fp32 unless acc says otherwise)
 // The pipelines pad every operand to whole MR x NR tiles (zeros in A/B), so kernels have
 // no tail code. kc may be any value >= 1 unless k_align says otherwise.
+//
+// Layouts (Layout below; each kernel's list entry names the one it wants for A and for B,
+// and the single copy of each pipeline packs K, Q, V, P and gemm_chain's operands into it):
+//   kmajor  element (k, i) at k * ld + i: one k step is one contiguous row (the fp32/fp16
+//           FMA kernels broadcast A(k, i) and load B(k, 0..NR-1) as vectors).
+//   kpairs  element (k, i) at (k / 2) * 2 * ld + 2 * i + k % 2: the two products of
+//           consecutive k of one column sit together ("VNNI" order), as the bf16 dot
+//           instructions (vdpbf16ps, tdpbf16ps's B tile) take them. k_align is even.
+//   rows    element (k, i) at i * ld + k, ld >= kc: row-major rows of k (AMX's A tile:
+//           16 rows of 64 bytes). A only.
 //
 // Score tiles are key-major: a block of Kc keys x Mq queries is stored as [Kc][Mq], which
 // is exactly the A operand of the P V product (A(k=key, i=query)). The Q K^T product
@@ -23,6 +34,19 @@ namespace flashcore::cpu {
 enum class Isa : int { generic = 0, avx512f, avx512fp16, avx512bf16, amx_bf16, sve };
 const char* isa_name(Isa isa);
 
+enum class Layout : int { kmajor = 0, kpairs, rows };
+
+// Offset (in elements) of element (k, i) of an operand in layout `l` with leading
+// dimension `ld` (k-major: elements per k row; kpairs: columns per k pair; rows: row length).
+static inline int64_t pack_index(Layout l, int64_t k, int64_t i, int64_t ld) {
+  switch (l) {
+    case Layout::kpairs: return (k >> 1) * 2 * ld + 2 * i + (k & 1);
+    case Layout::rows: return i * ld + k;
+    default: return k * ld + i;
+  }
+}
+const char* layout_name(Layout l);
+
 using GemmFn = void (*)(int64_t kc, const void* a, int64_t a_stride, const void* b, void* c,
                         int64_t ldc, int accumulate);
 
@@ -35,6 +59,8 @@ struct GemmUkernel {
   int nr;           // columns of C, in elements
   int k_align;      // kc must be a multiple of this (packing pads with zeros)
   GemmFn fn;
+  Layout a_layout;  // how A and B are packed (see above)
+  Layout b_layout;
 };
 
 // Vector operations of the softmax stages, over key-major tiles t[k * ldt + i]
@@ -44,10 +70,13 @@ struct VecOps {
   Isa isa;
   // mx[i] = max(mx[i], max_k t[k][i])
   void (*col_max)(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx);
-  // p[k][i] = exp2(c * t[k][i] - cm[i]) stored as `dst_type` at dst[k * ldd + i];
-  // sum[i] += sum_k p (of the value as stored).
+  // p[k][i] = exp2(c * t[k][i] - cm[i]) stored as `dst_type` at
+  // dst[pack_index(dst_layout, k, i, ldd)] (the A operand of the P V kernel, in its layout);
+  // sum[i] += sum_k p (of the value as stored). kpairs with an odd kc also writes the zero
+  // partner of the last key.
   void (*exp2_pack)(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
-                    void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum);
+                    void* dst, int64_t ldd, DType dst_type, Layout dst_layout, Exp2Mode mode,
+                    float* sum);
   // rows of an fp32 [mq x n] block (row stride ld) scaled: o[i][j] *= alpha[i]
   void (*scale_rows)(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha);
 };
@@ -71,7 +100,7 @@ struct RowOps {
 };
 
 // The kernel lists, expanded into declarations here and into tables in dispatch.
-#define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, k_align) \
+#define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, k_align, a_layout, b_layout) \
   void key(int64_t, const void*, int64_t, const void*, void*, int64_t, int);
 #define FC_VECOPS(key, isa) \
   extern const VecOps key;

@@ -72,12 +72,55 @@ static void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, flo
   }
 }
 
+// The same values stored element by element at pack_index(layout, k, i, ldd) (the kpairs
+// and rows layouts of the bf16 kernels' A operand); kpairs with an odd kc zeroes the
+// partner of the last key.
+template <bool kFast>
+static void exp2_pack_indexed(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                              const float* cm, void* dst, int64_t ldd, DType dst_type,
+                              Layout layout, float* sum) {
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* row = t + k * ldt;
+    for (int64_t i = 0; i < mq; ++i) {
+      const float x = c * row[i] - cm[i];
+      const float p = kFast ? core::exp2_fast(x) : core::exp2_exact(x);
+      const int64_t at = pack_index(layout, k, i, ldd);
+      if (dst_type == DType::f32) {
+        static_cast<float*>(dst)[at] = p;
+        sum[i] += p;
+      } else if (dst_type == DType::f16) {
+        const uint16_t h = to_half_bits(p);
+        static_cast<uint16_t*>(dst)[at] = h;
+        sum[i] += from_half_bits(h);
+      } else {
+        const uint16_t h = to_bf16_bits(p);
+        static_cast<uint16_t*>(dst)[at] = h;
+        sum[i] += from_bf16_bits(h);
+      }
+    }
+  }
+  if (layout == Layout::kpairs && kc % 2 == 1)
+    for (int64_t i = 0; i < mq; ++i) {
+      const int64_t at = pack_index(layout, kc, i, ldd);
+      if (dst_type == DType::f32) static_cast<float*>(dst)[at] = 0.0f;
+      else static_cast<uint16_t*>(dst)[at] = 0;
+    }
+}
+
 static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
-                      void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum) {
-  if (mode == Exp2Mode::fast)
+                      void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
+                      float* sum) {
+  const bool fast = mode == Exp2Mode::fast;
+  if (layout != Layout::kmajor) {
+    if (fast)
+      exp2_pack_indexed<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
+    else
+      exp2_pack_indexed<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
+  } else if (fast) {
     exp2_pack_t<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
-  else
+  } else {
     exp2_pack_t<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+  }
 }
 
 static void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {

@@ -95,11 +95,17 @@ void exp2_pack_mode(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c
 }
 
 void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
-               void* dst, int64_t ldd, DType dst_type, Exp2Mode mode, float* sum) {
-  if (mode == Exp2Mode::fast)
+               void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
+               float* sum) {
+  if (layout != Layout::kmajor) {
+    // No AVX-512F kernel packs P other than k-major: the portable ops.
+    ukernels::vecops_generic.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode,
+                                       sum);
+  } else if (mode == Exp2Mode::fast) {
     exp2_pack_mode<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
-  else
+  } else {
     exp2_pack_mode<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+  }
 }
 
 void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
