@@ -47,7 +47,7 @@ struct Probe {
   double (*loop)(long reps);
 };
 
-// One line per ISA; later ISAs (avx512fp16, amx_bf16, sve) add theirs here.
+// One line per ISA; later ISAs (sve) add theirs here.
 const Probe kProbes[] = {
     {"generic", "fp32_muladd", flashcore::cpu::Isa::generic, peak_loop_generic_fp32},
 #if defined(FCB_PEAK_AVX512F)
@@ -55,6 +55,12 @@ const Probe kProbes[] = {
 #endif
 #if defined(FCB_PEAK_AVX512FP16)
     {"avx512fp16", "fp16_fma", flashcore::cpu::Isa::avx512fp16, peak_loop_avx512fp16_fp16},
+#endif
+#if defined(FCB_PEAK_AVX512BF16)
+    {"avx512bf16", "bf16_dot", flashcore::cpu::Isa::avx512bf16, peak_loop_avx512bf16_bf16},
+#endif
+#if defined(FCB_PEAK_AMX)
+    {"amx_bf16", "tdpbf16ps", flashcore::cpu::Isa::amx_bf16, peak_loop_amx_bf16},
 #endif
 };
 

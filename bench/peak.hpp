@@ -31,5 +31,11 @@ double peak_loop_avx512f_fp32(long reps);
 #if defined(FCB_PEAK_AVX512FP16)
 double peak_loop_avx512fp16_fp16(long reps);
 #endif
+#if defined(FCB_PEAK_AVX512BF16)
+double peak_loop_avx512bf16_bf16(long reps);  // vdpbf16ps, 16 zmm accumulators
+#endif
+#if defined(FCB_PEAK_AMX)
+double peak_loop_amx_bf16(long reps);         // tdpbf16ps, 4 accumulator tiles
+#endif
 
 }  // namespace fcbench

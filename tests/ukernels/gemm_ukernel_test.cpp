@@ -161,6 +161,38 @@ TEST_P(GemmUkernelTest, StridedOperands) {
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmUkernelTest, ::testing::ValuesIn(kGemmKernels),
                          [](const auto& info) { return std::string(info.param.key); });
 
+// AMX kernels own no tile state between calls: after other code released the tiles
+// (TILERELEASE, which makes tile instructions fault until the next LDTILECFG) or loaded a
+// palette of its own, the next call must still be right. (The assembler knows the AMX
+// mnemonics without -mamx-tile; they run only where dispatch found AMX.)
+TEST(GemmUkernelAmx, TileStateOfOtherCode) {
+  if (!cpu::isa_available(cpu::Isa::amx_bf16))
+    GTEST_SKIP() << "needs ISA amx_bf16, which this CPU lacks";
+#if defined(__x86_64__)
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  struct alignas(64) Config {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } other{};
+  other.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    other.colsb[t] = 32;
+    other.rows[t] = 8;
+  }
+  for (const GemmEntry& k : kGemmKernels) {
+    if (k.isa != cpu::Isa::amx_bf16) continue;
+    SCOPED_TRACE(k.key);
+    run_kernel(k, 64, false, {0, 0}, rng);
+    __asm__ volatile("tilerelease" ::: "memory");
+    run_kernel(k, 64, true, {0, 0}, rng);
+    __asm__ volatile("ldtilecfg %0" ::"m"(other) : "memory");
+    run_kernel(k, 96, false, {3, 5}, rng);
+  }
+#endif
+}
+
 // The list expanded here and the dispatch table are the same list.
 TEST(GemmUkernelList, MatchesDispatchTable) {
   ASSERT_EQ(cpu::gemm_ukernel_count(), int(std::size(kGemmKernels)));

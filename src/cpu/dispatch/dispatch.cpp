@@ -150,8 +150,10 @@ bool isa_available(Isa isa) {
     case Isa::generic: return true;
     case Isa::avx512f: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
     case Isa::avx512fp16: return f.avx512fp16;
-    case Isa::avx512bf16: return f.avx512bf16;
-    case Isa::amx_bf16: return f.amx_bf16;
+    // The bf16 kernels run beside AVX-512F + AVX512-BF16 softmax ops (vecops_avx512bf16,
+    // vecops_amx): every AMX CPU so far has both.
+    case Isa::avx512bf16: return f.avx512bf16 && isa_available(Isa::avx512f);
+    case Isa::amx_bf16: return f.amx_bf16 && isa_available(Isa::avx512bf16);
     case Isa::sve: return f.sve;
   }
   return false;

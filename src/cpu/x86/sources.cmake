@@ -28,3 +28,27 @@ if(FC_CXX_HAS_MAVX512FP16)
     PROPERTIES COMPILE_OPTIONS "${_fc_x86_avx512fp16}")
   target_compile_definitions(flashcore_config INTERFACE FC_BUILD_AVX512FP16)
 endif()
+
+# bf16 kernels (issue 3): AVX512-BF16 (vdpbf16ps) and AMX (tdpbf16ps), each in its own TU
+# with its own flags, each guarded like FP16 (FC_BUILD_AVX512BF16 / FC_BUILD_AMX on the list
+# entries) so a compiler without the flags still builds the rest. GCC >= 10 / Clang >= 9
+# know -mavx512bf16; GCC >= 11 / Clang >= 11 know -mamx-tile -mamx-bf16.
+set(_fc_x86_avx512bf16 ${_fc_x86_avx512} -mavx512bf16)
+check_cxx_compiler_flag(-mavx512bf16 FC_CXX_HAS_MAVX512BF16)
+if(FC_CXX_HAS_MAVX512BF16)
+  target_sources(flashcore_obj PRIVATE ${_fc_x86_dir}/gemm_bf16_avx512bf16.cpp
+    ${_fc_x86_dir}/vecops_avx512bf16.cpp)
+  set_source_files_properties(${_fc_x86_dir}/gemm_bf16_avx512bf16.cpp
+    ${_fc_x86_dir}/vecops_avx512bf16.cpp PROPERTIES COMPILE_OPTIONS "${_fc_x86_avx512bf16}")
+  target_compile_definitions(flashcore_config INTERFACE FC_BUILD_AVX512BF16)
+endif()
+# The AMX TU has no vector code of its own; -mavx512f only so <immintrin.h>'s AMX headers
+# sit beside the same baseline as the other x86 TUs.
+set(_fc_x86_amx ${_fc_x86_avx512} -mamx-tile -mamx-bf16)
+check_cxx_compiler_flag("-mamx-tile -mamx-bf16" FC_CXX_HAS_MAMX)
+if(FC_CXX_HAS_MAMX)
+  target_sources(flashcore_obj PRIVATE ${_fc_x86_dir}/gemm_bf16_amx.cpp)
+  set_source_files_properties(${_fc_x86_dir}/gemm_bf16_amx.cpp
+    PROPERTIES COMPILE_OPTIONS "${_fc_x86_amx}")
+  target_compile_definitions(flashcore_config INTERFACE FC_BUILD_AMX)
+endif()

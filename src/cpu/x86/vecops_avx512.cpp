@@ -98,7 +98,8 @@ void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, con
                void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
                float* sum) {
   if (layout != Layout::kmajor) {
-    // No AVX-512F kernel packs P other than k-major: the portable ops.
+    // The bf16 kernels' k-pair and row layouts have their own ops (vecops_avx512bf16.cpp);
+    // the portable ones cover anything else.
     ukernels::vecops_generic.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode,
                                        sum);
   } else if (mode == Exp2Mode::fast) {

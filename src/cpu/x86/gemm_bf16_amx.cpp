@@ -1,0 +1,160 @@
+// AMX bf16 GEMM micro-kernel (tdpbf16ps): C[32 x 32] fp32 (=|+=) A B with bf16 operands.
+//
+// Operands (ukernel.hpp, list entry `rows, kpairs`):
+//   A  rows:   A(k, i) at a[i * as + k]: two A tiles of 16 rows x 32 bf16 (64 bytes each),
+//              row stride as * 2 bytes (as >= kc);
+//   B  kpairs: B(k, j) at b[(k / 2) * 64 + 2 * j + k % 2]: a B tile is 16 pair rows x 16
+//              columns (64 bytes), the two column halves 64 bytes apart, row stride 128.
+// C is four 16 x 16 fp32 tiles (tmm0..3) held for the whole k loop; per k step of 32 the
+// kernel loads 2 A tiles (tmm4, tmm5) and 2 B tiles (tmm6, tmm7) and issues 4 tdpbf16ps,
+// each 16 x 16 x 32 multiply-adds: 4 KiB loaded per 32 Ki multiply-adds.
+//
+// Tile configuration: every AMX kernel here uses one palette (all eight tiles 16 rows x
+// 64 bytes), checked at each call and loaded when the thread's live one differs
+// (configure_tiles below).
+// Called only when dispatch found AMX-BF16 and AMX-TILE in cpuid and Linux granted the
+// tile-data permission (dispatch.cpp). No STL and no shared inline templates here.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu::ukernels {
+namespace {
+
+constexpr int kTileRows = 16;   // rows of every tile
+constexpr int kTileBytes = 64;  // bytes per tile row: 16 fp32 or 32 bf16 (16 k pairs)
+constexpr int kMr = 32, kNr = 32, kKStep = 32;
+
+// The LDTILECFG operand (Intel SDM vol. 1, 3.2 "Tile configuration"): palette 1, then the
+// bytes per row of tiles 0..15 (16-bit each) from byte 16 and their rows from byte 48.
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
+
+constexpr TileConfig make_config() {
+  TileConfig c{};
+  c.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = kTileBytes;
+    c.rows[t] = kTileRows;
+  }
+  return c;
+}
+// A constant object, so the 64 bytes LDTILECFG reads exist in memory (GCC 12's
+// _tile_loadconfig names only 8 of them as its asm operand: the rest of a stack copy may
+// never be stored).
+constexpr TileConfig kConfig = make_config();
+
+// The tile configuration is per thread and anyone may change it between our calls: other
+// AMX code loads its own palette or releases the tiles (TILERELEASE, as oneDNN does after
+// its kernels), after which a tile instruction faults (#UD). So every call reads the live
+// configuration (STTILECFG: 64 bytes, zeros when released) and loads ours only when it
+// differs, instead of issuing LDTILECFG each time (which also zeroes all eight tiles). A
+// thread-local "configured" flag, the first version, crashed the benchmark once its AMX
+// peak loop had released the tiles. (This check's cost per call is not measured yet.)
+void configure_tiles() {
+  TileConfig now;
+  __asm__ volatile("sttilecfg %0" : "=m"(now));
+  if (std::memcmp(&now, &kConfig, sizeof now) != 0)
+    __asm__ volatile("ldtilecfg %0" ::"m"(kConfig));
+}
+
+// Three schedules of the same 2 x 2 block, listed as separate kernels so one run measures
+// them side by side (docs/results/cpu-x86-2026-11-22.md, "bf16 kernels": so far equal
+// within a noisy host's spread; `auto` uses plain):
+//   plain      all four tile loads of a k step, then its four tdpbf16ps;
+//   il         loads interleaved with the products (A0 B0, C00, B1, C01, A1, C10, C11), so a
+//              load into a tile register waits only for the product that last read it, not
+//              for the whole previous step (tile registers are not known to be renamed);
+//   ilpf       il, and the cache lines of the next k step's A and B prefetched into L1 at
+//              the start of each step (the operands of one call stream from L2: 32 KiB at
+//              kc = 256, the stage-2 P rows and V panel).
+template <bool kInterleave, bool kPrefetch>
+__attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int64_t as,
+                                                const void* b_, void* c_, int64_t ldc,
+                                                int accumulate) {
+  configure_tiles();
+  const char* a = static_cast<const char*>(a_);
+  const char* b = static_cast<const char*>(b_);
+  char* c = static_cast<char*>(c_);
+  const int64_t a_ld = as * 2, c_ld = ldc * 4;          // row strides in bytes
+  constexpr int64_t b_ld = 2 * kNr * 2;                 // one pair row of the panel
+  char* c10 = c + kTileRows * c_ld;
+  if (accumulate) {
+    _tile_loadd(0, c, c_ld);
+    _tile_loadd(1, c + kTileBytes, c_ld);
+    _tile_loadd(2, c10, c_ld);
+    _tile_loadd(3, c10 + kTileBytes, c_ld);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const char* a1 = a + kTileRows * a_ld;
+  for (int64_t k = 0; k < kc; k += kKStep) {
+    // k elements of A rows: 2 bytes each; k pair rows of B: b_ld bytes per 2 k.
+    const int64_t ao = k * 2, bo = k / 2 * b_ld;
+    if (kPrefetch && k + kKStep < kc) {
+      const char* an = a + ao + kKStep * 2;
+      const char* bn = b + bo + kKStep / 2 * b_ld;
+      for (int r = 0; r < kMr; ++r) _mm_prefetch(an + r * a_ld, _MM_HINT_T0);
+      for (int r = 0; r < kKStep / 2; ++r) {
+        _mm_prefetch(bn + r * b_ld, _MM_HINT_T0);
+        _mm_prefetch(bn + r * b_ld + kTileBytes, _MM_HINT_T0);
+      }
+    }
+    if (kInterleave) {
+      _tile_loadd(4, a + ao, a_ld);
+      _tile_loadd(6, b + bo, b_ld);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, b + bo + kTileBytes, b_ld);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, a1 + ao, a_ld);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_loadd(4, a + ao, a_ld);
+      _tile_loadd(5, a1 + ao, a_ld);
+      _tile_loadd(6, b + bo, b_ld);
+      _tile_loadd(7, b + bo + kTileBytes, b_ld);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c, c_ld);
+  _tile_stored(1, c + kTileBytes, c_ld);
+  _tile_stored(2, c10, c_ld);
+  _tile_stored(3, c10 + kTileBytes, c_ld);
+  // The tile stores are asm statements without a memory operand: make the caller's later
+  // reads of C see them.
+  __asm__ volatile("" ::: "memory");
+  static_assert(kMr == 2 * kTileRows && kNr == 2 * kTileRows, "2 x 2 tiles of 16 x 16");
+}
+
+}  // namespace
+
+void bf16_32x32_amx(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
+                    int accumulate) {
+  gemm<false, false>(kc, a, as, b, c, ldc, accumulate);
+}
+void bf16_32x32_il_amx(int64_t kc, const void* a, int64_t as, const void* b, void* c,
+                       int64_t ldc, int accumulate) {
+  gemm<true, false>(kc, a, as, b, c, ldc, accumulate);
+}
+void bf16_32x32_ilpf_amx(int64_t kc, const void* a, int64_t as, const void* b, void* c,
+                         int64_t ldc, int accumulate) {
+  gemm<true, true>(kc, a, as, b, c, ldc, accumulate);
+}
+
+}  // namespace flashcore::cpu::ukernels

@@ -1,0 +1,162 @@
+// Softmax vector ops for the bf16 kernels (AVX512-BF16, AMX): exp2_pack into their P
+// layouts with vcvtne2ps2bf16, which rounds two fp32 vectors to 32 bf16 (nearest even) in
+// one instruction where the AVX-512F path (vecops_avx512.cpp) spends five integer ops per
+// vector. Every other case (k-major P, other dtypes, col_max, scale_rows) forwards to the
+// AVX-512F ops. Compiled with -mavx512bf16; dispatch pairs these ops with the bf16 kernels
+// only (their ISAs imply AVX-512F and AVX512-BF16, dispatch.cpp).
+//
+// vcvtne2ps2bf16 treats fp32 subnormals as zero and never produces a bf16 subnormal:
+// probabilities under 2^-126 are stored as 0 (and summed as 0), which changes a row sum by
+// less than 2^-126 per key.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu/simd/avx512.hpp"
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu::ukernels {
+namespace {
+
+namespace v = flashcore::cpu::avx512;
+
+// Lane i of the result: bf16(p0[i]) in the low half, bf16(p1[i]) in the high half (the pair
+// word of keys k, k+1 of query i). vcvtne2ps2bf16 puts p0's 16 values below p1's; vpermw
+// interleaves them.
+inline __m512i pair_words(__m512 p0, __m512 p1, __m512i interleave) {
+  const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
+  return _mm512_permutexvar_epi16(interleave, packed);
+}
+inline __m512i interleave_index() {
+  alignas(64) int16_t idx[32];
+  for (int i = 0; i < 16; ++i) {
+    idx[2 * i] = int16_t(i);
+    idx[2 * i + 1] = int16_t(16 + i);
+  }
+  return _mm512_load_si512(idx);
+}
+// The two fp32 values a pair word stands for, added.
+inline __m512 pair_sum(__m512i w) {
+  const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xFFFF0000u))));
+  return _mm512_add_ps(lo, hi);
+}
+
+template <bool kFast>
+inline __m512 prob(__m512 cv, const float* t, __mmask16 m, __m512 cmv) {
+  const __m512 x = _mm512_fmsub_ps(cv, v::load(t, m), cmv);
+  return kFast ? v::exp2_fast(x) : v::exp2_exact(x);
+}
+
+// k pairs: pair row r of query i is the 32-bit word d32[r * ldd + i].
+template <bool kFast>
+void exp2_pack_pairs(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                     const float* cm, void* dst, int64_t ldd, float* sum) {
+  const __m512 cv = _mm512_set1_ps(c);
+  const __m512i il = interleave_index();
+  uint32_t* d32 = static_cast<uint32_t*>(dst);
+  for (int64_t i = 0; i < mq; i += 16) {
+    const __mmask16 m = v::lanes(mq - i);
+    const __m512 cmv = v::load(cm + i, m);
+    __m512 sv = v::load(sum + i, m);
+    for (int64_t k = 0; k < kc; k += 2) {
+      const __m512 p0 = prob<kFast>(cv, t + k * ldt + i, m, cmv);
+      // the zero partner of an odd last key
+      const __m512 p1 = k + 1 < kc ? prob<kFast>(cv, t + (k + 1) * ldt + i, m, cmv)
+                                   : _mm512_setzero_ps();
+      const __m512i w = pair_words(p0, p1, il);
+      _mm512_mask_storeu_epi32(d32 + (k / 2) * ldd + i, m, w);
+      sv = _mm512_add_ps(sv, pair_sum(w));
+    }
+    v::store(sum + i, m, sv);
+  }
+}
+
+// 16 x 16 transpose of 32-bit elements: out[j] lane a = in[a] lane j (in-lane unpacks, then
+// 128-bit lane shuffles: 64 shuffles for 256 words).
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16], u[16], w[16];
+  for (int j = 0; j < 8; ++j) {
+    t[2 * j] = _mm512_unpacklo_epi32(r[2 * j], r[2 * j + 1]);
+    t[2 * j + 1] = _mm512_unpackhi_epi32(r[2 * j], r[2 * j + 1]);
+  }
+  // u[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // w[8h + c]: rows 8h..8h+7 of columns c, 8+c; w[8h + 4 + c]: columns 4+c, 12+c.
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 4; ++c) {
+      w[8 * h + c] = _mm512_shuffle_i32x4(u[8 * h + c], u[8 * h + 4 + c], 0x88);
+      w[8 * h + 4 + c] = _mm512_shuffle_i32x4(u[8 * h + c], u[8 * h + 4 + c], 0xdd);
+    }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm512_shuffle_i32x4(w[c], w[8 + c], 0x88);
+    r[8 + c] = _mm512_shuffle_i32x4(w[c], w[8 + c], 0xdd);
+    r[4 + c] = _mm512_shuffle_i32x4(w[4 + c], w[12 + c], 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(w[4 + c], w[12 + c], 0xdd);
+  }
+}
+
+// Rows (AMX's A tile; mq % 16 == 0, kc % 32 == 0): 16 queries x 32 keys as 16 pair words
+// per query lane, transposed so each query's 32 keys are one 64-byte store.
+template <bool kFast>
+void exp2_pack_rows(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                    const float* cm, void* dst, int64_t ldd, float* sum) {
+  const __m512 cv = _mm512_set1_ps(c);
+  const __m512i il = interleave_index();
+  const __mmask16 all = 0xFFFF;
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < mq; i += 16) {
+    const __m512 cmv = _mm512_loadu_ps(cm + i);
+    __m512 sv = _mm512_loadu_ps(sum + i);
+    for (int64_t k0 = 0; k0 < kc; k0 += 32) {
+      __m512i w[16];
+      for (int r = 0; r < 16; ++r) {
+        const float* row = t + (k0 + 2 * r) * ldt + i;
+        w[r] = pair_words(prob<kFast>(cv, row, all, cmv), prob<kFast>(cv, row + ldt, all, cmv), il);
+        sv = _mm512_add_ps(sv, pair_sum(w[r]));
+      }
+      transpose16(w);
+      for (int q = 0; q < 16; ++q) _mm512_storeu_si512(d + (i + q) * ldd + k0, w[q]);
+    }
+    _mm512_storeu_ps(sum + i, sv);
+  }
+}
+
+void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
+               void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
+               float* sum) {
+  const bool fast = mode == Exp2Mode::fast;
+  if (dst_type == DType::bf16 && layout == Layout::kpairs) {
+    if (fast)
+      exp2_pack_pairs<true>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+    else
+      exp2_pack_pairs<false>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+  } else if (dst_type == DType::bf16 && layout == Layout::rows && mq % 16 == 0 && kc % 32 == 0) {
+    if (fast)
+      exp2_pack_rows<true>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+    else
+      exp2_pack_rows<false>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+  } else {
+    vecops_avx512.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode, sum);
+  }
+}
+
+void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
+  vecops_avx512.col_max(kc, mq, t, ldt, mx);
+}
+void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
+  vecops_avx512.scale_rows(mq, n, o, ld, alpha);
+}
+
+}  // namespace
+
+const VecOps vecops_avx512bf16 = {"vecops_avx512bf16", Isa::avx512bf16, col_max, exp2_pack,
+                                  scale_rows};
+const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, scale_rows};
+
+}  // namespace flashcore::cpu::ukernels
