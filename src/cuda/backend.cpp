@@ -160,15 +160,14 @@ std::string tensor_core_misalignment(const core::AttentionProblem& p, std::strin
 }
 
 // Why the sm90 kernels cannot take this problem ("" when they can): they need a 9.0
-// device, 16-bit storage, D == Dv == the instance's head dim (no padding), fixed-length
-// batches. Windows, causal, GQA, lse and any strides the 16-bit path accepts are fine.
+// device, 16-bit storage, D == Dv == the instance's head dim (no padding). Windows,
+// causal, GQA, lse, varlen and any strides the 16-bit path accepts are fine.
 std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, const DeviceInfo& dev) {
   if (!(dev.major == 9 && dev.minor == 0)) return "needs a compute capability 9.0 (Hopper) device";
   if (p.dtype != i.dtype) return "is not a " + std::string(to_string(p.dtype)) + " kernel";
   if (p.d != i.head_dim || p.dv != i.head_dim)
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
-  if (p.cu_q != nullptr) return "does not take variable-length batches (cu_seqlens)";
   if (i.smem() > dev.smem_optin) return "needs more shared memory than this device has";
   return {};
 }
@@ -179,14 +178,20 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // grids with fewer CTAs than SMs (the sm80 family's 64-row tiles spread B1 H8 S512 over
 // more SMs: 9.4 vs 10.3 us) and band masks with Sk < 1024 (causal S = 512: the 128x128
 // tiles waste more work on the diagonal; hd64 0.7x the sm80 64x64 tile, at S = 2048 1.05x).
+// Tiles taller than 128 rows (hd64 192x128: 1.12-1.17x the 128x128 tile without a mask
+// at S >= 2048) are skipped under a band mask with Sk < 4096 (causal S = 2048: 0.94x,
+// S = 512: 0.84x; from S = 8192 1.04-1.07x) and where they leave SMs idle.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kBandedMinSk = 1024;
+  constexpr int64_t kBandedMinSk = 1024, kBandedTallMinSk = 4096;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  if (banded && p.sk < kBandedMinSk) return nullptr;
+  const int64_t sq = p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq;  // varlen: mean
   for (const Instance& i : kInstances)
     if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) {
-      const int64_t ctas = (p.sq + i.block_m - 1) / i.block_m * p.heads * p.batch;
-      if (ctas < dev.sms || (banded && p.sk < kBandedMinSk)) return nullptr;
+      if (i.block_m > 128 && banded && p.sk < kBandedTallMinSk) continue;
+      const int64_t ctas = (sq + i.block_m - 1) / i.block_m * p.heads * p.batch;
+      if (ctas < dev.sms) continue;
       return &i;
     }
   return nullptr;
@@ -251,6 +256,7 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk) {
   f.heads = int(p.heads); f.group = int(p.group());
   f.d = int(p.d); f.dv = int(p.dv);
   f.cu_q = p.cu_q; f.cu_k = p.cu_k;
+  f.total_q = int(p.sq); f.total_k = int(p.sk);  // varlen: the packed tensors' rows
   f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
   f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
   f.scale_log2 = p.scale * 1.4426950408889634f;
@@ -431,7 +437,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
     sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
   }
-  if (sq > INT_MAX / 2 || sk > INT_MAX / 2)
+  if (sq > INT_MAX / 2 || sk > INT_MAX / 2 || p.sq > INT_MAX / 2 || p.sk > INT_MAX / 2)
     throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
 
   const FwdParams f = fwd_params(p, sq, sk);

@@ -290,13 +290,14 @@ TEST_P(CudaDtype, ForcedTiles) {
   EXPECT_GT(ran, 0) << "no " << prefix << "* kernel listed";
 }
 
-TEST_P(CudaDtype, Varlen) {
-  FC_REQUIRE_GPU();
+// Variable-length batch (one empty q sequence, GQA, lse) against the reference; `impl`
+// forces a kernel by key (and checks that it ran).
+void varlen_case(DType dt, int64_t D, const std::string& impl) {
   fctest::Rng rng;
   FC_TRACE_SEED(rng);
-  const DType dt = GetParam();
+  SCOPED_TRACE(impl);
   const std::vector<int32_t> cq = {0, 5, 135, 199, 199}, ck = {0, 7, 207, 208, 250};  // one empty q sequence
-  const int64_t nb = 4, tq = cq.back(), tk = ck.back(), H = 4, Hkv = 2, D = 64;
+  const int64_t nb = 4, tq = cq.back(), tk = ck.back(), H = 4, Hkv = 2;
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
     HostTensor q(dt, {1, tq, H, D}), k(dt, {1, tk, Hkv, D}), v(dt, {1, tk, Hkv, D}), o(dt, {1, tq, H, D});
@@ -318,12 +319,16 @@ TEST_P(CudaDtype, Varlen) {
     p.cu_seqlens_q = dcq;
     p.cu_seqlens_k = dck;
     p.varlen_batch = nb;
-    ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p));
+    if (!impl.empty()) p.impl = impl.c_str();
+    flashcore::PhaseTimes t;
+    ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
+    if (!impl.empty()) EXPECT_EQ(t.kernel, impl);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     dout.download(o);
     dlse.download(lse);
     HostTensor ref(DType::f32, {1, tq, H, D}), ref_lse(DType::f32, {1, H, tq});
     AttentionParams rp = p;
+    rp.impl = nullptr;
     rp.lse = &ref_lse.view();
     rp.cu_seqlens_q = cq.data();
     rp.cu_seqlens_k = ck.data();
@@ -334,6 +339,11 @@ TEST_P(CudaDtype, Varlen) {
     cudaFree(dcq);
     cudaFree(dck);
   }
+}
+
+TEST_P(CudaDtype, Varlen) {
+  FC_REQUIRE_GPU();
+  varlen_case(GetParam(), 64, "");
 }
 
 // f32 runs every test above on TF32 tensor cores (fwd_sm80_tf32_*).
@@ -359,25 +369,39 @@ std::string sm90_missing() {
     if (!why.empty()) { GTEST_SKIP() << why << ": sm90 test skipped"; } \
   } while (0)
 
-// The first sm90 key of this build for (dtype, head dim), or "" when there is none.
-std::string sm90_key(DType dt, int64_t hd) {
+// The sm90 keys of this build for a dtype with their head dims (table order: the first
+// of a head dim is the dispatcher's choice), or for one head dim.
+std::vector<std::pair<std::string, int64_t>> sm90_keys(DType dt, int64_t hd = 0) {
   std::vector<flashcore::KernelInfo> ks(256);
   ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
-  const std::string prefix = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd" + std::to_string(hd) + "_";
+  const std::string prefix = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd";
+  std::vector<std::pair<std::string, int64_t>> out;
   for (const auto& k : ks)
-    if (k.key.rfind(prefix, 0) == 0) return k.key;
-  return {};
+    if (k.key.rfind(prefix, 0) == 0) {
+      const int64_t d = std::stoll(k.key.substr(prefix.size()));
+      if (hd == 0 || d == hd) out.emplace_back(k.key, d);
+    }
+  return out;
+}
+std::string sm90_key(DType dt, int64_t hd) {
+  const auto ks = sm90_keys(dt, hd);
+  return ks.empty() ? std::string() : ks.front().first;
 }
 
-// A case forced onto the sm90 kernel of (dtype, D); fails when the build has none.
-Case sm90_case(DType dt, int64_t D) {
+// A case forced onto an sm90 kernel by key.
+Case sm90_case(DType dt, const std::pair<std::string, int64_t>& key) {
   Case c;
   c.dtype = dt;
-  c.D = D;
-  c.impl = sm90_key(dt, D);
-  EXPECT_FALSE(c.impl.empty()) << "no fwd_sm90 kernel for " << fctest::name(dt) << " hd" << D;
+  c.D = key.second;
+  c.impl = key.first;
   c.expect_kernel = c.impl;
   return c;
+}
+// Every sm90 kernel of the dtype (fails when the build has none).
+std::vector<std::pair<std::string, int64_t>> all_sm90(DType dt) {
+  auto ks = sm90_keys(dt);
+  EXPECT_FALSE(ks.empty()) << "no fwd_sm90 kernel for " << fctest::name(dt);
+  return ks;
 }
 
 class CudaSm90 : public ::testing::TestWithParam<DType> {};
@@ -388,11 +412,11 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
-  for (int64_t D : {64, 128}) {
+  for (int64_t D : {64, 96, 128, 256}) {
     Case c;
     c.dtype = dt;
     c.D = D;
-    c.H = c.Hkv = 132;  // 132 CTAs of 128 rows: no SM idle on an H100/H200
+    c.H = c.Hkv = 132;  // 132 CTAs of 128 or 192 rows: no SM idle on an H100/H200
     c.Sq = 100;
     c.Sk = 300;
     c.expect_kernel = sm90_key(dt, D);
@@ -404,8 +428,8 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.H = c.Hkv = 132;
   c.Sq = 128;
   c.Sk = 1024;
-  c.wl = 40;  // windows and causal run on it too, from Sk = 1024
-  c.expect_kernel = sm90_key(dt, 64);
+  c.wl = 40;  // windows and causal run on it too, from Sk = 1024 (128-row tiles below Sk = 4096)
+  c.expect_kernel = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd64_128x";
   run_case(c);
   c.wl = -1;
   c.causal = true;
@@ -419,7 +443,7 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.H = c.Hkv = 132;
   c.Sq = 100;
   c.Sk = 200;
-  c.D = 96;  // no sm90 instance
+  c.D = 80;  // no sm90 instance (padded head dims run on the sm80 family)
   run_case(c);
   c.D = 128;
   c.Dv = 64;  // D != Dv
@@ -436,11 +460,12 @@ TEST_P(CudaSm90, DispatcherSelects) {
 
 TEST_P(CudaSm90, OddLengths) {
   FC_REQUIRE_SM90();
-  for (int64_t D : {64, 128})
+  for (const auto& key : all_sm90(GetParam()))
     for (int64_t S : {1, 7, 1000, 4097})
       for (bool causal : {false, true}) {
-        if (S == 4097 && causal != (D == 128)) continue;  // the fp64 reference is slow at 4097
-        Case c = sm90_case(GetParam(), D);
+        // the fp64 reference is slow at 4097: once per head dim, causal at hd >= 128
+        if (S == 4097 && (causal != (key.second >= 128) || key.first != sm90_key(GetParam(), key.second))) continue;
+        Case c = sm90_case(GetParam(), key);
         c.Sq = c.Sk = S;
         c.H = c.Hkv = S == 4097 ? 1 : 2;
         c.causal = causal;
@@ -450,10 +475,10 @@ TEST_P(CudaSm90, OddLengths) {
 
 TEST_P(CudaSm90, CausalUnequalLengths) {
   FC_REQUIRE_SM90();
-  for (int64_t D : {64, 128})
+  for (const auto& key : all_sm90(GetParam()))
     for (auto [Sq, Sk] : {std::pair<int64_t, int64_t>{100, 300}, {300, 100}, {1, 513}, {513, 1}, {129, 4000},
                           {1000, 1500}}) {
-      Case c = sm90_case(GetParam(), D);
+      Case c = sm90_case(GetParam(), key);
       c.Sq = Sq;
       c.Sk = Sk;
       c.causal = true;
@@ -463,8 +488,8 @@ TEST_P(CudaSm90, CausalUnequalLengths) {
 
 TEST_P(CudaSm90, GqaLayoutsWindows) {
   FC_REQUIRE_SM90();
-  for (int64_t D : {64, 128}) {
-    Case c = sm90_case(GetParam(), D);
+  for (const auto& key : all_sm90(GetParam())) {
+    Case c = sm90_case(GetParam(), key);
     c.B = 3;
     c.H = 8;
     c.Hkv = 2;
@@ -496,10 +521,10 @@ TEST_P(CudaSm90, GqaLayoutsWindows) {
 // Small cases for the compute-sanitizer runs (run_on_gpu.sh: memcheck, racecheck, synccheck).
 TEST_P(CudaSm90, Small) {
   FC_REQUIRE_SM90();
-  for (int64_t D : {64, 128})
+  for (const auto& key : all_sm90(GetParam()))
     for (auto [Sq, Sk, causal] : {std::tuple<int64_t, int64_t, bool>{1, 1, false}, {70, 70, true}, {200, 300, false},
                                   {260, 130, true}}) {
-      Case c = sm90_case(GetParam(), D);
+      Case c = sm90_case(GetParam(), key);
       c.B = 2;
       c.H = 4;
       c.Hkv = 2;
@@ -508,6 +533,12 @@ TEST_P(CudaSm90, Small) {
       c.causal = causal;
       run_case(c);
     }
+}
+
+// Variable-length batches on every sm90 kernel (TMA over the packed tensors).
+TEST_P(CudaSm90, Varlen) {
+  FC_REQUIRE_SM90();
+  for (const auto& key : all_sm90(GetParam())) varlen_case(GetParam(), key.second, key.first);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaSm90, ::testing::Values(DType::f16, DType::bf16),
@@ -682,19 +713,12 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
   p.impl = key.c_str();
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");  // D = 96
 
-  HostTensor q2(DType::f16, {1, 64, 2, 128}), o2(DType::f16, {1, 64, 2, 128});
+  HostTensor q2(DType::f16, {1, 64, 2, 128}), v2(DType::f16, {1, 64, 2, 64}), o2(DType::f16, {1, 64, 2, 64});
   q2.fill_uniform(rng, -1, 1);
+  v2.fill_uniform(rng, -1, 1);
   o2.poison();
-  DevTensor dq2(q2), dout2(o2);
-  int32_t* dcu = nullptr;
-  const int32_t cu[3] = {0, 30, 64};
-  ASSERT_EQ(cudaMalloc(&dcu, sizeof cu), cudaSuccess);
-  cudaMemcpy(dcu, cu, sizeof cu, cudaMemcpyHostToDevice);
-  p.cu_seqlens_q = dcu;
-  p.cu_seqlens_k = dcu;
-  p.varlen_batch = 2;
-  expect_refused(dq2.view(), dq2.view(), dq2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // varlen
-  cudaFree(dcu);
+  DevTensor dq2(q2), dv2(v2), dout2(o2);
+  expect_refused(dq2.view(), dq2.view(), dv2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // Dv != D
 }
 
 // ---- fp8 (e4m3) forward on the Hopper kernel (CudaFp8) ------------------------------

@@ -6,16 +6,17 @@
 //     loads: Q once, then each key tile's K and V into kStages-deep shared-memory rings;
 //     full_k/full_v barriers count the bytes in (expect-tx), empty_k/empty_v barriers the
 //     consumers' releases (K is released as soon as S is computed, V after P V).
-//   warpgroups 1.. (consumers, 240 registers): 64 query rows each. Per key tile:
+//   warpgroups 1.. (consumers, the rest of the register file: 240 each for two, 160 for
+//     three): 64 query rows each. Per key tile:
 //     S = Q K^T          wgmma m64n<kBlockN>k16, Q and K from shared memory (K-major)
 //     mask, softmax      parts/seq_mask.cuh, parts/softmax.cuh on the accumulators
 //                        (wgmma's accumulator layout is mma.sync's m16n8 fragments)
 //     O += P V           wgmma m64n<kHeadDim>k16, P from registers (MmaOps::p_operand),
 //                        V from shared memory read N-major (transposed descriptor)
-//     Within a warpgroup, P V of tile n - 1 is issued just before S of tile n (at hd128
-//     both are retired by one wait). kPingPong: the two consumer warpgroups take turns
-//     issuing their GEMMs (named barriers 1 and 2), so one's softmax runs under the
-//     other's GEMMs.
+//     S of tile n and P V of tile n - 1 are issued together; the softmax of tile n runs
+//     while P V is in flight (intra-warpgroup overlap). kPingPong: the consumer
+//     warpgroups take turns issuing their GEMMs (named barriers), so one's softmax also
+//     runs under the others' GEMMs.
 //     The epilogue (parts/epilogue.cuh) writes O and lse from registers.
 //
 // Shared memory: every tile is stored as kHeadDim / 64 column blocks of [rows][64]
@@ -23,7 +24,9 @@
 // c ^ (r % 8)), which is what TMA's SWIZZLE_128B writes and wgmma's SW128 descriptors
 // read. Out-of-bounds rows (past Sq or Sk) arrive zero-filled from TMA.
 //
-// Not (yet) here: TMA stores, a persistent scheduler, GQA packing, hd96/hd256, fp8.
+// Head dims that are multiples of 32 (96) are padded to whole 64-column blocks in shared
+// memory (zeros from TMA); Q K^T runs only the k-steps of the real columns.
+// Not (yet) here: TMA stores, a persistent scheduler, GQA packing, fp8.
 #pragma once
 
 #include <cuda.h>
@@ -48,25 +51,26 @@ template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 struct FwdSm90Traits {
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks per row
-  static constexpr int kTileQ = kBlockM * kHeadDim * 2;
-  static constexpr int kTileKV = kBlockN * kHeadDim * 2;
+  // 128-byte column blocks per row; a head dim that is not a multiple of 64 (96) is
+  // padded to whole blocks in shared memory: TMA fills the columns past D with zeros.
+  static constexpr int kColBlocks = (kHeadDim + 63) / 64;
+  static constexpr int kTileQ = kBlockM * kColBlocks * 128;
+  static constexpr int kTileKV = kBlockN * kColBlocks * 128;
   static constexpr int kBarriers = 1 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[]
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 1 ? 256 : 240;
-  // One wgmma wait per key tile for P V and the next S (measured on an H200, f16, same
-  // run, without ping-pong: hd128 1-4% faster than retiring P V first, hd64 5-10% slower).
-  // With ping-pong both head dims use this order.
-  static constexpr bool kOneWait = kHeadDim >= 128;
-  // Ping-pong between the two consumer warpgroups (FlashAttention-3's inter-warpgroup
-  // schedule): each issues its GEMMs of a key tile only in its turn, handed over through
-  // two named barriers, so one warpgroup's softmax runs while the other's GEMMs do. In
-  // its turn a warpgroup issues P V and S back to back (kOneWait's order). Measured on an
-  // H200, same run: 2-10% faster than without on 35 of the 36 hd64/hd128 f16/bf16 rows
-  // (docs/results/cuda-sm90-2026-11-22.md, step 5).
-  static constexpr bool kPingPong = kConsumers == 2;
-  static_assert(kHeadDim % 64 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
+  // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the
+  // 64K-register file (multiples of 8).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = kConsumers == 1 ? 256 : (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  // Ping-pong between the consumer warpgroups (FlashAttention-3's inter-warpgroup
+  // schedule): each issues its GEMMs of a key tile only in its turn, handed round through
+  // named barriers 1 .. kConsumers, so one warpgroup's softmax runs while another's GEMMs
+  // do. Measured on an H200 with two consumers, same run: 2-10% faster than without on 35
+  // of the 36 hd64/hd128 f16/bf16 rows (docs/results/cuda-sm90-2026-11-22.md, step 5).
+  static constexpr bool kPingPong = kConsumers >= 2;
+  static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
+  static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
 };
 
@@ -122,7 +126,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
 #pragma unroll
       for (int c = 0; c < Tr::kColBlocks; ++c)
-        ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * 64, m0, h, int(seq.bb));
+        ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * 64, int(seq.q_row0) + m0, h, int(seq.bb));
       for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
         const int stage = it % kStages;
         const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
@@ -130,12 +134,14 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
-          ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * 64, n * kBlockN, hk, int(seq.bb));
+          ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * 64, int(seq.k_row0) + n * kBlockN, hk,
+                            int(seq.bb));
         if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
         ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
-          ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64, n * kBlockN, hk, int(seq.bb));
+          ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64, int(seq.k_row0) + n * kBlockN, hk,
+                            int(seq.bb));
       }
     }
   } else {
@@ -153,13 +159,14 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     OnlineSoftmax<2> sm;
     sm.init();
 
-    // Per key tile it = 1, 2, ..: O += P_{it-1} V_{it-1} (the previous tile's P, in
-    // registers), then S_it = Q K_it^T, then the softmax of S_it gives P_it and the rescale
-    // of O. kOneWait (or kPingPong): both GEMMs issued back to back and retired by one
-    // wait; otherwise P V is retired before S is issued. K and V stages are released
-    // separately (empty_k, empty_v). Overlapping the softmax with the P V GEMM (wait<1>
-    // between them) made ptxas serialize the wgmmas (C7513) and lost 12-25%; see
-    // docs/results/cuda-sm90-2026-11-22.md.
+    // Per key tile n after the first, in this warpgroup's turn: S_n = Q K_n^T and
+    // O += P_{n-1} V_{n-1} issued back to back as two commit groups (FlashAttention-3's
+    // intra-warpgroup overlap). wait<1> retires S_n: its mask and softmax (exponentials
+    // in place, fp32) run while P V is still in flight; wait<0> retires P V, then O is
+    // rescaled and S_n is converted into the P registers. Nothing the in-flight P V reads
+    // (P) or writes (O) is touched before wait<0>, so ptxas keeps the wgmmas asynchronous
+    // (writing P earlier made it serialize them, C7513, and lost 12-25%; see
+    // docs/results/cuda-sm90-2026-11-22.md). K and V stages are released separately.
     auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
       ptx::wgmma_fence();
 #pragma unroll
@@ -187,37 +194,40 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       }
       ptx::wgmma_commit();
     };
-    // Mask + online softmax of tile n's scores; P into pa, the O rescale factors into corr.
-    auto softmax = [&](float (&s)[1][kNF][4], int n, uint32_t (&pa)[kPK][4], float (&corr)[2]) {
+    // Mask + online softmax of tile n's scores: P (fp32) in place in s, the O rescale
+    // factors in corr.
+    auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
       mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
       sm.template update<1, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+    };
+    auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
 #pragma unroll
       for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
     };
     auto release = [&](uint32_t bar) {
       if (lane == 0) ptx::mbar_arrive(bar);
     };
-    // Ping-pong turns: consumer cw waits on named barrier 1 + cw and hands the turn over
-    // on the other's (2 - cw), both counted over the 256 consumer threads. Consumer 1
-    // opens barrier 1 once up front, so consumer 0 goes first; consumer 1 skips its
-    // hand-over after its last turn (nothing waits for it), so every barrier sees as many
-    // arrivals as syncs.
+    // Ping-pong turns: consumer cw waits on named barrier 1 + cw and hands the turn to the
+    // next one (barrier 1 + (cw + 1) % kConsumers), each barrier counted over the 256
+    // threads of the two warpgroups involved. The last consumer opens barrier 1 once up
+    // front, so consumer 0 goes first, and skips its hand-over after its last turn
+    // (nothing waits for it): every barrier sees as many arrivals as syncs.
     constexpr uint32_t kPPThreads = 256;
+    constexpr int kLastCw = Tr::kConsumers - 1;
     auto turn_begin = [&]() {
       if constexpr (Tr::kPingPong) ptx::named_bar_sync(1 + cw, kPPThreads);
     };
     auto turn_end = [&](bool last) {
       if constexpr (Tr::kPingPong) {
-        if (!last || cw == 0) ptx::named_bar_arrive(2 - cw, kPPThreads);
+        if (!last || cw != kLastCw) ptx::named_bar_arrive(1 + (cw + 1) % Tr::kConsumers, kPPThreads);
       }
     };
-    constexpr bool kOneWait = Tr::kOneWait || Tr::kPingPong;
 
     ptx::mbar_wait(bar_q, 0);
     uint32_t pa[kPK][4];
     float corr[2];
     if constexpr (Tr::kPingPong) {
-      if (cw == 1 && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
+      if (cw == kLastCw && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
     }
     if (tiles.lo < tiles.hi) {
       float s[1][kNF][4];
@@ -228,33 +238,29 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::wgmma_wait<0>();
       ptx::fence_regs(s[0]);
       release(empty_k(0));
-      softmax(s, tiles.lo, pa, corr);  // corr of the first tile multiplies O = 0: unused
+      softmax(s, tiles.lo, corr);  // corr of the first tile multiplies O = 0: unused
+      to_operand(s, pa);
     }
     int it = 1;
     for (int n = tiles.lo + 1; n < tiles.hi; ++n, ++it) {
       const int stage = it % kStages, prev = (it - 1) % kStages;
       float s[1][kNF][4];
+      ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
       ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
-      if constexpr (Tr::kPingPong) ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
       turn_begin();
-      issue_pv(pa, prev * Tr::kTileKV);
-      if constexpr (!kOneWait) {  // P V retired before S is issued
-        ptx::wgmma_wait<0>();
-        ptx::fence_regs(acc[0]);
-        release(empty_v(prev));
-      }
-      if constexpr (!Tr::kPingPong) ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
       issue_qk(s, stage * Tr::kTileKV);
+      issue_pv(pa, prev * Tr::kTileKV);
       turn_end(false);
-      ptx::wgmma_wait<0>();
+      ptx::wgmma_wait<1>();  // S_n
       ptx::fence_regs(s[0]);
-      if constexpr (kOneWait) {  // both GEMMs retired by one wait
-        ptx::fence_regs(acc[0]);
-        release(empty_v(prev));
-      }
       release(empty_k(stage));
-      softmax(s, n, pa, corr);
+      softmax(s, n, corr);
+      ptx::wgmma_wait<0>();  // P_{n-1} V_{n-1}
+      ptx::fence_regs(acc[0]);
+      ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
+      release(empty_v(prev));
       rescale_rows<1, kDF>(acc, corr);
+      to_operand(s, pa);
     }
     if (tiles.lo < tiles.hi) {
       const int prev = (it - 1) % kStages;
@@ -276,20 +282,23 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 }
 
 // Host launcher: tensor maps of Q, K, V ([B][S][H][D] by strides, any order; D must be
-// kHeadDim), then the launch on the caller's stream. Varlen is not supported (the
-// dispatcher never sends it here).
+// kHeadDim), then the launch on the caller's stream. Varlen: the maps cover the packed
+// tensors ([1][total][H][D]); a sequence's tiles start at its first row, and rows of the
+// next sequence that a tile reaches are masked (keys) or not stored (queries).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  if (p.cu_q != nullptr || p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
+  if (p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
   constexpr bool bf16 = sizeof(T) == 2 && !std::is_same_v<T, __half>;
   const int kv_heads = p.heads / p.group;
+  const bool varlen = p.cu_q != nullptr;
+  const int rows_q = varlen ? p.total_q : p.sq, rows_k = varlen ? p.total_k : p.sk, nb = varlen ? 1 : p.batch;
   CUtensorMap tq, tk, tv;
-  cudaError_t e = make_tma_16bit_4d(&tq, bf16, p.q, p.d, p.sq, p.heads, p.batch, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+  cudaError_t e = make_tma_16bit_4d(&tq, bf16, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
   if (e == cudaSuccess)
-    e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, p.sk, kv_heads, p.batch, p.k_ss, p.k_sh, p.k_sb, kBlockN);
+    e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
   if (e == cudaSuccess)
-    e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, p.sk, kv_heads, p.batch, p.v_ss, p.v_sh, p.v_sb, kBlockN);
+    e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
   if (e != cudaSuccess) return e;
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
   static std::atomic<uint64_t> smem_done{0};
