@@ -176,8 +176,9 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
 // the sm80 family, and so do (measured on an H200, docs/results/cuda-sm90-2026-11-22.md)
 // grids with fewer CTAs than SMs (the sm80 family's 64-row tiles spread B1 H8 S512 over
-// more SMs: 9.4 vs 10.3 us) and band masks with Sk < 1024 (causal S = 512: the 128x128
-// tiles waste more work on the diagonal; hd64 0.7x the sm80 64x64 tile, at S = 2048 1.05x).
+// more SMs: 9.4 vs 10.3 us) and, at head dims below 128, band masks with Sk < 1024
+// (causal S = 512: the 128x128 tiles waste more work on the diagonal; hd64 0.70x the sm80
+// 64x64 tile, hd96 0.99x; hd128 1.04x, hd256 1.52x since the intra-warpgroup overlap).
 // Tiles taller than 128 rows (hd64 192x128: 1.12-1.17x the 128x128 tile without a mask
 // at S >= 2048) are skipped under a band mask with Sk < 4096 (causal S = 2048: 0.94x,
 // S = 512: 0.84x; from S = 8192 1.04-1.07x) and where they leave SMs idle.
@@ -185,10 +186,10 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kBandedMinSk = 1024, kBandedTallMinSk = 4096;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  if (banded && p.sk < kBandedMinSk) return nullptr;
   const int64_t sq = p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq;  // varlen: mean
   for (const Instance& i : kInstances)
     if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) {
+      if (banded && p.sk < kBandedMinSk && i.head_dim < 128) continue;
       if (i.block_m > 128 && banded && p.sk < kBandedTallMinSk) continue;
       const int64_t ctas = (sq + i.block_m - 1) / i.block_m * p.heads * p.batch;
       if (ctas < dev.sms) continue;

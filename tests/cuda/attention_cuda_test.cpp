@@ -433,9 +433,14 @@ TEST_P(CudaSm90, DispatcherSelects) {
   run_case(c);
   c.wl = -1;
   c.causal = true;
-  c.Sk = 1000;  // banded, Sk < 1024: the sm80 family
+  c.Sk = 1000;  // banded, Sk < 1024: the sm80 family below hd128
   c.expect_kernel = "fwd_sm80_";
   run_case(c);
+  c.D = 128;  // ... the sm90 family from hd128
+  c.expect_kernel = "fwd_sm90_";
+  run_case(c);
+  c.D = 64;
+  c.expect_kernel = "fwd_sm80_";
   c.causal = false;
   c.H = c.Hkv = 8;  // B1 H8 S512: 32 CTAs, fewer than the SMs: the sm80 family
   c.Sq = c.Sk = 512;
