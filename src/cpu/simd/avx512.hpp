@@ -18,6 +18,26 @@ static inline __mmask16 lanes(int64_t n) {
 static inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 static inline void store(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 
+// The C tile of the register-blocked GEMM kernels: C[i][16 v ..] (=|+=) acc[i][v],
+// rows ldc floats apart (fp32 C, full vectors: the pipelines pad C to whole tiles).
+template <int MR, int NV>
+static inline void store_c_tile(float* c, int64_t ldc, const __m512 (&acc)[MR][NV], int accumulate) {
+  if (accumulate) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        float* q = c + i * ldc + 16 * v;
+        _mm512_storeu_ps(q, _mm512_add_ps(_mm512_loadu_ps(q), acc[i][v]));
+      }
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
+  }
+}
+
 // exp2, both policies of core/exp2.hpp on 16 lanes. x = n + f with n = round(x),
 // f in [-0.5, 0.5]; 2^f by a polynomial; 2^n applied by vscalefps, which scales by an
 // integer power of two exactly, rounds subnormal results correctly and saturates to

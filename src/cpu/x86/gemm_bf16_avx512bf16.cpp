@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/simd/avx512.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 
 namespace flashcore::cpu::ukernels {
@@ -56,20 +57,7 @@ __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int6
     b += 4 * NR;
   }
   for (; p < pairs; ++p, a += 2 * as, b += 2 * NR) pair_step<MR, NV>(a, b, acc);
-  if (accumulate) {
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        float* q = c + i * ldc + 16 * v;
-        _mm512_storeu_ps(q, _mm512_add_ps(_mm512_loadu_ps(q), acc[i][v]));
-      }
-  } else {
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
-  }
+  avx512::store_c_tile<MR, NV>(c, ldc, acc, accumulate);
 }
 
 }  // namespace
