@@ -312,16 +312,23 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
     throw_error(Status::unsupported, "params.cu_seqlens_q: the e4m3 kernels do not take variable-length batches");
   if (p.tile_m != 0)
     throw_error(Status::unsupported, "params.tile_m: the e4m3 kernels have no tile choice (leave tile_m/tile_n 0)");
+  // The first e4m3 row for the head dim (table order = preference), or the forced key.
+  auto takes = [&](const Instance& i) {
+    return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
+           i.smem() <= dev.smem_optin;
+  };
   const Instance* inst = nullptr;
   std::string dims;
+  int last_dim = 0;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
-      dims += (dims.empty() ? "" : ", ") + std::to_string(i.head_dim);
-      if (inst == nullptr && p.d == i.head_dim && p.dv == i.head_dim && i.smem() <= dev.smem_optin) inst = &i;
+      if (i.head_dim != last_dim) dims += (dims.empty() ? "" : ", ") + std::to_string(i.head_dim);
+      last_dim = i.head_dim;
+      if (inst == nullptr && takes(i)) inst = &i;
     }
   if (p.impl != nullptr && p.impl[0] != '\0') {
-    const Instance* forced = find_key(p.impl);
-    if (forced == nullptr || forced != inst)
+    inst = find_key(p.impl);
+    if (inst == nullptr || !takes(*inst))
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not an e4m3 kernel of this build for D = " +
                                            std::to_string(p.d) + ", Dv = " + std::to_string(p.dv));
   }
@@ -342,7 +349,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
 
   FwdParams f = fwd_params(p, p.sq, p.sk);
   f.scale_log2 *= p.q_descale * p.k_descale;
-  f.o_scale = p.v_descale / kFp8PScale;
+  f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
   f.vt_sk = std::max<int64_t>((p.sk + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign, kFp8VtKeyAlign);
   if (times != nullptr) {

@@ -747,12 +747,13 @@ struct Fp8Case {
   float qd = 1.f, kd = 1.f, vd = 1.f;
   double range = 1;  // inputs drawn from [-range, range] before rounding to e4m3
   bool lse = true;
+  std::string impl;  // a kernel forced by key (else the dispatcher's e4m3 kernel)
   std::string str() const {
     return "e4m3->" + fctest::name(out) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
            (causal ? " causal" : "") + " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" +
            (bhsd ? " bhsd" : "") + " descale " + std::to_string(qd) + "/" + std::to_string(kd) + "/" +
-           std::to_string(vd);
+           std::to_string(vd) + " " + impl;
   }
 };
 
@@ -780,6 +781,7 @@ void run_fp8(const Fp8Case& c) {
   p.q_descale = c.qd;
   p.k_descale = c.kd;
   p.v_descale = c.vd;
+  p.impl = c.impl.empty() ? nullptr : c.impl.c_str();
   if (c.lse) p.lse = &dlse.view();
   flashcore::PhaseTimes times;
   ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &times));
@@ -787,11 +789,12 @@ void run_fp8(const Fp8Case& c) {
   dout.download(o);
   dlse.download(lse);
   EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
-  EXPECT_EQ(times.kernel, fp8_key(c.D));
+  EXPECT_EQ(times.kernel, c.impl.empty() ? fp8_key(c.D) : c.impl);
 
   HostTensor ref(DType::f32, {c.B, c.Sq, c.H, c.D}), ref_lse(DType::f32, {c.B, c.H, c.Sq});
   AttentionParams rp = p;
   rp.lse = c.lse ? &ref_lse.view() : nullptr;
+  rp.impl = nullptr;
   flashcore::reference::attention(q.view(), k.view(), v.view(), ref.view(), rp);  // e4m3 decoded by the reference
   std::printf("[fp8] %s: rel_err %.4f\n", c.str().c_str(), fctest::rel_err(o, ref));  // for the results log
   EXPECT_TRUE(fctest::close(o, ref, kFp8Tol)) << "kernel " << times.kernel;
@@ -904,6 +907,31 @@ TEST_P(CudaFp8, Small) {
       c.D = 256;
       run_fp8(c);
     }
+  }
+}
+
+// Every e4m3 kernel of the build (the rows after the dispatcher's first one are reachable
+// by key), forced by key on a GQA causal Sq != Sk case and a long one.
+TEST_P(CudaFp8, EveryKernel) {
+  FC_REQUIRE_SM90();
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  for (const auto& k : ks) {
+    if (k.key.rfind("fwd_sm90_e4m3_hd", 0) != 0) continue;
+    Fp8Case c;
+    c.out = GetParam();
+    c.impl = k.key;
+    c.D = std::stoll(k.key.substr(std::strlen("fwd_sm90_e4m3_hd")));
+    c.H = 4;
+    c.Hkv = 2;
+    c.Sq = 300;
+    c.Sk = 700;
+    c.causal = true;
+    run_fp8(c);
+    c.H = c.Hkv = 1;
+    c.Sq = c.Sk = 2100;
+    c.causal = false;
+    run_fp8(c);
   }
 }
 

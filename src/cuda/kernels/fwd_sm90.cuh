@@ -1,5 +1,5 @@
 // fwd_sm90: fused attention forward for Hopper (sm_90a) on wgmma + TMA, 16-bit storage
-// (f16, bf16), fp32 accumulation. One CTA computes kBlockM query rows of one (batch,
+// (f16, bf16) or fp8 (e4m3, with descales; see below), fp32 accumulation. One CTA computes kBlockM query rows of one (batch,
 // head) with 1 + kBlockM / 64 warpgroups (warp specialization):
 //
 //   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread issues the TMA
@@ -26,7 +26,17 @@
 //
 // Head dims that are multiples of 32 (96) are padded to whole 64-column blocks in shared
 // memory (zeros from TMA); Q K^T runs only the k-steps of the real columns.
-// Not (yet) here: TMA stores, a persistent scheduler, GQA packing, fp8.
+//
+// fp8 (T = __nv_fp8_e4m3, head dims multiple of 128, f16/bf16 output): the same kernel
+// with `if constexpr` where the type matters. Q K^T on wgmma m64nNk32 (32 bytes of K per
+// k-step, as k16 of a 16-bit type, so the addressing is the same; a column block is 128
+// elements). fp8 wgmma reads B only K-major, so V comes as V^T from the pre-pass's
+// workspace (vt_fp8.cu; p.vt), rows = the kHeadDim columns of V, 128 keys per 128-byte
+// column block, keys in the order of the S accumulator (parts/fp8.hpp), which lets P be
+// packed to e4m3 in registers without shuffles (operands_fp8.cuh); P V is an RS wgmma with
+// K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
+// it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale.
+// Not (yet) here: TMA stores, a persistent scheduler, GQA packing.
 #pragma once
 
 #include <cuda.h>
@@ -42,6 +52,7 @@
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/operands.cuh"
+#include "cuda/parts/operands_fp8.cuh"
 #include "cuda/parts/seq_mask.cuh"
 #include "cuda/parts/softmax.cuh"
 
@@ -49,11 +60,17 @@ namespace flashcore::cuda {
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 struct FwdSm90Traits {
+  static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+  static constexpr int kElem = int(sizeof(T));
+  static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
+  static constexpr int kPLog2 = kFp8 ? kFp8PLog2 : 0;  // P stored as e4m3(2^kPLog2 P)
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // 128-byte column blocks per row; a head dim that is not a multiple of 64 (96) is
   // padded to whole blocks in shared memory: TMA fills the columns past D with zeros.
-  static constexpr int kColBlocks = (kHeadDim + 63) / 64;
+  // fp8's V^T tile (kHeadDim rows of kBlockN keys) has the same size as a K tile when
+  // both are multiples of 128.
+  static constexpr int kColBlocks = (kHeadDim + kColElems - 1) / kColElems;
   static constexpr int kTileQ = kBlockM * kColBlocks * 128;
   static constexpr int kTileKV = kBlockN * kColBlocks * 128;
   static constexpr int kBarriers = 1 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[]
@@ -71,6 +88,7 @@ struct FwdSm90Traits {
   static constexpr bool kPingPong = kConsumers >= 2;
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
+  static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 128 == 0), "fp8: whole 128-byte column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
 };
 
@@ -80,7 +98,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  constexpr int kNF = kBlockN / 8, kDF = kHeadDim / 8, kPK = kBlockN / 16, kKS = kHeadDim / 16;
+  constexpr int kNF = kBlockN / 8, kDF = kHeadDim / 8, kPK = kBlockN / MmaOps<T>::kPVKeys;
+  constexpr int kKS = kHeadDim * Tr::kElem / 32;  // Q K^T k-steps of 32 bytes (real columns only)
 
   extern __shared__ unsigned char smem[];
   const uint32_t sQ = (ptx::smem_addr(smem) + 1023u) & ~1023u;
@@ -126,7 +145,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
 #pragma unroll
       for (int c = 0; c < Tr::kColBlocks; ++c)
-        ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * 64, int(seq.q_row0) + m0, h, int(seq.bb));
+        ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, int(seq.q_row0) + m0, h,
+                         int(seq.bb));
       for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
         const int stage = it % kStages;
         const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
@@ -134,14 +154,21 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
 #pragma unroll
         for (int c = 0; c < Tr::kColBlocks; ++c)
-          ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * 64, int(seq.k_row0) + n * kBlockN, hk,
-                            int(seq.bb));
+          ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * Tr::kColElems,
+                           int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
         if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
         ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
+        if constexpr (Tr::kFp8) {  // V^T (no varlen): kHeadDim rows of 128 keys per column block
 #pragma unroll
-        for (int c = 0; c < Tr::kColBlocks; ++c)
-          ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64, int(seq.k_row0) + n * kBlockN, hk,
-                            int(seq.bb));
+          for (int c = 0; c < kBlockN / 128; ++c)
+            ptx::tma_load_4d(sV + off + c * kHeadDim * 128, &tm_v, full_v(stage), n * kBlockN + c * 128, 0, hk,
+                             int(seq.bb));
+        } else {
+#pragma unroll
+          for (int c = 0; c < Tr::kColBlocks; ++c)
+            ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64, int(seq.k_row0) + n * kBlockN,
+                             hk, int(seq.bb));
+        }
       }
     }
   } else {
@@ -187,10 +214,17 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::wgmma_fence();
 #pragma unroll
       for (int pk = 0; pk < kPK; ++pk) {
-        // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
-        // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
-        const uint64_t dv = ptx::desc_sw128(sV + off + pk * 16 * 128, kBlockN * 128, 1024);
-        ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+        if constexpr (Tr::kFp8) {
+          // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's rows (K-major, as K in Q K^T).
+          const uint32_t cb = pk / 4, kb = (pk % 4) * 32;
+          const uint64_t dv = ptx::desc_sw128(sV + off + cb * kHeadDim * 128 + kb, 16, 1024);
+          ptx::wgmma_rs<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+        } else {
+          // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
+          // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
+          const uint64_t dv = ptx::desc_sw128(sV + off + pk * 16 * 128, kBlockN * 128, 1024);
+          ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+        }
       }
       ptx::wgmma_commit();
     };
@@ -198,7 +232,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     // factors in corr.
     auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
       mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
-      sm.template update<1, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+      sm.template update<1, kNF, Tr::kPLog2>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
     };
     auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
 #pragma unroll
@@ -274,9 +308,24 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     }
 
     sm.finish();
-    T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
     float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
-    store_output<T, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+    auto store = [&](auto* type) {  // O in the output's type
+      using O = std::remove_pointer_t<decltype(type)>;
+      O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
+      store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+    };
+    if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
+      sm.m[0] -= Tr::kPLog2;
+      sm.m[1] -= Tr::kPLog2;
+      const float os[2] = {p.o_scale, p.o_scale};
+      rescale_rows<1, kDF>(acc, os);
+      if (p.out_bf16)
+        store(static_cast<__nv_bfloat16*>(nullptr));
+      else
+        store(static_cast<__half*>(nullptr));
+    } else {
+      store(static_cast<T*>(nullptr));
+    }
   }
 #endif
 }
@@ -289,16 +338,26 @@ template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   if (p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
-  constexpr bool bf16 = sizeof(T) == 2 && !std::is_same_v<T, __half>;
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int kv_heads = p.heads / p.group;
   const bool varlen = p.cu_q != nullptr;
   const int rows_q = varlen ? p.total_q : p.sq, rows_k = varlen ? p.total_k : p.sk, nb = varlen ? 1 : p.batch;
   CUtensorMap tq, tk, tv;
-  cudaError_t e = make_tma_16bit_4d(&tq, bf16, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
-  if (e == cudaSuccess)
-    e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
-  if (e == cudaSuccess)
-    e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
+  cudaError_t e;
+  if constexpr (Tr::kFp8) {  // V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes
+    if (varlen || p.vt == nullptr) return cudaErrorInvalidValue;
+    e = make_tma_8bit_4d(&tq, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+    if (e == cudaSuccess) e = make_tma_8bit_4d(&tk, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
+    if (e == cudaSuccess)
+      e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
+                           kHeadDim);
+  } else {
+    e = make_tma_16bit_4d(&tq, bf16, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+    if (e == cudaSuccess)
+      e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
+    if (e == cudaSuccess)
+      e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
+  }
   if (e != cudaSuccess) return e;
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
   static std::atomic<uint64_t> smem_done{0};

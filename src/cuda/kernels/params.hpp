@@ -27,8 +27,8 @@ struct FwdParams {
   int window_left = -1, window_right = -1;  // band mask (causal folded into right = 0)
   float scale_log2 = 0.f;                   // softmax scale * log2(e) (fp8: * q_descale * k_descale)
   // fp8 (e4m3) inputs only: V^T in the pre-pass's workspace ([b][kv head][Dv][vt_sk]
-  // bytes, parts/fp8.hpp's key order), the factor of the output (v_descale / kFp8PScale)
-  // and the output type (bf16, else f16).
+  // bytes, parts/fp8.hpp's key order), the factor of the output (v_descale) and the
+  // output type (bf16, else f16).
   const void* vt = nullptr;
   int64_t vt_sk = 0;
   float o_scale = 1.f;

@@ -29,7 +29,9 @@ struct OnlineSoftmax {
 
   // s[r/2][nf][..]: the tile's raw scores, rows r = 2*mi + half; e > 0. Overwrites s
   // with P = 2^(s e - m_new) and returns in corr[] the factor that rescales the old O rows.
-  template <int kMI, int kNF>
+  // kPLog2 != 0: P and l come out scaled by 2^kPLog2 (folded into the exponent, free), which
+  // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(256 P)).
+  template <int kMI, int kNF, int kPLog2 = 0>
   __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
@@ -47,11 +49,12 @@ struct OnlineSoftmax {
         const float base = mx == -INFINITY ? 0.f : mx;
         corr[r] = ptx::exp2_fast(m[r] - base);
         m[r] = mx;
+        const float pbase = base - float(kPLog2);
         float sum = 0.f;
 #pragma unroll
         for (int nf = 0; nf < kNF; ++nf) {
-          const float p0 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half], e, -base));
-          const float p1 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half + 1], e, -base));
+          const float p0 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half], e, -pbase));
+          const float p1 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half + 1], e, -pbase));
           s[mi][nf][2 * half] = p0;
           s[mi][nf][2 * half + 1] = p1;
           sum += p0 + p1;
