@@ -17,74 +17,45 @@ def outs(n, c="+f"):
     return ", ".join(f'"{c}"(d[{i//4}][{i%4}])' for i in range(n))
 
 
-def wrappers_16bit(N, ty, nm):
+def wrappers(N, ty, nm, k, rs_name, rs_trans):
+    """SS (both operands K-major from shared memory), SS with D an output only, and RS
+    (A from registers, B from shared memory) wrappers of m64nNk<k> for one type.
+    16-bit types (k16) take the transpose immediates, so their RS reads B N-major
+    (rs_trans, wrapper wgmma_rs_bt); e4m3 (k32, 32 bytes of K per step as k16 of a
+    16-bit type) has no transpose: both operands K-major (wrapper wgmma_rs)."""
     R = N // 2
-    # SS: A and B from shared memory (descriptors), both K-major.
+    ss_imm = ", 1, 1, 0, 0" if rs_trans else ", 1, 1"  # scale-a, scale-b[, trans-a, trans-b]
+    rs_imm = ", 1, 1, 1" if rs_trans else ", 1, 1"  # scale-a, scale-b[, trans-b]
+    op = f"wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32.{nm}.{nm} "
     yield f"""template <>
 __device__ __forceinline__ void wgmma_ss<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b, int scale_d) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{nm}.{nm} "
-      "{{{regs(R)}}}, %{R}, %{R + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+      "{op}"
+      "{{{regs(R)}}}, %{R}, %{R + 1}, p{ss_imm};\\n}}\\n"
       : {outs(R)}
       : "l"(a), "l"(b), "r"(scale_d));
 }}"""
-    # SS, D = A B: the accumulators are outputs only (no register of D is an input, so
+    # D = A B: the accumulators are outputs only (no register of D is an input, so
     # whatever defined them before cannot serialize the wgmma pipeline).
     yield f"""template <>
 __device__ __forceinline__ void wgmma_ss_zero<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 0, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{nm}.{nm} "
-      "{{{regs(R)}}}, %{R}, %{R + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+      "{op}"
+      "{{{regs(R)}}}, %{R}, %{R + 1}, p{ss_imm};\\n}}\\n"
       : {outs(R, "=f")}
       : "l"(a), "l"(b));
 }}"""
-    # RS: A from registers, B from shared memory, B N-major (transposed).
+    # RS: A is the mma.sync A fragment of each warp's 16 rows (4 registers).
+    pad = " " * (len(rs_name) - len("wgmma_rs"))
     yield f"""template <>
-__device__ __forceinline__ void wgmma_rs_bt<{N}, {ty}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t b,
-                                                      int scale_d) {{
+__device__ __forceinline__ void {rs_name}<{N}, {ty}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t b,
+                                                   {pad}int scale_d) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{nm}.{nm} "
-      "{{{regs(R)}}}, {{%{R}, %{R + 1}, %{R + 2}, %{R + 3}}}, %{R + 4}, p, 1, 1, 1;\\n}}\\n"
-      : {outs(R)}
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-}}"""
-
-
-def wrappers_fp8(N):
-    # e4m3 x e4m3 -> f32, k32 (32 bytes of K per step, as k16 of a 16-bit type). fp8 wgmma
-    # has no transpose: both operands are K-major (the instruction takes no imm-trans).
-    R = N // 2
-    ty, nm = "__nv_fp8_e4m3", "e4m3"
-    yield f"""template <>
-__device__ __forceinline__ void wgmma_ss<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b, int scale_d) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{N}k32.f32.{nm}.{nm} "
-      "{{{regs(R)}}}, %{R}, %{R + 1}, p, 1, 1;\\n}}\\n"
-      : {outs(R)}
-      : "l"(a), "l"(b), "r"(scale_d));
-}}"""
-    yield f"""template <>
-__device__ __forceinline__ void wgmma_ss_zero<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 0, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{N}k32.f32.{nm}.{nm} "
-      "{{{regs(R)}}}, %{R}, %{R + 1}, p, 1, 1;\\n}}\\n"
-      : {outs(R, "=f")}
-      : "l"(a), "l"(b));
-}}"""
-    # RS: A from registers (the m16n8k32 8-bit A fragment: 4 registers of 4 bytes), B
-    # K-major in shared memory.
-    yield f"""template <>
-__device__ __forceinline__ void wgmma_rs<{N}, {ty}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t b,
-                                                   int scale_d) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{N}k32.f32.{nm}.{nm} "
-      "{{{regs(R)}}}, {{%{R}, %{R + 1}, %{R + 2}, %{R + 3}}}, %{R + 4}, p, 1, 1;\\n}}\\n"
+      "{op}"
+      "{{{regs(R)}}}, {{%{R}, %{R + 1}, %{R + 2}, %{R + 3}}}, %{R + 4}, p{rs_imm};\\n}}\\n"
       : {outs(R)}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }}"""
@@ -101,9 +72,9 @@ def header():
     ]
     for N in N_16BIT:
         for ty, nm in TYPES_16BIT:
-            parts.extend(wrappers_16bit(N, ty, nm))
+            parts.extend(wrappers(N, ty, nm, 16, "wgmma_rs_bt", True))
     for N in N_FP8:
-        parts.extend(wrappers_fp8(N))
+        parts.extend(wrappers(N, "__nv_fp8_e4m3", "e4m3", 32, "wgmma_rs", False))
     parts += ["", "}  // namespace flashcore::cuda::ptx", ""]
     return "\n".join(parts)
 
