@@ -18,6 +18,15 @@ static inline __mmask16 lanes(int64_t n) {
 static inline __m512 load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 static inline void store(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 
+// The register-blocked GEMM kernels' accumulators, zeroed.
+template <int MR, int NV>
+static inline void zero_tile(__m512 (&acc)[MR][NV]) {
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+}
+
 // The C tile of the register-blocked GEMM kernels: C[i][16 v ..] (=|+=) acc[i][v],
 // rows ldc floats apart (fp32 C, full vectors: the pipelines pad C to whole tiles).
 template <int MR, int NV>

@@ -43,10 +43,7 @@ __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int6
   const uint16_t* b = static_cast<const uint16_t*>(b_);
   float* c = static_cast<float*>(c_);
   __m512 acc[MR][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  avx512::zero_tile<MR, NV>(acc);
   // kc is even (k_align 2): kc / 2 pair rows, unrolled 2x.
   const int64_t pairs = kc / 2;
   int64_t p = 0;

@@ -42,10 +42,7 @@ __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int6
   const float* b = static_cast<const float*>(b_);
   float* c = static_cast<float*>(c_);
   __m512 acc[MR][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  avx512::zero_tile<MR, NV>(acc);
   // a advances by its stride after every step, so each step addresses A(k, 0..MR-1) at
   // constant offsets from one register.
   int64_t k = 0;
