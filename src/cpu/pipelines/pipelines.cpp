@@ -687,6 +687,39 @@ Strategy choose_strategy(int64_t sq, int64_t sk, int64_t d, DType storage) {
 }
 
 // ================================================================ attention
+// Split over keys (FlashAttention's split-KV combine): each of `items` blocks ran as
+// `nsplit` parts over disjoint key ranges, each part writing its normalized O rows and
+// lse to scratch (split_o [item][part][mq][dv], split_lse [item][part][mq]); the parts
+// are merged with weights exp(lse_s - max lse) into out_of(item) (a BlockOut).
+template <class OutOf>
+void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const std::vector<float>& split_o,
+                  const std::vector<float>& split_lse, const OutOf& out_of, int nthreads) {
+#pragma omp parallel for num_threads(nthreads)
+  for (int64_t it = 0; it < items; ++it) {
+    const BlockOut out = out_of(it);
+    if (out.rows <= 0) continue;
+    std::vector<float> acc(static_cast<size_t>(dv));
+    for (int64_t i = 0; i < mq; ++i) {
+      if (!out.valid(i)) continue;
+      float mx = kNegInf;
+      for (int64_t s = 0; s < nsplit; ++s) mx = std::max(mx, split_lse[size_t((it * nsplit + s) * mq + i)]);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float wsum = 0.0f;
+      if (mx != kNegInf) {  // every part fully masked: O = 0, lse = -inf
+        for (int64_t s = 0; s < nsplit; ++s) {
+          const float w = std::exp(split_lse[size_t((it * nsplit + s) * mq + i)] - mx);
+          const float* os = split_o.data() + ((it * nsplit + s) * mq + i) * dv;
+          for (int64_t j = 0; j < dv; ++j) acc[size_t(j)] += w * os[j];
+          wsum += w;
+        }
+        for (float& a : acc) a /= wsum;
+      }
+      core::convert_row(acc.data(), dv, out.row(i), out.o_type);
+      if (out.lse) *out.lse_at(i) = mx == kNegInf ? kNegInf : mx + std::log(wsum);
+    }
+  }
+}
+
 // Two block shapes, one pipeline. Prefill: blocks of mq query rows of one head, K and V
 // packed once per (batch, kv head) for the GEMM micro-kernels. Decode (the query rows of
 // a whole GQA group, group * Sq, fit in kDecodeRows): one block holds every query row of
@@ -919,31 +952,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     }
     if (nsplit > 1) {
       Lap lap(timed);
-#pragma omp parallel for num_threads(nthreads)
-      for (int64_t it = 0; it < items; ++it) {
-        const Item x = locate(it);
-        if (x.out.rows <= 0) continue;
-        std::vector<float> acc(static_cast<size_t>(p.dv));
-        for (int64_t i = 0; i < g.mq; ++i) {
-          if (!x.out.valid(i)) continue;
-          float mx = kNegInf;
-          for (int64_t s = 0; s < nsplit; ++s)
-            mx = std::max(mx, split_lse[size_t((it * nsplit + s) * g.mq + i)]);
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          float wsum = 0.0f;
-          if (mx != kNegInf) {  // every part fully masked: O = 0, lse = -inf
-            for (int64_t s = 0; s < nsplit; ++s) {
-              const float w = std::exp(split_lse[size_t((it * nsplit + s) * g.mq + i)] - mx);
-              const float* os = split_o.data() + ((it * nsplit + s) * g.mq + i) * p.dv;
-              for (int64_t j = 0; j < p.dv; ++j) acc[size_t(j)] += w * os[j];
-              wsum += w;
-            }
-            for (float& a : acc) a /= wsum;
-          }
-          core::convert_row(acc.data(), p.dv, x.out.row(i), p.dtype);
-          if (p.lse) *x.out.lse_at(i) = mx == kNegInf ? kNegInf : mx + std::log(wsum);
-        }
-      }
+      merge_splits(items, nsplit, g.mq, p.dv, split_o, split_lse, [&](int64_t it) { return locate(it).out; },
+                   nthreads);
       lap.to(phases[0].normalize);
     }
   }
@@ -984,8 +994,20 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
   const int64_t ses = int64_t(dtype_size(p.s_dtype));
   const int64_t oes = int64_t(dtype_size(p.dtype));
   const int64_t nblocks = (p.m + g.mq - 1) / g.mq;
+  // Fewer row blocks than threads (the seeds' M = 12): split the keys of each block into
+  // parts run by different threads and merged as attention's split-KV does.
+  const int64_t ktiles = (lp + g.kc - 1) / g.kc;
+  const int64_t nsplit = nblocks < nthreads ? std::min<int64_t>((nthreads + nblocks - 1) / nblocks, ktiles) : 1;
+  std::vector<float> split_o(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq * p.d : 0));
+  std::vector<float> split_lse(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq : 0));
+  auto block_out = [&](int64_t qb) {
+    const int64_t i0 = qb * g.mq;
+    return BlockOut{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, std::min(g.mq, p.m - i0), p.d,
+                    nullptr, g.mq};
+  };
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
-  for (int64_t qb = 0; qb < nblocks; ++qb) {
+  for (int64_t it2 = 0; it2 < nblocks * nsplit; ++it2) {
+    const int64_t qb = it2 / nsplit, part = it2 % nsplit;
     Phases& ph = phases[size_t(omp_get_thread_num())];
     const int64_t i0 = qb * g.mq, rows = std::min(g.mq, p.m - i0);
     // Scores tile: T[k][i] = S[i0 + i][j0 + k] (as float; the scale is folded into c).
@@ -1004,8 +1026,15 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
       lapx.to(phx.max_find);
     };
     (void)ses;
-    const BlockOut out{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, rows, p.d,
-                       nullptr, g.mq};
+    BlockOut out = block_out(qb);
+    int64_t key_lo = 0, key_hi = p.l;
+    if (nsplit > 1) {  // this part's key tiles (tile-aligned: no key is seen by two parts)
+      key_lo = std::min(p.l, ktiles * part / nsplit * g.kc);
+      key_hi = std::min(p.l, ktiles * (part + 1) / nsplit * g.kc);
+      if (key_hi <= key_lo) key_lo = key_hi = 0;
+      out = BlockOut{split_o.data() + it2 * g.mq * p.d, p.d, DType::f32, rows, p.d,
+                     split_lse.data() + it2 * g.mq, g.mq};
+    }
     auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
       if (rows_mode)
         rows_pv(g, *cfg.rows, kc, reinterpret_cast<const float*>(P), g.mq, g.mq,
@@ -1013,7 +1042,12 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
       else
         stage2(g, kc, P, ldp, vpack, lp, j0, dvp, O);
     };
-    softmax_block(g, strategy, p.exp2, c, p.scale, scores, 0, p.l, pv, lp, dvp, out, timed, ph);
+    softmax_block(g, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, lp, dvp, out, timed, ph);
+  }
+  if (nsplit > 1) {
+    Lap lap(timed);
+    merge_splits(nblocks, nsplit, g.mq, p.d, split_o, split_lse, block_out, nthreads);
+    lap.to(phases[0].normalize);
   }
   report(times, phases, g, strategy);
 }
