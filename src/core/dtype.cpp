@@ -1,8 +1,13 @@
 #include "core/dtype.hpp"
 
+#include "core/clones.hpp"
+
 namespace flashcore::core {
 
-void convert_row(const void* src, DType st, int64_t n, float* dst) {
+// Widening rows of K/V/Q to fp32 is on the decode path's critical path (the row ops
+// convert every f16/bf16 key and value row they read): the portable clones, so the
+// x86-64-v3 clone converts 8 lanes at a time.
+FC_PORTABLE_CLONES void convert_row(const void* src, DType st, int64_t n, float* dst) {
   switch (st) {
     case DType::f32: {
       const float* s = static_cast<const float*>(src);

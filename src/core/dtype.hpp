@@ -13,16 +13,19 @@ namespace flashcore::core {
 static inline uint32_t f32_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 static inline float bits_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-// IEEE binary16 -> binary32, exact (subnormals, inf, NaN kept).
+// IEEE binary16 -> binary32, exact (subnormals, inf, NaN kept). Branch-free (all three
+// cases computed, one selected), so loops over it vectorize; the subnormal case is
+// man * 2^-24 computed from an integer (never reading an fp32 subnormal, so it stays
+// exact when the caller runs with denormals-are-zero).
 static inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   const uint32_t man = h & 0x3FFu;
-  if (exp == 0x1F) return bits_f32(sign | 0x7F800000u | (man << 13));  // inf / NaN
-  if (exp != 0) return bits_f32(sign | ((exp + 112) << 23) | (man << 13));
-  // Subnormal (or zero): value = man * 2^-24, exact in fp32.
-  const float mag = float(man) * 5.9604644775390625e-8f;
-  return sign ? -mag : mag;
+  const uint32_t normal = sign | ((exp + 112) << 23) | (man << 13);
+  const uint32_t infnan = sign | 0x7F800000u | (man << 13);
+  const uint32_t sub = sign | f32_bits(float(int32_t(man)) * 5.9604644775390625e-8f);  // man * 2^-24
+  const uint32_t m_inf = 0u - uint32_t(exp == 0x1F), m_sub = 0u - uint32_t(exp == 0);  // all-ones masks
+  return bits_f32((normal & ~(m_inf | m_sub)) | (infnan & m_inf) | (sub & m_sub));
 }
 
 // binary32 -> binary16, round to nearest even, overflow to inf, NaN stays NaN.
