@@ -126,6 +126,16 @@ void check_pointers(const core::AttentionProblem& p, const DeviceInfo& dev) {
   check_device_pointer(p.cu_k, "params.cu_seqlens_k", dev.id);
 }
 
+// The kernels' index limits: B and H are grid dimensions (<= 65535), row arithmetic is
+// 32-bit (the tensors' rows <= 2^30; varlen's longest sequence is at most its total).
+void check_kernel_limits(const core::AttentionProblem& p) {
+  if (p.heads > 65535 || p.batch > 65535)
+    throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
+                                         ": the CUDA kernels take at most 65535 of each");
+  if (p.sq > INT_MAX / 2 || p.sk > INT_MAX / 2)
+    throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
+}
+
 // 16-byte cp.async loads need 16-byte aligned rows: the base and every stride that
 // is used (its dim > 1) a multiple of `bytes` / (element size) elements. Returns why not
 // ("" when aligned).
@@ -341,11 +351,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   std::string bad_tensor;
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
-  if (p.heads > 65535 || p.batch > 65535)
-    throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
-                                         ": the CUDA kernels take at most 65535 of each");
-  if (p.sq > INT_MAX / 2 || p.sk > INT_MAX / 2)
-    throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
+  check_kernel_limits(p);
 
   FwdParams f = fwd_params(p, p.sq, p.sk);
   f.scale_log2 *= p.q_descale * p.k_descale;
@@ -389,9 +395,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (hd > kMaxHeadDim)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " > " + std::to_string(kMaxHeadDim) +
                                          " is not supported by the CUDA kernels");
-  if (p.heads > 65535 || p.batch > 65535)
-    throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
-                                         ": the CUDA kernels take at most 65535 of each");
+  check_kernel_limits(p);
 
   // Kernel choice. 16-bit: a tensor-core instance (by key, by tile, or the table), else
   // an error. fp32: the exact FFMA kernel when asked for (exact_fp32 or its key), else
@@ -445,8 +449,6 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
     sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
   }
-  if (sq > INT_MAX / 2 || sk > INT_MAX / 2 || p.sq > INT_MAX / 2 || p.sk > INT_MAX / 2)
-    throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
 
   const FwdParams f = fwd_params(p, sq, sk);
 
