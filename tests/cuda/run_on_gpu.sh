@@ -11,7 +11,8 @@
 # TIMING_DTYPES (default "f16 bf16 f32"; e4m3 too) and PEER_DTYPE (default all) pick the dtypes,
 # HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
 # sm80 sanitizer subset (the sm90 one always runs; SANITIZE_TOOLS, default "memcheck
-# racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage. "sass" counts the wgmma
+# racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage, TESTS_TIMEOUT
+# (default 300 s) bounds it. "sass" counts the wgmma
 # (HGMMA, QGMMA for fp8) and local-memory instructions per kernel in the test binary (cuobjdump).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -42,13 +43,13 @@ if has smoke; then
   # A short first look at the Hopper kernels: a hang (mbarrier phases) or wrong results
   # end the batch here instead of burning the other stages' time.
   stamp smoke
-  timeout 60 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaSm90.Small/*:Cuda/CudaSm90.DispatcherSelects/*' > "$LOG/smoke.log" 2>&1
+  timeout 150 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaSm90.Small/*:Cuda/CudaSm90.DispatcherSelects/*' > "$LOG/smoke.log" 2>&1
   rc=$?; echo "smoke rc=$rc" | tee -a "$LOG/smoke.log"
   if [ $rc -ne 0 ]; then grep -E "FAILED|Failure|rel_err|Which is|Expected|kernel |Value of" "$LOG/smoke.log" | head -40; stamp stopped; exit 1; fi
 fi
 if has tests; then
   stamp tests
-  timeout 300 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
+  timeout ${TESTS_TIMEOUT:-300} $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
   grep -E "FAILED|PASSED|SKIPPED \]|Failure|rel_err|Which is|Value of|Expected|kernel " "$LOG/tests.log" | head -60
 fi
 if has sass; then
