@@ -184,28 +184,32 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 
 // The Hopper kernel for this problem when the device is 9.0 and it qualifies (table
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
-// the sm80 family, and so do (measured on an H200, docs/results/cuda-sm90-2026-11-22.md)
-// grids with fewer CTAs than SMs (the sm80 family's 64-row tiles spread B1 H8 S512 over
-// more SMs: 9.4 vs 10.3 us) and, at head dims below 128, band masks with Sk < 1024
-// (causal S = 512: the 128x128 tiles waste more work on the diagonal; hd64 0.70x the sm80
-// 64x64 tile, hd96 0.99x; hd128 1.04x, hd256 1.52x since the intra-warpgroup overlap).
-// Tiles taller than 128 rows (hd64 192x128: 1.12-1.17x the 128x128 tile without a mask
-// at S >= 2048) are skipped under a band mask with Sk < 4096 (causal S = 2048: 0.94x,
-// S = 512: 0.84x; from S = 8192 1.04-1.07x) and where they leave SMs idle.
+// the sm80 family. Measured on an H200 (docs/results/cuda-sm90-2026-11-22.md, session 4):
+// - 64-row tiles (two CTAs per SM) where each query block sees few keys: at hd64 Sk <
+//   1024, or Sk < 4096 under a band mask (B32 S512: 233 vs 237 us for 192 rows; causal
+//   S512 181 vs 198 for the sm80 family; causal S2048 406 vs 421); at hd128 under a band
+//   mask with Sk < 1024 (causal S512: 137 vs 146); and wherever the taller tiles would
+//   leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the sm80 family).
+// - Otherwise the first row of at least 128 rows whose grid covers the SMs; tiles taller
+//   than 128 rows not under a band mask with Sk < 4096 (causal S2048: 421 vs 406 for 64
+//   rows; from S8192 they are the fastest).
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kBandedMinSk = 1024, kBandedTallMinSk = 4096;
+  constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int64_t sq = p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq;  // varlen: mean
+  const Instance *tall = nullptr, *rows64 = nullptr;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) {
-      if (banded && p.sk < kBandedMinSk && i.head_dim < 128) continue;
-      if (i.block_m > 128 && banded && p.sk < kBandedTallMinSk) continue;
-      const int64_t ctas = (sq + i.block_m - 1) / i.block_m * p.heads * p.batch;
-      if (ctas < dev.sms) continue;
-      return &i;
+      if (i.block_m == 64) {
+        if (rows64 == nullptr) rows64 = &i;
+        continue;
+      }
+      if (tall != nullptr || (i.block_m > 128 && banded && p.sk < kBandedTallMinSk)) continue;
+      if ((sq + i.block_m - 1) / i.block_m * p.heads * p.batch >= dev.sms) tall = &i;
     }
-  return nullptr;
+  const bool few_keys = p.d <= 64 ? p.sk < (banded ? kBandedShortSk64 : kShortSk) : banded && p.sk < kShortSk;
+  return rows64 != nullptr && (few_keys || tall == nullptr) ? rows64 : tall;
 }
 
 const Instance* find_key(const char* key) {

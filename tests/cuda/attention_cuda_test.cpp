@@ -409,11 +409,14 @@ std::vector<std::pair<std::string, int64_t>> all_sm90(DType dt) {
 class CudaSm90 : public ::testing::TestWithParam<DType> {};
 
 // On a 9.0 device the dispatcher picks the Hopper kernel for what it supports (and where
-// it was measured faster: at least as many CTAs as SMs, Sk >= 1024 under a band mask),
-// and the sm80 family for the rest; impl and tile_m still force either family.
+// it was measured faster), and the sm80 family for the rest; impl and tile_m still force
+// either family. Hopper tiles: 64 rows (two CTAs per SM) where the keys are few (hd64:
+// Sk < 1024, or < 4096 under a band mask; hd128: band mask and Sk < 1024) or the taller
+// tiles would leave SMs idle, else the table's first (192 rows at hd64).
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
+  const std::string sm90 = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd";
   for (int64_t D : {64, 96, 128, 256}) {
     Case c;
     c.dtype = dt;
@@ -421,32 +424,34 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.H = c.Hkv = 132;  // 132 CTAs of 128 or 192 rows: no SM idle on an H100/H200
     c.Sq = 100;
     c.Sk = 300;
-    c.expect_kernel = sm90_key(dt, D);
-    ASSERT_FALSE(c.expect_kernel.empty()) << "no fwd_sm90 kernel for hd" << D;
+    c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
   }
   Case c;
   c.dtype = dt;
   c.H = c.Hkv = 132;
   c.Sq = 128;
-  c.Sk = 1024;
-  c.wl = 40;  // windows and causal run on it too, from Sk = 1024 (128-row tiles below Sk = 4096)
-  c.expect_kernel = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd64_128x";
+  c.Sk = 1024;  // no mask, Sk >= 1024: the 192-row tile
+  c.expect_kernel = sm90 + "64_192x";
+  run_case(c);
+  c.wl = 40;  // a window, Sk < 4096: 64-row tiles
+  c.expect_kernel = sm90 + "64_64x";
   run_case(c);
   c.wl = -1;
   c.causal = true;
-  c.Sk = 1000;  // banded, Sk < 1024: the sm80 family below hd128
-  c.expect_kernel = "fwd_sm80_";
+  c.Sk = 1000;  // banded, Sk < 1024
+  c.expect_kernel = sm90 + "64_64x";
   run_case(c);
-  c.D = 128;  // ... the sm90 family from hd128
-  c.expect_kernel = "fwd_sm90_";
+  c.D = 128;
+  c.expect_kernel = sm90 + "128_64x";
   run_case(c);
   c.D = 64;
-  c.expect_kernel = "fwd_sm80_";
+  c.expect_kernel = sm90 + "64_64x";
   c.causal = false;
-  c.H = c.Hkv = 8;  // B1 H8 S512: 32 CTAs, fewer than the SMs: the sm80 family
+  c.H = c.Hkv = 8;  // B1 H8 S512: 64 CTAs of 64 rows, two per SM
   c.Sq = c.Sk = 512;
   run_case(c);
+  c.expect_kernel = "fwd_sm80_";
   c.H = c.Hkv = 132;
   c.Sq = 100;
   c.Sk = 200;

@@ -1,6 +1,7 @@
 // fwd_sm90: fused attention forward for Hopper (sm_90a) on wgmma + TMA, 16-bit storage
 // (f16, bf16) or fp8 (e4m3, with descales; see below), fp32 accumulation. One CTA computes kBlockM query rows of one (batch,
-// head) with 1 + kBlockM / 64 warpgroups (warp specialization):
+// head) with 1 + kBlockM / 64 warpgroups (warp specialization; 64-row tiles run two CTAs
+// per SM, taller ones one):
 //
 //   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread issues the TMA
 //     loads: Q once, then each key tile's K and V into kStages-deep shared-memory rings;
@@ -76,10 +77,14 @@ struct FwdSm90Traits {
   static constexpr int kBarriers = 1 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[]
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
+  // 64-row tiles (one consumer warpgroup) run two CTAs per SM, so one CTA's prologue,
+  // epilogue and softmax overlap the other's GEMMs (as a second CTA does for the sm80
+  // family); taller tiles one.
+  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the
-  // 64K-register file (multiples of 8).
+  // CTA's share of the 64K-register file (multiples of 8).
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = kConsumers == 1 ? 256 : (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kConsumerRegs = (65536 / kCtasPerSm / 128 - kProducerRegs) / kConsumers / 8 * 8;
   // Ping-pong between the consumer warpgroups (FlashAttention-3's inter-warpgroup
   // schedule): each issues its GEMMs of a key tile only in its turn, handed round through
   // named barriers 1 .. kConsumers, so one warpgroup's softmax runs while another's GEMMs
@@ -89,11 +94,13 @@ struct FwdSm90Traits {
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 128 == 0), "fp8: whole 128-byte column blocks");
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");
+  static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory of the SM (228 KiB)");
 };
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
-__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads, 1)
+__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
+                                  FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kCtasPerSm)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const FwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -195,14 +202,16 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     // (writing P earlier made it serialize them, C7513, and lost 12-25%; see
     // docs/results/cuda-sm90-2026-11-22.md). K and V stages are released separately.
     auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
+      // Descriptors as one base per call + offsets (ptx::desc_add), not rebuilt per k-step.
+      const uint64_t da0 = ptx::desc_sw128(sQ + cw * 64 * 128, 16, 1024), db0 = ptx::desc_sw128(sK + off, 16, 1024);
       ptx::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) {
         // k-step ks reads 32 bytes of column block ks / 4 (the swizzle is applied by the
         // hardware to the full address, so the start just moves by 32 bytes).
         const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
-        const uint64_t da = ptx::desc_sw128(sQ + cb * kBlockM * 128 + cw * 64 * 128 + kb, 16, 1024);
-        const uint64_t db = ptx::desc_sw128(sK + off + cb * kBlockN * 128 + kb, 16, 1024);
+        const uint64_t da = ptx::desc_add(da0, cb * kBlockM * 128 + kb);
+        const uint64_t db = ptx::desc_add(db0, cb * kBlockN * 128 + kb);
         if (ks == 0)
           ptx::wgmma_ss_zero<kBlockN, T>(s[0], da, db);
         else
@@ -211,18 +220,19 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::wgmma_commit();
     };
     auto issue_pv = [&](const uint32_t (&pa)[kPK][4], uint32_t off) {
+      const uint64_t dv0 = ptx::desc_sw128(sV + off, Tr::kFp8 ? 16 : kBlockN * 128, 1024);
       ptx::wgmma_fence();
 #pragma unroll
       for (int pk = 0; pk < kPK; ++pk) {
         if constexpr (Tr::kFp8) {
           // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's rows (K-major, as K in Q K^T).
           const uint32_t cb = pk / 4, kb = (pk % 4) * 32;
-          const uint64_t dv = ptx::desc_sw128(sV + off + cb * kHeadDim * 128 + kb, 16, 1024);
+          const uint64_t dv = ptx::desc_add(dv0, cb * kHeadDim * 128 + kb);
           ptx::wgmma_rs<kHeadDim, T>(acc[0], pa[pk], dv, 1);
         } else {
           // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
           // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
-          const uint64_t dv = ptx::desc_sw128(sV + off + pk * 16 * 128, kBlockN * 128, 1024);
+          const uint64_t dv = ptx::desc_add(dv0, pk * 16 * 128);
           ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
         }
       }

@@ -56,12 +56,9 @@ __device__ __forceinline__ TileRange tile_range(const core::BandMask& m, int m0,
   return r;
 }
 
-// Inner-loop visibility test, same rule as BandMask::visible in int32.
+// The band in int32 for the inner loops (BandMask::visible's rule, applied by mask_scores).
 struct Band32 {
   int left, right, offset, sk;
-  __device__ __forceinline__ bool visible(int i, int j) const {
-    return j < sk && (left < 0 || j >= i + offset - left) && (right < 0 || j <= i + offset + right);
-  }
 };
 
 // Masks the raw scores of one key tile held as mma accumulator fragments (mma.sync and
@@ -72,7 +69,7 @@ struct Band32 {
 // The band of each row is turned into the range [lo, hi] of the compile-time offsets
 // 8 nf + e % 2 that are visible (BandMask::visible: j < sk, j >= i + offset - left,
 // j <= i + offset + right), so each score costs two compares with an immediate and a
-// select (the per-element test of Band32::visible cost 3-4x that on the diagonal tiles).
+// select (a per-element test of the three conditions cost 3-4x that on the diagonal tiles).
 template <int kMI, int kNF>
 __device__ __forceinline__ void mask_scores(float (&s)[kMI][kNF][4], bool full, float scale_log2, const Band32& band,
                                             int row0, int col0, int t) {
