@@ -58,14 +58,15 @@ def _same_framework(x, name: str, fw: str, ref: str, optional: bool = False) -> 
                         f"pass arrays of one framework")
 
 
-def _empty(like, fw: str, shape: tuple, float32: bool = False):
-    """An uninitialised array of `shape` in `like`'s framework, dtype and device."""
+def _empty(like, fw: str, shape: tuple, float32: bool = False, bf16_for_fp8: bool = False):
+    """An uninitialised array of `shape` in `like`'s framework, dtype and device
+    (float32 instead with float32=True; bfloat16 for an fp8 `like` with bf16_for_fp8)."""
     if fw == "numpy":
         return np.empty(shape, dtype=np.float32 if float32 else like.dtype)
     if fw == "torch":
-        if float32:
+        if float32 or (bf16_for_fp8 and like.element_size() == 1):  # 1-byte floats: fp8
             import torch  # already imported by the caller's program: it made `like`
-            return like.new_empty(shape, dtype=torch.float32)
+            return like.new_empty(shape, dtype=torch.float32 if float32 else torch.bfloat16)
         return like.new_empty(shape)
     if fw == "cupy":  # CuPy arrays have no __array_namespace__ (CuPy 14)
         import cupy
@@ -148,6 +149,16 @@ def _scale(scale, default: float) -> float:
     return s
 
 
+def _descale(value, name: str) -> float:
+    try:
+        d = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: must be a float, got {type(value).__name__}") from None
+    if not math.isfinite(d) or d <= 0.0:
+        raise ValueError(f"{name}: must be finite and > 0, got {value!r}")
+    return d
+
+
 def _window(window) -> tuple[int, int]:
     try:
         left, right = window
@@ -161,7 +172,8 @@ def _window(window) -> tuple[int, int]:
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
               out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
-              threads=None, impl=None, exact_fp32=False):
+              threads=None, impl=None, exact_fp32=False, q_descale=1.0, k_descale=1.0,
+              v_descale=1.0):
     """O = softmax(scale * Q K^T + mask) V.
 
     q: [B, Sq, H, D], k: [B, Sk, Hkv, D], v: [B, Sk, Hkv, Dv] (H % Hkv == 0), any strides
@@ -178,6 +190,10 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     batch + 1) on q's device; lse is then [1, H, total_q]. threads: CPU threads
     (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
     fp32 without TF32. CUDA arrays run on the framework's current stream.
+
+    fp8 (float8_e4m3fn q, k, v on a Hopper GPU): the per-tensor factors q_descale,
+    k_descale, v_descale (scores = scale * q_descale * k_descale * Q K^T, O = v_descale *
+    P V; they must be 1 for other dtypes) and out in bfloat16 (the default) or float16.
     """
     # Written for the common call (numpy or torch, default options) to cost about a
     # microsecond: a dict lookup per option, no helper calls unless something is unusual.
@@ -206,7 +222,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
         vshape = v.shape
         if len(vshape) != 4:
             _shape(v, "v", 4, "[B, Sk, Hkv, Dv]")
-        out = _empty(q, fw, (b, sq, h, vshape[3]))
+        out = _empty(q, fw, (b, sq, h, vshape[3]), bf16_for_fp8=True)
     elif type(out) is not tq:
         _same_framework(out, "out", fw, "q")
     lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
@@ -221,14 +237,20 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
         threads = _threads(threads)
     if impl is not None:
         _impl(impl)
+    descales = {}
+    if q_descale != 1.0 or k_descale != 1.0 or v_descale != 1.0:
+        descales = {"q_descale": _descale(q_descale, "q_descale"),
+                    "k_descale": _descale(k_descale, "k_descale"),
+                    "v_descale": _descale(v_descale, "v_descale")}
     if fw != "numpy" and _is_cuda(q, fw):
         with _device_of(q, fw):  # q's device current: its stream, its launch
             _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,
                             code_e, cu_seqlens_q, cu_seqlens_k, threads or 0, impl,
-                            _cuda_stream(q, fw), bool(exact_fp32))
+                            _cuda_stream(q, fw), bool(exact_fp32), **descales)
     else:
         _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
-                        cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, bool(exact_fp32))
+                        cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, bool(exact_fp32),
+                        **descales)
     return (out, lse) if return_lse else out
 
 

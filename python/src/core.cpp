@@ -192,7 +192,7 @@ struct AttentionCall {
   AttentionCall(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle out_, nb::handle lse_,
                 double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
                 nb::handle cu_q_, nb::handle cu_k_, int threads, nb::handle impl_,
-                uintptr_t stream, bool exact_fp32) {
+                uintptr_t stream, bool exact_fp32, double q_descale, double k_descale, double v_descale) {
     q = import_array(q_, "q", false);
     k = import_array(k_, "k", false);
     v = import_array(v_, "v", false);
@@ -236,6 +236,9 @@ struct AttentionCall {
     set_threads_impl(p, threads, impl_, impl);
     p.stream = reinterpret_cast<void*>(stream);
     p.exact_fp32 = exact_fp32;
+    p.q_descale = float(q_descale);  // fp8 only; the library checks them (named errors)
+    p.k_descale = float(k_descale);
+    p.v_descale = float(v_descale);
   }
 
   Arg import_cu(nb::handle h, const char* name) {
@@ -266,9 +269,9 @@ thread_local int64_t AttentionCall::last_call_ns = 0;
 void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
                double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
                nb::handle cu_q, nb::handle cu_k, int threads, nb::handle impl, uintptr_t stream,
-               bool exact_fp32) {
+               bool exact_fp32, double q_descale, double k_descale, double v_descale) {
   AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32);
+                  impl, stream, exact_fp32, q_descale, k_descale, v_descale);
   c.run();
 }
 
@@ -279,10 +282,11 @@ nb::tuple attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle ou
                                    nb::handle lse, double scale, bool causal, int64_t wl,
                                    int64_t wr, int strategy, int exp, nb::handle cu_q,
                                    nb::handle cu_k, int threads, nb::handle impl,
-                                   uintptr_t stream, bool exact_fp32, int iters) {
+                                   uintptr_t stream, bool exact_fp32, int iters, double q_descale,
+                                   double k_descale, double v_descale) {
   if (iters < 1) raise_value("iters: must be >= 1, got " + std::to_string(iters));
   AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32);
+                  impl, stream, exact_fp32, q_descale, k_descale, v_descale);
   std::vector<double> ns(size_t(iters), 0.0);
   {
     nb::gil_scoped_release nogil;
@@ -396,11 +400,12 @@ NB_MODULE(_core, m) {
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "scale"_a,
         "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
-        "stream"_a, "exact_fp32"_a);
+        "stream"_a, "exact_fp32"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0, "v_descale"_a = 1.0);
   m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
-        "stream"_a, "exact_fp32"_a, "iters"_a);
+        "stream"_a, "exact_fp32"_a, "iters"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0,
+        "v_descale"_a = 1.0);
   m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
         "Nanoseconds the last attention() spent in the C++ call (this thread).");
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,

@@ -87,6 +87,23 @@ def test_bad_options():
     raises(ValueError, "impl", flashcore.attention, q, k, v, impl="no_such_kernel")
 
 
+def test_fp8_descales():
+    """q/k/v_descale apply to fp8 inputs only: checked in Python (type, finite, > 0) and
+    by the library (1 for any other dtype), naming the argument; the output is untouched."""
+    q, k, v = qkv()
+    out = np.full(q.shape, np.nan, np.float32)
+    raises(ValueError, "q_descale", flashcore.attention, q, k, v, out=out, q_descale=2.0)
+    raises(ValueError, "v_descale", flashcore.attention, q, k, v, out=out, v_descale=0.5)
+    raises(ValueError, "k_descale", flashcore.attention, q, k, v, out=out, k_descale=-1.0)
+    raises(ValueError, "q_descale", flashcore.attention, q, k, v, out=out, q_descale=float("inf"))
+    raises(TypeError, "v_descale", flashcore.attention, q, k, v, out=out, v_descale="x")
+    assert np.isnan(out).all()
+    # 1.0 (the default, also when given) runs as before
+    o1 = flashcore.attention(q, k, v)
+    o2 = flashcore.attention(q, k, v, q_descale=1.0, k_descale=1, v_descale=1.0)
+    np.testing.assert_array_equal(o1, o2)
+
+
 def test_bad_varlen():
     q, k, v = qkv(sq=10, sk=10)
     cu = np.array([0, 4, 10], np.int32)
