@@ -190,8 +190,8 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   S512 181 vs 198 for the sm80 family; causal S2048 406 vs 421); at hd128 under a band
 //   mask with Sk < 1024 (causal S512: 137 vs 146); and wherever the taller tiles would
 //   leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the sm80 family).
-// - Otherwise the first row of at least 128 rows whose grid covers the SMs; tiles taller
-//   than 128 rows not under a band mask with Sk < 4096 (causal S2048: 421 vs 406 for 64
+// - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
+//   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
 //   rows; from S8192 they are the fastest).
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
   if (p.tile_m != 0) return nullptr;
@@ -200,7 +200,9 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
   const int64_t sq = p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq;  // varlen: mean
   const Instance *tall = nullptr, *rows64 = nullptr;
   for (const Instance& i : kInstances)
-    if (i.arch == 90 && sm90_refusal(p, i, dev).empty()) {
+    // Rows of other dtypes and head dims are passed over before sm90_refusal, which
+    // builds its message: this runs on every call and walks the whole table.
+    if (i.arch == 90 && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
         if (rows64 == nullptr) rows64 = &i;
         continue;

@@ -1,14 +1,15 @@
 // fwd_sm90: fused attention forward for Hopper (sm_90a) on wgmma + TMA, 16-bit storage
-// (f16, bf16) or fp8 (e4m3, with descales; see below), fp32 accumulation. One CTA computes kBlockM query rows of one (batch,
-// head) with 1 + kBlockM / 64 warpgroups (warp specialization; 64-row tiles run two CTAs
-// per SM, taller ones one):
+// (f16, bf16) or fp8 (e4m3, with descales; see below), fp32 accumulation. One CTA
+// computes kBlockM query rows of one (batch, head) with 1 + kBlockM / 64 warpgroups (warp
+// specialization; 64-row tiles run two CTAs per SM, taller ones one):
 //
 //   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread issues the TMA
 //     loads: Q once, then each key tile's K and V into kStages-deep shared-memory rings;
 //     full_k/full_v barriers count the bytes in (expect-tx), empty_k/empty_v barriers the
 //     consumers' releases (K is released as soon as S is computed, V after P V).
-//   warpgroups 1.. (consumers, the rest of the register file: 240 each for two, 160 for
-//     three): 64 query rows each. Per key tile:
+//   warpgroups 1.. (consumers, the rest of the CTA's share of the register file: 240 each
+//     for two, 160 for three, 232 for one of two CTAs per SM): 64 query rows each. Per
+//     key tile:
 //     S = Q K^T          wgmma m64n<kBlockN>k16, Q and K from shared memory (K-major)
 //     mask, softmax      parts/seq_mask.cuh, parts/softmax.cuh on the accumulators
 //                        (wgmma's accumulator layout is mma.sync's m16n8 fragments)
