@@ -137,26 +137,19 @@ def _impl(impl):
     return impl
 
 
-def _scale(scale, default: float) -> float:
-    if scale is None:
-        return default
+def _finite(value, name: str, positive: bool = False) -> float:
+    """value as a finite float (> 0 with positive=True), else an error naming `name`."""
     try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale: must be a float, got {type(scale).__name__}") from None
-    if not math.isfinite(s):
-        raise ValueError(f"scale: must be finite, got {scale!r}")
-    return s
-
-
-def _descale(value, name: str) -> float:
-    try:
-        d = float(value)
+        x = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: must be a float, got {type(value).__name__}") from None
-    if not math.isfinite(d) or d <= 0.0:
-        raise ValueError(f"{name}: must be finite and > 0, got {value!r}")
-    return d
+    if not math.isfinite(x) or (positive and x <= 0.0):
+        raise ValueError(f"{name}: must be finite{' and > 0' if positive else ''}, got {value!r}")
+    return x
+
+
+def _scale(scale, default: float) -> float:
+    return default if scale is None else _finite(scale, "scale")
 
 
 def _window(window) -> tuple[int, int]:
@@ -239,9 +232,9 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
         _impl(impl)
     descales = {}
     if q_descale != 1.0 or k_descale != 1.0 or v_descale != 1.0:
-        descales = {"q_descale": _descale(q_descale, "q_descale"),
-                    "k_descale": _descale(k_descale, "k_descale"),
-                    "v_descale": _descale(v_descale, "v_descale")}
+        descales = {"q_descale": _finite(q_descale, "q_descale", positive=True),
+                    "k_descale": _finite(k_descale, "k_descale", positive=True),
+                    "v_descale": _finite(v_descale, "v_descale", positive=True)}
     if fw != "numpy" and _is_cuda(q, fw):
         with _device_of(q, fw):  # q's device current: its stream, its launch
             _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,
