@@ -25,7 +25,7 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
 cudaError_t transpose_v_fp8(const FwdParams&, void* vt, int64_t sk_pad, cudaStream_t);  // vt_fp8.cu
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
-#define FC_SM90_INST(key, dt, hd, bm, bn, st) cudaError_t key(const FwdParams&, cudaStream_t);
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) cudaError_t key(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
@@ -42,13 +42,15 @@ struct Instance {
   DType dtype;
   int head_dim, block_m, block_n, warps, stages;
   LaunchFn fn;
+  bool persistent = false;  // sm90 "_p" rows: persistent CTAs (a static list of items each)
   // Dynamic shared memory: Q tile + kStages K and V tiles, rows padded to a multiple of
   // 128 bytes (common/swizzle.cuh; the sm90 tiles are 128-byte column blocks), sm90 also
   // its mbarriers and 1024 bytes of alignment slack (FwdSm90Traits::kSmem).
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
     const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
-    return arch == 90 ? tiles + 8 * (1 + 4 * stages) + 1024 : tiles;
+    const int tile_o = persistent ? block_m * row_bytes : 0;  // FwdSm90Traits::kTileO
+    return arch == 90 ? tiles + tile_o + 8 * (2 + 4 * stages) + 1024 : tiles;  // FwdSm90Traits::kSmem
   }
   bool runs_on(const DeviceInfo& d) const {
     return smem() <= d.smem_optin && (arch != 90 || (d.major == 9 && d.minor == 0));
@@ -59,7 +61,7 @@ struct Instance {
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32, dtype_e4m3 = DType::e4m3;
 const Instance kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, 80, dtype_##dt, hd, bm, bn, wp, st, key},
-#define FC_SM90_INST(key, dt, hd, bm, bn, st) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key},
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps != 0},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
@@ -179,6 +181,8 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
   if (i.smem() > dev.smem_optin) return "needs more shared memory than this device has";
+  if (i.persistent && (p.sq + i.block_m - 1) / i.block_m * p.heads * p.batch > INT32_MAX - 2 * int64_t(dev.sms))
+    return "numbers its work items (query blocks x heads x batch) in 32 bits";
   return {};
 }
 
@@ -193,16 +197,22 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
 //   rows; from S8192 they are the fastest).
+// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk < 1024 and there
+//   are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
+//   B32 hd64 1.11-1.16x, hd128 1.20-1.24x; a dynamic scheduler measured before: S2048
+//   0.92-1.02x, long causal rows 0.82-0.94x, B1 H8 S512 hd64 (64 items) 0.68-0.86x). hd256
+//   has none: its O buffer does not fit beside the ring, and without TMA stores the
+//   persistent hd256 kernel was no faster (0.98-1.02x).
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096;
+  constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 1024;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int64_t sq = p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq;  // varlen: mean
   const Instance *tall = nullptr, *rows64 = nullptr;
   for (const Instance& i : kInstances)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
     // builds its message: this runs on every call and walks the whole table.
-    if (i.arch == 90 && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) {
+    if (i.arch == 90 && !i.persistent && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
         if (rows64 == nullptr) rows64 = &i;
         continue;
@@ -211,7 +221,16 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
       if ((sq + i.block_m - 1) / i.block_m * p.heads * p.batch >= dev.sms) tall = &i;
     }
   const bool few_keys = p.d <= 64 ? p.sk < (banded ? kBandedShortSk64 : kShortSk) : banded && p.sk < kShortSk;
-  return rows64 != nullptr && (few_keys || tall == nullptr) ? rows64 : tall;
+  const Instance* pick = rows64 != nullptr && (few_keys || tall == nullptr) ? rows64 : tall;
+  // Persistent CTAs only help where there are more items than CTAs resident at once.
+  const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * (i->block_m == 64 ? 2 : 1); };
+  if (pick != nullptr && p.sk < kPersistentMaxSk &&
+      (sq + pick->block_m - 1) / pick->block_m * p.heads * p.batch > resident(pick))
+    for (const Instance& i : kInstances)
+      if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&
+          i.block_n == pick->block_n && i.stages == pick->stages && sm90_refusal(p, i, dev).empty())
+        return &i;
+  return pick;
 }
 
 const Instance* find_key(const char* key) {
@@ -260,7 +279,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
 }
 
 // The kernels' parameters for a checked problem (sq, sk: the longest sequences).
-FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk) {
+FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, int sms) {
   const core::BandMask band = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
   FwdParams f;
   f.q = p.q.data; f.k = p.k.data; f.v = p.v.data; f.o = p.o; f.lse = p.lse;
@@ -274,6 +293,7 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk) {
   f.d = int(p.d); f.dv = int(p.dv);
   f.cu_q = p.cu_q; f.cu_k = p.cu_k;
   f.total_q = int(p.sq); f.total_k = int(p.sk);  // varlen: the packed tensors' rows
+  f.sms = sms;
   f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
   f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
   f.scale_log2 = p.scale * 1.4426950408889634f;
@@ -359,7 +379,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   check_kernel_limits(p);
 
-  FwdParams f = fwd_params(p, p.sq, p.sk);
+  FwdParams f = fwd_params(p, p.sq, p.sk, dev.sms);
   f.scale_log2 *= p.q_descale * p.k_descale;
   f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
@@ -456,7 +476,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
   }
 
-  const FwdParams f = fwd_params(p, sq, sk);
+  const FwdParams f = fwd_params(p, sq, sk, dev.sms);
 
   if (times != nullptr) {
     times->kernel = simt ? kSimtKey : inst->key;

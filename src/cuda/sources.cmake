@@ -43,7 +43,7 @@ file(MAKE_DIRECTORY ${_fc_inst_dir})
 # launch_fwd_<family>_<type, head dim, tile fields...>, appended to the list <out_var>,
 # and its registry line FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...)
 # appended to _fc_enabled. Keys: fwd_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages>
-# unless 2], fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>.
+# unless 2], fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p when persistent].
 function(_fc_instances family out_var)
   string(TOLOWER ${family} fam)
   file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc rows REGEX "^FC_${family}_FWD\\(")
@@ -71,7 +71,11 @@ function(_fc_instances family out_var)
       endif()
     else()
       list(GET args 5 st)
+      list(GET args 6 ps)
       set(key fwd_${fam}_${dt}_hd${hd}_${bm}x${bn}_s${st})
+      if(ps EQUAL 1)
+        set(key ${key}_p)
+      endif()
     endif()
     list(REMOVE_AT args 1)  # the registry takes the dtype key, not the C++ type
     string(REPLACE ";" ", " reg_args "${args}")

@@ -84,6 +84,7 @@ struct Case {
   bool lse = true;
   bool bhsd = false;   // memory order [B, H, S, D] instead of [B, S, H, D]
   int64_t pad = 0;     // extra elements after every row
+  int64_t out_pad = -1;  // the output's, when >= 0 (else pad)
   bool exact_fp32 = false;
   int tile_m = 0, tile_n = 0;
   std::string impl;  // force a kernel by key
@@ -118,7 +119,7 @@ void run_case(const Case& c) {
   const int64_t Dv = c.Dv < 0 ? c.D : c.Dv;
   const std::vector<int> order = c.bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{};
   HostTensor q(c.dtype, {c.B, c.Sq, c.H, c.D}, order, c.pad), k(c.dtype, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad),
-      v(c.dtype, {c.B, c.Sk, c.Hkv, Dv}, order, c.pad), o(c.dtype, {c.B, c.Sq, c.H, Dv}, order, c.pad);
+      v(c.dtype, {c.B, c.Sk, c.Hkv, Dv}, order, c.pad), o(c.dtype, {c.B, c.Sq, c.H, Dv}, order, c.out_pad >= 0 ? c.out_pad : c.pad);
   q.fill_uniform(rng, -1, 1);
   k.fill_uniform(rng, -1, 1);
   v.fill_uniform(rng, -1, 1);
@@ -292,12 +293,12 @@ TEST_P(CudaDtype, ForcedTiles) {
 
 // Variable-length batch (one empty q sequence, GQA, lse) against the reference; `impl`
 // forces a kernel by key (and checks that it ran).
-void varlen_case(DType dt, int64_t D, const std::string& impl) {
+void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4) {
   fctest::Rng rng;
   FC_TRACE_SEED(rng);
   SCOPED_TRACE(impl);
   const std::vector<int32_t> cq = {0, 5, 135, 199, 199}, ck = {0, 7, 207, 208, 250};  // one empty q sequence
-  const int64_t nb = 4, tq = cq.back(), tk = ck.back(), H = 4, Hkv = 2;
+  const int64_t nb = 4, tq = cq.back(), tk = ck.back(), Hkv = 2;
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
     HostTensor q(dt, {1, tq, H, D}), k(dt, {1, tk, Hkv, D}), v(dt, {1, tk, Hkv, D}), o(dt, {1, tq, H, D});
@@ -412,7 +413,8 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // it was measured faster), and the sm80 family for the rest; impl and tile_m still force
 // either family. Hopper tiles: 64 rows (two CTAs per SM) where the keys are few (hd64:
 // Sk < 1024, or < 4096 under a band mask; hd128: band mask and Sk < 1024) or the taller
-// tiles would leave SMs idle, else the table's first (192 rows at hd64).
+// tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
+// variant ("_p") where Sk < 1024.
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
@@ -426,6 +428,11 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 300;
     c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
+    if (D == 64 || D == 128) {  // Sk < 1024 and more items than resident CTAs: persistent
+      c.B = 3;
+      c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x128_s2_p" : "_128x128_s2_p");
+      run_case(c);
+    }
   }
   Case c;
   c.dtype = dt;
@@ -517,6 +524,9 @@ TEST_P(CudaSm90, GqaLayoutsWindows) {
     c.scale = -0.3f;
     c.lse = false;
     run_case(c);
+    c.out_pad = 2;  // output rows 4-byte aligned only: no TMA map for O (register stores)
+    run_case(c);
+    c.out_pad = -1;
     c.scale = 0.f;
     c.lse = true;
     c.bhsd = false;
@@ -551,6 +561,24 @@ TEST_P(CudaSm90, Small) {
 TEST_P(CudaSm90, Varlen) {
   FC_REQUIRE_SM90();
   for (const auto& key : all_sm90(GetParam())) varlen_case(GetParam(), key.second, key.first);
+}
+
+// More work items (query blocks x heads x batch) than SMs, so each persistent CTA walks
+// several, of different lengths (causal, Sq != Sk), with GQA and lse; and varlen with
+// many heads, where the items past a short sequence's end are skipped (every sm90 kernel,
+// the persistent "_p" ones being the point).
+TEST_P(CudaSm90, PersistentManyItems) {
+  FC_REQUIRE_SM90();
+  for (const auto& key : all_sm90(GetParam())) {
+    Case c = sm90_case(GetParam(), key);
+    c.H = 64;
+    c.Hkv = 16;
+    c.Sq = 400;
+    c.Sk = 500;
+    c.causal = true;
+    run_case(c);
+    varlen_case(GetParam(), key.second, key.first, 64);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaSm90, ::testing::Values(DType::f16, DType::bf16),

@@ -12,7 +12,7 @@
 # HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
 # sm80 sanitizer subset (the sm90 one always runs; SANITIZE_TOOLS, default "memcheck
 # racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage, TESTS_TIMEOUT
-# (default 300 s) bounds it. "sass" counts the wgmma
+# (default 300 s) bounds each of its TESTS_SHARDS (default 8) parallel processes. "sass" counts the wgmma
 # (HGMMA, QGMMA for fp8) and local-memory instructions per kernel in the test binary (cuobjdump).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -48,9 +48,20 @@ if has smoke; then
   if [ $rc -ne 0 ]; then grep -E "FAILED|Failure|rel_err|Which is|Expected|kernel |Value of" "$LOG/smoke.log" | head -40; stamp stopped; exit 1; fi
 fi
 if has tests; then
+  # TESTS_SHARDS processes (default 8) share the tests (gtest sharding): the fp64 host
+  # reference is what takes the time, and the device host has cores to spare.
   stamp tests
-  timeout ${TESTS_TIMEOUT:-300} $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.log" 2>&1; echo "tests rc=$?" | tee -a "$LOG/tests.log"
-  grep -E "FAILED|PASSED|SKIPPED \]|Failure|rel_err|Which is|Value of|Expected|kernel " "$LOG/tests.log" | head -60
+  pids=()
+  for ((i = 0; i < ${TESTS_SHARDS:-8}; ++i)); do
+    GTEST_TOTAL_SHARDS=${TESTS_SHARDS:-8} GTEST_SHARD_INDEX=$i timeout ${TESTS_TIMEOUT:-300} $BIN/flashcore_cuda_tests \
+      --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "tests shard $i rc=$?" >> "$LOG/tests.log"; done
+  cat "$LOG/tests.log"
+  grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|rel_err|Which is|Value of|Expected|kernel " "$LOG"/tests.*.log | head -60
+  # Slowest tests (and the one running at a timeout: a RUN line without its OK).
+  grep -h "^\[       OK \]" "$LOG"/tests.*.log | sed 's/.*OK \] //' | sort -t'(' -k2 -n -r | head -5
 fi
 if has sass; then
   stamp sass
@@ -74,10 +85,14 @@ if has sanitize; then
   # Hopper kernels (TMA, mbarriers, wgmma; fp8 with its V^T pre-pass): memcheck, racecheck
   # and synccheck on small cases (SANITIZE_FILTER90 replaces the set).
   small90=${SANITIZE_FILTER90:-'Cuda/CudaSm90.Small/*:CudaSm90Errors.*:Cuda/CudaFp8.Small/*:CudaFp8Errors.*'}
+  # The tools run side by side (separate processes on the one GPU).
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    timeout 120 $CS --tool $tool $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small90" >> "$LOG/sanitizer.log" 2>&1
-    echo "sm90 $tool rc=$?" | tee -a "$LOG/sanitizer.log"
+    ( timeout ${SANITIZE_TIMEOUT:-150} $CS --tool $tool $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small90" > "$LOG/sanitizer.$tool.log" 2>&1
+      echo "sm90 $tool rc=$?" >> "$LOG/sanitizer.$tool.log" ) &
   done
+  wait
+  cat "$LOG"/sanitizer.*.log >> "$LOG/sanitizer.log"
+  grep -h "sm90 .* rc=" "$LOG"/sanitizer.*.log
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Hazard" "$LOG/sanitizer.log" | sort | uniq -c | head -20
 fi
 if has timing; then

@@ -61,6 +61,25 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// Box of shared memory `src` into a 4-d tensor map at coordinates (c0 innermost .. c3);
+// elements out of the tensor's bounds are not written. Issued by one thread; completion
+// is tracked by bulk groups (tma_store_commit, tma_store_wait_read). The threads that
+// wrote `src` with ordinary stores fence them into the async proxy first
+// (fence_proxy_async) and synchronize with the issuing thread.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until the committed stores have read their shared memory (it may then be reused
+// or the CTA may exit); the global writes complete on their own.
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 // ---- wgmma ------------------------------------------------------------------------------
 // Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address,
 // leading- and stride-dimension byte offsets (all >> 4), 128-byte swizzle (mode 1 in

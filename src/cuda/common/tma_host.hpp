@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace flashcore::cuda {
 
@@ -35,9 +36,37 @@ inline EncodeTiledFn encode_tiled_fn() {
 // that wgmma's K-major and MN-major SW128 layouts read. Out-of-bounds elements (rows past
 // d1, columns past d0) are written as zeros. A stride of a dimension of extent 1 is never
 // used: it is replaced by a valid one (TMA wants multiples of 16 bytes).
+//
+// Encoding costs host time on every launch (short shapes are launch-bound), so the maps
+// of the last kCached distinct argument lists are kept per thread: a map is a pure
+// function of its arguments (it holds the address, not the data).
 inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base,
                                int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3,
                                int box_rows) {
+  struct Key {
+    const void* base;
+    int64_t dims[7];
+    int type, elem_bytes, box_rows, pad;
+  };
+  struct Entry {
+    Key key;
+    CUtensorMap map;
+  };
+  constexpr int kCached = 16;
+  thread_local Entry cache[kCached];
+  thread_local int cached = 0, next = 0;
+  Key key{};  // zero-initialized, padding included: keys compare with memcmp
+  key.base = base;
+  const int64_t dims7[7] = {d0, d1, d2, d3, s1, s2, s3};
+  std::memcpy(key.dims, dims7, sizeof(dims7));
+  key.type = int(type);
+  key.elem_bytes = elem_bytes;
+  key.box_rows = box_rows;
+  for (int i = 0; i < cached; ++i)
+    if (std::memcmp(&cache[i].key, &key, sizeof(Key)) == 0) {
+      *map = cache[i].map;
+      return cudaSuccess;
+    }
   const EncodeTiledFn encode = encode_tiled_fn();
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[4] = {cuuint64_t(d0), cuuint64_t(d1), cuuint64_t(d2), cuuint64_t(d3)};
@@ -52,7 +81,11 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
   const CUresult r = encode(map, type, 4, const_cast<void*>(base), dims, strides, box, estr,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  cache[next] = Entry{key, *map};
+  next = (next + 1) % kCached;
+  cached = cached < kCached ? cached + 1 : kCached;
+  return cudaSuccess;
 }
 
 // 16-bit (f16 / bf16) and 8-bit (fp8, as raw bytes) maps.

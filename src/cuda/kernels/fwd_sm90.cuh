@@ -1,10 +1,13 @@
 // fwd_sm90: fused attention forward for Hopper (sm_90a) on wgmma + TMA, 16-bit storage
-// (f16, bf16) or fp8 (e4m3, with descales; see below), fp32 accumulation. One CTA
-// computes kBlockM query rows of one (batch, head) with 1 + kBlockM / 64 warpgroups (warp
-// specialization; 64-row tiles run two CTAs per SM, taller ones one):
+// (f16, bf16) or fp8 (e4m3, with descales; see below), fp32 accumulation. A work item is
+// kBlockM query rows of one (batch, head); each CTA has 1 + kBlockM / 64 warpgroups (warp
+// specialization; 64-row tiles run two CTAs per SM, taller ones one). One CTA per item,
+// or (kPersistent) persistent CTAs that walk a static list of items (below), each head's
+// latest (heaviest, causal) query blocks first:
 //
-//   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread issues the TMA
-//     loads: Q once, then each key tile's K and V into kStages-deep shared-memory rings;
+//   warpgroup 0 (producer, 24 registers after setmaxnreg): one thread loads the item's
+//     Q (kPersistent: once the consumers released the last item's, empty_q), then issues
+//     each key tile's K and V into kStages-deep shared-memory rings;
 //     full_k/full_v barriers count the bytes in (expect-tx), empty_k/empty_v barriers the
 //     consumers' releases (K is released as soon as S is computed, V after P V).
 //   warpgroups 1.. (consumers, the rest of the CTA's share of the register file: 240 each
@@ -19,7 +22,15 @@
 //     while P V is in flight (intra-warpgroup overlap). kPingPong: the consumer
 //     warpgroups take turns issuing their GEMMs (named barriers), so one's softmax also
 //     runs under the others' GEMMs.
-//     The epilogue (parts/epilogue.cuh) writes O and lse from registers.
+//     Epilogue: O through shared memory and TMA stores where the launcher could map O
+//     (p.o_tma: 16-bit, fixed-length batches): each consumer warpgroup writes its 64 rows
+//     into its own rows of Q's buffer (its last S GEMM has retired; kPersistent: of a
+//     buffer of their own, once the last item's stores read it) in the same swizzled
+//     layout, and one thread stores them with cp.async.bulk.tensor (rows past Sq and
+//     columns past Dv are clipped by the map) without waiting for them. Otherwise
+//     (parts/epilogue.cuh) O from registers. lse always from registers. On an H200 the
+//     TMA stores made the S = 512 hd256 rows 1.14x faster than register stores
+//     (docs/results/cuda-sm90-2026-11-22.md, session 5).
 //
 // Shared memory: every tile is stored as kHeadDim / 64 column blocks of [rows][64]
 // elements, 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r at
@@ -38,7 +49,13 @@
 // packed to e4m3 in registers without shuffles (operands_fp8.cuh); P V is an RS wgmma with
 // K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
 // it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale.
-// Not (yet) here: TMA stores, a persistent scheduler, GQA packing.
+// Not (yet) here: GQA packing.
+//
+// Persistence (kPersistent, the "_p" keys) is a second compiled variant: the item loop
+// costs the main loop ~8% more instructions (ptxas builds some descriptors per thread),
+// which the overlap of one item's epilogue with the next one's prologue repays only where
+// items are short (H200, S = 512: 1.11-1.24x with the TMA-store epilogue; a dynamic
+// scheduler on long causal rows: 0.82-0.94x).
 #pragma once
 
 #include <cuda.h>
@@ -60,7 +77,7 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPersistent>
 struct FwdSm90Traits {
   static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
   static constexpr int kElem = int(sizeof(T));
@@ -75,12 +92,14 @@ struct FwdSm90Traits {
   static constexpr int kColBlocks = (kHeadDim + kColElems - 1) / kColElems;
   static constexpr int kTileQ = kBlockM * kColBlocks * 128;
   static constexpr int kTileKV = kBlockN * kColBlocks * 128;
-  static constexpr int kBarriers = 1 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[]
+  static constexpr int kBarriers = 2 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
-  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
+  // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
+  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only).
+  static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ : 0;
+  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + kTileO + 8 * kBarriers + 1024;
   // 64-row tiles (one consumer warpgroup) run two CTAs per SM, so one CTA's prologue,
-  // epilogue and softmax overlap the other's GEMMs (as a second CTA does for the sm80
-  // family); taller tiles one.
+  // epilogue and softmax overlap the other's GEMMs; taller tiles one.
   static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
   // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the
   // CTA's share of the 64K-register file (multiples of 8).
@@ -99,13 +118,14 @@ struct FwdSm90Traits {
   static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory of the SM (228 KiB)");
 };
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
-__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
-                                  FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kCtasPerSm)
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPersistent>
+__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>::kThreads,
+                                  FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>::kCtasPerSm)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                    const __grid_constant__ CUtensorMap tm_v, const FwdParams p) {
+                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
+                    const FwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
   constexpr int kNF = kBlockN / 8, kDF = kHeadDim / 8, kPK = kBlockN / MmaOps<T>::kPVKeys;
   constexpr int kKS = kHeadDim * Tr::kElem / 32;  // Q K^T k-steps of 32 bytes (real columns only)
 
@@ -113,25 +133,60 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sQ = (ptx::smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t sK = sQ + Tr::kTileQ;
   const uint32_t sV = sK + kStages * Tr::kTileKV;
-  const uint32_t bar_q = sV + kStages * Tr::kTileKV;
+  const uint32_t sO = Tr::kTileO > 0 ? sV + kStages * Tr::kTileKV : sQ;
+  const uint32_t bar_q = sV + kStages * Tr::kTileKV + Tr::kTileO;
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
   auto full_v = [&](int s) { return bar_q + 8u * (1 + kStages + s); };
   auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
   auto empty_v = [&](int s) { return bar_q + 8u * (1 + 3 * kStages + s); };
+  const uint32_t empty_q = bar_q + 8u * (1 + 4 * kStages);
 
-  // Heavy (late, causal) query blocks first: they are launched in reverse order.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const SeqInfo seq = seq_info(p, b);
-  const int m0 = m_block * kBlockM;
-  if (m0 >= seq.sq) return;
-  const int hk = h / p.group;
-  const core::BandMask mask = band_mask(p, seq);
-  const TileRange tiles = tile_range(mask, m0, min(m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN);
-
+  // kPersistent: as many CTAs as fit on the SMs at once, each walking a static list of
+  // work items: in round r, CTA c takes item w = r G + c for even r and r G + G - 1 - c
+  // for odd r (G = gridDim.x; a snake order), until w >= items. Item w is (query block,
+  // head, batch), query blocks fastest and in descending order within a head, so the CTAs
+  // at work at one time share a few heads' K and V in L2 and each head's heaviest (latest,
+  // causal) blocks come first; the snake pairs a CTA's heavy item of one round with a
+  // light one in the next. Producer and consumers compute the same list, so nothing is
+  // handed over between them; the producer runs ahead into the next item (its Q once the
+  // consumers released the last one's, empty_q; K/V into free stages) while the consumers
+  // finish the current one. (Measured on an H200 against a dynamic scheduler with an
+  // atomic counter, whose item handoff through shared memory racecheck could not follow:
+  // docs/results/cuda-sm90-2026-11-22.md.) The launcher keeps items + G below 2^31.
+  constexpr uint32_t kBarEpilogue = 8;  // + cw: the TMA-store epilogue of consumer cw (128 threads)
+  const int n_mb = (p.sq + kBlockM - 1) / kBlockM, items = n_mb * p.heads * p.batch;
+  struct Item {
+    int m0, h, b;
+  };
+  auto item = [&](int w) {
+    const int hb = w / n_mb;
+    return Item{(n_mb - 1 - w % n_mb) * kBlockM, hb % p.heads, hb / p.heads};
+  };
+  // Not persistent: the CTA's one item, heavy (late, causal) query blocks launched first.
+  const Item own{(int(gridDim.x) - 1 - int(blockIdx.x)) * kBlockM, int(blockIdx.y), int(blockIdx.z)};
+  // The CTA's item of round r (both roles walk rounds r = 0, 1, .. until this is false;
+  // not persistent: round 0 only). Varlen: a query block past its sequence's end has
+  // m0 >= seq.sq and is skipped by both roles alike. (A plain loop: with the item loop
+  // in a lambda, ptxas built the wgmma descriptors per thread in the main loop, +11%
+  // instructions, 3-4% slower.)
+  auto round_item = [&](int r, Item& wi) {
+    if constexpr (kPersistent) {
+      const int g = int(gridDim.x), c = int(blockIdx.x), w = r * g + ((r & 1) ? g - 1 - c : c);
+      if (w >= items) return false;
+      wi = item(w);
+      return true;
+    } else {
+      wi = own;
+      return r == 0;
+    }
+  };
+  if constexpr (!kPersistent) {
+    if (own.m0 >= seq_info(p, own.b).sq) return;  // varlen: past this sequence's end
+  }
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     ptx::mbar_init(bar_q, 1);
+    ptx::mbar_init(empty_q, 4 * Tr::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(full_k(s), 1);
       ptx::mbar_init(full_v(s), 1);
@@ -150,33 +205,47 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::tma_prefetch_desc(&tm_q);
       ptx::tma_prefetch_desc(&tm_k);
       ptx::tma_prefetch_desc(&tm_v);
-      ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
-#pragma unroll
-      for (int c = 0; c < Tr::kColBlocks; ++c)
-        ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, int(seq.q_row0) + m0, h,
-                         int(seq.bb));
-      for (int n = tiles.lo, it = 0; n < tiles.hi; ++n, ++it) {
-        const int stage = it % kStages;
-        const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
-        if (it >= kStages) ptx::mbar_wait(empty_k(stage), parity);
-        ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
-#pragma unroll
-        for (int c = 0; c < Tr::kColBlocks; ++c)
-          ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * Tr::kColElems,
-                           int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
-        if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
-        ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
-        if constexpr (Tr::kFp8) {  // V^T (no varlen): kHeadDim rows of 128 keys per column block
-#pragma unroll
-          for (int c = 0; c < kBlockN / 128; ++c)
-            ptx::tma_load_4d(sV + off + c * kHeadDim * 128, &tm_v, full_v(stage), n * kBlockN + c * 128, 0, hk,
-                             int(seq.bb));
-        } else {
+      int it = 0, qi = 0;  // K/V tiles and items so far: ring stages and phases
+      Item wi;
+      for (int r = 0; round_item(r, wi); ++r) {
+        const SeqInfo seq = seq_info(p, wi.b);
+        if (wi.m0 >= seq.sq) continue;
+        {
+          // Q's buffer is free once the consumers' last S GEMM of the previous item retired.
+          if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
+          const int hk = wi.h / p.group;
+          const TileRange tiles =
+              tile_range(band_mask(p, seq), wi.m0, min(wi.m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN);
+          ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
 #pragma unroll
           for (int c = 0; c < Tr::kColBlocks; ++c)
-            ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64, int(seq.k_row0) + n * kBlockN,
-                             hk, int(seq.bb));
+            ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, int(seq.q_row0) + wi.m0, wi.h,
+                             int(seq.bb));
+          for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
+            const int stage = it % kStages;
+            const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
+            if (it >= kStages) ptx::mbar_wait(empty_k(stage), parity);
+            ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
+#pragma unroll
+            for (int c = 0; c < Tr::kColBlocks; ++c)
+              ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * Tr::kColElems,
+                               int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
+            if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
+            ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
+            if constexpr (Tr::kFp8) {  // V^T (no varlen): kHeadDim rows of 128 keys per column block
+#pragma unroll
+              for (int c = 0; c < kBlockN / 128; ++c)
+                ptx::tma_load_4d(sV + off + c * kHeadDim * 128, &tm_v, full_v(stage), n * kBlockN + c * 128, 0, hk,
+                                 int(seq.bb));
+            } else {
+#pragma unroll
+              for (int c = 0; c < Tr::kColBlocks; ++c)
+                ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64,
+                                 int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
+            }
+          }
         }
+        ++qi;
       }
     }
   } else {
@@ -185,158 +254,208 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     const int cw = wg - 1;  // this warpgroup's 64 rows: [64 cw, 64 cw + 64) of the block
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
-    const int row0 = m0 + 64 * cw + 16 * warp + g;  // this lane's rows: row0, row0 + 8
-    const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
+    int it0 = 0;  // K/V tiles so far (as the producer counts them)
+    Item wi;
+    for (int r = 0, qi = 0; round_item(r, wi); ++r) {  // qi: items so far
+      const SeqInfo seq = seq_info(p, wi.b);
+      if (wi.m0 >= seq.sq) continue;
+      const TileRange tiles =
+          tile_range(band_mask(p, seq), wi.m0, min(wi.m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN);
+      const int row0 = wi.m0 + 64 * cw + 16 * warp + g;  // this lane's rows: row0, row0 + 8
+      const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
 
-    float acc[1][kDF][4];  // O, unnormalized
+      float acc[1][kDF][4];  // O, unnormalized
 #pragma unroll
-    for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
-    OnlineSoftmax<2> sm;
-    sm.init();
+      for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
+      OnlineSoftmax<2> sm;
+      sm.init();
 
-    // Per key tile n after the first, in this warpgroup's turn: S_n = Q K_n^T and
-    // O += P_{n-1} V_{n-1} issued back to back as two commit groups (FlashAttention-3's
-    // intra-warpgroup overlap). wait<1> retires S_n: its mask and softmax (exponentials
-    // in place, fp32) run while P V is still in flight; wait<0> retires P V, then O is
-    // rescaled and S_n is converted into the P registers. Nothing the in-flight P V reads
-    // (P) or writes (O) is touched before wait<0>, so ptxas keeps the wgmmas asynchronous
-    // (writing P earlier made it serialize them, C7513, and lost 12-25%; see
-    // docs/results/cuda-sm90-2026-11-22.md). K and V stages are released separately.
-    auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
-      // Descriptors as one base per call + offsets (ptx::desc_add), not rebuilt per k-step.
-      const uint64_t da0 = ptx::desc_sw128(sQ + cw * 64 * 128, 16, 1024), db0 = ptx::desc_sw128(sK + off, 16, 1024);
-      ptx::wgmma_fence();
+      // Per key tile n after the first, in this warpgroup's turn: S_n = Q K_n^T and
+      // O += P_{n-1} V_{n-1} issued back to back as two commit groups (FlashAttention-3's
+      // intra-warpgroup overlap). wait<1> retires S_n: its mask and softmax (exponentials
+      // in place, fp32) run while P V is still in flight; wait<0> retires P V, then O is
+      // rescaled and S_n is converted into the P registers. Nothing the in-flight P V reads
+      // (P) or writes (O) is touched before wait<0>, so ptxas keeps the wgmmas asynchronous
+      // (writing P earlier made it serialize them, C7513, and lost 12-25%; see
+      // docs/results/cuda-sm90-2026-11-22.md). K and V stages are released separately.
+      auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
+        const uint64_t da0 = ptx::desc_sw128(sQ + cw * 64 * 128, 16, 1024), db0 = ptx::desc_sw128(sK + off, 16, 1024);
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) {
-        // k-step ks reads 32 bytes of column block ks / 4 (the swizzle is applied by the
-        // hardware to the full address, so the start just moves by 32 bytes).
-        const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
-        const uint64_t da = ptx::desc_add(da0, cb * kBlockM * 128 + kb);
-        const uint64_t db = ptx::desc_add(db0, cb * kBlockN * 128 + kb);
-        if (ks == 0)
-          ptx::wgmma_ss_zero<kBlockN, T>(s[0], da, db);
-        else
-          ptx::wgmma_ss<kBlockN, T>(s[0], da, db, 1);
-      }
-      ptx::wgmma_commit();
-    };
-    auto issue_pv = [&](const uint32_t (&pa)[kPK][4], uint32_t off) {
-      const uint64_t dv0 = ptx::desc_sw128(sV + off, Tr::kFp8 ? 16 : kBlockN * 128, 1024);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int pk = 0; pk < kPK; ++pk) {
-        if constexpr (Tr::kFp8) {
-          // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's rows (K-major, as K in Q K^T).
-          const uint32_t cb = pk / 4, kb = (pk % 4) * 32;
-          const uint64_t dv = ptx::desc_add(dv0, cb * kHeadDim * 128 + kb);
-          ptx::wgmma_rs<kHeadDim, T>(acc[0], pa[pk], dv, 1);
-        } else {
-          // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
-          // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
-          const uint64_t dv = ptx::desc_add(dv0, pk * 16 * 128);
-          ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+        for (int ks = 0; ks < kKS; ++ks) {
+          // k-step ks reads 32 bytes of column block ks / 4 (the swizzle is applied by the
+          // hardware to the full address, so the start just moves by 32 bytes).
+          // Descriptors as base + offset (ptx::desc_add): one base per call instead of the
+          // address arithmetic per k-step.
+          const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
+          const uint64_t da = ptx::desc_add(da0, cb * kBlockM * 128 + kb);
+          const uint64_t db = ptx::desc_add(db0, cb * kBlockN * 128 + kb);
+          if (ks == 0)
+            ptx::wgmma_ss_zero<kBlockN, T>(s[0], da, db);
+          else
+            ptx::wgmma_ss<kBlockN, T>(s[0], da, db, 1);
         }
-      }
-      ptx::wgmma_commit();
-    };
-    // Mask + online softmax of tile n's scores: P (fp32) in place in s, the O rescale
-    // factors in corr.
-    auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
-      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
-      sm.template update<1, kNF, Tr::kPLog2>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
-    };
-    auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
+        ptx::wgmma_commit();
+      };
+      auto issue_pv = [&](const uint32_t (&pa)[kPK][4], uint32_t off) {
+        const uint64_t dv0 = Tr::kFp8 ? ptx::desc_sw128(sV + off, 16, 1024) : ptx::desc_sw128(sV + off, kBlockN * 128, 1024);
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
-    };
-    auto release = [&](uint32_t bar) {
-      if (lane == 0) ptx::mbar_arrive(bar);
-    };
-    // Ping-pong turns: consumer cw waits on named barrier 1 + cw and hands the turn to the
-    // next one (barrier 1 + (cw + 1) % kConsumers), each barrier counted over the 256
-    // threads of the two warpgroups involved. The last consumer opens barrier 1 once up
-    // front, so consumer 0 goes first, and skips its hand-over after its last turn
-    // (nothing waits for it): every barrier sees as many arrivals as syncs.
-    constexpr uint32_t kPPThreads = 256;
-    constexpr int kLastCw = Tr::kConsumers - 1;
-    auto turn_begin = [&]() {
-      if constexpr (Tr::kPingPong) ptx::named_bar_sync(1 + cw, kPPThreads);
-    };
-    auto turn_end = [&](bool last) {
+        for (int pk = 0; pk < kPK; ++pk) {
+          if constexpr (Tr::kFp8) {
+            // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's rows (K-major, as K in Q K^T).
+            const uint32_t cb = pk / 4, kb = (pk % 4) * 32;
+            const uint64_t dv = ptx::desc_add(dv0, cb * kHeadDim * 128 + kb);
+            ptx::wgmma_rs<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+          } else {
+            // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
+            // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
+            const uint64_t dv = ptx::desc_add(dv0, pk * 16 * 128);
+            ptx::wgmma_rs_bt<kHeadDim, T>(acc[0], pa[pk], dv, 1);
+          }
+        }
+        ptx::wgmma_commit();
+      };
+      // Mask + online softmax of tile n's scores: P (fp32) in place in s, the O rescale
+      // factors in corr.
+      auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
+        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
+        sm.template update<1, kNF, Tr::kPLog2>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+      };
+      auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
+#pragma unroll
+        for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
+      };
+      auto release = [&](uint32_t bar) {
+        if (lane == 0) ptx::mbar_arrive(bar);
+      };
+      // Ping-pong turns: consumer cw waits on named barrier 1 + cw and hands the turn to the
+      // next one (barrier 1 + (cw + 1) % kConsumers), each barrier counted over the 256
+      // threads of the two warpgroups involved. The last consumer opens barrier 1 once up
+      // front, so consumer 0 goes first, and skips its hand-over after its last turn
+      // (nothing waits for it): every barrier sees as many arrivals as syncs.
+      constexpr uint32_t kPPThreads = 256;
+      constexpr int kLastCw = Tr::kConsumers - 1;
+      auto turn_begin = [&]() {
+        if constexpr (Tr::kPingPong) ptx::named_bar_sync(1 + cw, kPPThreads);
+      };
+      auto turn_end = [&](bool last) {
+        if constexpr (Tr::kPingPong) {
+          if (!last || cw != kLastCw) ptx::named_bar_arrive(1 + (cw + 1) % Tr::kConsumers, kPPThreads);
+        }
+      };
+
+      ptx::mbar_wait(bar_q, qi & 1);
+      uint32_t pa[kPK][4];
+      float corr[2];
       if constexpr (Tr::kPingPong) {
-        if (!last || cw != kLastCw) ptx::named_bar_arrive(1 + (cw + 1) % Tr::kConsumers, kPPThreads);
+        if (cw == kLastCw && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
       }
-    };
+      if (tiles.lo < tiles.hi) {
+        float s[1][kNF][4];
+        const int stage = it0 % kStages;
+        ptx::mbar_wait(full_k(stage), (it0 / kStages) & 1);
+        turn_begin();
+        issue_qk(s, stage * Tr::kTileKV);
+        turn_end(false);
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(s[0]);
+        release(empty_k(stage));
+        softmax(s, tiles.lo, corr);  // corr of the first tile multiplies O = 0: unused
+        to_operand(s, pa);
+      }
+      int it = it0 + 1;  // this CTA's K/V tile count at tile n
+      for (int n = tiles.lo + 1; n < tiles.hi; ++n, ++it) {
+        const int stage = it % kStages, prev = (it - 1) % kStages;
+        float s[1][kNF][4];
+        ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
+        ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
+        turn_begin();
+        issue_qk(s, stage * Tr::kTileKV);
+        issue_pv(pa, prev * Tr::kTileKV);
+        turn_end(false);
+        ptx::wgmma_wait<1>();  // S_n
+        ptx::fence_regs(s[0]);
+        release(empty_k(stage));
+        softmax(s, n, corr);
+        ptx::wgmma_wait<0>();  // P_{n-1} V_{n-1}
+        ptx::fence_regs(acc[0]);
+        ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
+        release(empty_v(prev));
+        rescale_rows<1, kDF>(acc, corr);
+        to_operand(s, pa);
+      }
+      if constexpr (kPersistent) release(empty_q);  // every S of this item retired: Q's buffer is free
+      if (tiles.lo < tiles.hi) {
+        const int prev = (it - 1) % kStages;
+        ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
+        turn_begin();
+        issue_pv(pa, prev * Tr::kTileKV);
+        turn_end(true);
+        ptx::wgmma_wait<0>();
+        ptx::fence_regs(acc[0]);
+        release(empty_v(prev));
+      }
 
-    ptx::mbar_wait(bar_q, 0);
-    uint32_t pa[kPK][4];
-    float corr[2];
-    if constexpr (Tr::kPingPong) {
-      if (cw == kLastCw && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
-    }
-    if (tiles.lo < tiles.hi) {
-      float s[1][kNF][4];
-      ptx::mbar_wait(full_k(0), 0);
-      turn_begin();
-      issue_qk(s, 0);
-      turn_end(false);
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(s[0]);
-      release(empty_k(0));
-      softmax(s, tiles.lo, corr);  // corr of the first tile multiplies O = 0: unused
-      to_operand(s, pa);
-    }
-    int it = 1;
-    for (int n = tiles.lo + 1; n < tiles.hi; ++n, ++it) {
-      const int stage = it % kStages, prev = (it - 1) % kStages;
-      float s[1][kNF][4];
-      ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
-      ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
-      turn_begin();
-      issue_qk(s, stage * Tr::kTileKV);
-      issue_pv(pa, prev * Tr::kTileKV);
-      turn_end(false);
-      ptx::wgmma_wait<1>();  // S_n
-      ptx::fence_regs(s[0]);
-      release(empty_k(stage));
-      softmax(s, n, corr);
-      ptx::wgmma_wait<0>();  // P_{n-1} V_{n-1}
-      ptx::fence_regs(acc[0]);
-      ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
-      release(empty_v(prev));
-      rescale_rows<1, kDF>(acc, corr);
-      to_operand(s, pa);
-    }
-    if (tiles.lo < tiles.hi) {
-      const int prev = (it - 1) % kStages;
-      ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
-      turn_begin();
-      issue_pv(pa, prev * Tr::kTileKV);
-      turn_end(true);
-      ptx::wgmma_wait<0>();
-      ptx::fence_regs(acc[0]);
-      release(empty_v(prev));
-    }
+      it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
-    sm.finish();
-    float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
-    auto store = [&](auto* type) {  // O in the output's type
-      using O = std::remove_pointer_t<decltype(type)>;
-      O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
-      store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
-    };
-    if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
-      sm.m[0] -= Tr::kPLog2;
-      sm.m[1] -= Tr::kPLog2;
-      const float os[2] = {p.o_scale, p.o_scale};
-      rescale_rows<1, kDF>(acc, os);
-      if (p.out_bf16)
-        store(static_cast<__nv_bfloat16*>(nullptr));
-      else
-        store(static_cast<__half*>(nullptr));
-    } else {
-      store(static_cast<T*>(nullptr));
-    }
+      sm.finish();
+      float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + wi.h * p.lse_sh + seq.q_row0;
+      auto store = [&](auto* type) {  // O in the output's type
+        using O = std::remove_pointer_t<decltype(type)>;
+        O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + wi.h * p.o_sh;
+        store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+      };
+      // O / l into this warpgroup's rows of Q's buffer (Q's swizzled layout: 16-byte chunk
+      // c of local row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
+      // registers; then one thread stores the kColBlocks boxes of 64 rows.
+      auto store_tma = [&]() {
+        if constexpr (!Tr::kFp8) {
+        const uint32_t base = sO + cw * 64 * 128;
+        if constexpr (kPersistent) {  // the last item's boxes must have been read out of sO
+          if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();
+          ptx::named_bar_sync(kBarEpilogue + cw, 128);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int lr = 16 * warp + g + 8 * half;  // local row; lr % 8 == g
+          const float inv = sm.l[half] > 0.f ? 1.f / sm.l[half] : 0.f;
+#pragma unroll
+          for (int df = 0; df < kDF; ++df)
+            ptx::sts32(base + (df / 8) * kBlockM * 128 + lr * 128 + (((df % 8) ^ g) << 4) + 4 * t,
+                       ptx::pack2<T>(acc[0][df][2 * half] * inv, acc[0][df][2 * half + 1] * inv));
+          if (glse != nullptr && t == 0 && row0 + 8 * half < seq.sq)
+            glse[row0 + 8 * half] =
+                sm.l[half] > 0.f ? (sm.m[half] + log2f(sm.l[half])) * 0.69314718055994531f : -INFINITY;
+        }
+        ptx::fence_proxy_async();
+        ptx::named_bar_sync(kBarEpilogue + cw, 128);
+        if (threadIdx.x % 128 == 0) {
+#pragma unroll
+          for (int c = 0; c < Tr::kColBlocks; ++c)
+            ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64, wi.m0 + 64 * cw, wi.h, int(seq.bb));
+          ptx::tma_store_commit();
+        }
+        }
+      };
+      if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
+        sm.m[0] -= Tr::kPLog2;
+        sm.m[1] -= Tr::kPLog2;
+        const float os[2] = {p.o_scale, p.o_scale};
+        rescale_rows<1, kDF>(acc, os);
+        if (p.out_bf16)
+          store(static_cast<__nv_bfloat16*>(nullptr));
+        else
+          store(static_cast<__half*>(nullptr));
+      } else {
+        if (p.o_tma)
+          store_tma();
+        else
+          store(static_cast<T*>(nullptr));
+      }
+      ++qi;
+    }  // work items
+    if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();  // O's last boxes read out of shared memory
   }
 #endif
 }
@@ -345,9 +464,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 // kHeadDim), then the launch on the caller's stream. Varlen: the maps cover the packed
 // tensors ([1][total][H][D]); a sequence's tiles start at its first row, and rows of the
 // next sequence that a tile reaches are masked (keys) or not stored (queries).
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPersistent>
 cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
-  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
   if (p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int kv_heads = p.heads / p.group;
@@ -370,12 +489,30 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
       e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
   }
   if (e != cudaSuccess) return e;
-  auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  // O's map for the TMA-store epilogue (16-bit, fixed-length batches), boxes of
+  // 64 rows; where O cannot be mapped (TMA wants a 16-byte aligned base and strides),
+  // the registers store it.
+  FwdParams kp = p;
+  CUtensorMap to{};
+  if constexpr (!Tr::kFp8) {
+    kp.o_tma = !varlen && make_tma_16bit_4d(&to, bf16, p.o, p.dv, p.sq, p.heads, p.batch, p.o_ss, p.o_sh, p.o_sb,
+                                             64) == cudaSuccess;
+  }
+  auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
   static std::atomic<uint64_t> smem_done{0};
   e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
-  const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(tq, tk, tv, p);
+  // One CTA per item (query blocks, heads, batch), or persistent: as many CTAs as fit the
+  // SMs at once (or one per item, when there are fewer).
+  const int n_mb = (p.sq + kBlockM - 1) / kBlockM;
+  dim3 grid(unsigned(n_mb), unsigned(p.heads), unsigned(p.batch));
+  if constexpr (kPersistent != 0) {
+    const int64_t items = int64_t(n_mb) * p.heads * p.batch;
+    const int64_t ctas = std::min<int64_t>(items, int64_t(p.sms > 0 ? p.sms : 132) * Tr::kCtasPerSm);
+    if (items > INT32_MAX - ctas) return cudaErrorInvalidValue;  // 32-bit item numbers
+    grid = dim3(static_cast<unsigned>(ctas));
+  }
+  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(tq, tk, tv, to, kp);
   return cudaGetLastError();
 }
 
