@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--only-mission", action="store_true")
     ap.add_argument("--hdims", default="64,128,256")
+    ap.add_argument("--gqa", action="store_true", help="also GQA 32/8 rows (decode, 16 queries)")
     args = ap.parse_args()
     dts = {"f16": [torch.float16], "bf16": [torch.bfloat16], "f32": [torch.float32],
            "both": [torch.float16, torch.bfloat16],
@@ -83,15 +84,23 @@ def main():
     for dt in dts:
         name = NAMES[dt]
         backends = F32_BACKENDS if dt == torch.float32 else BACKENDS
-        for tag, b, h, s, d, causal in shapes(args.only_mission, [int(x) for x in args.hdims.split(",")]):
+        # (tag, B, H, S, D, causal, Hkv = H, Sq = S)
+        rows = [r + (r[2], r[3]) for r in shapes(args.only_mission, [int(x) for x in args.hdims.split(",")])]
+        if args.gqa:  # (tag, B, H, S = keys, D, causal, Hkv, Sq), as flashcore_cuda_timing --gqa
+            rows += [("gqa", 32, 32, s, 128, False, 8, 1) for s in (4096, 8192)]
+            rows += [("gqa", 8, 32, 4096, 128, False, 8, 16)]  # no mask: is_causal aligns Sq != Sk top-left
+        for tag, b, h, s, d, causal, hkv, sq in rows:
             # [B, H, S, D] views of [B, S, H, D] storage: the layout flashcore is timed on.
-            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt).transpose(1, 2) for _ in range(3))
-            flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+            q = torch.randn(b, sq, h, d, device="cuda", dtype=dt).transpose(1, 2)
+            k, v = (torch.randn(b, s, hkv, d, device="cuda", dtype=dt).transpose(1, 2) for _ in range(2))
+            flops = 4.0 * b * h * sq * s * d * (0.5 if causal and sq == s else 1.0)
             for backend, enum in backends.items():
                 row = dict(tag=tag, backend=backend, dtype=name, B=b, H=h, S=s, D=d, causal=causal)
+                if hkv != h or sq != s:
+                    row.update(Hkv=hkv, Sq=sq)
                 try:
                     with sdpa_kernel([enum]):
-                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
                         ms = median_ms(fn, args.iters)
                     row.update(us=round(ms * 1e3, 2), tflops=round(flops / ms / 1e9, 1))
                     if ms < 0.1:  # short shapes: also without launch overhead, as flashcore_cuda_timing

@@ -203,11 +203,14 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   0.92-1.02x, long causal rows 0.82-0.94x, B1 H8 S512 hd64 (64 items) 0.68-0.86x). hd256
 //   has none: its O buffer does not fit beside the ring, and without TMA stores the
 //   persistent hd256 kernel was no faster (0.98-1.02x).
-const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev) {
+// - With GQA packing (gqa_pack_shift) the rows are Sq G per KV head; a 64-row tile where
+//   they fit in one.
+const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 1024;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  const int64_t sq = p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq;  // varlen: mean
+  const int64_t sq = (p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq) << pack_shift;  // varlen: mean
+  const int64_t heads = p.heads >> pack_shift;
   const Instance *tall = nullptr, *rows64 = nullptr;
   for (const Instance& i : kInstances)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
@@ -218,19 +221,43 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
         continue;
       }
       if (tall != nullptr || (i.block_m > 128 && banded && p.sk < kBandedTallMinSk)) continue;
-      if ((sq + i.block_m - 1) / i.block_m * p.heads * p.batch >= dev.sms) tall = &i;
+      if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
     }
   const bool few_keys = p.d <= 64 ? p.sk < (banded ? kBandedShortSk64 : kShortSk) : banded && p.sk < kShortSk;
-  const Instance* pick = rows64 != nullptr && (few_keys || tall == nullptr) ? rows64 : tall;
+  const bool few_rows = pack_shift > 0 && sq <= 64;
+  const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.
   const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * (i->block_m == 64 ? 2 : 1); };
   if (pick != nullptr && p.sk < kPersistentMaxSk &&
-      (sq + pick->block_m - 1) / pick->block_m * p.heads * p.batch > resident(pick))
+      (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
     for (const Instance& i : kInstances)
       if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&
           i.block_n == pick->block_n && i.stages == pick->stages && sm90_refusal(p, i, dev).empty())
         return &i;
   return pick;
+}
+
+// GQA packing on the sm90 kernels (FwdParams::pack_shift): the G = H / Hkv query heads
+// of a KV head share the tiles when Sq is short (below 64, a tile of one head's rows is
+// mostly empty, and each head would read the KV head's K and V again): G a power of two
+// up to 64, fixed-length batches, 16-bit, O mappable by TMA (16-byte aligned base and
+// strides; the packed rows are written by the TMA-store epilogue). log2 G, or 0.
+// Whether the sm90 kernels may write O with TMA stores: fixed-length batches and 16-byte
+// aligned base and strides (checked here, so that no tensor-map encode fails on the way).
+bool o_tma_mappable(const core::AttentionProblem& p) {
+  return p.cu_q == nullptr &&
+         misalignment(p.o, 16, int64_t(dtype_size(p.out_dtype)),
+                      {{p.o_sb, p.batch}, {p.o_ss, p.sq}, {p.o_sh, p.heads}}).empty();
+}
+
+int gqa_pack_shift(const core::AttentionProblem& p) {
+  const int64_t g = p.group();
+  if (p.cu_q != nullptr || p.sq >= 64 || g < 2 || g > 64 || (g & (g - 1)) != 0) return 0;
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return 0;
+  if (!o_tma_mappable(p)) return 0;
+  int shift = 0;
+  while ((int64_t(1) << shift) < g) ++shift;
+  return shift;
 }
 
 const Instance* find_key(const char* key) {
@@ -463,7 +490,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     if (f32 && !bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   } else if (!simt_forced && !(f32 && (p.exact_fp32 || !dims_ok || !bad_align.empty()))) {
     const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
-    inst = f32 ? nullptr : pick_sm90(p, dev);
+    inst = f32 ? nullptr : pick_sm90(p, dev, gqa_pack_shift(p));
     if (inst == nullptr)
       inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
   }
@@ -476,10 +503,13 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
   }
 
-  const FwdParams f = fwd_params(p, sq, sk, dev.sms);
+  FwdParams f = fwd_params(p, sq, sk, dev.sms);
+  f.pack_shift = inst != nullptr && inst->arch == 90 ? gqa_pack_shift(p) : 0;
+  f.o_tma = o_tma_mappable(p);
 
   if (times != nullptr) {
     times->kernel = simt ? kSimtKey : inst->key;
+    if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);  // packed query heads
     times->strategy = to_string(Strategy::online);
   }
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;

@@ -90,6 +90,7 @@ struct Case {
   std::string impl;  // force a kernel by key
   float scale = 0.f;  // 0 = 1/sqrt(D)
   std::string expect_kernel;  // when set: the kernel that ran must start with this
+  bool exact_kernel = false;  // ... and be exactly this
   std::string str() const {
     return std::string(fctest::name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" +
@@ -162,6 +163,7 @@ void run_case(const Case& c) {
   }
   if (!c.expect_kernel.empty()) {
     EXPECT_EQ(times.kernel.rfind(c.expect_kernel, 0), 0u) << "kernel " << times.kernel;
+    if (c.exact_kernel) EXPECT_EQ(times.kernel, c.expect_kernel);
   }
   EXPECT_TRUE(fctest::close(o, ref, out_tol(c.dtype, c.Sk, exact))) << "kernel " << times.kernel;
   if (c.lse) {
@@ -537,6 +539,52 @@ TEST_P(CudaSm90, GqaLayoutsWindows) {
       c.causal = causal;
       run_case(c);
     }
+  }
+}
+
+// GQA packing (Sq < 64, G = H / Hkv a power of two <= 64): the G query heads of a KV head
+// share a tile; every sm90 kernel (forced by key: the packing is a layout choice, the
+// name shows "+gqa<G>"), decode and short prefixes, causal with Sq != Sk, lse, BHSD with
+// padded rows; G = 3 (not packed) and an output without 16-byte rows (not packed) stay
+// correct on the unpacked path.
+TEST_P(CudaSm90, GqaPackedShortQueries) {
+  FC_REQUIRE_SM90();
+  for (const auto& key : all_sm90(GetParam())) {
+    Case c = sm90_case(GetParam(), key);
+    c.B = 2;
+    c.H = 8;
+    c.Hkv = 2;
+    for (auto [Sq, Sk, causal] : {std::tuple<int64_t, int64_t, bool>{1, 1, false}, {1, 777, false}, {5, 300, true},
+                                  {33, 130, true}, {63, 1000, false}, {40, 20, true}}) {
+      c.Sq = Sq;
+      c.Sk = Sk;
+      c.causal = causal;
+      c.expect_kernel = key.first + "+gqa4";
+      c.exact_kernel = true;
+      run_case(c);
+    }
+    c.H = 32;  // G = 32: 64-row tiles hold two queries
+    c.Hkv = 1;
+    c.Sq = 3;
+    c.Sk = 200;
+    c.expect_kernel = key.first + "+gqa32";
+    run_case(c);
+    c.bhsd = true;  // [B, H, S, D] memory order, padded rows
+    c.pad = 8;
+    c.H = 16;
+    c.Hkv = 4;
+    c.causal = true;
+    c.expect_kernel = key.first + "+gqa4";
+    run_case(c);
+    c.bhsd = false;
+    c.pad = 0;
+    c.out_pad = 2;  // O rows not 16-byte aligned: not packed
+    c.expect_kernel = key.first;
+    run_case(c);
+    c.out_pad = -1;
+    c.H = 6;  // G = 3: not packed
+    c.Hkv = 2;
+    run_case(c);
   }
 }
 

@@ -3,13 +3,14 @@
 // events, median over iterations after warm-up; plus a CUDA-graph time per call for
 // short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
 // flashcore-bench's --backend cuda covers the same rows.
-//   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission]
+//   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
 //                         [--hdims 64,128] [--profile "B H S D causal"]
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
 // e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
 // fwd_sm80_* and fwd_sm90_* where the device runs them, plus the dispatcher's own pick;
-// --hdims keeps only the grid shapes of those head dims)
+// --hdims keeps only the grid shapes of those head dims; --gqa adds GQA 32/8 rows: decode
+// and 16 queries, as bench/peers/sdpa_peers.py --gqa)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,8 +27,9 @@ namespace {
 
 struct Shape {
   const char* tag;
-  int64_t B, H, S, D;
+  int64_t B, H, S, D;  // S: the keys (and the queries unless Sq is given)
   bool causal;
+  int64_t Hkv = 0, Sq = 0;  // GQA rows: KV heads and queries (0: H, S)
 };
 
 #define CK(x)                                                                   \
@@ -49,12 +51,13 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   const size_t es = dtype_size(dt);
   const bool fp8 = dt == DType::e4m3;
   const DType ot = fp8 ? DType::f16 : dt;  // fp8 attention writes f16 here
-  const int64_t n = s.B * s.S * s.H * s.D;
+  const int64_t hkv = s.Hkv > 0 ? s.Hkv : s.H, sq = s.Sq > 0 ? s.Sq : s.S;
+  const int64_t nq = s.B * sq * s.H * s.D, nk = s.B * s.S * hkv * s.D, n = std::max(nq, nk);
   void *q, *k, *v, *o;
-  CK(cudaMalloc(&q, n * es));
-  CK(cudaMalloc(&k, n * es));
-  CK(cudaMalloc(&v, n * es));
-  CK(cudaMalloc(&o, n * dtype_size(ot)));
+  CK(cudaMalloc(&q, nq * es));
+  CK(cudaMalloc(&k, nk * es));
+  CK(cudaMalloc(&v, nk * es));
+  CK(cudaMalloc(&o, nq * dtype_size(ot)));
   // Random-ish bits: small finite values (a fixed pattern; correctness is the tests' job).
   std::vector<uint16_t> h16(n);
   std::vector<float> h32;
@@ -83,12 +86,12 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
     }
   }
   for (void* p : {q, k, v})
-    CK(cudaMemcpy(p, fp8 ? static_cast<const void*>(h8.data()) : dt == DType::f32 ? static_cast<const void*>(h32.data()) : h16.data(), n * es,
-                  cudaMemcpyHostToDevice));
-  Tensor tq = Tensor::contiguous(q, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
-  Tensor tk = Tensor::contiguous(k, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
-  Tensor tv = Tensor::contiguous(v, dt, {s.B, s.S, s.H, s.D}, Device::cuda);
-  Tensor to = Tensor::contiguous(o, ot, {s.B, s.S, s.H, s.D}, Device::cuda);
+    CK(cudaMemcpy(p, fp8 ? static_cast<const void*>(h8.data()) : dt == DType::f32 ? static_cast<const void*>(h32.data()) : h16.data(),
+                  (p == q ? nq : nk) * es, cudaMemcpyHostToDevice));
+  Tensor tq = Tensor::contiguous(q, dt, {s.B, sq, s.H, s.D}, Device::cuda);
+  Tensor tk = Tensor::contiguous(k, dt, {s.B, s.S, hkv, s.D}, Device::cuda);
+  Tensor tv = Tensor::contiguous(v, dt, {s.B, s.S, hkv, s.D}, Device::cuda);
+  Tensor to = Tensor::contiguous(o, ot, {s.B, sq, s.H, s.D}, Device::cuda);
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   AttentionParams p;
@@ -156,12 +159,15 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
   }
-  const double flops = 4.0 * s.B * s.H * s.S * s.S * s.D * (s.causal ? 0.5 : 1.0);
+  const double flops = 4.0 * s.B * s.H * sq * s.S * s.D * (s.causal && sq == s.S ? 0.5 : 1.0);
+  // GB/s: Q, K, V read and O written once (decode is judged by it).
+  const double gbs = double((2 * nq + 2 * nk) * es) / us / 1e3;
   std::printf(
       "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"dtype\":\"%s\",\"B\":%lld,"
-      "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.1f}\n",
+      "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.1f,"
+      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f}\n",
       s.tag, pt.kernel.c_str(), impl == nullptr || dispatcher ? "true" : "false", to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
-      s.causal ? "true" : "false", us, graph_us, host_us, flops / us / 1e6);
+      s.causal ? "true" : "false", us, graph_us, host_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs);
   std::fflush(stdout);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -172,7 +178,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool all_tiles = false, only_mission = false, dtype_given = false;
+  bool all_tiles = false, only_mission = false, dtype_given = false, gqa = false;
   std::string prefix;
   std::vector<int64_t> hdims = {64, 128, 256};
   int iters = 30;
@@ -182,6 +188,7 @@ int main(int argc, char** argv) {
     if (a == "--all-tiles") all_tiles = true;
     else if (a == "--prefix" && i + 1 < argc) prefix = argv[++i];  // --all-tiles: only keys starting so
     else if (a == "--only-mission") only_mission = true;
+    else if (a == "--gqa") gqa = true;
     else if (a == "--profile" && i + 1 < argc) {  // "B H S D causal": a few calls of one shape (for ncu)
       long long B, H, S, D;
       int c;
@@ -213,6 +220,12 @@ int main(int argc, char** argv) {
     for (int64_t D : hdims)
       for (int64_t S : {512, 2048, 8192, 16384})
         for (bool c : {false, true}) shapes.push_back({"grid", 16384 / S, 2048 / D, S, D, c});
+  // GQA 32/8, D = 128: decode (one query) and a 16-query extension (speculative decoding;
+  // without a mask: PyTorch's is_causal aligns Sq != Sk top-left, ours bottom-right).
+  if (gqa) {
+    for (int64_t S : {4096, 8192}) shapes.push_back({"gqa", 32, 32, S, 128, false, 8, 1});
+    shapes.push_back({"gqa", 8, 32, 4096, 128, false, 8, 16});
+  }
   std::vector<flashcore::KernelInfo> ks(256);
   ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
   for (flashcore::DType dt : dts)

@@ -9,7 +9,8 @@
 # experiment builds' timing binaries (.gpubin/exp*/flashcore_cuda_timing, EXP_ARGS) and
 # "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
 # TIMING_DTYPES (default "f16 bf16 f32"; e4m3 too) and PEER_DTYPE (default all) pick the dtypes,
-# HDIMS (default "64,128,256") the grid's head dims for both; SANITIZE_SM80=0 skips the
+# HDIMS (default "64,128,256") the grid's head dims for both (PEERS_ARGS: more arguments of
+# sdpa_peers.py, e.g. --gqa, beside TIMING_ARGS' --gqa); SANITIZE_SM80=0 skips the
 # sm80 sanitizer subset (the sm90 one always runs; SANITIZE_TOOLS, default "memcheck
 # racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage, TESTS_TIMEOUT
 # (default 300 s) bounds each of its TESTS_SHARDS (default 8) parallel processes. "sass" counts the wgmma
@@ -110,7 +111,7 @@ if has exp; then
 fi
 if has peers; then
   stamp peers
-  timeout 200 python3 bench/peers/sdpa_peers.py --dtype "$PEER_DTYPE" --hdims "$HDIMS" > "$LOG/peers.jsonl" 2> "$LOG/peers.err"; echo "peers rc=$?"
+  timeout 200 python3 bench/peers/sdpa_peers.py --dtype "$PEER_DTYPE" --hdims "$HDIMS" ${PEERS_ARGS:-} > "$LOG/peers.jsonl" 2> "$LOG/peers.err"; echo "peers rc=$?"
   tail -3 "$LOG/peers.err"
 fi
 if has bench && [ -x $BIN/flashcore-bench ]; then

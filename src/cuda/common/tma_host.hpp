@@ -31,7 +31,7 @@ inline EncodeTiledFn encode_tiled_fn() {
 }
 
 // 4-d tiled map of a [d3][d2][d1][d0] tensor of `elem_bytes`-byte elements (d0
-// contiguous; strides in elements, any order), box {128 bytes of d0, box_rows, 1, 1} (one
+// contiguous; strides in elements, any order), box {128 bytes of d0, box_rows, box2, 1} (one
 // 128-byte row chunk per row: 64 16-bit or 128 8-bit elements) with the 128-byte swizzle
 // that wgmma's K-major and MN-major SW128 layouts read. Out-of-bounds elements (rows past
 // d1, columns past d0) are written as zeros. A stride of a dimension of extent 1 is never
@@ -42,11 +42,11 @@ inline EncodeTiledFn encode_tiled_fn() {
 // function of its arguments (it holds the address, not the data).
 inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base,
                                int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3,
-                               int box_rows) {
+                               int box_rows, int box2 = 1) {
   struct Key {
     const void* base;
     int64_t dims[7];
-    int type, elem_bytes, box_rows, pad;
+    int type, elem_bytes, box_rows, box2;
   };
   struct Entry {
     Key key;
@@ -62,6 +62,7 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
   key.type = int(type);
   key.elem_bytes = elem_bytes;
   key.box_rows = box_rows;
+  key.box2 = box2;
   for (int i = 0; i < cached; ++i)
     if (std::memcmp(&cache[i].key, &key, sizeof(Key)) == 0) {
       *map = cache[i].map;
@@ -76,7 +77,7 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
     if (ext[i] <= 1) st[i] = (i == 0 ? d0 : st[i - 1] * ext[i - 1]);
   const cuuint64_t strides[3] = {cuuint64_t(st[0] * elem_bytes), cuuint64_t(st[1] * elem_bytes),
                                  cuuint64_t(st[2] * elem_bytes)};
-  const cuuint32_t box[4] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows), cuuint32_t(box2), 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
   const CUresult r = encode(map, type, 4, const_cast<void*>(base), dims, strides, box, estr,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -90,9 +91,10 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
 
 // 16-bit (f16 / bf16) and 8-bit (fp8, as raw bytes) maps.
 inline cudaError_t make_tma_16bit_4d(CUtensorMap* map, bool bf16, const void* base, int64_t d0, int64_t d1,
-                                     int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows) {
+                                     int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows,
+                                     int box2 = 1) {
   return make_tma_4d(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, base, d0, d1,
-                     d2, d3, s1, s2, s3, box_rows);
+                     d2, d3, s1, s2, s3, box_rows, box2);
 }
 inline cudaError_t make_tma_8bit_4d(CUtensorMap* map, const void* base, int64_t d0, int64_t d1, int64_t d2,
                                     int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows) {

@@ -49,7 +49,12 @@
 // packed to e4m3 in registers without shuffles (operands_fp8.cuh); P V is an RS wgmma with
 // K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
 // it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale.
-// Not (yet) here: GQA packing.
+// GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq, 16-bit): an
+// item covers the G query heads of one KV head, packed row r = query (r >> shift) of
+// head G hk + (r & (G - 1)): Q and O move through maps of [B][S][H][D] ordered {D, H, S,
+// B} with boxes of G heads x rows / G queries, so the shared-memory tiles hold exactly
+// these rows; K and V are read once per KV head instead of once per query head. The
+// mask takes the row's query index (mask_scores' shift), lse its head and query.
 //
 // Persistence (kPersistent, the "_p" keys) is a second compiled variant: the item loop
 // costs the main loop ~8% more instructions (ptxas builds some descriptors per thread),
@@ -154,13 +159,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   // atomic counter, whose item handoff through shared memory racecheck could not follow:
   // docs/results/cuda-sm90-2026-11-22.md.) The launcher keeps items + G below 2^31.
   constexpr uint32_t kBarEpilogue = 8;  // + cw: the TMA-store epilogue of consumer cw (128 threads)
-  const int n_mb = (p.sq + kBlockM - 1) / kBlockM, items = n_mb * p.heads * p.batch;
+  // Packed rows per sequence: Sq, or Sq G (GQA packing); an item's head is then its KV head.
+  const int shift = p.pack_shift, item_heads = p.heads >> shift;
+  const int n_mb = ((p.sq << shift) + kBlockM - 1) / kBlockM, items = n_mb * item_heads * p.batch;
   struct Item {
     int m0, h, b;
   };
   auto item = [&](int w) {
     const int hb = w / n_mb;
-    return Item{(n_mb - 1 - w % n_mb) * kBlockM, hb % p.heads, hb / p.heads};
+    return Item{(n_mb - 1 - w % n_mb) * kBlockM, hb % item_heads, hb / item_heads};
   };
   // Not persistent: the CTA's one item, heavy (late, causal) query blocks launched first.
   const Item own{(int(gridDim.x) - 1 - int(blockIdx.x)) * kBlockM, int(blockIdx.y), int(blockIdx.z)};
@@ -181,7 +188,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     }
   };
   if constexpr (!kPersistent) {
-    if (own.m0 >= seq_info(p, own.b).sq) return;  // varlen: past this sequence's end
+    if (own.m0 >= seq_info(p, own.b).sq << shift) return;  // varlen: past this sequence's end
   }
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -209,18 +216,20 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       Item wi;
       for (int r = 0; round_item(r, wi); ++r) {
         const SeqInfo seq = seq_info(p, wi.b);
-        if (wi.m0 >= seq.sq) continue;
+        if (wi.m0 >= seq.sq << shift) continue;
         {
           // Q's buffer is free once the consumers' last S GEMM of the previous item retired.
           if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
-          const int hk = wi.h / p.group;
-          const TileRange tiles =
-              tile_range(band_mask(p, seq), wi.m0, min(wi.m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN);
+          const int hk = shift > 0 ? wi.h : wi.h / p.group;
+          const TileRange tiles = tile_range(band_mask(p, seq), wi.m0 >> shift,
+                                             (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN);
           ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
+          // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
+          const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
+          const int q_c2 = shift > 0 ? wi.m0 >> shift : wi.h;
 #pragma unroll
           for (int c = 0; c < Tr::kColBlocks; ++c)
-            ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, int(seq.q_row0) + wi.m0, wi.h,
-                             int(seq.bb));
+            ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
           for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
             const int stage = it % kStages;
             const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
@@ -258,10 +267,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     Item wi;
     for (int r = 0, qi = 0; round_item(r, wi); ++r) {  // qi: items so far
       const SeqInfo seq = seq_info(p, wi.b);
-      if (wi.m0 >= seq.sq) continue;
-      const TileRange tiles =
-          tile_range(band_mask(p, seq), wi.m0, min(wi.m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN);
-      const int row0 = wi.m0 + 64 * cw + 16 * warp + g;  // this lane's rows: row0, row0 + 8
+      if (wi.m0 >= seq.sq << shift) continue;
+      const TileRange tiles = tile_range(band_mask(p, seq), wi.m0 >> shift,
+                                         (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN);
+      // This lane's (packed) rows: row0, row0 + 8; their queries are row >> shift.
+      const int row0 = wi.m0 + 64 * cw + 16 * warp + g;
       const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
 
       float acc[1][kDF][4];  // O, unnormalized
@@ -319,7 +329,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // Mask + online softmax of tile n's scores: P (fp32) in place in s, the O rescale
       // factors in corr.
       auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
-        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
+        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t,
+                            shift);
         sm.template update<1, kNF, Tr::kPLog2>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
       };
       auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
@@ -424,8 +435,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           for (int df = 0; df < kDF; ++df)
             ptx::sts32(base + (df / 8) * kBlockM * 128 + lr * 128 + (((df % 8) ^ g) << 4) + 4 * t,
                        ptx::pack2<T>(acc[0][df][2 * half] * inv, acc[0][df][2 * half + 1] * inv));
-          if (glse != nullptr && t == 0 && row0 + 8 * half < seq.sq)
-            glse[row0 + 8 * half] =
+          // lse of query row >> shift of head (h << shift) | (row & (G - 1)) (unpacked: h, row).
+          const int prow = row0 + 8 * half, qrow = prow >> shift;
+          if (glse != nullptr && t == 0 && qrow < seq.sq)
+            glse[((prow & ((1 << shift) - 1)) - wi.h + (wi.h << shift)) * p.lse_sh + qrow] =
                 sm.l[half] > 0.f ? (sm.m[half] + log2f(sm.l[half])) * 0.69314718055994531f : -INFINITY;
         }
         ptx::fence_proxy_async();
@@ -433,7 +446,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         if (threadIdx.x % 128 == 0) {
 #pragma unroll
           for (int c = 0; c < Tr::kColBlocks; ++c)
-            ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64, wi.m0 + 64 * cw, wi.h, int(seq.bb));
+            ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64,
+                              shift > 0 ? wi.h << shift : wi.m0 + 64 * cw,
+                              shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h, int(seq.bb));
           ptx::tma_store_commit();
         }
         }
@@ -482,21 +497,31 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
       e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
                            kHeadDim);
   } else {
-    e = make_tma_16bit_4d(&tq, bf16, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+    // GQA packing: Q (and O) ordered {D, H, S, B}, boxes of G heads x kBlockM / G queries.
+    const int g = 1 << p.pack_shift;
+    if (g > 1 && (varlen || g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
+    e = g > 1 ? make_tma_16bit_4d(&tq, bf16, p.q, p.d, p.heads, p.sq, p.batch, p.q_sh, p.q_ss, p.q_sb, g, kBlockM / g)
+              : make_tma_16bit_4d(&tq, bf16, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
   }
   if (e != cudaSuccess) return e;
-  // O's map for the TMA-store epilogue (16-bit, fixed-length batches), boxes of
-  // 64 rows; where O cannot be mapped (TMA wants a 16-byte aligned base and strides),
-  // the registers store it.
+  // O's map for the TMA-store epilogue (16-bit, fixed-length batches), boxes of 64 rows,
+  // where the backend found O mappable (p.o_tma: TMA wants a 16-byte aligned base and
+  // strides); otherwise the registers store it. GQA packing needs the map.
   FwdParams kp = p;
   CUtensorMap to{};
   if constexpr (!Tr::kFp8) {
-    kp.o_tma = !varlen && make_tma_16bit_4d(&to, bf16, p.o, p.dv, p.sq, p.heads, p.batch, p.o_ss, p.o_sh, p.o_sb,
-                                             64) == cudaSuccess;
+    const int g = 1 << p.pack_shift;
+    kp.o_tma = p.o_tma && !varlen && (g > 1 ? make_tma_16bit_4d(&to, bf16, p.o, p.dv, p.heads, p.sq, p.batch, p.o_sh, p.o_ss,
+                                                     p.o_sb, g, 64 / g)
+                                 : make_tma_16bit_4d(&to, bf16, p.o, p.dv, p.sq, p.heads, p.batch, p.o_ss, p.o_sh,
+                                                     p.o_sb, 64)) == cudaSuccess;
+    if (g > 1 && !kp.o_tma) return cudaErrorInvalidValue;
+  } else {
+    if (p.pack_shift > 0) return cudaErrorInvalidValue;
   }
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
   static std::atomic<uint64_t> smem_done{0};
@@ -504,10 +529,11 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   // One CTA per item (query blocks, heads, batch), or persistent: as many CTAs as fit the
   // SMs at once (or one per item, when there are fewer).
-  const int n_mb = (p.sq + kBlockM - 1) / kBlockM;
-  dim3 grid(unsigned(n_mb), unsigned(p.heads), unsigned(p.batch));
+  // GQA packing: Sq G rows of each KV head.
+  const int n_mb = ((p.sq << p.pack_shift) + kBlockM - 1) / kBlockM, item_heads = p.heads >> p.pack_shift;
+  dim3 grid(unsigned(n_mb), unsigned(item_heads), unsigned(p.batch));
   if constexpr (kPersistent != 0) {
-    const int64_t items = int64_t(n_mb) * p.heads * p.batch;
+    const int64_t items = int64_t(n_mb) * item_heads * p.batch;
     const int64_t ctas = std::min<int64_t>(items, int64_t(p.sms > 0 ? p.sms : 132) * Tr::kCtasPerSm);
     if (items > INT32_MAX - ctas) return cudaErrorInvalidValue;  // 32-bit item numbers
     grid = dim3(static_cast<unsigned>(ctas));

@@ -25,7 +25,8 @@ struct FwdParams {
   const int32_t* cu_k = nullptr;
   int total_q = 0, total_k = 0;   // varlen: rows of the packed Q and K/V tensors (TMA bounds)
   int sms = 0;                    // the device's SMs (the sm90 kernels' persistent grid)
-  bool o_tma = false;             // sm90: O is written through the kernel's tm_o (TMA stores)
+  bool o_tma = false;             // sm90: O may be (launcher) / is (kernel) written by TMA stores (tm_o)
+  int pack_shift = 0;             // sm90, 16-bit: log2 of the query heads packed per KV head (GQA), or 0
   int window_left = -1, window_right = -1;  // band mask (causal folded into right = 0)
   float scale_log2 = 0.f;                   // softmax scale * log2(e) (fp8: * q_descale * k_descale)
   // fp8 (e4m3) inputs only: V^T in the pre-pass's workspace ([b][kv head][Dv][vt_sk]

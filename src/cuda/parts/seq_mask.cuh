@@ -70,15 +70,18 @@ struct Band32 {
 // 8 nf + e % 2 that are visible (BandMask::visible: j < sk, j >= i + offset - left,
 // j <= i + offset + right), so each score costs two compares with an immediate and a
 // select (a per-element test of the three conditions cost 3-4x that on the diagonal tiles).
+//
+// shift > 0 (the sm90 kernel's GQA packing): the rows are packed (query, head) rows and
+// query row r >> shift is the one masked.
 template <int kMI, int kNF>
 __device__ __forceinline__ void mask_scores(float (&s)[kMI][kNF][4], bool full, float scale_log2, const Band32& band,
-                                            int row0, int col0, int t) {
+                                            int row0, int col0, int t, int shift = 0) {
   if (full && scale_log2 > 0.f) return;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int i = row0 + 16 * mi + 8 * half, j0 = col0 + 2 * t;
+      const int i = (row0 + 16 * mi + 8 * half) >> shift, j0 = col0 + 2 * t;
       int lo = band.left < 0 ? INT_MIN / 2 : i + band.offset - band.left - j0;
       int hi = (band.right < 0 ? band.sk - 1 : min(band.sk - 1, i + band.offset + band.right)) - j0;
       if (full) {
