@@ -197,17 +197,18 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
 //   rows; from S8192 they are the fastest).
-// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk < 1024 and there
+// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk < 4096 and there
 //   are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
-//   B32 hd64 1.11-1.16x, hd128 1.20-1.24x; a dynamic scheduler measured before: S2048
-//   0.92-1.02x, long causal rows 0.82-0.94x, B1 H8 S512 hd64 (64 items) 0.68-0.86x). hd256
-//   has none: its O buffer does not fit beside the ring, and without TMA stores the
+//   B32 hd64 1.15-1.18x, hd128 1.21-1.23x; --all-tiles, f16, vs the same tile without:
+//   S512 1.07-1.13x, S2048 hd64 causal 1.03x, hd128 1.02x and causal 1.06x; from S8192 it
+//   loses: causal S16384 0.67x, the static order gives some CTAs the heaviest blocks).
+//   hd256 has none: its O buffer does not fit beside the ring, and without TMA stores the
 //   persistent hd256 kernel was no faster (0.98-1.02x).
 // - With GQA packing (gqa_pack_shift) the rows are Sq G per KV head; a 64-row tile where
 //   they fit in one.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 1024;
+  constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
   const int64_t sq = (p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq) << pack_shift;  // varlen: mean
   const int64_t heads = p.heads >> pack_shift;

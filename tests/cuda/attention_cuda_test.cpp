@@ -416,7 +416,7 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // either family. Hopper tiles: 64 rows (two CTAs per SM) where the keys are few (hd64:
 // Sk < 1024, or < 4096 under a band mask; hd128: band mask and Sk < 1024) or the taller
 // tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
-// variant ("_p") where Sk < 1024.
+// variant ("_p") where Sk < 4096 and there are more items than resident CTAs.
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
@@ -430,11 +430,26 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 300;
     c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
-    if (D == 64 || D == 128) {  // Sk < 1024 and more items than resident CTAs: persistent
+    if (D == 64 || D == 128) {  // Sk < 4096 and more items than resident CTAs: persistent
       c.B = 3;
       c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x128_s2_p" : "_128x128_s2_p");
       run_case(c);
     }
+  }
+  {  // hd128 without a mask: persistent up to Sk < 4096, then the one-item-per-CTA kernel
+    Case c;
+    c.dtype = dt;
+    c.D = 128;
+    c.B = 2;
+    c.H = c.Hkv = 132;
+    c.Sq = 128;
+    c.Sk = 4000;
+    c.expect_kernel = sm90 + "128_128x128_s2_p";
+    c.exact_kernel = true;
+    run_case(c);
+    c.Sk = 4096;
+    c.expect_kernel = sm90 + "128_128x128_s2";
+    run_case(c);
   }
   Case c;
   c.dtype = dt;
