@@ -238,11 +238,6 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
   return pick;
 }
 
-// GQA packing on the sm90 kernels (FwdParams::pack_shift): the G = H / Hkv query heads
-// of a KV head share the tiles when Sq is short (below 64, a tile of one head's rows is
-// mostly empty, and each head would read the KV head's K and V again): G a power of two
-// up to 64, fixed-length batches, 16-bit, O mappable by TMA (16-byte aligned base and
-// strides; the packed rows are written by the TMA-store epilogue). log2 G, or 0.
 // Whether the sm90 kernels may write O with TMA stores: fixed-length batches and 16-byte
 // aligned base and strides (checked here, so that no tensor-map encode fails on the way).
 bool o_tma_mappable(const core::AttentionProblem& p) {
@@ -251,11 +246,15 @@ bool o_tma_mappable(const core::AttentionProblem& p) {
                       {{p.o_sb, p.batch}, {p.o_ss, p.sq}, {p.o_sh, p.heads}}).empty();
 }
 
-int gqa_pack_shift(const core::AttentionProblem& p) {
+// GQA packing on the sm90 kernels (FwdParams::pack_shift): the G = H / Hkv query heads
+// of a KV head share the tiles when Sq is short (below 64, a tile of one head's rows is
+// mostly empty, and each head would read the KV head's K and V again): G a power of two
+// up to 64, 16-bit, O mappable by TMA (o_tma: the packed rows are written by the
+// TMA-store epilogue; it implies fixed-length batches). log2 G, or 0.
+int gqa_pack_shift(const core::AttentionProblem& p, bool o_tma) {
   const int64_t g = p.group();
-  if (p.cu_q != nullptr || p.sq >= 64 || g < 2 || g > 64 || (g & (g - 1)) != 0) return 0;
+  if (!o_tma || p.sq >= 64 || g < 2 || g > 64 || (g & (g - 1)) != 0) return 0;
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return 0;
-  if (!o_tma_mappable(p)) return 0;
   int shift = 0;
   while ((int64_t(1) << shift) < g) ++shift;
   return shift;
@@ -463,6 +462,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const bool dims_ok = p.d % chunk == 0 && p.dv % chunk == 0;
   std::string bad_tensor;
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
+  // The sm90 kernels' output path and GQA packing (used when an sm90 kernel runs).
+  const bool o_tma = o_tma_mappable(p);
+  const int pack_shift = gqa_pack_shift(p, o_tma);
   if (!f32) {
     if (!dims_ok)
       throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
@@ -491,7 +493,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     if (f32 && !bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   } else if (!simt_forced && !(f32 && (p.exact_fp32 || !dims_ok || !bad_align.empty()))) {
     const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
-    inst = f32 ? nullptr : pick_sm90(p, dev, gqa_pack_shift(p));
+    inst = f32 ? nullptr : pick_sm90(p, dev, pack_shift);
     if (inst == nullptr)
       inst = pick(p, int(hd), p.cu_q != nullptr ? p.sq / nb : p.sq, p.cu_q != nullptr ? p.sk / nb : p.sk, dev);
   }
@@ -505,8 +507,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   }
 
   FwdParams f = fwd_params(p, sq, sk, dev.sms);
-  f.pack_shift = inst != nullptr && inst->arch == 90 ? gqa_pack_shift(p) : 0;
-  f.o_tma = o_tma_mappable(p);
+  f.pack_shift = inst != nullptr && inst->arch == 90 ? pack_shift : 0;
+  f.o_tma = o_tma;
 
   if (times != nullptr) {
     times->kernel = simt ? kSimtKey : inst->key;

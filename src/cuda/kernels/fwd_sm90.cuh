@@ -487,6 +487,14 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   const int kv_heads = p.heads / p.group;
   const bool varlen = p.cu_q != nullptr;
   const int rows_q = varlen ? p.total_q : p.sq, rows_k = varlen ? p.total_k : p.sk, nb = varlen ? 1 : p.batch;
+  // Q's and O's maps (16-bit): boxes of `rows` rows of one head's queries, or with GQA
+  // packing (g = 2^pack_shift heads) ordered {D, H, S, B}, boxes of g heads x rows / g
+  // queries, the packed rows' order.
+  const int g = 1 << p.pack_shift;
+  auto row_map = [&](CUtensorMap* map, const void* base, int d, int64_t ss, int64_t sh, int64_t sb, int rows) {
+    return g > 1 ? make_tma_16bit_4d(map, bf16, base, d, p.heads, p.sq, p.batch, sh, ss, sb, g, rows / g)
+                 : make_tma_16bit_4d(map, bf16, base, d, rows_q, p.heads, nb, ss, sh, sb, rows);
+  };
   CUtensorMap tq, tk, tv;
   cudaError_t e;
   if constexpr (Tr::kFp8) {  // V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes
@@ -497,11 +505,8 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
       e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
                            kHeadDim);
   } else {
-    // GQA packing: Q (and O) ordered {D, H, S, B}, boxes of G heads x kBlockM / G queries.
-    const int g = 1 << p.pack_shift;
     if (g > 1 && (varlen || g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
-    e = g > 1 ? make_tma_16bit_4d(&tq, bf16, p.q, p.d, p.heads, p.sq, p.batch, p.q_sh, p.q_ss, p.q_sb, g, kBlockM / g)
-              : make_tma_16bit_4d(&tq, bf16, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+    e = row_map(&tq, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
@@ -514,14 +519,11 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   FwdParams kp = p;
   CUtensorMap to{};
   if constexpr (!Tr::kFp8) {
-    const int g = 1 << p.pack_shift;
-    kp.o_tma = p.o_tma && !varlen && (g > 1 ? make_tma_16bit_4d(&to, bf16, p.o, p.dv, p.heads, p.sq, p.batch, p.o_sh, p.o_ss,
-                                                     p.o_sb, g, 64 / g)
-                                 : make_tma_16bit_4d(&to, bf16, p.o, p.dv, p.sq, p.heads, p.batch, p.o_ss, p.o_sh,
-                                                     p.o_sb, 64)) == cudaSuccess;
+    // Fixed-length batches (p.o_tma implies it): rows_q and nb are then Sq and B.
+    kp.o_tma = p.o_tma && !varlen && row_map(&to, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
     if (g > 1 && !kp.o_tma) return cudaErrorInvalidValue;
   } else {
-    if (p.pack_shift > 0) return cudaErrorInvalidValue;
+    if (g > 1) return cudaErrorInvalidValue;
   }
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
   static std::atomic<uint64_t> smem_done{0};
