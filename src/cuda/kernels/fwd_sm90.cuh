@@ -417,13 +417,22 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + wi.h * p.o_sh;
         store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
       };
-      // O / l into this warpgroup's rows of Q's buffer (Q's swizzled layout: 16-byte chunk
-      // c of local row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
-      // registers; then one thread stores the kColBlocks boxes of 64 rows.
-      auto store_tma = [&]() {
-        if constexpr (!Tr::kFp8) {
+      if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
+        sm.m[0] -= Tr::kPLog2;
+        sm.m[1] -= Tr::kPLog2;
+        const float os[2] = {p.o_scale, p.o_scale};
+        rescale_rows<1, kDF>(acc, os);
+        if (p.out_bf16)
+          store(static_cast<__nv_bfloat16*>(nullptr));
+        else
+          store(static_cast<__half*>(nullptr));
+      } else if (p.o_tma) {
+        // O / l into this warpgroup's rows of Q's buffer (kPersistent: of sO, once the last
+        // item's boxes were read out of it) in Q's swizzled layout (16-byte chunk c of local
+        // row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
+        // registers; then one thread stores the kColBlocks boxes of 64 rows.
         const uint32_t base = sO + cw * 64 * 128;
-        if constexpr (kPersistent) {  // the last item's boxes must have been read out of sO
+        if constexpr (kPersistent) {
           if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();
           ptx::named_bar_sync(kBarEpilogue + cw, 128);
         }
@@ -435,38 +444,23 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           for (int df = 0; df < kDF; ++df)
             ptx::sts32(base + (df / 8) * kBlockM * 128 + lr * 128 + (((df % 8) ^ g) << 4) + 4 * t,
                        ptx::pack2<T>(acc[0][df][2 * half] * inv, acc[0][df][2 * half + 1] * inv));
-          // lse of query row >> shift of head (h << shift) | (row & (G - 1)) (unpacked: h, row).
-          const int prow = row0 + 8 * half, qrow = prow >> shift;
-          if (glse != nullptr && t == 0 && qrow < seq.sq)
-            glse[((prow & ((1 << shift) - 1)) - wi.h + (wi.h << shift)) * p.lse_sh + qrow] =
-                sm.l[half] > 0.f ? (sm.m[half] + log2f(sm.l[half])) * 0.69314718055994531f : -INFINITY;
+          // Packed row prow is query prow >> shift of head (h << shift) | (prow & (G - 1))
+          // (unpacked: query prow of head h).
+          const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (wi.h << shift) | (prow & ((1 << shift) - 1));
+          if (p.lse != nullptr && t == 0 && qrow < seq.sq)
+            p.lse[seq.bb * p.lse_sb + hq * p.lse_sh + seq.q_row0 + qrow] = row_lse(sm.m[half], sm.l[half]);
         }
         ptx::fence_proxy_async();
         ptx::named_bar_sync(kBarEpilogue + cw, 128);
         if (threadIdx.x % 128 == 0) {
 #pragma unroll
           for (int c = 0; c < Tr::kColBlocks; ++c)
-            ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64,
-                              shift > 0 ? wi.h << shift : wi.m0 + 64 * cw,
+            ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64, shift > 0 ? wi.h << shift : wi.m0 + 64 * cw,
                               shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h, int(seq.bb));
           ptx::tma_store_commit();
         }
-        }
-      };
-      if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
-        sm.m[0] -= Tr::kPLog2;
-        sm.m[1] -= Tr::kPLog2;
-        const float os[2] = {p.o_scale, p.o_scale};
-        rescale_rows<1, kDF>(acc, os);
-        if (p.out_bf16)
-          store(static_cast<__nv_bfloat16*>(nullptr));
-        else
-          store(static_cast<__half*>(nullptr));
       } else {
-        if (p.o_tma)
-          store_tma();
-        else
-          store(static_cast<T*>(nullptr));
+        store(static_cast<T*>(nullptr));
       }
       ++qi;
     }  // work items

@@ -10,6 +10,12 @@
 
 namespace flashcore::cuda {
 
+// lse of a row from its running max m (log2 units, scaled) and sum l: (m + log2 l) ln 2,
+// -inf for a row with no visible key.
+__device__ __forceinline__ float row_lse(float m, float l) {
+  return l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+}
+
 template <typename T, int kDF>
 __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const float* m, const float* l,
                                              T* go, int64_t o_ss, float* glse,
@@ -25,8 +31,7 @@ __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const f
       const int col = df * 8 + 2 * t;
       if (col < dv) ptx::store2<T>(orow + col, acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
     }
-    if (glse != nullptr && t == 0)
-      glse[row] = l[half] > 0.f ? (m[half] + log2f(l[half])) * 0.69314718055994531f : -INFINITY;
+    if (glse != nullptr && t == 0) glse[row] = row_lse(m[half], l[half]);
   }
 }
 
