@@ -4,7 +4,7 @@
 # Binaries come prebuilt (no GTest on the device image) in .gpubin/ (carried):
 #   cmake -S . -B build/cuda -G Ninja -DFLASHCORE_CUDA_ARCHS=90 && ninja -C build/cuda flashcore_cuda_tests flashcore_cuda_timing
 #   tests/cuda/stage_gpubin.sh
-# STAGES (default "info tests sanitize timing peers") picks what runs ("smoke" first: a
+# STAGES (default "info tests sass sanitize timing peers") picks what runs ("smoke" first: a
 # short run of the sm90 tests that ends the batch if they fail or hang); "exp" also times
 # experiment builds' timing binaries (.gpubin/exp*/flashcore_cuda_timing, EXP_ARGS) and
 # "profile" runs Nsight Compute on one flashcore and one PyTorch flash launch (PROFILE_SHAPE).
@@ -14,7 +14,8 @@
 # sm80 sanitizer subset (the sm90 one always runs; SANITIZE_TOOLS, default "memcheck
 # racecheck synccheck", its tools). TESTS_FILTER (default all) narrows the tests stage, TESTS_TIMEOUT
 # (default 300 s) bounds each of its TESTS_SHARDS (default 8) parallel processes. "sass" counts the wgmma
-# (HGMMA, QGMMA for fp8) and local-memory instructions per kernel in the test binary (cuobjdump).
+# (HGMMA, QGMMA for fp8) and local-memory instructions per kernel in the test binary (cuobjdump)
+# and checks the sm90 main loops with tests/cuda/sass_check.py.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -25,7 +26,7 @@ rm -rf "$LOG"; mkdir -p "$LOG"
 BIN=${GPUBIN:-.gpubin}  # GPUBIN: another staging folder (one per engineer)
 export LD_LIBRARY_PATH=$PWD/$BIN:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
-STAGES=${STAGES:-info tests sanitize timing peers}
+STAGES=${STAGES:-info tests sass sanitize timing peers}
 TIMING_ARGS=${TIMING_ARGS:---all-tiles}
 TIMING_DTYPES=${TIMING_DTYPES:-f16 bf16 f32}
 PEER_DTYPE=${PEER_DTYPE:-all}
@@ -71,6 +72,10 @@ if has sass; then
     /HGMMA|QGMMA/ { g[f]++ } /LDL|STL/ { l[f]++ } /HMMA/ { h[f]++ }
     END { for (k in g) printf "%s HGMMA/QGMMA %d HMMA %d local %d\n", k, g[k], h[k], l[k] }' > "$LOG/sass.txt"
   cat "$LOG/sass.txt"
+  # The sm90 main loops: wgmmas asynchronous, P V's wait below the softmax, no spills.
+  cuobjdump --dump-sass $BIN/flashcore_cuda_tests 2>/dev/null | python3 tests/cuda/sass_check.py > "$LOG/sass_check.txt"
+  echo "sass_check rc=$?" | tee -a "$LOG/sass_check.txt"
+  grep -v "^ok" "$LOG/sass_check.txt" | head -30
 fi
 if has sanitize; then
   stamp sanitize

@@ -97,6 +97,18 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// wgmma_wait<N> that ptxas does not move above the computation of a and b. A plain wait
+// is hoisted to the top of its basic block, above independent work meant to overlap the
+// wgmma in flight (in the sm90 kernel the whole softmax ran after P V's wait). Here the
+// wait starts a new block, behind a branch on a and b: both 0xffffffff, a NaN payload
+// that no arithmetic produces (the GPU's NaNs are 0x7fffffff), so the branch is never
+// taken. What it guards must have an effect (a nanosleep: ptxas drops an empty branch)
+// and must return: with __trap() on that path ptxas serialized every wgmma of the loop.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_after(float a, float b) {
+  if ((__float_as_uint(a) & __float_as_uint(b)) == 0xffffffffu) asm volatile("nanosleep.u32 1;\n" ::: "memory");
+  wgmma_wait<N>();
+}
 // Keeps the compiler from moving accesses of accumulator registers across the async
 // wgmma region (the hardware writes them until wgmma_wait).
 template <int R>

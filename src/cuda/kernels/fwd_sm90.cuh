@@ -288,6 +288,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // (P) or writes (O) is touched before wait<0>, so ptxas keeps the wgmmas asynchronous
       // (writing P earlier made it serialize them, C7513, and lost 12-25%; see
       // docs/results/cuda-sm90-2026-11-22.md). K and V stages are released separately.
+      // The wait<0> is wgmma_wait_after the row sums: ptxas hoisted a plain one above the
+      // softmax, which then never overlapped its own P V (session 6 in the results file).
       auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
         const uint64_t da0 = ptx::desc_sw128(sQ + cw * 64 * 128, 16, 1024), db0 = ptx::desc_sw128(sK + off, 16, 1024);
         ptx::wgmma_fence();
@@ -389,7 +391,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::fence_regs(s[0]);
         release(empty_k(stage));
         softmax(s, n, corr);
-        ptx::wgmma_wait<0>();  // P_{n-1} V_{n-1}
+        ptx::wgmma_wait_after<0>(sm.l[0], sm.l[1]);  // P_{n-1} V_{n-1}, once the softmax is done
         ptx::fence_regs(acc[0]);
         ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
         release(empty_v(prev));

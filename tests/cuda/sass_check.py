@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+# Checks the SASS of the sm90 kernels (cuobjdump --dump-sass output on stdin or in a file)
+# for what ptxas may silently undo:
+#   - the main loop's wgmmas stay asynchronous: two WARPGROUP.DEPBARs per key tile (S_n
+#     with wait 1, P V with wait 0), not one per wgmma (ptxas serializes them, C7513);
+#   - P V's wait (DEPBAR ... 0x0) comes after the softmax's last MUFU.EX2, so the softmax
+#     overlaps P V (ptxas hoisted a plain wait above it; see ptx::wgmma_wait_after);
+#   - no local memory (spills) in the kernel.
+# The main loop is the shortest backward branch whose body holds GMMA and MUFU instructions
+# (the key-tile loop; the loops around it hold it and more).
+# Prints one line per kernel; exit status 1 when any check fails or no kernel is found.
+import re
+import sys
+
+text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
+funcs = re.split(r"\n\s*Function : ", text)[1:]
+bad = found = 0
+for f in funcs:
+    name = f.split("\n", 1)[0].strip()
+    if "fwd_sm90_kernel" not in name:
+        continue
+    ins = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", f)]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    loop = None
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
+            hit = any("GMMA" in x for x in body) and any("MUFU" in x for x in body)
+            if hit and (loop is None or len(body) < len(loop)):
+                loop = body
+    found += 1
+    short = re.sub(r"^_ZN9flashcore4cuda15fwd_sm90_kernelI", "", name)[:60]
+    if loop is None:
+        print(f"FAIL {short}: no main loop with GMMA found")
+        bad += 1
+        continue
+    depbars = [i for i, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x]
+    wait0 = [i for i, x in enumerate(loop) if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", x)]
+    mufu = [i for i, x in enumerate(loop) if "MUFU.EX2" in x]
+    local = len(re.findall(r"\b(LDL|STL)\b", f))
+    why = []
+    if len(depbars) != 2:
+        why.append(f"{len(depbars)} wgmma waits in the main loop (2 expected: serialized wgmmas?)")
+    if not wait0 or not mufu or wait0[0] < mufu[-1]:
+        why.append("P V's wait is above the softmax's last MUFU.EX2 (no overlap)")
+    if local:
+        why.append(f"{local} local memory instructions")
+    print(("FAIL " if why else "ok   ") + f"{short}: main loop {len(loop)} instructions" + ("; " + "; ".join(why) if why else ""))
+    bad += bool(why)
+if found == 0:
+    print("FAIL: no fwd_sm90_kernel in the input")
+sys.exit(1 if bad or found == 0 else 0)
