@@ -4,7 +4,7 @@
 // short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
 // flashcore-bench's --backend cuda covers the same rows.
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
-//                         [--hdims 64,128] [--profile "B H S D causal"]
+//                         [--hdims 64,128] [--profile "B H S D causal"] (of the first --dtype)
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
 // e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> hdims = {64, 128, 256};
   int iters = 30;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
+  long long prof[5] = {0, 0, 0, 0, -1};  // --profile's shape (causal >= 0 when given)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--all-tiles") all_tiles = true;
@@ -190,11 +191,9 @@ int main(int argc, char** argv) {
     else if (a == "--only-mission") only_mission = true;
     else if (a == "--gqa") gqa = true;
     else if (a == "--profile" && i + 1 < argc) {  // "B H S D causal": a few calls of one shape (for ncu)
-      long long B, H, S, D;
       int c;
-      if (std::sscanf(argv[++i], "%lld %lld %lld %lld %d", &B, &H, &S, &D, &c) != 5) return 2;
-      run({"profile", B, H, S, D, c != 0}, flashcore::DType::f16, nullptr, 3);
-      return 0;
+      if (std::sscanf(argv[++i], "%lld %lld %lld %lld %d", &prof[0], &prof[1], &prof[2], &prof[3], &c) != 5) return 2;
+      prof[4] = c;
     }
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (a == "--hdims" && i + 1 < argc) {
@@ -214,6 +213,10 @@ int main(int argc, char** argv) {
                     : d == "e4m3" ? flashcore::DType::e4m3
                                   : flashcore::DType::f16);
     }
+  }
+  if (prof[4] >= 0) {  // the first --dtype (f16 by default), the dispatcher's kernel
+    run({"profile", prof[0], prof[1], prof[2], prof[3], prof[4] != 0}, dts[0], nullptr, 3);
+    return 0;
   }
   std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};
   if (!only_mission)
