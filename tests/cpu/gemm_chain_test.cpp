@@ -27,6 +27,12 @@ const GcCase kCases[] = {
     // 17 query blocks of 96: two groups of blocks sharing the packed K2 tiles on 2 threads,
     // K2 ending inside a tile.
     {"groups", 1600, 20, 300, 24, 1},
+    // Two query blocks of 100 rows (stage 1 pads them to NR, stage 2 to MR: T's padding
+    // columns must stay zero), K1 over two k chunks of unequal need (300), K2 over several
+    // key tiles ending inside one, odd N.
+    {"blocks_pad", 200, 300, 1000, 7, 2},
+    // The block shape with K2 cut short: M = 256 as two blocks of 128.
+    {"m256", 256, 256, 250, 256},
 };
 
 struct GcFixture {

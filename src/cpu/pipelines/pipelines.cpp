@@ -48,6 +48,12 @@ constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many
 // this many blocks or more, so that the packing (B and C once per group) stays small next
 // to the GEMMs.
 constexpr int64_t kChainMinGroupBlocks = 8;
+// gemm_chain: query blocks of at most this many rows (rounded up to NR), and the K2 tile
+// (rounded up to MR). Measured on the 2-core AVX-512 VM (docs/results/cpu-x86-2026-11-22.md):
+// 128 x 120 against 256 x 264: B and C tiles of 120 KiB and a 62 KiB intermediate leave
+// room in a 1 MiB L2 for both blocks' A panels and partial E.
+constexpr int64_t kChainQueryBlock = 128;
+constexpr int64_t kChainKeyTile = 120;
 // Attention takes the decode path (row ops, K/V read in place) when the query rows of one
 // GQA group, group * Sq, are at most this many.
 constexpr int64_t kDecodeRows = 32;
@@ -407,6 +413,14 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
   }
 }
 
+// The k chunk for a range of k rows: at most g.kb, the chunks of equal size (a multiple of
+// k_align), so that no short tail chunk pays a C-tile load and store for a few k steps
+// (gemm_chain's 264-key tile was 128 + 128 + 8 with kb = 128).
+int64_t chunk_for(const Geometry& g, int64_t k) {
+  const int64_t n = (k + g.kb - 1) / g.kb;
+  return std::max<int64_t>(1, round_up((k + n - 1) / n, g.gk->k_align));
+}
+
 // Both stages keep one B panel resident in L1 while the A operand streams past it
 // (B-stationary): per k step a kernel reads NR elements of B but only MR of A, so B is the
 // stream worth keeping. The k range is cut into chunks of kb (g.kb) rows so that a B panel
@@ -417,23 +431,24 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
 // Operand addresses use the kernel's layouts (ukernel.hpp): k offsets are multiples of
 // k_align (even for kpairs), so a chunk starts on a whole pair row.
 //
-// stage 1: T[kc][mq] = X blocks ([kp][mr] in layout pa, starting at key block xb0) x Y
-// panels ([kp][nr] in layout pb).
-void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int64_t xb0,
-            const char* ypanels, float* t) {
+// stage 1: T[kc][mq] (row stride ldt) = X blocks x Y panels ([kp][nr] in layout pb). Key
+// block r (mr keys) of X starts at element r * xbs of x and is read with A stride xs, in
+// layout pa: separate [kp][mr] blocks (xbs = kp * mr, xs = mr for k-major), or one wide
+// panel of ld columns read in place (xbs = pack_index(pa, 0, mr, ld), xs = ld).
+void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xbs, int64_t xs,
+            const char* ypanels, float* t, int64_t ldt) {
   if (kp == 0) {  // empty inner dimension (gemm_chain K1 = 0): the product is zero
-    std::fill(t, t + kc * g.mq, 0.0f);
+    for (int64_t k = 0; k < kc; ++k) std::fill(t + k * ldt, t + k * ldt + g.mq, 0.0f);
     return;
   }
-  const int64_t as = block_ld(g.pa, kp, g.mr);
-  for (int64_t k0 = 0; k0 < kp; k0 += g.kb) {
-    const int64_t kl = std::min(g.kb, kp - k0);
+  const int64_t kb = chunk_for(g, kp);
+  for (int64_t k0 = 0; k0 < kp; k0 += kb) {
+    const int64_t kl = std::min(kb, kp - k0);
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
       for (int64_t r = 0; r < kc / g.mr; ++r)
-        gemm_call(g, kl, xblocks + ((xb0 + r) * kp * g.mr + pack_index(g.pa, k0, 0, as)) * g.es,
-                  as,
+        gemm_call(g, kl, x + (r * xbs + pack_index(g.pa, k0, 0, xs)) * g.es, xs,
                   ypanels + (q * kp * g.nr + pack_index(g.pb, k0, 0, g.nr)) * g.es,
-                  t + r * g.mr * g.mq + q * g.nr, g.mq, k0 > 0);
+                  t + r * g.mr * ldt + q * g.nr, ldt, k0 > 0);
   }
 }
 
@@ -441,8 +456,9 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* xblocks, int6
 // kc keys x mq queries in layout pa with leading dimension ldp (see softmax_block).
 void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const char* vpanels,
             int64_t rp, int64_t j0, int64_t dvp, float* o) {
-  for (int64_t k0 = 0; k0 < kc; k0 += g.kb) {
-    const int64_t kl = std::min(g.kb, kc - k0);
+  const int64_t kb = chunk_for(g, kc);
+  for (int64_t k0 = 0; k0 < kc; k0 += kb) {
+    const int64_t kl = std::min(kb, kc - k0);
     for (int64_t c = 0; c < dvp / g.nr; ++c)
       for (int64_t i0 = 0; i0 < g.mq; i0 += g.mr)
         gemm_call(g, kl, p + pack_index(g.pa, k0, i0, ldp) * g.es, ldp,
@@ -914,7 +930,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             cfg.rows->dot(kc, p.d, xr, xs, qy(kvi) + mqh * p.d, qy(kvi), mqh, t + kvi * mqh, g.mq);
           }
         } else {
-          stage1(g, kp, kc, kpack, j0 / g.mr, qpack.data(), t);
+          stage1(g, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
+                 qpack.data(), t, g.mq);
         }
         lapx.to(phx.gemm);
         if (j0 >= all_lo && j0 + kc <= all_hi) return;  // tile fully visible
@@ -1053,9 +1070,21 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
 }
 
 // ================================================================ gemm_chain
+// E = (A B) C, per query block of mq rows and per key tile of kc columns of B / rows of C:
+//   stage 1  T[kc][mq] = (B tile)^T x A^T panels   (keys are the kernel's rows, queries its
+//            columns: mq is a multiple of NR only)
+//   stage 2  E[mq][N] += T^T x C tile panels        (queries are the kernel's rows: T's
+//            query columns are padded with zeros to a multiple of MR, mq2, and only the
+//            padded rows of E are computed in vain: M = 256 with 12x2 is two blocks of 128
+//            computing 132 rows each in stage 2, where blocks of lcm(MR, NR) = 96 made
+//            both stages compute 288)
+// The B tile is copied, not re-blocked: row k of B's columns [j0, j0+kc) becomes row k of one
+// wide panel ([K1][ldb] k-major), and stage 1 reads key block r at column r*MR of it with
+// A stride ldb (ukernel.hpp allows any A stride): whole rows copied with vector moves
+// instead of 48-byte pieces scattered into [K1][MR] blocks.
 void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   const CpuConfig cfg = select_kernels(p.dtype, p.impl);
-  const Geometry g = make_geometry(cfg, p.m, true);
+  Geometry g = make_geometry(cfg, p.m, true);
   const int nthreads = resolve_threads(p.threads);
   const int64_t k1p = round_up(p.k1, g.gk->k_align);
   const int64_t k2p = round_up(std::max<int64_t>(p.k2, 1), g.key_align);
@@ -1073,28 +1102,35 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     if (times) times->strategy = "fused";
     return;
   }
+  // Query blocks: as few as blocks of at most kChainQueryBlock rows allow, of equal size,
+  // rounded up to NR (stage 1); stage 2 runs mq2 = mq rounded up to MR rows.
+  g.kc = round_up(kChainKeyTile, g.key_align);
+  const int64_t nblocks0 = (p.m + kChainQueryBlock - 1) / kChainQueryBlock;
+  g.mq = round_up((p.m + nblocks0 - 1) / nblocks0, g.nr);
+  const int64_t mq2 = round_up(g.mq, g.mr);
+  Geometry g2 = g;
+  g2.mq = mq2;
   // K2 tiles outside the query blocks: a work item is (group of query blocks, range of K2
-  // tiles). Per tile it packs that tile of B (stage-1 A blocks, [k1p][MR] per MR columns)
-  // and of C (stage-2 panels, [kc][NR]) into its thread's buffers (2 x 256 KiB for
-  // K1 = N = 256 fp32: L2-resident), then runs every block of its group on them, so B and
-  // C are read from memory once per group instead of once per block, and no 16 MiB copy
-  // of them is made per call.
+  // tiles). Per tile it packs that tile of B and of C (stage-2 panels, [kc][NR]) into its
+  // thread's buffers, then runs every block of its group on them, so B and C are read from
+  // memory once per group instead of once per block.
   const int64_t oes = int64_t(dtype_size(p.dtype));
   const int64_t nblocks = (p.m + g.mq - 1) / g.mq;
   // Groups: one per thread when each gets kChainMinGroupBlocks blocks or more, else fewer.
-  // Only the tile being used and one block's A and E need to stay in L2: the other blocks'
-  // A and E are read once per tile (192 KiB per 25 MFLOP for K1 = N = 256, blocks of 96).
   const int64_t ngroups =
       std::clamp<int64_t>(nblocks / kChainMinGroupBlocks, 1,
                           std::max<int64_t>(1, std::min<int64_t>(nthreads, nblocks)));
   const int64_t per_group = (nblocks + ngroups - 1) / ngroups;
   // Split over K2 when the groups alone would leave threads idle or unevenly loaded
-  // (M = 256 on 2 threads is one group of 3 blocks of 96 with f32_12x2): every group then
-  // runs on nsplit threads, each for 1/nsplit of the K2 tiles into its own partial E,
-  // summed at the end. ngroups * nsplit is a multiple of the thread count.
+  // (M = 256 on 2 threads is one group of two blocks): every group then runs on nsplit
+  // threads, each for 1/nsplit of the K2 tiles into its own partial E, summed at the end.
+  // ngroups * nsplit is a multiple of the thread count.
   const int64_t ktiles = (k2p + g.kc - 1) / g.kc;
   const int64_t nsplit = std::min<int64_t>(nthreads / gcd(ngroups, nthreads), ktiles);
-  std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq * np : 0));
+  std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * mq2 * np : 0));
+  // The B tile as one panel of ldb columns in the kernel's A layout (see above).
+  const int64_t ldb = block_ld(g.pa, k1p, g.kc);
+  const int64_t xbs = pack_index(g.pa, 0, g.mr, ldb);
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
   for (int64_t item = 0; item < ngroups * nsplit; ++item) {
     const int64_t grp = item / nsplit, split = item % nsplit;
@@ -1104,60 +1140,60 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
     Lap lap(timed);
     const int64_t nb = qb1 - qb0;
     Arena& arena = thread_arena();
-    arena.reset(static_cast<size_t>(nb * g.mq * (k1p * g.es + np * 4) +
-                                    g.kc * g.mq * (4 + g.es) + 4 * 64));
+    arena.reset(static_cast<size_t>(nb * g.mq * k1p * g.es + nb * mq2 * np * 4 +
+                                    g.kc * mq2 * (4 + g.es) + 4 * 64));
     char* apack = arena.take<char>(nb * g.mq * k1p * g.es);
-    float* T = arena.take<float>(g.kc * g.mq);
-    char* P = arena.take<char>(g.kc * g.mq * g.es);
-    float* Eown = nsplit > 1 ? nullptr : arena.take<float>(nb * g.mq * np);
+    float* T = arena.take<float>(g.kc * mq2);
+    char* P = arena.take<char>(g.kc * mq2 * g.es);
+    float* Eown = nsplit > 1 ? nullptr : arena.take<float>(nb * mq2 * np);
     auto E = [&](int64_t qb) {
-      return nsplit > 1 ? partial.data() + (qb * nsplit + split) * g.mq * np
-                        : Eown + (qb - qb0) * g.mq * np;
+      return nsplit > 1 ? partial.data() + (qb * nsplit + split) * mq2 * np
+                        : Eown + (qb - qb0) * mq2 * np;
     };
+    // Stage 1 writes T's first mq columns; the padding columns up to mq2 stay zero.
+    std::fill(T, T + g.kc * mq2, 0.0f);
     std::vector<float> rowbuf(static_cast<size_t>(std::max({k1p, g.kc, np}) + 64));
     for (int64_t qb = qb0; qb < qb1; ++qb) {
-      std::fill(E(qb), E(qb) + g.mq * np, 0.0f);
+      std::fill(E(qb), E(qb) + mq2 * np, 0.0f);
       const int64_t i0 = qb * g.mq;
       const Rows arows{at(p.a, i0 * p.a_sm, oes), p.a_sm, p.dtype};
       pack_transposed(arows, std::min(g.mq, p.m - i0), p.k1, k1p, g.nr, 0, g.mq / g.nr,
                       apack + (qb - qb0) * g.mq * k1p * g.es, g.gk->ab, g.pb, rowbuf.data());
     }
-    char* const btile = pack_slot(0, static_cast<size_t>(g.kc * k1p * g.es));
+    char* const btile = pack_slot(0, static_cast<size_t>(k1p * g.kc * g.es));
     char* const ctile = pack_slot(1, static_cast<size_t>(g.kc * np * g.es));
     lap.to(ph.pack);
     for (int64_t j0 = jt0 * g.kc; j0 < std::min(k2p, jt1 * g.kc); j0 += g.kc) {
       const int64_t kc = std::min(g.kc, k2p - j0);  // multiple of MR
       const int64_t cols = std::min(g.kc, p.k2 - j0);  // >= 1: j0 < k2p - key_align < k2
-      // B's columns [j0, j0+cols) as blocks of MR; blocks past the last column are zero.
+      // B's columns [j0, j0+cols) as one panel; columns past them are zero.
       const Rows bt{at(p.b, j0, oes), p.b_sk, p.dtype};
-      pack_panels(bt, p.k1, cols, k1p, g.mr, 0, k1p, btile, g.gk->ab, g.pa, rowbuf.data());
-      const int64_t bfull = (cols + g.mr - 1) / g.mr * g.mr;
-      std::memset(btile + bfull * k1p * g.es, 0, size_t((kc - bfull) * k1p * g.es));
+      pack_panels(bt, p.k1, cols, k1p, g.kc, 0, k1p, btile, g.gk->ab, g.pa, rowbuf.data());
       const Rows ct{at(p.c, j0 * p.c_sk, oes), p.c_sk, p.dtype};
       pack_panels(ct, cols, p.n, kc, g.nr, 0, kc, ctile, g.gk->ab, g.pb, rowbuf.data());
       lap.to(ph.pack);
       for (int64_t qb = qb0; qb < qb1; ++qb) {
-        // Intermediate tile (A B)^T[kc][mq], consumed at once by the second GEMM.
-        stage1(g, k1p, kc, btile, 0, apack + (qb - qb0) * g.mq * k1p * g.es, T);
+        // Intermediate tile (A B)^T[kc][mq2], consumed at once by the second GEMM.
+        stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2);
         lap.to(ph.gemm);
         // As the second GEMM's A operand: T itself for fp32 k-major kernels, else T
         // converted into the kernel's dtype and layout (leading dimension ldp).
         const char* pt = reinterpret_cast<const char*>(T);
-        int64_t ldp = g.mq;
+        int64_t ldp = mq2;
         if (g.gk->ab != DType::f32 || g.pa != Layout::kmajor) {
           if (g.pa == Layout::kmajor) {
             for (int64_t k = 0; k < kc; ++k)
-              store_row(T + k * g.mq, g.mq, P + k * g.mq * g.es, 1, g.gk->ab);
+              store_row(T + k * mq2, mq2, P + k * mq2 * g.es, 1, g.gk->ab);
           } else {
-            ldp = g.pa == Layout::rows ? g.kc : g.mq;
+            ldp = g.pa == Layout::rows ? g.kc : mq2;
             for (int64_t k = 0; k < kc; ++k)
-              for (int64_t i = 0; i < g.mq; ++i)
-                store_at(P, pack_index(g.pa, k, i, ldp), g.gk->ab, T[k * g.mq + i]);
+              for (int64_t i = 0; i < mq2; ++i)
+                store_at(P, pack_index(g.pa, k, i, ldp), g.gk->ab, T[k * mq2 + i]);
           }
           pt = P;
           lap.to(ph.exp_pack);
         }
-        stage2(g, kc, pt, ldp, ctile, kc, 0, np, E(qb));
+        stage2(g2, kc, pt, ldp, ctile, kc, 0, np, E(qb));
         lap.to(ph.gemm);
       }
     }
@@ -1175,9 +1211,9 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
 #pragma omp parallel for num_threads(nthreads)
     for (int64_t r = 0; r < p.m; ++r) {
       const int64_t qb = r / g.mq, i = r % g.mq;
-      float* e0 = partial.data() + (qb * nsplit * g.mq + i) * np;
+      float* e0 = partial.data() + (qb * nsplit * mq2 + i) * np;
       for (int64_t sp = 1; sp < nsplit; ++sp) {
-        const float* e = e0 + sp * g.mq * np;
+        const float* e = e0 + sp * mq2 * np;
         for (int64_t j = 0; j < p.n; ++j) e0[j] += e[j];
       }
       core::convert_row(e0, p.n, static_cast<char*>(p.e) + r * p.e_sm * oes, p.dtype);
