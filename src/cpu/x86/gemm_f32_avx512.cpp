@@ -206,6 +206,9 @@ void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, vo
       "vmovups %%zmm20, (%[c])\n\t"  "vmovups %%zmm21, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
       "vmovups %%zmm22, (%[c])\n\t"  "vmovups %%zmm23, 64(%[c])\n\t"
       "5:\n\t"
+      // Clean upper state for the caller's SSE code (the compiler does not know this
+      // asm used zmm registers, so it would not add the vzeroupper itself).
+      "vzeroupper\n\t"
       : [a] "+r"(pa), [b] "+r"(pb), [c] "+r"(pc), [p] "=&r"(pf), [n] "=&r"(pairs)
       : [k] "r"(kc), [as] "r"(as_bytes), [ldc] "r"(ldc_bytes), [accumulate] "r"(acc)
       : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
