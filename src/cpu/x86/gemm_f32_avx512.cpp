@@ -88,12 +88,36 @@ void f32_12x2_avx512(int64_t kc, const void* a, int64_t as, const void* b, void*
 // Per k step: 2 loads of B, 12 broadcasts of A (vbroadcastss from memory: load ports
 // only), 24 FMAs; registers: acc(i, v) in zmm(2i + v), B in zmm24-25, broadcasts alternate
 // zmm26 / zmm27. A prefetch past the last row of A is harmless (prefetches never fault).
+
+// The assembly's repeated parts, written once: one k step (12 broadcasts of the A row at
+// address form A, 24 FMAs with the B row in zmm24-25), and one C row's add or store.
+#define FC_PF_ROW(off, A, bc, x, y)                                                           \
+  "vbroadcastss " #off A ", %%zmm" #bc "\n\t"                                                 \
+  "vfmadd231ps %%zmm24, %%zmm" #bc ", %%zmm" #x "\n\t"                                        \
+  "vfmadd231ps %%zmm25, %%zmm" #bc ", %%zmm" #y "\n\t"
+#define FC_PF_KSTEP(A)                                                                        \
+  FC_PF_ROW(0, A, 26, 0, 1) FC_PF_ROW(4, A, 27, 2, 3) FC_PF_ROW(8, A, 26, 4, 5)               \
+  FC_PF_ROW(12, A, 27, 6, 7) FC_PF_ROW(16, A, 26, 8, 9) FC_PF_ROW(20, A, 27, 10, 11)          \
+  FC_PF_ROW(24, A, 26, 12, 13) FC_PF_ROW(28, A, 27, 14, 15) FC_PF_ROW(32, A, 26, 16, 17)      \
+  FC_PF_ROW(36, A, 27, 18, 19) FC_PF_ROW(40, A, 26, 20, 21) FC_PF_ROW(44, A, 27, 22, 23)
+#define FC_PF_C_ROWS(ROW)                                                                     \
+  ROW(0, 1) ROW(2, 3) ROW(4, 5) ROW(6, 7) ROW(8, 9) ROW(10, 11) ROW(12, 13) ROW(14, 15)        \
+  ROW(16, 17) ROW(18, 19) ROW(20, 21) ROW(22, 23)
+#define FC_PF_ADD_ROW(x, y)                                                                   \
+  "vaddps (%[p]), %%zmm" #x ", %%zmm" #x "\n\t"                                               \
+  "vaddps 64(%[p]), %%zmm" #y ", %%zmm" #y "\n\t"                                             \
+  "add %[ldc], %[p]\n\t"
+#define FC_PF_STORE_ROW(x, y)                                                                 \
+  "vmovups %%zmm" #x ", (%[c])\n\t"                                                           \
+  "vmovups %%zmm" #y ", 64(%[c])\n\t"                                                         \
+  "add %[ldc], %[c]\n\t"
+
 void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                         int accumulate) {
   const char* pa = static_cast<const char*>(a);
   const char* pb = static_cast<const char*>(b);
   char* pc = static_cast<char*>(c);
-  const char* pf;      // A row k + 4 (the lea's scale)
+  const char* pf;      // A row k + 4 (the lea's scale); then C's rows for the adds
   int64_t pairs;       // iterations of two k steps
   const int64_t as_bytes = as * 4, ldc_bytes = ldc * 4, acc = accumulate;
   asm volatile(
@@ -115,32 +139,10 @@ void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, vo
       "1:\n\t"
       "vmovups 0(%[b]), %%zmm24\n\t"  "vmovups 64(%[b]), %%zmm25\n\t"
       "prefetcht0 (%[p])\n\t"
-      "vbroadcastss 0(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm0\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm1\n\t"
-      "vbroadcastss 4(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm2\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm3\n\t"
-      "vbroadcastss 8(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm4\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm5\n\t"
-      "vbroadcastss 12(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm6\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm7\n\t"
-      "vbroadcastss 16(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm8\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm9\n\t"
-      "vbroadcastss 20(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm10\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm11\n\t"
-      "vbroadcastss 24(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm12\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm13\n\t"
-      "vbroadcastss 28(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm14\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm15\n\t"
-      "vbroadcastss 32(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm16\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm17\n\t"
-      "vbroadcastss 36(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm18\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm19\n\t"
-      "vbroadcastss 40(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm20\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm21\n\t"
-      "vbroadcastss 44(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm22\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm23\n\t"
+      FC_PF_KSTEP("(%[a])")
       "vmovups 128(%[b]), %%zmm24\n\t"  "vmovups 192(%[b]), %%zmm25\n\t"
       "prefetcht0 (%[p], %[as], 1)\n\t"
-      "vbroadcastss 0(%[a], %[as], 1), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm0\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm1\n\t"
-      "vbroadcastss 4(%[a], %[as], 1), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm2\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm3\n\t"
-      "vbroadcastss 8(%[a], %[as], 1), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm4\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm5\n\t"
-      "vbroadcastss 12(%[a], %[as], 1), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm6\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm7\n\t"
-      "vbroadcastss 16(%[a], %[as], 1), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm8\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm9\n\t"
-      "vbroadcastss 20(%[a], %[as], 1), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm10\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm11\n\t"
-      "vbroadcastss 24(%[a], %[as], 1), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm12\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm13\n\t"
-      "vbroadcastss 28(%[a], %[as], 1), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm14\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm15\n\t"
-      "vbroadcastss 32(%[a], %[as], 1), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm16\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm17\n\t"
-      "vbroadcastss 36(%[a], %[as], 1), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm18\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm19\n\t"
-      "vbroadcastss 40(%[a], %[as], 1), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm20\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm21\n\t"
-      "vbroadcastss 44(%[a], %[as], 1), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm22\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm23\n\t"
+      FC_PF_KSTEP("(%[a], %[as], 1)")
       "add $256, %[b]\n\t"
       "lea (%[a], %[as], 2), %[a]\n\t"
       "lea (%[p], %[as], 2), %[p]\n\t"
@@ -151,61 +153,15 @@ void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, vo
       "test $1, %[k]\n\t"
       "jz 3f\n\t"
       "vmovups (%[b]), %%zmm24\n\t"  "vmovups 64(%[b]), %%zmm25\n\t"
-      "vbroadcastss 0(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm0\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm1\n\t"
-      "vbroadcastss 4(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm2\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm3\n\t"
-      "vbroadcastss 8(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm4\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm5\n\t"
-      "vbroadcastss 12(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm6\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm7\n\t"
-      "vbroadcastss 16(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm8\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm9\n\t"
-      "vbroadcastss 20(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm10\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm11\n\t"
-      "vbroadcastss 24(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm12\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm13\n\t"
-      "vbroadcastss 28(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm14\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm15\n\t"
-      "vbroadcastss 32(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm16\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm17\n\t"
-      "vbroadcastss 36(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm18\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm19\n\t"
-      "vbroadcastss 40(%[a]), %%zmm26\n\t"  "vfmadd231ps %%zmm24, %%zmm26, %%zmm20\n\t"  "vfmadd231ps %%zmm25, %%zmm26, %%zmm21\n\t"
-      "vbroadcastss 44(%[a]), %%zmm27\n\t"  "vfmadd231ps %%zmm24, %%zmm27, %%zmm22\n\t"  "vfmadd231ps %%zmm25, %%zmm27, %%zmm23\n\t"
-      // C rows (=|+=) acc, ldc bytes apart
+      FC_PF_KSTEP("(%[a])")
+      // accumulate: acc += C (rows ldc bytes apart, read through p); then C rows = acc
       "3:\n\t"
       "test %[accumulate], %[accumulate]\n\t"
       "jz 4f\n\t"
-      "vaddps (%[c]), %%zmm0, %%zmm0\n\t"  "vaddps 64(%[c]), %%zmm1, %%zmm1\n\t"
-      "vmovups %%zmm0, (%[c])\n\t"  "vmovups %%zmm1, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm2, %%zmm2\n\t"  "vaddps 64(%[c]), %%zmm3, %%zmm3\n\t"
-      "vmovups %%zmm2, (%[c])\n\t"  "vmovups %%zmm3, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm4, %%zmm4\n\t"  "vaddps 64(%[c]), %%zmm5, %%zmm5\n\t"
-      "vmovups %%zmm4, (%[c])\n\t"  "vmovups %%zmm5, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm6, %%zmm6\n\t"  "vaddps 64(%[c]), %%zmm7, %%zmm7\n\t"
-      "vmovups %%zmm6, (%[c])\n\t"  "vmovups %%zmm7, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm8, %%zmm8\n\t"  "vaddps 64(%[c]), %%zmm9, %%zmm9\n\t"
-      "vmovups %%zmm8, (%[c])\n\t"  "vmovups %%zmm9, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm10, %%zmm10\n\t"  "vaddps 64(%[c]), %%zmm11, %%zmm11\n\t"
-      "vmovups %%zmm10, (%[c])\n\t"  "vmovups %%zmm11, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm12, %%zmm12\n\t"  "vaddps 64(%[c]), %%zmm13, %%zmm13\n\t"
-      "vmovups %%zmm12, (%[c])\n\t"  "vmovups %%zmm13, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm14, %%zmm14\n\t"  "vaddps 64(%[c]), %%zmm15, %%zmm15\n\t"
-      "vmovups %%zmm14, (%[c])\n\t"  "vmovups %%zmm15, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm16, %%zmm16\n\t"  "vaddps 64(%[c]), %%zmm17, %%zmm17\n\t"
-      "vmovups %%zmm16, (%[c])\n\t"  "vmovups %%zmm17, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm18, %%zmm18\n\t"  "vaddps 64(%[c]), %%zmm19, %%zmm19\n\t"
-      "vmovups %%zmm18, (%[c])\n\t"  "vmovups %%zmm19, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm20, %%zmm20\n\t"  "vaddps 64(%[c]), %%zmm21, %%zmm21\n\t"
-      "vmovups %%zmm20, (%[c])\n\t"  "vmovups %%zmm21, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vaddps (%[c]), %%zmm22, %%zmm22\n\t"  "vaddps 64(%[c]), %%zmm23, %%zmm23\n\t"
-      "vmovups %%zmm22, (%[c])\n\t"  "vmovups %%zmm23, 64(%[c])\n\t"
-      "jmp 5f\n\t"
+      "mov %[c], %[p]\n\t"
+      FC_PF_C_ROWS(FC_PF_ADD_ROW)
       "4:\n\t"
-      "vmovups %%zmm0, (%[c])\n\t"  "vmovups %%zmm1, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm2, (%[c])\n\t"  "vmovups %%zmm3, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm4, (%[c])\n\t"  "vmovups %%zmm5, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm6, (%[c])\n\t"  "vmovups %%zmm7, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm8, (%[c])\n\t"  "vmovups %%zmm9, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm10, (%[c])\n\t"  "vmovups %%zmm11, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm12, (%[c])\n\t"  "vmovups %%zmm13, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm14, (%[c])\n\t"  "vmovups %%zmm15, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm16, (%[c])\n\t"  "vmovups %%zmm17, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm18, (%[c])\n\t"  "vmovups %%zmm19, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm20, (%[c])\n\t"  "vmovups %%zmm21, 64(%[c])\n\t"  "add %[ldc], %[c]\n\t"
-      "vmovups %%zmm22, (%[c])\n\t"  "vmovups %%zmm23, 64(%[c])\n\t"
-      "5:\n\t"
+      FC_PF_C_ROWS(FC_PF_STORE_ROW)
       // Clean upper state for the caller's SSE code (the compiler does not know this
       // asm used zmm registers, so it would not add the vzeroupper itself).
       "vzeroupper\n\t"
@@ -216,6 +172,11 @@ void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, vo
         "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "cc",
         "memory");
 }
+#undef FC_PF_ROW
+#undef FC_PF_KSTEP
+#undef FC_PF_C_ROWS
+#undef FC_PF_ADD_ROW
+#undef FC_PF_STORE_ROW
 void f32_8x3_avx512(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                     int accumulate) {
   gemm<8, 3>(kc, a, as, b, c, ldc, accumulate);
