@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -148,6 +149,51 @@ void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
 // gemm_chain: a [M,K1], b [K1,K2], c [K2,N], out [M,N]; all one dtype.
 void gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,
                 const GemmChainParams& params = {}, PhaseTimes* times = nullptr);
+
+// Pre-packed operands (CPU). gemm_chain's B and C, or softmax_v's V, packed once into the
+// layout of one GEMM micro-kernel, for many calls with fresh A / S (as oneDNN and MKL pack
+// weights). The unpacked calls above pack the same way on every call (gemm_chain tile by
+// tile, softmax_v V whole when M > 64); the packed calls skip that and read the packed
+// operands, which for the shapes is most of the memory traffic of a call.
+// The object records what it was packed for: the op, the storage dtype, the logical
+// shapes and the micro-kernel key (the layout follows from the kernel). A call whose
+// arguments do not match it (another op, dtype, shape or kernel, or params.impl naming
+// another kernel, or the portable kernels forced after packing) is refused before any
+// kernel runs, naming the argument. Packing copies: the source tensors may change or be
+// freed afterwards. The packed data is read-only, so one object may serve several calls
+// at once, from any threads; copies share it (the buffer lives until the last copy goes).
+class PackedOperands {
+ public:
+  struct State;  // library-internal
+  PackedOperands() = default;  // empty: refused by every call
+  explicit PackedOperands(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  bool empty() const { return state_ == nullptr; }
+  const char* op() const;      // "gemm_chain" or "softmax_v" ("" when empty)
+  DType dtype() const;         // storage dtype of the tensors that were packed
+  const char* kernel() const;  // the micro-kernel key the layout is for ("" when empty)
+  // The logical shape packed: gemm_chain {K1, K2, N}; softmax_v {L, d, 0}.
+  int64_t dim(int i) const;
+  size_t bytes() const;        // size of the packed buffer
+  std::string describe() const;  // e.g. "gemm_chain f32 K1=256 K2=8192 N=256 for f32_12x2_pf_avx512"
+  const State* state() const { return state_.get(); }
+
+ private:
+  std::shared_ptr<const State> state_;
+};
+
+// b [K1,K2], c [K2,N] -> packed for gemm_chain(a, packed, out). params.impl picks the
+// kernel (nullptr = automatic, as the unpacked call); params.threads packs in parallel.
+PackedOperands pack_gemm_chain(const Tensor& b, const Tensor& c, const GemmChainParams& params = {});
+// a [M,K1], out [M,N]; a and out of the packed dtype.
+void gemm_chain(const Tensor& a, const PackedOperands& packed, const Tensor& out,
+                const GemmChainParams& params = {}, PhaseTimes* times = nullptr);
+
+// v [L,d] -> packed for softmax_v(s, packed, out). The packed call always runs the GEMM
+// micro-kernel (also for M <= 64, where the unpacked call reads V in place by the row ops).
+PackedOperands pack_softmax_v(const Tensor& v, const SoftmaxVParams& params = {});
+// s [M,L] (f32 or i32), out [M,d] of the packed dtype.
+void softmax_v(const Tensor& s, const PackedOperands& packed, const Tensor& out,
+               const SoftmaxVParams& params = {}, PhaseTimes* times = nullptr);
 
 // fp64 reference implementations: the truth for tests and benchmarks. Same arguments
 // and checks as above, CPU tensors only, slow (O(Sq*Sk*D) with no blocking).

@@ -105,14 +105,55 @@ void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out, const Softma
                PhaseTimes* times) {
   const core::SoftmaxVProblem p = api::check_softmax_v(s, v, out, params);
   if (p.m == 0 || p.d == 0) return;
-  cpu::softmax_v(p, times);
+  cpu::softmax_v(p, nullptr, times);
+}
+
+PackedOperands pack_softmax_v(const Tensor& v, const SoftmaxVParams& params) {
+  return PackedOperands(cpu::pack_softmax_v(api::check_pack_softmax_v(v, params)));
+}
+
+void softmax_v(const Tensor& s, const PackedOperands& packed, const Tensor& out,
+               const SoftmaxVParams& params, PhaseTimes* times) {
+  const core::SoftmaxVProblem p = api::check_softmax_v(s, packed, out, params);
+  if (p.m == 0 || p.d == 0) return;
+  cpu::softmax_v(p, packed.state(), times);
 }
 
 void gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out,
                 const GemmChainParams& params, PhaseTimes* times) {
   const core::GemmChainProblem p = api::check_gemm_chain(a, b, c, out, params);
   if (p.m == 0 || p.n == 0) return;
-  cpu::gemm_chain(p, times);
+  cpu::gemm_chain(p, nullptr, times);
+}
+
+PackedOperands pack_gemm_chain(const Tensor& b, const Tensor& c, const GemmChainParams& params) {
+  return PackedOperands(cpu::pack_gemm_chain(api::check_pack_gemm_chain(b, c, params)));
+}
+
+void gemm_chain(const Tensor& a, const PackedOperands& packed, const Tensor& out,
+                const GemmChainParams& params, PhaseTimes* times) {
+  const core::GemmChainProblem p = api::check_gemm_chain(a, packed, out, params);
+  if (p.m == 0 || p.n == 0) return;
+  cpu::gemm_chain(p, packed.state(), times);
+}
+
+const char* PackedOperands::op() const {
+  if (state_ == nullptr) return "";
+  return state_->op == State::Op::gemm_chain ? "gemm_chain" : "softmax_v";
+}
+DType PackedOperands::dtype() const { return state_ ? state_->dtype : DType::f32; }
+const char* PackedOperands::kernel() const { return state_ ? state_->kernel->key : ""; }
+int64_t PackedOperands::dim(int i) const { return state_ && i >= 0 && i < 3 ? state_->dims[i] : 0; }
+size_t PackedOperands::bytes() const { return state_ ? state_->bytes : 0; }
+
+std::string PackedOperands::describe() const {
+  if (state_ == nullptr) return "empty";
+  const int64_t* d = state_->dims;
+  const std::string shape = state_->op == State::Op::gemm_chain
+                                ? "K1=" + std::to_string(d[0]) + " K2=" + std::to_string(d[1]) +
+                                      " N=" + std::to_string(d[2])
+                                : "L=" + std::to_string(d[0]) + " d=" + std::to_string(d[1]);
+  return std::string(op()) + " " + to_string(dtype()) + " " + shape + " for " + kernel();
 }
 
 int list_kernels(KernelInfo* out, int capacity) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/errors.hpp"
+#include "cpu/pipelines/packed.hpp"
 
 namespace flashcore::api {
 namespace {
@@ -249,68 +250,172 @@ void check_cu_seqlens(const int32_t* cu, int64_t batch, int64_t total, const cha
   *max_len = mx;
 }
 
-core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
-                                      const SoftmaxVParams& p) {
+namespace {
+
+// The operand that softmax_v / gemm_chain take either as tensors or pre-packed: its dtype
+// and logical dims, and the tensors when given (null when packed). `name` is the argument
+// that messages blame for a mismatch with it ("v", "b"/"c", or "packed").
+struct Operands {
+  const char* name;
+  DType dtype;
+  int64_t dims[3];
+  const Tensor* t0 = nullptr;
+  const Tensor* t1 = nullptr;
+};
+
+// A packed object for op `op` that a call may use: not empty, packed for this op, with the
+// kernel that params.impl names (when it names one), and not a SIMD kernel while the
+// portable kernels are forced.
+Operands packed_operands(const PackedOperands& packed, PackedOperands::State::Op op,
+                         const char* impl) {
+  const char* want = op == PackedOperands::State::Op::gemm_chain ? "gemm_chain" : "softmax_v";
+  if (packed.empty()) bad("packed", std::string("is empty (make it with pack_") + want + ")");
+  const PackedOperands::State& st = *packed.state();
+  if (st.op != op)
+    bad("packed", std::string("was packed for ") + packed.op() + " (pack_" + packed.op() +
+                      "), not for " + want);
+  if (impl != nullptr && impl[0] != '\0' && std::string(impl) != "auto" &&
+      std::string(impl) != st.kernel->key)
+    bad("params.impl", std::string("names kernel '") + impl + "' but packed holds operands packed for '" +
+                           st.kernel->key + "' (pack again with this impl)");
+  if (force_generic() && st.kernel->isa != cpu::Isa::generic)
+    bad("packed", std::string("was packed for kernel '") + st.kernel->key +
+                      "' but the portable kernels are forced now (set_force_generic / "
+                      "FLASHCORE_FORCE_GENERIC): pack again");
+  return Operands{"packed", st.dtype, {st.dims[0], st.dims[1], st.dims[2]}};
+}
+
+// The unpacked v [L, d] (tensor checks done by the caller).
+core::SoftmaxVProblem check_softmax_v_with(const Tensor& s, const Operands& v, const Tensor& out,
+                                           const SoftmaxVParams& p) {
   if (s.rank != 2) bad("s", "expected rank 2 [M, L], got rank " + std::to_string(s.rank));
   // Scores may be row- or column-major (seed 000 keeps them column-major).
   Tensor s_rowmajor = s;
   const bool colmajor = s.shape[1] > 1 && s.strides[1] != 1 && s.strides[0] == 1;
   if (colmajor) std::swap(s_rowmajor.strides[0], s_rowmajor.strides[1]);
   check_tensor(s_rowmajor, "s", 2, "[M, L]");
-  check_tensor(v, "v", 2, "[L, d]");
+  if (v.t0) check_tensor(*v.t0, "v", 2, "[L, d]");
   check_tensor(out, "out", 2, "[M, d]");
   if (s.device != Device::cpu) throw_error(Status::unsupported, "s: softmax_v runs on the CPU backend only");
-  check_same_device(v, "v", s.device);
+  if (v.t0) check_same_device(*v.t0, "v", s.device);
   check_same_device(out, "out", s.device);
   if (s.dtype != DType::f32 && s.dtype != DType::i32)
     throw_error(Status::unsupported, std::string("s: scores must be f32 or i32, got ") + to_string(s.dtype));
-  check_storage_dtype(v.dtype, "v", Device::cpu);
-  if (out.dtype != v.dtype) bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from v's " + to_string(v.dtype));
-  check_dim(v, "v", 0, "L", s.shape[1], "s");
+  check_storage_dtype(v.dtype, v.name, Device::cpu);
+  if (out.dtype != v.dtype)
+    bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from " + v.name + "'s " + to_string(v.dtype));
+  if (v.t0) check_dim(*v.t0, "v", 0, "L", s.shape[1], "s");
+  else check_dim(s, "s", 1, "L", v.dims[0], v.name);
   check_dim(out, "out", 0, "M", s.shape[0], "s");
-  check_dim(out, "out", 1, "d", v.shape[1], "v");
+  check_dim(out, "out", 1, "d", v.dims[1], v.name);
   check_no_alias(out, "out", s, "s");
-  check_no_alias(out, "out", v, "v");
+  if (v.t0) check_no_alias(out, "out", *v.t0, "v");
   if (!std::isfinite(p.scale)) bad("params.scale", "must be finite, got " + std::to_string(p.scale));
   check_strategy(p.strategy, p.exp2, p.threads);
   core::SoftmaxVProblem pr;
   pr.s = s.data; pr.s_dtype = s.dtype; pr.s_sm = s.strides[0]; pr.s_sl = s.strides[1];
-  pr.v = v.data; pr.v_sl = v.strides[0]; pr.dtype = v.dtype;
+  if (v.t0) { pr.v = v.t0->data; pr.v_sl = v.t0->strides[0]; }
+  pr.dtype = v.dtype;
   pr.o = out.data; pr.o_sm = out.strides[0];
-  pr.m = s.shape[0]; pr.l = s.shape[1]; pr.d = v.shape[1];
+  pr.m = s.shape[0]; pr.l = v.dims[0]; pr.d = v.dims[1];
   pr.scale = p.scale; pr.strategy = p.strategy; pr.exp2 = p.exp2; pr.threads = p.threads;
   pr.impl = p.impl;
   return pr;
 }
 
-core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,
-                                        const Tensor& out, const GemmChainParams& p) {
-  check_tensor(a, "a", 2, "[M, K1]");
+// b [K1, K2] and c [K2, N] as tensors: their own checks (pack_gemm_chain's whole check).
+void check_chain_bc(const Tensor& b, const Tensor& c, const GemmChainParams& p) {
   check_tensor(b, "b", 2, "[K1, K2]");
   check_tensor(c, "c", 2, "[K2, N]");
+  if (b.device != Device::cpu) throw_error(Status::unsupported, "b: gemm_chain runs on the CPU backend only");
+  check_same_device(c, "c", b.device);
+  check_storage_dtype(b.dtype, "b", Device::cpu);
+  if (c.dtype != b.dtype) bad("c", std::string("dtype ") + to_string(c.dtype) + " differs from b's " + to_string(b.dtype));
+  check_dim(c, "c", 0, "K2", b.shape[1], "b");
+  if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
+}
+
+// b and c as the Operands of a call (read only after check_chain_bc).
+Operands chain_tensors(const Tensor& b, const Tensor& c) {
+  return Operands{"b", b.dtype, {b.shape[0], b.shape[1], c.shape[1]}, &b, &c};
+}
+
+core::GemmChainProblem check_gemm_chain_with(const Tensor& a, const Operands& bc, const Tensor& out,
+                                             const GemmChainParams& p) {
+  check_tensor(a, "a", 2, "[M, K1]");
   check_tensor(out, "out", 2, "[M, N]");
   if (a.device != Device::cpu) throw_error(Status::unsupported, "a: gemm_chain runs on the CPU backend only");
-  check_same_device(b, "b", a.device);
-  check_same_device(c, "c", a.device);
   check_same_device(out, "out", a.device);
   check_storage_dtype(a.dtype, "a", Device::cpu);
-  for (const auto& [t, n] : {std::pair<const Tensor*, const char*>{&b, "b"}, {&c, "c"}, {&out, "out"}})
-    if (t->dtype != a.dtype) bad(n, std::string("dtype ") + to_string(t->dtype) + " differs from a's " + to_string(a.dtype));
-  check_dim(b, "b", 0, "K1", a.shape[1], "a");
-  check_dim(c, "c", 0, "K2", b.shape[1], "b");
+  if (bc.t0) check_chain_bc(*bc.t0, *bc.t1, p);
+  if (bc.dtype != a.dtype)
+    bad(bc.name, std::string("dtype ") + to_string(bc.dtype) + " differs from a's " + to_string(a.dtype));
+  if (out.dtype != a.dtype)
+    bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from a's " + to_string(a.dtype));
+  if (bc.t0) check_dim(*bc.t0, "b", 0, "K1", a.shape[1], "a");
+  else check_dim(a, "a", 1, "K1", bc.dims[0], bc.name);
   check_dim(out, "out", 0, "M", a.shape[0], "a");
-  check_dim(out, "out", 1, "N", c.shape[1], "c");
+  check_dim(out, "out", 1, "N", bc.dims[2], bc.t0 ? "c" : bc.name);
   check_no_alias(out, "out", a, "a");
-  check_no_alias(out, "out", b, "b");
-  check_no_alias(out, "out", c, "c");
+  if (bc.t0) check_no_alias(out, "out", *bc.t0, "b");
+  if (bc.t1) check_no_alias(out, "out", *bc.t1, "c");
   if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
   core::GemmChainProblem pr;
   pr.dtype = a.dtype;
   pr.a = a.data; pr.a_sm = a.strides[0];
+  if (bc.t0) { pr.b = bc.t0->data; pr.b_sk = bc.t0->strides[0]; }
+  if (bc.t1) { pr.c = bc.t1->data; pr.c_sk = bc.t1->strides[0]; }
+  pr.e = out.data; pr.e_sm = out.strides[0];
+  pr.m = a.shape[0]; pr.k1 = bc.dims[0]; pr.k2 = bc.dims[1]; pr.n = bc.dims[2];
+  pr.threads = p.threads; pr.impl = p.impl;
+  return pr;
+}
+
+}  // namespace
+
+core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
+                                      const SoftmaxVParams& p) {
+  return check_softmax_v_with(s, Operands{"v", v.dtype, {v.shape[0], v.shape[1], 0}, &v}, out, p);
+}
+
+core::SoftmaxVProblem check_softmax_v(const Tensor& s, const PackedOperands& v, const Tensor& out,
+                                      const SoftmaxVParams& p) {
+  return check_softmax_v_with(s, packed_operands(v, PackedOperands::State::Op::softmax_v, p.impl),
+                              out, p);
+}
+
+core::SoftmaxVProblem check_pack_softmax_v(const Tensor& v, const SoftmaxVParams& p) {
+  check_tensor(v, "v", 2, "[L, d]");
+  if (v.device != Device::cpu) throw_error(Status::unsupported, "v: softmax_v runs on the CPU backend only");
+  check_storage_dtype(v.dtype, "v", Device::cpu);
+  if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
+  core::SoftmaxVProblem pr;
+  pr.v = v.data; pr.v_sl = v.strides[0]; pr.dtype = v.dtype;
+  pr.l = v.shape[0]; pr.d = v.shape[1];
+  pr.threads = p.threads; pr.impl = p.impl;
+  return pr;
+}
+
+core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,
+                                        const Tensor& out, const GemmChainParams& p) {
+  return check_gemm_chain_with(a, chain_tensors(b, c), out, p);
+}
+
+core::GemmChainProblem check_gemm_chain(const Tensor& a, const PackedOperands& bc, const Tensor& out,
+                                        const GemmChainParams& p) {
+  return check_gemm_chain_with(a, packed_operands(bc, PackedOperands::State::Op::gemm_chain, p.impl),
+                               out, p);
+}
+
+core::GemmChainProblem check_pack_gemm_chain(const Tensor& b, const Tensor& c,
+                                             const GemmChainParams& p) {
+  check_chain_bc(b, c, p);
+  const Operands bc = chain_tensors(b, c);
+  core::GemmChainProblem pr;
+  pr.dtype = bc.dtype;
   pr.b = b.data; pr.b_sk = b.strides[0];
   pr.c = c.data; pr.c_sk = c.strides[0];
-  pr.e = out.data; pr.e_sm = out.strides[0];
-  pr.m = a.shape[0]; pr.k1 = a.shape[1]; pr.k2 = b.shape[1]; pr.n = c.shape[1];
+  pr.k1 = bc.dims[0]; pr.k2 = bc.dims[1]; pr.n = bc.dims[2];
   pr.threads = p.threads; pr.impl = p.impl;
   return pr;
 }

@@ -13,6 +13,15 @@ core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Te
                                       const SoftmaxVParams& p);
 core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,
                                         const Tensor& out, const GemmChainParams& p);
+// The pre-packed calls: the packed object against the other arguments and params.impl.
+core::SoftmaxVProblem check_softmax_v(const Tensor& s, const PackedOperands& v, const Tensor& out,
+                                      const SoftmaxVParams& p);
+core::GemmChainProblem check_gemm_chain(const Tensor& a, const PackedOperands& bc, const Tensor& out,
+                                        const GemmChainParams& p);
+// pack_*: the operands to pack alone (the problem's other fields stay empty).
+core::SoftmaxVProblem check_pack_softmax_v(const Tensor& v, const SoftmaxVParams& p);
+core::GemmChainProblem check_pack_gemm_chain(const Tensor& b, const Tensor& c,
+                                             const GemmChainParams& p);
 // Host-side cu_seqlens check (cu[0] == 0, non-decreasing, cu[batch] <= total); gives the
 // longest sequence. The CUDA backend calls it on a host copy of device arrays.
 void check_cu_seqlens(const int32_t* cu, int64_t batch, int64_t total, const char* name,

@@ -357,5 +357,113 @@ TEST_P(GemmChainErrorTest, RefusedBeforeAnyKernel) {
 INSTANTIATE_TEST_SUITE_P(Api, GemmChainErrorTest, ::testing::ValuesIn(kGcCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// ---------------------------------------------------------------- pre-packed operands
+// Valid packed calls (gemm_chain's B and C, softmax_v's V packed once with the automatic
+// kernel), which each case breaks in one way; `call` picks the entry point.
+enum class PkCallKind { gemm_chain, softmax_v, pack_gemm_chain, pack_softmax_v };
+
+struct PkCall {
+  GcCall gc;
+  SvCall sv;
+  fc::PackedOperands bc = fc::pack_gemm_chain(gc.bv, gc.cv);
+  fc::PackedOperands v = fc::pack_softmax_v(sv.vv);
+  void run(PkCallKind kind) {
+    switch (kind) {
+      case PkCallKind::gemm_chain: fc::gemm_chain(gc.av, bc, gc.ov, gc.p); break;
+      case PkCallKind::softmax_v: fc::softmax_v(sv.sv, v, sv.ov, sv.p); break;
+      case PkCallKind::pack_gemm_chain: bc = fc::pack_gemm_chain(gc.bv, gc.cv, gc.p); break;
+      case PkCallKind::pack_softmax_v: v = fc::pack_softmax_v(sv.vv, sv.p); break;
+    }
+  }
+};
+
+// A GEMM kernel this machine runs other than `key` (null when there is none).
+const char* other_kernel(const std::string& key) {
+  for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i) {
+    const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(i);
+    if (fc::cpu::isa_available(k.isa) && key != k.key && k.ab == DType::f32) return k.key;
+  }
+  return nullptr;
+}
+
+struct PkCase {
+  const char* name;
+  PkCallKind kind;
+  std::function<void(PkCall&)> breakit;
+  Status status;
+  const char* needle;
+};
+
+using K = PkCallKind;
+const PkCase kPkCases[] = {
+    {"chain_a_k1", K::gemm_chain, [](PkCall& c) { c.gc.av.shape[1] = 5; }, kInvalid, "a: dim 1 (K1) is 5 but packed says 6"},
+    {"chain_out_cols", K::gemm_chain, [](PkCall& c) { c.gc.ov.shape[1] = 7; }, kInvalid, "out: dim 1 (N) is 7 but packed says 8"},
+    {"chain_out_rows", K::gemm_chain, [](PkCall& c) { c.gc.ov.shape[0] = 4; }, kInvalid, "out: dim 0 (M)"},
+    {"chain_a_dtype", K::gemm_chain, [](PkCall& c) { c.gc.av.dtype = c.gc.ov.dtype = DType::f16; }, kInvalid,
+     "packed: dtype f32 differs from a's f16"},
+    {"chain_out_dtype", K::gemm_chain, [](PkCall& c) { c.gc.ov.dtype = DType::bf16; }, kInvalid, "out: dtype bf16"},
+    {"chain_a_null", K::gemm_chain, [](PkCall& c) { c.gc.av.data = nullptr; }, kInvalid, "a: data is a null pointer"},
+    {"chain_empty", K::gemm_chain, [](PkCall& c) { c.bc = fc::PackedOperands(); }, kInvalid,
+     "packed: is empty (make it with pack_gemm_chain)"},
+    {"chain_packed_for_softmax_v", K::gemm_chain, [](PkCall& c) { c.bc = c.v; }, kInvalid,
+     "packed: was packed for softmax_v (pack_softmax_v), not for gemm_chain"},
+    {"chain_impl_other", K::gemm_chain, [](PkCall& c) { c.gc.p.impl = other_kernel(c.bc.kernel()); }, kInvalid,
+     "params.impl: names kernel"},
+    {"chain_out_aliases_a", K::gemm_chain, [](PkCall& c) { c.gc.ov.data = c.gc.av.data; }, kInvalid, "out: overlaps a"},
+    {"chain_threads", K::gemm_chain, [](PkCall& c) { c.gc.p.threads = -1; }, kInvalid, "params.threads"},
+    {"softmax_s_length", K::softmax_v, [](PkCall& c) { c.sv.sv.shape[1] = 8; }, kInvalid, "s: dim 1 (L) is 8 but packed says 9"},
+    {"softmax_out_cols", K::softmax_v, [](PkCall& c) { c.sv.ov.shape[1] = 7; }, kInvalid, "out: dim 1 (d) is 7 but packed says 8"},
+    {"softmax_out_dtype", K::softmax_v, [](PkCall& c) { c.sv.ov.dtype = DType::f16; }, kInvalid,
+     "out: dtype f16 differs from packed's f32"},
+    {"softmax_s_dtype", K::softmax_v, [](PkCall& c) { c.sv.sv.dtype = DType::bf16; }, kUnsupported, "s: scores must be"},
+    {"softmax_s_null", K::softmax_v, [](PkCall& c) { c.sv.sv.data = nullptr; }, kInvalid, "s: data is a null pointer"},
+    {"softmax_packed_for_chain", K::softmax_v, [](PkCall& c) { c.v = c.bc; }, kInvalid,
+     "packed: was packed for gemm_chain (pack_gemm_chain), not for softmax_v"},
+    {"softmax_impl_other", K::softmax_v, [](PkCall& c) { c.sv.p.impl = other_kernel(c.v.kernel()); }, kInvalid,
+     "params.impl: names kernel"},
+    {"softmax_scale", K::softmax_v, [](PkCall& c) { c.sv.p.scale = std::nanf(""); }, kInvalid, "params.scale"},
+    {"pack_chain_c_inner", K::pack_gemm_chain, [](PkCall& c) { c.gc.cv.shape[0] = 6; }, kInvalid, "c: dim 0 (K2)"},
+    {"pack_chain_b_null", K::pack_gemm_chain, [](PkCall& c) { c.gc.bv.data = nullptr; }, kInvalid, "b: data is a null pointer"},
+    {"pack_chain_dtype_i32", K::pack_gemm_chain, [](PkCall& c) { c.gc.bv.dtype = c.gc.cv.dtype = DType::i32; },
+     kUnsupported, "b: dtype i32"},
+    {"pack_chain_c_dtype", K::pack_gemm_chain, [](PkCall& c) { c.gc.cv.dtype = DType::f16; }, kInvalid, "c: dtype f16"},
+    {"pack_chain_impl", K::pack_gemm_chain, [](PkCall& c) { c.gc.p.impl = "nope"; }, kInvalid, "impl: no CPU micro-kernel"},
+    {"pack_chain_cuda", K::pack_gemm_chain, [](PkCall& c) { c.gc.bv.device = c.gc.cv.device = fc::Device::cuda; },
+     kUnsupported, "b: gemm_chain runs on the CPU"},
+    {"pack_softmax_v_rank", K::pack_softmax_v, [](PkCall& c) { c.sv.vv.rank = 3; }, kInvalid, "v: expected rank 2"},
+    {"pack_softmax_v_strided", K::pack_softmax_v, [](PkCall& c) { c.sv.vv.strides[1] = 2; }, kInvalid,
+     "v: the last dim must be contiguous"},
+    {"pack_softmax_threads", K::pack_softmax_v, [](PkCall& c) { c.sv.p.threads = -2; }, kInvalid, "params.threads"},
+};
+
+class PackedErrorTest : public ::testing::TestWithParam<PkCase> {};
+
+TEST_P(PackedErrorTest, RefusedBeforeAnyKernel) {
+  PkCall c;
+  const PkCase& cs = GetParam();
+  if (std::string(cs.name).find("impl_other") != std::string::npos && other_kernel(c.bc.kernel()) == nullptr)
+    GTEST_SKIP() << "this machine runs only one f32 GEMM kernel";
+  cs.breakit(c);
+  // A failed pack leaves the packed objects as they were.
+  const std::string bc0 = c.bc.describe(), v0 = c.v.describe();
+  expect_error([&] { c.run(cs.kind); }, cs.status, cs.needle, {&c.gc.out, &c.sv.out});
+  EXPECT_EQ(c.bc.describe(), bc0);
+  EXPECT_EQ(c.v.describe(), v0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, PackedErrorTest, ::testing::ValuesIn(kPkCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Packed for a SIMD kernel, then the portable kernels forced: the call is refused (the
+// packed layout is not the portable kernel's).
+TEST(PackedError, ForceGenericAfterPacking) {
+  PkCall c;
+  if (fc::cpu::select_kernels(DType::f32, nullptr).gemm->isa == fc::cpu::Isa::generic)
+    GTEST_SKIP() << "the automatic kernel is the portable one on this machine";
+  ForceGeneric generic(true);
+  expect_error([&] { c.run(K::gemm_chain); }, kInvalid, "packed: was packed for kernel", {&c.gc.out});
+  expect_error([&] { c.run(K::softmax_v); }, kInvalid, "portable kernels are forced", {&c.sv.out});
+}
+
 }  // namespace
 }  // namespace fctest

@@ -112,6 +112,19 @@ double tolerance(DType storage, DType kernel_ab, Exp2Mode mode, int64_t sk);
                    << ", which this CPU lacks";                                          \
   } while (0)
 
+// Base of per-kernel tests: the parameter indexes the GEMM kernel table (instantiate over
+// ::testing::Range(0, gemm_ukernel_count()) named by KernelName); kernels this machine
+// cannot run are skipped before the test body.
+class KernelTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { FC_SKIP_UNLESS_RUNNABLE(kernel()); }
+  const flashcore::cpu::GemmUkernel& kernel() const { return flashcore::cpu::gemm_ukernel(GetParam()); }
+};
+struct KernelName {
+  template <class Info>
+  std::string operator()(const Info& info) const { return flashcore::cpu::gemm_ukernel(info.param).key; }
+};
+
 // Strategy / mode / dtype names for test names and traces.
 std::string name(DType d);
 std::string name(Strategy s);

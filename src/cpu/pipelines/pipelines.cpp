@@ -348,6 +348,10 @@ struct Geometry {
   const char* key;      // what ran, for PhaseTimes
 };
 
+// Keys (softmax_v's L, gemm_chain's K2) are padded to this: whole MR blocks of P (the
+// second GEMM's A operand) and whole k steps of the kernel.
+int64_t key_align_of(const GemmUkernel& k) { return lcm(k.mr, k.k_align); }
+
 Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   Geometry g;
   g.gk = cfg.gemm;
@@ -358,7 +362,7 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   const int64_t target = std::min(round_up(std::max<int64_t>(rows, 1), unit),
                                   round_up(kTargetQueryBlock, unit));
   g.mq = target;
-  g.key_align = lcm(g.mr, g.gk->k_align);
+  g.key_align = key_align_of(*g.gk);
   g.kc = round_up(kKeyTile, g.key_align);
   g.es = int64_t(dtype_size(g.gk->ab));
   g.pt = g.gk->ab;
@@ -978,34 +982,59 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
 }
 
 // ================================================================ softmax_v
+// V packed for the GEMM path: [dvp / NR] panels of [lp][NR] (the kernel's B layout and
+// operand dtype), keys padded to lp, columns to dvp; zeros in the padding.
+struct VLayout {
+  int64_t lp, dvp;
+  size_t bytes;
+};
+VLayout v_layout(const GemmUkernel& k, int64_t l, int64_t d) {
+  VLayout v;
+  v.lp = round_up(std::max<int64_t>(l, 1), key_align_of(k));
+  v.dvp = round_up(d, k.nr);
+  v.bytes = size_t(v.lp * v.dvp) * dtype_size(k.ab);
+  return v;
+}
+
+// Packs V into `dst` (v_layout), the key blocks split over the threads.
+void pack_v(const core::SoftmaxVProblem& p, const GemmUkernel& k, const VLayout& lay, char* dst,
+            int nthreads) {
+  const Rows vrows{p.v, p.v_sl, p.dtype};
+  const int64_t nblk = lay.lp / k.mr;
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<float> rowbuf(static_cast<size_t>(lay.dvp + 64));
+    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t b0 = nblk * id / nt, b1 = nblk * (id + 1) / nt;
+    pack_panels(vrows, p.l, p.d, lay.lp, k.nr, b0 * k.mr, b1 * k.mr, dst, k.ab, k.b_layout,
+                rowbuf.data());
+  }
+}
+
 // Few rows (M <= kDecodeBlockRows: one block) take the row ops: P V by axpy straight from
 // V's rows, so V is read once and never packed (packing V, 32 MiB at L = 32768, d = 256,
 // took more time than the GEMM: 2.3-3.3 ms of 5-6 ms). More rows pack V once per call
-// and share it across the row blocks of every thread.
-void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
-  const CpuConfig cfg = select_kernels(p.dtype, p.impl);
-  const bool rows_mode = p.m <= kDecodeBlockRows && !gemm_forced(p.impl);
+// and share it across the row blocks of every thread. A pre-packed V always takes the
+// GEMM path (seed 000's pipeline: its V is packed before the timed calls).
+void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* packed,
+               PhaseTimes* times) {
+  const CpuConfig cfg = select_kernels(p.dtype, packed ? packed->kernel->key : p.impl);
+  const bool rows_mode = packed == nullptr && p.m <= kDecodeBlockRows && !gemm_forced(p.impl);
   const Geometry g = rows_mode ? make_rows_geometry(cfg, p.m) : make_geometry(cfg, p.m, false);
   const Strategy strategy = resolve(p.strategy, p.m, p.l, p.d, p.dtype);
   const int nthreads = resolve_threads(p.threads);
   const float c = p.scale * core::kLog2e;
-  const int64_t lp = round_up(std::max<int64_t>(p.l, 1), g.key_align);
+  const VLayout vl = v_layout(*g.gk, p.l, p.d);
+  const int64_t lp = rows_mode ? round_up(std::max<int64_t>(p.l, 1), g.key_align) : vl.lp;
   const int64_t dvp = round_up(p.d, g.nr);
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
-  char* const vpack = rows_mode ? nullptr : pack_slot(0, static_cast<size_t>(lp * dvp * g.es));
-  const Rows vrows{p.v, p.v_sl, p.dtype};
-  if (!rows_mode) {
+  const char* vpack = packed ? packed->data : nullptr;
+  if (!rows_mode && !packed) {  // pack into this thread's reused buffer, then as if pre-packed
     Lap lap(timed);
-    const int64_t nblk = lp / g.mr;
-#pragma omp parallel num_threads(nthreads)
-    {
-      std::vector<float> rowbuf(static_cast<size_t>(dvp + 64));
-      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-      const int64_t b0 = nblk * id / nt, b1 = nblk * (id + 1) / nt;
-      pack_panels(vrows, p.l, p.d, lp, g.nr, b0 * g.mr, b1 * g.mr, vpack, g.gk->ab, g.pb,
-                  rowbuf.data());
-    }
+    char* buf = pack_slot(0, vl.bytes);
+    pack_v(p, *g.gk, vl, buf, nthreads);
+    vpack = buf;
     lap.to(phases[0].pack);
   }
   const int64_t ses = int64_t(dtype_size(p.s_dtype));
@@ -1082,13 +1111,54 @@ void softmax_v(const core::SoftmaxVProblem& p, PhaseTimes* times) {
 // wide panel ([K1][ldb] k-major), and stage 1 reads key block r at column r*MR of it with
 // A stride ldb (ukernel.hpp allows any A stride): whole rows copied with vector moves
 // instead of 48-byte pieces scattered into [K1][MR] blocks.
-void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
-  const CpuConfig cfg = select_kernels(p.dtype, p.impl);
+//
+// B and C in one kernel's layout, K2 tile by K2 tile (ktiles of kc keys; the last one
+// ends at k2p, padded with zeros): per tile t, B's columns [t*kc, t*kc+kc) as one
+// [k1p][kc] panel in the kernel's A layout (btile bytes), and C's rows of the tile as
+// np / NR panels of [tile length][NR] in its B layout (ctile bytes). A pre-packed
+// object holds every tile's B panel, then every tile's C panels; the unpacked call packs
+// each tile into its thread's buffers just before the tile's GEMMs (it stays in L2).
+struct ChainLayout {
+  int64_t k1p, k2p, np, kc, ktiles;
+  size_t btile, ctile;
+  size_t b_offset(int64_t t) const { return size_t(t) * btile; }
+  size_t c_offset(int64_t t) const { return size_t(ktiles) * btile + size_t(t) * ctile; }
+};
+ChainLayout chain_layout(const GemmUkernel& k, int64_t k1, int64_t k2, int64_t n) {
+  ChainLayout c;
+  const size_t es = dtype_size(k.ab);
+  c.kc = round_up(kChainKeyTile, key_align_of(k));
+  c.k1p = round_up(k1, k.k_align);
+  c.k2p = round_up(std::max<int64_t>(k2, 1), key_align_of(k));
+  c.np = round_up(n, k.nr);
+  c.ktiles = k2 == 0 ? 0 : (c.k2p + c.kc - 1) / c.kc;  // K2 = 0: nothing to pack (E = 0)
+  c.btile = size_t(c.k1p * c.kc) * es;
+  c.ctile = size_t(c.kc * c.np) * es;
+  return c;
+}
+
+// Packs K2 tile t of B and C (chain_layout) into btile / ctile; rowbuf holds
+// max(kc, np) + 64 floats.
+void pack_chain_tile(const core::GemmChainProblem& p, const GemmUkernel& k, const ChainLayout& lay,
+                     int64_t t, char* btile, char* ctile, float* rowbuf) {
+  const int64_t es = int64_t(dtype_size(p.dtype));
+  const int64_t j0 = t * lay.kc;
+  const int64_t kc = std::min(lay.kc, lay.k2p - j0);  // multiple of MR
+  const int64_t cols = std::min(lay.kc, p.k2 - j0);   // >= 1: j0 < k2p - key_align < k2
+  // B's columns [j0, j0+cols) as one panel; columns past them are zero.
+  const Rows bt{at(p.b, j0, es), p.b_sk, p.dtype};
+  pack_panels(bt, p.k1, cols, lay.k1p, lay.kc, 0, lay.k1p, btile, k.ab, k.a_layout, rowbuf);
+  const Rows ct{at(p.c, j0 * p.c_sk, es), p.c_sk, p.dtype};
+  pack_panels(ct, cols, p.n, kc, k.nr, 0, kc, ctile, k.ab, k.b_layout, rowbuf);
+}
+
+void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* packed,
+                PhaseTimes* times) {
+  const CpuConfig cfg = select_kernels(p.dtype, packed ? packed->kernel->key : p.impl);
   Geometry g = make_geometry(cfg, p.m, true);
   const int nthreads = resolve_threads(p.threads);
-  const int64_t k1p = round_up(p.k1, g.gk->k_align);
-  const int64_t k2p = round_up(std::max<int64_t>(p.k2, 1), g.key_align);
-  const int64_t np = round_up(p.n, g.nr);
+  const ChainLayout lay = chain_layout(*g.gk, p.k1, p.k2, p.n);
+  const int64_t k1p = lay.k1p, k2p = lay.k2p, np = lay.np;
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
   const int64_t oes0 = int64_t(dtype_size(p.dtype));
@@ -1104,7 +1174,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   }
   // Query blocks: as few as blocks of at most kChainQueryBlock rows allow, of equal size,
   // rounded up to NR (stage 1); stage 2 runs mq2 = mq rounded up to MR rows.
-  g.kc = round_up(kChainKeyTile, g.key_align);
+  g.kc = lay.kc;
   const int64_t nblocks0 = (p.m + kChainQueryBlock - 1) / kChainQueryBlock;
   g.mq = round_up((p.m + nblocks0 - 1) / nblocks0, g.nr);
   const int64_t mq2 = round_up(g.mq, g.mr);
@@ -1125,7 +1195,7 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   // (M = 256 on 2 threads is one group of two blocks): every group then runs on nsplit
   // threads, each for 1/nsplit of the K2 tiles into its own partial E, summed at the end.
   // ngroups * nsplit is a multiple of the thread count.
-  const int64_t ktiles = (k2p + g.kc - 1) / g.kc;
+  const int64_t ktiles = lay.ktiles;
   const int64_t nsplit = std::min<int64_t>(nthreads / gcd(ngroups, nthreads), ktiles);
   std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * mq2 * np : 0));
   // The B tile as one panel of ldb columns in the kernel's A layout (see above).
@@ -1160,18 +1230,17 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
       pack_transposed(arows, std::min(g.mq, p.m - i0), p.k1, k1p, g.nr, 0, g.mq / g.nr,
                       apack + (qb - qb0) * g.mq * k1p * g.es, g.gk->ab, g.pb, rowbuf.data());
     }
-    char* const btile = pack_slot(0, static_cast<size_t>(k1p * g.kc * g.es));
-    char* const ctile = pack_slot(1, static_cast<size_t>(g.kc * np * g.es));
+    char* const bbuf = packed ? nullptr : pack_slot(0, lay.btile);
+    char* const cbuf = packed ? nullptr : pack_slot(1, lay.ctile);
     lap.to(ph.pack);
-    for (int64_t j0 = jt0 * g.kc; j0 < std::min(k2p, jt1 * g.kc); j0 += g.kc) {
-      const int64_t kc = std::min(g.kc, k2p - j0);  // multiple of MR
-      const int64_t cols = std::min(g.kc, p.k2 - j0);  // >= 1: j0 < k2p - key_align < k2
-      // B's columns [j0, j0+cols) as one panel; columns past them are zero.
-      const Rows bt{at(p.b, j0, oes), p.b_sk, p.dtype};
-      pack_panels(bt, p.k1, cols, k1p, g.kc, 0, k1p, btile, g.gk->ab, g.pa, rowbuf.data());
-      const Rows ct{at(p.c, j0 * p.c_sk, oes), p.c_sk, p.dtype};
-      pack_panels(ct, cols, p.n, kc, g.nr, 0, kc, ctile, g.gk->ab, g.pb, rowbuf.data());
-      lap.to(ph.pack);
+    for (int64_t t = jt0; t < jt1; ++t) {
+      const int64_t kc = std::min(g.kc, k2p - t * g.kc);  // multiple of MR
+      const char* btile = packed ? packed->data + lay.b_offset(t) : bbuf;
+      const char* ctile = packed ? packed->data + lay.c_offset(t) : cbuf;
+      if (!packed) {
+        pack_chain_tile(p, *g.gk, lay, t, bbuf, cbuf, rowbuf.data());
+        lap.to(ph.pack);
+      }
       for (int64_t qb = qb0; qb < qb1; ++qb) {
         // Intermediate tile (A B)^T[kc][mq2], consumed at once by the second GEMM.
         stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2);
@@ -1224,4 +1293,45 @@ void gemm_chain(const core::GemmChainProblem& p, PhaseTimes* times) {
   if (times) times->strategy = "fused";
 }
 
+// ================================================================ pre-packed operands
+std::shared_ptr<const PackedOperands::State> pack_softmax_v(const core::SoftmaxVProblem& p) {
+  const GemmUkernel& k = *select_kernels(p.dtype, p.impl).gemm;
+  const VLayout lay = v_layout(k, p.l, p.d);
+  auto st = std::make_shared<PackedOperands::State>(PackedOperands::State::Op::softmax_v, p.dtype,
+                                                    &k, p.l, p.d, 0, lay.bytes);
+  pack_v(p, k, lay, st->data, resolve_threads(p.threads));
+  return st;
+}
+
+std::shared_ptr<const PackedOperands::State> pack_gemm_chain(const core::GemmChainProblem& p) {
+  const GemmUkernel& k = *select_kernels(p.dtype, p.impl).gemm;
+  const ChainLayout lay = chain_layout(k, p.k1, p.k2, p.n);
+  auto st = std::make_shared<PackedOperands::State>(PackedOperands::State::Op::gemm_chain, p.dtype,
+                                                    &k, p.k1, p.k2, p.n,
+                                                    size_t(lay.ktiles) * (lay.btile + lay.ctile));
+  char* const base = st->data;
+#pragma omp parallel num_threads(resolve_threads(p.threads))
+  {
+    std::vector<float> rowbuf(static_cast<size_t>(std::max(lay.kc, lay.np) + 64));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < lay.ktiles; ++t)
+      pack_chain_tile(p, k, lay, t, base + lay.b_offset(t), base + lay.c_offset(t), rowbuf.data());
+  }
+  return st;
+}
+
 }  // namespace flashcore::cpu
+
+namespace flashcore {
+
+PackedOperands::State::State(Op op_, DType dtype_, const cpu::GemmUkernel* kernel_, int64_t d0,
+                             int64_t d1, int64_t d2, size_t bytes_)
+    : op(op_), dtype(dtype_), kernel(kernel_), dims{d0, d1, d2}, data(nullptr), bytes(bytes_) {
+  // Whole cache lines (see PackBuf); at least one, so that data is never null.
+  data = static_cast<char*>(std::aligned_alloc(64, size_t(cpu::round_up(int64_t(bytes) + 1, 64))));
+  if (data == nullptr) throw std::bad_alloc();
+}
+
+PackedOperands::State::~State() { std::free(data); }
+
+}  // namespace flashcore

@@ -1,0 +1,31 @@
+// What a flashcore::PackedOperands holds: the packed buffer and what it was packed for.
+// pipelines.cpp owns the layouts (it packs and reads the buffer); src/api checks a call's
+// arguments against the rest before anything runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/ukernels/ukernel.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore {
+
+struct PackedOperands::State {
+  enum class Op { gemm_chain, softmax_v };
+  // Allocates `bytes` (64-byte aligned; throws std::bad_alloc), left for the packer to fill.
+  State(Op op, DType dtype, const cpu::GemmUkernel* kernel, int64_t d0, int64_t d1, int64_t d2,
+        size_t bytes);
+  ~State();
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  Op op;
+  DType dtype;                     // storage dtype of the tensors that were packed
+  const cpu::GemmUkernel* kernel;  // the layout is this kernel's (its operand dtype and tiles)
+  int64_t dims[3];                 // gemm_chain {K1, K2, N}; softmax_v {L, d, 0}
+  char* data;                      // the packed operands (pipelines.cpp: chain_layout, v_layout)
+  size_t bytes;
+};
+
+}  // namespace flashcore
