@@ -66,6 +66,23 @@ fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* 
                        fc_strategy strategy, fc_exp2_mode exp2, int threads);
 fc_status fc_gemm_chain(const fc_tensor* a, const fc_tensor* b, const fc_tensor* c,
                         const fc_tensor* out, int threads);
+/* Pre-packed operands (flashcore.hpp, PackedOperands): B and C of gemm_chain, or V of
+ * softmax_v, packed once into one micro-kernel's layout for many calls with fresh A / S.
+ * impl: a kernel key, or NULL for the automatic choice. On success *packed receives a new
+ * object (free it with fc_packed_free); on failure *packed is not written. The packed calls
+ * refuse an object packed for another op, dtype, shape or kernel, naming the argument. */
+typedef struct fc_packed fc_packed;
+fc_status fc_pack_gemm_chain(const fc_tensor* b, const fc_tensor* c, const char* impl, int threads,
+                             fc_packed** packed);
+fc_status fc_gemm_chain_packed(const fc_tensor* a, const fc_packed* packed, const fc_tensor* out,
+                               int threads);
+fc_status fc_pack_softmax_v(const fc_tensor* v, const char* impl, int threads, fc_packed** packed);
+fc_status fc_softmax_v_packed(const fc_tensor* s, const fc_packed* packed, const fc_tensor* out,
+                              float scale, fc_strategy strategy, fc_exp2_mode exp2, int threads);
+/* The kernel key the object was packed for ("" for NULL); valid while the object lives. */
+const char* fc_packed_kernel(const fc_packed* packed);
+void fc_packed_free(fc_packed* packed); /* NULL is a no-op */
+
 /* fp64 reference of fc_attention (CPU tensors). */
 fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
                                  const fc_tensor* out, const fc_attention_params* params);

@@ -92,6 +92,32 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   return r;
 }
 
+flashcore::SoftmaxVParams softmax_params(float scale, fc_strategy strategy, fc_exp2_mode exp2,
+                                         int threads) {
+  flashcore::SoftmaxVParams p;
+  p.scale = scale;
+  p.strategy = static_cast<flashcore::Strategy>(code_of(strategy));
+  p.exp2 = static_cast<flashcore::Exp2Mode>(code_of(exp2));
+  p.threads = threads;
+  return p;
+}
+
+}  // namespace
+
+struct fc_packed {
+  flashcore::PackedOperands p;
+};
+
+namespace {
+
+// Packs through `make` into a new fc_packed written to *out only on success.
+template <class F>
+fc_status pack_into(fc_packed** out, F&& make) {
+  fc_status st = FC_OK;
+  if (null_arg(out, "packed", &st)) return st;
+  return guarded([&] { *out = new fc_packed{make()}; });
+}
+
 }  // namespace
 
 extern "C" {
@@ -134,12 +160,7 @@ fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* 
   fc_status st = FC_OK;
   if (null_arg(s, "s", &st) || null_arg(v, "v", &st) || null_arg(out, "out", &st)) return st;
   return guarded([&] {
-    flashcore::SoftmaxVParams p;
-    p.scale = scale;
-    p.strategy = static_cast<flashcore::Strategy>(code_of(strategy));
-    p.exp2 = static_cast<flashcore::Exp2Mode>(code_of(exp2));
-    p.threads = threads;
-    flashcore::softmax_v(to_cpp(*s), to_cpp(*v), to_cpp(*out), p);
+    flashcore::softmax_v(to_cpp(*s), to_cpp(*v), to_cpp(*out), softmax_params(scale, strategy, exp2, threads));
   });
 }
 
@@ -155,6 +176,52 @@ fc_status fc_gemm_chain(const fc_tensor* a, const fc_tensor* b, const fc_tensor*
     flashcore::gemm_chain(to_cpp(*a), to_cpp(*b), to_cpp(*c), to_cpp(*out), p);
   });
 }
+
+fc_status fc_pack_gemm_chain(const fc_tensor* b, const fc_tensor* c, const char* impl, int threads,
+                             fc_packed** packed) {
+  fc_status st = FC_OK;
+  if (null_arg(b, "b", &st) || null_arg(c, "c", &st)) return st;
+  return pack_into(packed, [&] {
+    flashcore::GemmChainParams p;
+    p.threads = threads;
+    p.impl = impl;
+    return flashcore::pack_gemm_chain(to_cpp(*b), to_cpp(*c), p);
+  });
+}
+
+fc_status fc_gemm_chain_packed(const fc_tensor* a, const fc_packed* packed, const fc_tensor* out,
+                               int threads) {
+  fc_status st = FC_OK;
+  if (null_arg(a, "a", &st) || null_arg(packed, "packed", &st) || null_arg(out, "out", &st)) return st;
+  return guarded([&] {
+    flashcore::GemmChainParams p;
+    p.threads = threads;
+    flashcore::gemm_chain(to_cpp(*a), packed->p, to_cpp(*out), p);
+  });
+}
+
+fc_status fc_pack_softmax_v(const fc_tensor* v, const char* impl, int threads, fc_packed** packed) {
+  fc_status st = FC_OK;
+  if (null_arg(v, "v", &st)) return st;
+  return pack_into(packed, [&] {
+    flashcore::SoftmaxVParams p;
+    p.threads = threads;
+    p.impl = impl;
+    return flashcore::pack_softmax_v(to_cpp(*v), p);
+  });
+}
+
+fc_status fc_softmax_v_packed(const fc_tensor* s, const fc_packed* packed, const fc_tensor* out,
+                              float scale, fc_strategy strategy, fc_exp2_mode exp2, int threads) {
+  fc_status st = FC_OK;
+  if (null_arg(s, "s", &st) || null_arg(packed, "packed", &st) || null_arg(out, "out", &st)) return st;
+  return guarded([&] {
+    flashcore::softmax_v(to_cpp(*s), packed->p, to_cpp(*out), softmax_params(scale, strategy, exp2, threads));
+  });
+}
+
+const char* fc_packed_kernel(const fc_packed* packed) { return packed ? packed->p.kernel() : ""; }
+void fc_packed_free(fc_packed* packed) { delete packed; }
 
 const char* fc_last_error(void) { return g_last_error.c_str(); }
 const char* fc_version(void) { return flashcore::version(); }

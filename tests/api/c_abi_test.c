@@ -201,6 +201,27 @@ int main(void) {
                 M * DV, "softmax_v s dtype");
     expect_fail(fc_softmax_v(&ts, NULL, &to, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT, "v", o, o_copy,
                 M * DV, "softmax_v null v");
+    /* Pre-packed V: the same answer as the unpacked call; then a mismatched L. */
+    fc_packed* pv = NULL;
+    CHECK(fc_pack_softmax_v(&tvv, NULL, 1, &pv) == FC_OK && pv != NULL, "%s", fc_last_error());
+    CHECK(fc_packed_kernel(pv)[0] != '\0', "packed kernel key empty");
+    float o2[M * DV];
+    poison(o2, M * DV);
+    fc_tensor to2 = tensor2(o2, FC_F32, M, DV);
+    CHECK(fc_softmax_v_packed(&ts, pv, &to2, 1.0f, FC_TWO_PASS, FC_EXP_EXACT, 2) == FC_OK, "%s", fc_last_error());
+    CHECK(rel_err(o2, o, M * DV) < 1e-5, "packed softmax_v differs from unpacked: %g", rel_err(o2, o, M * DV));
+    fc_tensor short_s = tensor2(s, FC_F32, M, L - 1);
+    expect_fail(fc_softmax_v_packed(&short_s, pv, &to, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT,
+                "s: dim 1 (L)", o, o_copy, M * DV, "softmax_v packed L");
+    expect_fail(fc_softmax_v_packed(&ts, NULL, &to, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT,
+                "packed", o, o_copy, M * DV, "softmax_v null packed");
+    fc_packed* untouched = pv;
+    CHECK(fc_pack_softmax_v(&ts, "nope", 1, &untouched) == FC_INVALID_ARGUMENT && untouched == pv,
+          "bad pack wrote *packed or passed: %s", fc_last_error());
+    CHECK(fc_pack_softmax_v(&tvv, NULL, 1, NULL) == FC_INVALID_ARGUMENT && strstr(fc_last_error(), "packed"),
+          "null packed out: %s", fc_last_error());
+    fc_packed_free(pv);
+    fc_packed_free(NULL);
   }
 
   /* gemm_chain: small case checked by hand, then errors. */
@@ -233,6 +254,23 @@ int main(void) {
     expect_fail(fc_gemm_chain(&ta, &tb, &tc, &te, -2), FC_INVALID_ARGUMENT, "params.threads", e, e_copy, M * N,
                 "gemm_chain threads");
     expect_fail(fc_gemm_chain(NULL, &tb, &tc, &te, 1), FC_INVALID_ARGUMENT, "a", e, e_copy, M * N, "gemm_chain null a");
+    /* Pre-packed B and C: the same answer twice (reused); then a softmax_v call refuses it. */
+    fc_packed* pbc = NULL;
+    CHECK(fc_pack_gemm_chain(&tb, &tc, NULL, 2, &pbc) == FC_OK, "%s", fc_last_error());
+    for (int rep = 0; rep < 2; ++rep) {
+      float e2[M * N];
+      poison(e2, M * N);
+      fc_tensor te2 = tensor2(e2, FC_F32, M, N);
+      CHECK(fc_gemm_chain_packed(&ta, pbc, &te2, 1 + rep) == FC_OK, "%s", fc_last_error());
+      CHECK(rel_err(e2, e, M * N) < 1e-6, "packed gemm_chain differs from unpacked: %g", rel_err(e2, e, M * N));
+    }
+    fc_tensor ta_short = tensor2(a, FC_F32, M, K1 - 1);
+    expect_fail(fc_gemm_chain_packed(&ta_short, pbc, &te, 1), FC_INVALID_ARGUMENT, "a: dim 1 (K1)", e, e_copy,
+                M * N, "gemm_chain packed K1");
+    fc_tensor ts2 = tensor2(a, FC_F32, M, K2), to2 = tensor2(e, FC_F32, M, N);
+    expect_fail(fc_softmax_v_packed(&ts2, pbc, &to2, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT,
+                "packed: was packed for gemm_chain", e, e_copy, M * N, "softmax_v with gemm_chain's packed");
+    fc_packed_free(pbc);
   }
 
   CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");
