@@ -33,6 +33,7 @@ void print_usage(const char* argv0) {
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
       "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
       "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
+      "  [--prepacked] [--vs-unpacked]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
@@ -43,6 +44,9 @@ void print_usage(const char* argv0) {
       "(~0.3 s of calls, at least 5). Inputs are random with a fresh seed (--seed N repeats).\n"
       "--impl naive: the bench's naive fp32 attention (the baseline of issue 2); --vs-naive\n"
       "times it alongside the chosen kernel, calls interleaved, and prints the ratio.\n"
+      "--prepacked (softmax-v, gemm-chain): V, or B and C, packed once before the timed calls\n"
+      "(pack_softmax_v / pack_gemm_chain), which then time the packed call only; --vs-unpacked\n"
+      "adds the unpacked call, calls interleaved, as a second row with the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
       "--list prints the kernel keys; --peaks the measured FMA ceilings and memory read bandwidth.\n"
       "Exit status: 0 ok, 1 a row failed or missed its --check tolerance, 2 bad arguments.\n"
@@ -65,6 +69,8 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     if (a == "--list") { opt.list = true; continue; }
     if (a == "--peaks") { opt.peaks = true; continue; }
     if (a == "--vs-naive") { c.vs_naive = true; continue; }
+    if (a == "--prepacked") { c.prepacked = true; continue; }
+    if (a == "--vs-unpacked") { c.prepacked = c.vs_unpacked = true; continue; }
     if (a == "--help" || a == "-h") { opt.help = true; continue; }
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",

@@ -33,6 +33,8 @@ struct Config {
   bool check = false;
   int tile_m = 0, tile_n = 0;       // --tile BMxBN: CUDA tile override (0 = the table's)
   bool vs_naive = false;            // attention f32: time the naive baseline alongside
+  bool prepacked = false;           // softmax-v / gemm-chain: V (B, C) packed once, outside the timed calls
+  bool vs_unpacked = false;         // with prepacked: time the unpacked call alongside
   bool portable = false;            // force the portable kernels for this row (suites)
   std::string label;                // suite row name (empty for a single run)
 };
@@ -60,6 +62,7 @@ struct Result {
   std::string check_subset;         // what part of the output the reference covered
   Phases phases;
   double speedup_vs_naive = NAN;    // vs_naive: median over interleaved pairs of naive/ours
+  double speedup_vs_unpacked = NAN; // vs_unpacked: the same, unpacked/packed
   // Decode rows (attention, Sq <= kDecodeSq): bytes of Q+K+V+O once / p50, and % of the
   // memory read bandwidth measured at the same thread count (BENCH.md: decode in GB/s).
   double gbps = NAN, mem_gbps = NAN, pct_mem = NAN;

@@ -149,39 +149,58 @@ double naive_first_call(Result& nr, NaivePart& np, const AttentionData& d) {
   return first_s;
 }
 
-// vs_naive: the naive row timed alongside the measured one.
-struct Baseline {
-  NaivePart* np;
-  const AttentionData* data;
+// A second call timed alongside the measured one, calls interleaved: the naive baseline
+// (vs_naive) or the unpacked call (vs_unpacked). `first` makes its warm-up call (poisoned
+// and checked with --check, filling its row's kernel) and returns its time; its row gets
+// the timings, as % of the ceiling of `isa` (naive: "generic"; empty: its kernel's), its
+// time multiplied by `scale`; *ratio gets the median over pairs of its time / ours.
+struct Alongside {
+  std::function<double()> first;
+  std::function<void()> call;
   Result* row;
+  std::string isa;
+  double scale = 1;
+  double* ratio;
 };
+
+Alongside naive_alongside(Result& ours, Result& naive_row, NaivePart& np, const AttentionData& d) {
+  return {[&] { return naive_first_call(naive_row, np, d); }, np.call, &naive_row, "generic",
+          np.scale, &ours.speedup_vs_naive};
+}
 
 // The measurement shared by every CPU op: `call` runs the library once (PhaseTimes
 // optional), `poison_out` and `check` implement --check.
-void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
-             const std::function<void()>& poison_out, const std::function<CheckResult()>& check,
-             Baseline* base = nullptr) {
+// The first call of an op into row r (poisoned and checked with --check); returns its time.
+double first_call(Result& r, const std::function<void(PhaseTimes*)>& call,
+                  const std::function<void()>& poison_out, const std::function<CheckResult()>& check) {
   PhaseTimes first;
   if (r.cfg.check) poison_out();
   const double t0 = now_seconds();
-  call(&first);  // also the first warm-up call
+  call(&first);
   const double first_s = now_seconds() - t0;
   if (r.cfg.check) set_check(r, check());
   r.kernel = first.kernel;
   r.strategy_ran = first.strategy;
+  return first_s;
+}
+
+void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
+             const std::function<void()>& poison_out, const std::function<CheckResult()>& check,
+             Alongside* base = nullptr) {
+  const double first_s = first_call(r, call, poison_out, check);  // also the first warm-up call
 
   Stats st;
   if (base != nullptr) {
-    const double naive_first_s = naive_first_call(*base->row, *base->np, *base->data);
-    const PairStats ps = time_pair([&] { call(nullptr); }, first_s, base->np->call,
-                                   naive_first_s, r.cfg.iters);
+    const double base_first_s = base->first();
+    const PairStats ps = time_pair([&] { call(nullptr); }, first_s, base->call, base_first_s,
+                                   r.cfg.iters);
     st = ps.a;
     Result& nr = *base->row;
     nr.p50_us = ps.b.p50_us;
     nr.p90_us = ps.b.p90_us;
     nr.iters = ps.b.iters;
-    finish(nr, "generic", base->np->scale);
-    r.speedup_vs_naive = ps.ratio * base->np->scale;
+    finish(nr, base->isa.empty() ? isa_of_kernel(nr.kernel) : base->isa, base->scale);
+    *base->ratio = ps.ratio * base->scale;
   } else {
     st = time_calls([&] { call(nullptr); }, r.cfg.iters, first_s);
   }
@@ -220,14 +239,29 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
   p.threads = c.threads;
   p.impl = impl_arg(c);
   std::unique_ptr<NaivePart> np;
-  Baseline base{nullptr, &d, naive_row};
-  if (naive_row != nullptr) base.np = (np = make_naive(c, d)).get();
+  Alongside base;
+  if (naive_row != nullptr) base = naive_alongside(r, *naive_row, *(np = make_naive(c, d)), d);
   measure(r, [&](PhaseTimes* t) { flashcore::attention(q, k, v, o, p, t); },
           [&] { poison(d.o); }, [&] { return check_attention(c, d, d.o); },
           naive_row ? &base : nullptr);
 }
 
-void run_softmax_v(Result& r, Rng& rng) {
+// --prepacked: `packed_call` is the measured call (its operands packed by the caller, not
+// timed); with --vs-unpacked `plain_call` runs alongside into `plain_row`. Otherwise the
+// plain call is measured.
+void measure_packable(Result& r, const std::function<void(PhaseTimes*)>& plain_call,
+                      const std::function<void(PhaseTimes*)>& packed_call, Result* plain_row,
+                      const std::function<void()>& poison_out, const std::function<CheckResult()>& check) {
+  if (!r.cfg.prepacked) {
+    measure(r, plain_call, poison_out, check);
+    return;
+  }
+  Alongside base{[&] { return first_call(*plain_row, plain_call, poison_out, check); },
+                 [&] { plain_call(nullptr); }, plain_row, "", 1.0, &r.speedup_vs_unpacked};
+  measure(r, packed_call, poison_out, check, plain_row ? &base : nullptr);
+}
+
+void run_softmax_v(Result& r, Rng& rng, Result* plain_row) {
   const Config& c = r.cfg;
   SoftmaxVData d = make_softmax_v(c, rng);
   const flashcore::Tensor s = view(d.s, {d.m, d.l}), v = view(d.v, {d.l, d.d}), o = view(d.o, {d.m, d.d});
@@ -236,11 +270,13 @@ void run_softmax_v(Result& r, Rng& rng) {
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
-  measure(r, [&](PhaseTimes* t) { flashcore::softmax_v(s, v, o, p, t); }, [&] { poison(d.o); },
-          [&] { return check_softmax_v(d); });
+  const flashcore::PackedOperands packed = c.prepacked ? flashcore::pack_softmax_v(v, p) : flashcore::PackedOperands();
+  measure_packable(r, [&](PhaseTimes* t) { flashcore::softmax_v(s, v, o, p, t); },
+                   [&](PhaseTimes* t) { flashcore::softmax_v(s, packed, o, p, t); }, plain_row,
+                   [&] { poison(d.o); }, [&] { return check_softmax_v(d); });
 }
 
-void run_gemm_chain(Result& r, Rng& rng) {
+void run_gemm_chain(Result& r, Rng& rng, Result* plain_row) {
   const Config& c = r.cfg;
   GemmChainData d = make_gemm_chain(c, rng);
   const flashcore::Tensor a = view(d.a, {d.m, d.k1}), b = view(d.b, {d.k1, d.k2}),
@@ -248,8 +284,10 @@ void run_gemm_chain(Result& r, Rng& rng) {
   flashcore::GemmChainParams p;
   p.threads = c.threads;
   p.impl = impl_arg(c);
-  measure(r, [&](PhaseTimes* t) { flashcore::gemm_chain(a, b, cc, e, p, t); }, [&] { poison(d.e); },
-          [&] { return check_gemm_chain(d); });
+  const flashcore::PackedOperands packed = c.prepacked ? flashcore::pack_gemm_chain(b, cc, p) : flashcore::PackedOperands();
+  measure_packable(r, [&](PhaseTimes* t) { flashcore::gemm_chain(a, b, cc, e, p, t); },
+                   [&](PhaseTimes* t) { flashcore::gemm_chain(a, packed, e, p, t); }, plain_row,
+                   [&] { poison(d.e); }, [&] { return check_gemm_chain(d); });
 }
 
 // --impl naive: the baseline on its own.
@@ -273,29 +311,36 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   r.seed = seed;
   if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
-  Result naive = r;  // the baseline row of vs_naive
-  naive.cfg.impl = "naive";
-  naive.cfg.vs_naive = false;
-  naive.cfg.portable = false;
-  naive.cfg.label = r.cfg.label.empty() ? "" : r.cfg.label + "-naive";
+  const bool packable = r.cfg.op == "softmax-v" || r.cfg.op == "gemm-chain";
+  if (!packable) r.cfg.prepacked = r.cfg.vs_unpacked = false;
+  Result naive = r;  // the baseline row of vs_naive, or the unpacked row of vs_unpacked
   const bool with_naive = r.cfg.vs_naive && r.cfg.impl != "naive";
+  const bool with_unpacked = r.cfg.vs_unpacked;
+  naive.cfg.impl = with_unpacked ? r.cfg.impl : "naive";
+  naive.cfg.vs_naive = naive.cfg.prepacked = naive.cfg.vs_unpacked = false;
+  naive.cfg.portable = false;
+  naive.cfg.label = r.cfg.label.empty() ? "" : r.cfg.label + (with_unpacked ? "-unpacked" : "-naive");
   Rng rng(seed);
   // Issue 2 judges the portable backend: such rows force it, whatever the CPU has.
   const bool was_generic = flashcore::force_generic();
   if (r.cfg.portable) flashcore::set_force_generic(true);
   r.cfg.portable = flashcore::force_generic();
+  if (with_unpacked) {
+    naive.cfg.portable = r.cfg.portable;
+    naive.note = "unpacked call, interleaved with the row above";
+  }
   try {
     if (r.cfg.op == "gemm-ukernel") run_gemm_ukernel(r, seed);
     else if (r.cfg.impl == "naive") run_naive(r, rng);
     else if (r.cfg.op == "attention") run_attention(r, rng, with_naive ? &naive : nullptr);
-    else if (r.cfg.op == "softmax-v") run_softmax_v(r, rng);
-    else run_gemm_chain(r, rng);
+    else if (r.cfg.op == "softmax-v") run_softmax_v(r, rng, with_unpacked ? &naive : nullptr);
+    else run_gemm_chain(r, rng, with_unpacked ? &naive : nullptr);
   } catch (const std::exception& e) {
     r.error = e.what();
     naive.error = e.what();
   }
   flashcore::set_force_generic(was_generic);
-  if (with_naive) return {r, naive};
+  if (with_naive || with_unpacked) return {r, naive};
   return {r};
 }
 

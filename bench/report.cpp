@@ -87,6 +87,8 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     if (!std::isnan(r.gbps))
       add(fmt("%.1f GB/s", r.gbps) + fmt(" = %.0f%% of mem read", r.pct_mem) + fmt(" %.1f GB/s", r.mem_gbps));
     if (!std::isnan(r.speedup_vs_naive)) add(fmt("%.1fx vs naive", r.speedup_vs_naive));
+    if (c.prepacked) add(c.op == "softmax-v" ? "V pre-packed (not timed)" : "B, C pre-packed (not timed)");
+    if (!std::isnan(r.speedup_vs_unpacked)) add(fmt("%.2fx vs unpacked", r.speedup_vs_unpacked));
     add(r.check_subset);
     if (c.portable && !flashcore::force_generic()) add("portable kernels forced");
     if (c.strategy == "auto" && (c.op == "attention" || c.op == "softmax-v") && c.impl != "naive") add("auto chose " + r.strategy_ran);
@@ -154,6 +156,8 @@ void print_json(const Result& r) {
   }
   if (c.tile_m > 0) kv("tile", json_str(std::to_string(c.tile_m) + "x" + std::to_string(c.tile_n)));
   if (!std::isnan(r.speedup_vs_naive)) kv("speedup_vs_naive", json_num(r.speedup_vs_naive));
+  if (c.prepacked) kv("prepacked", "true");
+  if (!std::isnan(r.speedup_vs_unpacked)) kv("speedup_vs_unpacked", json_num(r.speedup_vs_unpacked));
   if (!std::isnan(r.gbps)) {
     kv("gbps", json_num(r.gbps));
     kv("mem_read_gbps", json_num(r.mem_gbps));
