@@ -92,12 +92,12 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   return r;
 }
 
-flashcore::SoftmaxVParams softmax_params(float scale, fc_strategy strategy, fc_exp2_mode exp2,
-                                         int threads) {
+// Enum codes as ints (code_of): passing an out-of-range fc_strategy on by value would load it.
+flashcore::SoftmaxVParams softmax_params(float scale, int strategy, int exp2, int threads) {
   flashcore::SoftmaxVParams p;
   p.scale = scale;
-  p.strategy = static_cast<flashcore::Strategy>(code_of(strategy));
-  p.exp2 = static_cast<flashcore::Exp2Mode>(code_of(exp2));
+  p.strategy = static_cast<flashcore::Strategy>(strategy);
+  p.exp2 = static_cast<flashcore::Exp2Mode>(exp2);
   p.threads = threads;
   return p;
 }
@@ -160,7 +160,7 @@ fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* 
   fc_status st = FC_OK;
   if (null_arg(s, "s", &st) || null_arg(v, "v", &st) || null_arg(out, "out", &st)) return st;
   return guarded([&] {
-    flashcore::softmax_v(to_cpp(*s), to_cpp(*v), to_cpp(*out), softmax_params(scale, strategy, exp2, threads));
+    flashcore::softmax_v(to_cpp(*s), to_cpp(*v), to_cpp(*out), softmax_params(scale, code_of(strategy), code_of(exp2), threads));
   });
 }
 
@@ -216,7 +216,7 @@ fc_status fc_softmax_v_packed(const fc_tensor* s, const fc_packed* packed, const
   fc_status st = FC_OK;
   if (null_arg(s, "s", &st) || null_arg(packed, "packed", &st) || null_arg(out, "out", &st)) return st;
   return guarded([&] {
-    flashcore::softmax_v(to_cpp(*s), packed->p, to_cpp(*out), softmax_params(scale, strategy, exp2, threads));
+    flashcore::softmax_v(to_cpp(*s), packed->p, to_cpp(*out), softmax_params(scale, code_of(strategy), code_of(exp2), threads));
   });
 }
 
