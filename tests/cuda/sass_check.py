@@ -6,12 +6,16 @@
 #   - P V's wait (DEPBAR ... 0x0) comes after the softmax's last MUFU.EX2, so the softmax
 #     overlaps P V (ptxas hoisted a plain wait above it; see ptx::wgmma_wait_after);
 #   - no local memory (spills) in the kernel.
-# The main loop is the shortest backward branch whose body holds GMMA and MUFU instructions
-# (the key-tile loop; the loops around it hold it and more).
+# The main loop is the shortest backward branch whose body holds MUFU and both GEMMs' wgmmas
+# (the key-tile loop; the loops around it hold it and more; a drain or epilogue loop
+# holds P V's only).
 # Prints one line per kernel; exit status 1 when any check fails or no kernel is found.
 import re
 import sys
 
+# S = Q K^T: A from shared memory (GMMA ... Rd, gdesc[..]); P V: A from registers.
+ss = re.compile(r"GMMA\.\S+ R\d+, gdesc\[")
+rs = re.compile(r"GMMA\.\S+ R\d+, R\d+, gdesc\[")
 text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
 funcs = re.split(r"\n\s*Function : ", text)[1:]
 bad = found = 0
@@ -26,7 +30,7 @@ for f in funcs:
         m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
             body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
-            hit = any("GMMA" in x for x in body) and any("MUFU" in x for x in body)
+            hit = any(ss.search(x) for x in body) and any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
             if hit and (loop is None or len(body) < len(loop)):
                 loop = body
     found += 1
