@@ -375,20 +375,26 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
     throw_error(Status::unsupported, "params.cu_seqlens_q: the e4m3 kernels do not take variable-length batches");
   if (p.tile_m != 0)
     throw_error(Status::unsupported, "params.tile_m: the e4m3 kernels have no tile choice (leave tile_m/tile_n 0)");
-  // The first e4m3 row for the head dim (table order = preference), or the forced key.
+  // The first e4m3 row for the head dim (table order = preference) whose key tile is at
+  // most a quarter of the keys (128-key tiles always qualify; the last row that takes the
+  // head dim when none does), or the forced key.
   auto takes = [&](const Instance& i) {
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
            i.smem() <= dev.smem_optin;
   };
   const Instance* inst = nullptr;
+  const Instance* fallback = nullptr;
   std::string dims;
   int last_dim = 0;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
       if (i.head_dim != last_dim) dims += (dims.empty() ? "" : ", ") + std::to_string(i.head_dim);
       last_dim = i.head_dim;
-      if (inst == nullptr && takes(i)) inst = &i;
+      if (!takes(i)) continue;
+      fallback = &i;
+      if (inst == nullptr && i.block_n <= std::max<int64_t>(128, p.sk / 4)) inst = &i;
     }
+  if (inst == nullptr) inst = fallback;
   if (p.impl != nullptr && p.impl[0] != '\0') {
     inst = find_key(p.impl);
     if (inst == nullptr || !takes(*inst))

@@ -84,9 +84,17 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address,
 // leading- and stride-dimension byte offsets (all >> 4), 128-byte swizzle (mode 1 in
 // bits 62-63). Tiles are 1024-byte aligned, so the base offset (bits 49-51) is 0.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+// desc_sw64: the same with the 64-byte swizzle (mode 2; 512-byte atoms of 8 rows of 64
+// bytes), fp8's V^T.
+__device__ __forceinline__ uint64_t desc_swizzled(uint32_t addr, uint32_t lbo, uint32_t sbo, uint32_t mode) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
-         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(mode) << 62);
+}
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return desc_swizzled(addr, lbo, sbo, 1);
+}
+__device__ __forceinline__ uint64_t desc_sw64(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return desc_swizzled(addr, lbo, sbo, 2);
 }
 // The descriptor of addr + bytes from that of addr (16-byte multiples; the start field is
 // addr >> 4 of an address below 256 KiB, so adding never carries out of it).

@@ -31,9 +31,10 @@ inline EncodeTiledFn encode_tiled_fn() {
 }
 
 // 4-d tiled map of a [d3][d2][d1][d0] tensor of `elem_bytes`-byte elements (d0
-// contiguous; strides in elements, any order), box {128 bytes of d0, box_rows, box2, 1} (one
+// contiguous; strides in elements, any order), box {row_bytes of d0, box_rows, box2, 1} (one
 // 128-byte row chunk per row: 64 16-bit or 128 8-bit elements) with the 128-byte swizzle
-// that wgmma's K-major and MN-major SW128 layouts read. Out-of-bounds elements (rows past
+// that wgmma's K-major and MN-major SW128 layouts read; or (row_bytes 64) 64-byte rows with
+// the 64-byte swizzle of the SW64 layouts (fp8's V^T). Out-of-bounds elements (rows past
 // d1, columns past d0) are written as zeros. A stride of a dimension of extent 1 is never
 // used: it is replaced by a valid one (TMA wants multiples of 16 bytes).
 //
@@ -42,11 +43,11 @@ inline EncodeTiledFn encode_tiled_fn() {
 // function of its arguments (it holds the address, not the data).
 inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* base,
                                int64_t d0, int64_t d1, int64_t d2, int64_t d3, int64_t s1, int64_t s2, int64_t s3,
-                               int box_rows, int box2 = 1) {
+                               int box_rows, int box2 = 1, int row_bytes = 128) {
   struct Key {
     const void* base;
     int64_t dims[7];
-    int type, elem_bytes, box_rows, box2;
+    int type, elem_bytes, box_rows, box2, row_bytes;
   };
   struct Entry {
     Key key;
@@ -63,6 +64,7 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
   key.elem_bytes = elem_bytes;
   key.box_rows = box_rows;
   key.box2 = box2;
+  key.row_bytes = row_bytes;
   for (int i = 0; i < cached; ++i)
     if (std::memcmp(&cache[i].key, &key, sizeof(Key)) == 0) {
       *map = cache[i].map;
@@ -77,10 +79,12 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
     if (ext[i] <= 1) st[i] = (i == 0 ? d0 : st[i - 1] * ext[i - 1]);
   const cuuint64_t strides[3] = {cuuint64_t(st[0] * elem_bytes), cuuint64_t(st[1] * elem_bytes),
                                  cuuint64_t(st[2] * elem_bytes)};
-  const cuuint32_t box[4] = {cuuint32_t(128 / elem_bytes), cuuint32_t(box_rows), cuuint32_t(box2), 1};
+  if (row_bytes != 128 && row_bytes != 64) return cudaErrorInvalidValue;
+  const cuuint32_t box[4] = {cuuint32_t(row_bytes / elem_bytes), cuuint32_t(box_rows), cuuint32_t(box2), 1};
   const cuuint32_t estr[4] = {1, 1, 1, 1};
   const CUresult r = encode(map, type, 4, const_cast<void*>(base), dims, strides, box, estr,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
   cache[next] = Entry{key, *map};
@@ -97,8 +101,10 @@ inline cudaError_t make_tma_16bit_4d(CUtensorMap* map, bool bf16, const void* ba
                      d2, d3, s1, s2, s3, box_rows, box2);
 }
 inline cudaError_t make_tma_8bit_4d(CUtensorMap* map, const void* base, int64_t d0, int64_t d1, int64_t d2,
-                                    int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows) {
-  return make_tma_4d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, d0, d1, d2, d3, s1, s2, s3, box_rows);
+                                    int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows,
+                                    int row_bytes = 128) {
+  return make_tma_4d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, d0, d1, d2, d3, s1, s2, s3, box_rows, 1,
+                     row_bytes);
 }
 
 }  // namespace flashcore::cuda

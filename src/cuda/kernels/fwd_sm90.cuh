@@ -44,8 +44,10 @@
 // with `if constexpr` where the type matters. Q K^T on wgmma m64nNk32 (32 bytes of K per
 // k-step, as k16 of a 16-bit type, so the addressing is the same; a column block is 128
 // elements). fp8 wgmma reads B only K-major, so V comes as V^T from the pre-pass's
-// workspace (vt_fp8.cu; p.vt), rows = the kHeadDim columns of V, 128 keys per 128-byte
-// column block, keys in the order of the S accumulator (parts/fp8.hpp), which lets P be
+// workspace (vt_fp8.cu; p.vt), rows = the kHeadDim columns of V, 64 keys per 64-byte
+// column block (the 64-byte swizzle, so that kBlockN can be any multiple of 64, e.g. 192
+// at hd128: 256 needs more registers than a consumer has), keys in the order of the S
+// accumulator (parts/fp8.hpp), which lets P be
 // packed to e4m3 in registers without shuffles (operands_fp8.cuh); P V is an RS wgmma with
 // K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
 // it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale.
@@ -93,7 +95,7 @@ struct FwdSm90Traits {
   // 128-byte column blocks per row; a head dim that is not a multiple of 64 (96) is
   // padded to whole blocks in shared memory: TMA fills the columns past D with zeros.
   // fp8's V^T tile (kHeadDim rows of kBlockN keys) has the same size as a K tile when
-  // both are multiples of 128.
+  // kHeadDim is a multiple of 128.
   static constexpr int kColBlocks = (kHeadDim + kColElems - 1) / kColElems;
   static constexpr int kTileQ = kBlockM * kColBlocks * 128;
   static constexpr int kTileKV = kBlockN * kColBlocks * 128;
@@ -118,7 +120,7 @@ struct FwdSm90Traits {
   static constexpr bool kPingPong = kConsumers >= 2;
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
-  static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 128 == 0), "fp8: whole 128-byte column blocks");
+  static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");
   static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory of the SM (228 KiB)");
 };
@@ -241,10 +243,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                                int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
             if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
             ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
-            if constexpr (Tr::kFp8) {  // V^T (no varlen): kHeadDim rows of 128 keys per column block
+            if constexpr (Tr::kFp8) {  // V^T (no varlen): kHeadDim rows of 64 keys per column block
 #pragma unroll
-              for (int c = 0; c < kBlockN / 128; ++c)
-                ptx::tma_load_4d(sV + off + c * kHeadDim * 128, &tm_v, full_v(stage), n * kBlockN + c * 128, 0, hk,
+              for (int c = 0; c < kBlockN / 64; ++c)
+                ptx::tma_load_4d(sV + off + c * kHeadDim * 64, &tm_v, full_v(stage), n * kBlockN + c * 64, 0, hk,
                                  int(seq.bb));
             } else {
 #pragma unroll
@@ -310,14 +312,14 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::wgmma_commit();
       };
       auto issue_pv = [&](const uint32_t (&pa)[kPK][4], uint32_t off) {
-        const uint64_t dv0 = Tr::kFp8 ? ptx::desc_sw128(sV + off, 16, 1024) : ptx::desc_sw128(sV + off, kBlockN * 128, 1024);
+        const uint64_t dv0 = Tr::kFp8 ? ptx::desc_sw64(sV + off, 16, 512) : ptx::desc_sw128(sV + off, kBlockN * 128, 1024);
         ptx::wgmma_fence();
 #pragma unroll
         for (int pk = 0; pk < kPK; ++pk) {
           if constexpr (Tr::kFp8) {
-            // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's rows (K-major, as K in Q K^T).
-            const uint32_t cb = pk / 4, kb = (pk % 4) * 32;
-            const uint64_t dv = ptx::desc_add(dv0, cb * kHeadDim * 128 + kb);
+            // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's 64-byte rows (K-major, SW64).
+            const uint32_t cb = pk / 2, kb = (pk % 2) * 32;
+            const uint64_t dv = ptx::desc_add(dv0, cb * kHeadDim * 64 + kb);
             ptx::wgmma_rs<kHeadDim, T>(acc[0], pa[pk], dv, 1);
           } else {
             // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
@@ -499,7 +501,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
     if (e == cudaSuccess) e = make_tma_8bit_4d(&tk, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
       e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
-                           kHeadDim);
+                           kHeadDim, 64);
   } else {
     if (g > 1 && (varlen || g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
     e = row_map(&tq, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
