@@ -1,7 +1,7 @@
 // One test per softmax vector-op set, generated from vecops.inc like the GEMM tests:
 // col_max, exp2_pack into f32 / f16 / bf16 in both exp2 modes (with -inf scores and
-// fully masked columns), exp2_pack into the bf16 kernels' P layouts (k pairs, rows), and
-// scale_rows, each against the portable bodies.
+// fully masked columns), exp2_pack into the bf16 kernels' P layouts (k pairs, rows),
+// scale_rows and add_f16_tile, each against the portable bodies or exact conversions.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -197,6 +197,43 @@ TEST_P(VecOpsTest, ScaleRows) {
       cpu::portable::scale_rows(mq, n, want.data(), ld, alpha.data());
       ops().scale_rows(mq, n, o.data(), ld, alpha.data());
       for (size_t e = 0; e < o.size(); ++e) ASSERT_EQ(o[e], want[e]) << "element " << e;
+    }
+}
+
+// An fp16 C tile (values of every magnitude class: normal, subnormal, zero, inf) into
+// fp32, stored and accumulated, against the exact conversion; the fp32 tile's padding
+// columns (ldc > nr) stay untouched.
+TEST_P(VecOpsTest, AddF16Tile) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int64_t mr : {1, 12, 32})
+    for (int64_t nr : {16, 32, 64}) {
+      SCOPED_TRACE("mr " + std::to_string(mr) + ", nr " + std::to_string(nr));
+      const int64_t ldc = nr + 5;
+      std::vector<uint16_t> tile(static_cast<size_t>(mr * nr));
+      for (size_t e = 0; e < tile.size(); ++e) {
+        const float x = e % 7 == 3 ? float(rng.uniform(-1, 1)) * 1e-6f : float(rng.uniform(-300, 300));
+        tile[e] = e % 11 == 5 ? uint16_t(0x7C00u) : e % 13 == 1 ? uint16_t(0x8000u) : fc::core::f32_to_f16(x);
+      }
+      for (int accumulate : {0, 1}) {
+        std::vector<float> c(static_cast<size_t>(mr * ldc));
+        for (float& x : c) x = float(rng.uniform(-5, 5));
+        const std::vector<float> before = c;
+        std::vector<float> want = c;
+        cpu::portable::add_f16_tile(mr, nr, tile.data(), want.data(), ldc, accumulate);
+        ops().add_f16_tile(mr, nr, tile.data(), c.data(), ldc, accumulate);
+        ASSERT_EQ(c, want);
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const size_t e = size_t(i * ldc + j);
+            if (j >= nr) {
+              ASSERT_EQ(c[e], before[e]) << "padding " << i << "," << j;
+              continue;
+            }
+            const float v = fc::core::f16_to_f32(tile[size_t(i * nr + j)]);
+            ASSERT_EQ(c[e], accumulate ? before[e] + v : v) << "element " << i << "," << j;
+          }
+      }
     }
 }
 

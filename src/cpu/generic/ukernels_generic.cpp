@@ -110,8 +110,12 @@ FC_PORTABLE_CLONES void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_
 FC_PORTABLE_CLONES void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
   portable::scale_rows(mq, n, o, ld, alpha);
 }
+FC_PORTABLE_CLONES void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
+                                     int accumulate) {
+  portable::add_f16_tile(mr, nr, tile, c, ldc, accumulate);
+}
 }  // namespace
 
-const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, scale_rows};
+const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, scale_rows, add_f16_tile};
 
 }  // namespace flashcore::cpu::ukernels

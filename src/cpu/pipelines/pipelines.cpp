@@ -210,6 +210,14 @@ void store_at(void* dst, int64_t at, DType t, float v) {
   else static_cast<uint16_t*>(dst)[at] = core::f32_to_bf16(v);
 }
 
+// d[k * stride] = s[k], k < n, for elements of type E (a same-dtype copy, no conversion).
+template <typename E>
+void copy_strided(const void* src, int64_t n, void* dst, int64_t stride) {
+  const E* s = static_cast<const E*>(src);
+  E* d = static_cast<E*>(dst);
+  for (int64_t k = 0; k < n; ++k) d[k * stride] = s[k];
+}
+
 // The leading dimension of a packed block or panel of w columns and kp rows of k in
 // layout `lay` (ukernel.hpp): the row length for `rows`, else the width.
 int64_t block_ld(Layout lay, int64_t kp, int64_t w) { return lay == Layout::rows ? kp : w; }
@@ -228,10 +236,11 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
     for (int64_t r = 0; r < w; ++r) {
       const int64_t row = b * w + r;
       if (row >= nrows) break;
-      if (src.dtype == DType::f32 && t == DType::f32 && lay == Layout::kmajor) {
-        const float* s = static_cast<const float*>(src.row(row));  // no conversion: copy
-        float* d = reinterpret_cast<float*>(blk) + r;
-        for (int64_t k = 0; k < len; ++k) d[k * w] = s[k];
+      if (src.dtype == t && lay == Layout::kmajor) {  // no conversion: copy
+        if (es == 4)
+          copy_strided<uint32_t>(src.row(row), len, blk + r * es, w);
+        else
+          copy_strided<uint16_t>(src.row(row), len, blk + r * es, w);
         continue;
       }
       if (src.dtype == t && es == 2 && lay == Layout::rows) {  // a row is a row: copy it
@@ -268,35 +277,42 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
   const int64_t ld = block_ld(lay, rp, w);
   char* out = static_cast<char*>(dst);
   int64_t r = r0;
-  if (src.dtype == DType::f32 && t == DType::f32 && lay == Layout::kmajor) {
-    // No conversion: copy straight in, 16 rows at a time panel by panel, so that the
-    // writes of a group are 16*w contiguous floats of one panel rather than w floats per
-    // panel per row (gemm_chain's B is 683 panels of 12 KiB: one row touched 683 pages),
-    // while the reads walk 16 rows in step. This packing is a per-call cost of gemm_chain
-    // and softmax_v.
-    constexpr int64_t kRowGroup = 16;
-    constexpr int64_t kPrefetchRowBytes = 2048;
-    const int64_t rend = std::min(r1, nrows);
-    // Short rows (gemm_chain's B tile: 1 KiB pieces of rows 32 KiB apart, one page each)
-    // defeat the hardware prefetcher: prefetch the next group's rows by hand.
-    const bool fetch_ahead = cols * 4 <= kPrefetchRowBytes;
-    for (; r < rend; r += kRowGroup) {
-      const int64_t rb = std::min(kRowGroup, rend - r);
-      if (fetch_ahead)
-        for (int64_t i = r + kRowGroup; i < std::min(rend, r + 2 * kRowGroup); ++i)
-          for (int64_t o = 0; o < cols * 4; o += 64)
-            __builtin_prefetch(static_cast<const char*>(src.row(i)) + o);
-      for (int64_t p = 0; p < npanels; ++p) {
-        const int64_t n = std::min(w, cols - p * w);
-        float* d = reinterpret_cast<float*>(out) + (p * rp + r) * w;
-        for (int64_t i = 0; i < rb; ++i, d += w) {
-          const float* s = static_cast<const float*>(src.row(r + i)) + p * w;
-          for (int64_t j = 0; j < n; ++j) d[j] = s[j];
-          for (int64_t j = n; j < w; ++j) d[j] = 0.0f;
+  if (src.dtype == t && lay == Layout::kmajor) {
+    // No conversion (fp32, or fp16 for the fp16 kernels): copy straight in, 16 rows at a
+    // time panel by panel, so that the writes of a group are 16*w contiguous elements of
+    // one panel rather than w per panel per row (gemm_chain's B is 683 panels of 12 KiB:
+    // one row touched 683 pages), while the reads walk 16 rows in step. This packing is a
+    // per-call cost of gemm_chain and softmax_v.
+    auto copy_in = [&](auto elem) {
+      using E = decltype(elem);
+      constexpr int64_t kRowGroup = 16;
+      constexpr int64_t kPrefetchRowBytes = 2048;
+      const int64_t rend = std::min(r1, nrows);
+      // Short rows (gemm_chain's B tile: 1 KiB pieces of rows 32 KiB apart, one page each)
+      // defeat the hardware prefetcher: prefetch the next group's rows by hand.
+      const bool fetch_ahead = cols * es <= kPrefetchRowBytes;
+      for (; r < rend; r += kRowGroup) {
+        const int64_t rb = std::min(kRowGroup, rend - r);
+        if (fetch_ahead)
+          for (int64_t i = r + kRowGroup; i < std::min(rend, r + 2 * kRowGroup); ++i)
+            for (int64_t o = 0; o < cols * es; o += 64)
+              __builtin_prefetch(static_cast<const char*>(src.row(i)) + o);
+        for (int64_t p = 0; p < npanels; ++p) {
+          const int64_t n = std::min(w, cols - p * w);
+          E* d = reinterpret_cast<E*>(out) + (p * rp + r) * w;
+          for (int64_t i = 0; i < rb; ++i, d += w) {
+            const E* s = static_cast<const E*>(src.row(r + i)) + p * w;
+            for (int64_t j = 0; j < n; ++j) d[j] = s[j];
+            for (int64_t j = n; j < w; ++j) d[j] = E(0);
+          }
         }
       }
-    }
-    r = std::max(r0, rend);  // the last group may end short: padding rows start at rend
+      r = std::max(r0, rend);  // the last group may end short: padding rows start at rend
+    };
+    if (es == 4)
+      copy_in(uint32_t(0));
+    else
+      copy_in(uint16_t(0));
   }
   if (src.dtype == t && es == 2 && lay == Layout::kpairs && r0 % 2 == 0) {
     // No conversion (bf16 V for the bf16 kernels): rows r and r+1 interleaved into one
@@ -408,12 +424,7 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
   for (int64_t k0 = 0; k0 < kc; k0 += step) {
     g.gk->fn(std::min(step, kc - k0), a + pack_index(g.pa, k0, 0, as) * g.es, as,
              b + pack_index(g.pb, k0, 0, g.nr) * g.es, tile.data(), g.nr, 0);
-    const bool add = accumulate || k0 > 0;
-    for (int64_t i = 0; i < g.mr; ++i)
-      for (int64_t j = 0; j < g.nr; ++j) {
-        const float v = core::f16_to_f32(tile[size_t(i * g.nr + j)]);
-        c[i * ldc + j] = add ? c[i * ldc + j] + v : v;
-      }
+    g.vec->add_f16_tile(g.mr, g.nr, tile.data(), c, ldc, accumulate || k0 > 0);
   }
 }
 

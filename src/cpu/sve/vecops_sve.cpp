@@ -110,10 +110,22 @@ void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha)
   }
 }
 
+// Each fp16 value loaded zero-extended into a 32-bit lane (ld1h), whose low half fcvt
+// converts.
+void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc, int accumulate) {
+  for (int64_t i = 0; i < mr; ++i, tile += nr, c += ldc)
+    for (int64_t j = 0; j < nr; j += int64_t(svcntw())) {
+      const svbool_t pg = svwhilelt_b32(j, nr);
+      svfloat32_t x = svcvt_f32_f16_x(pg, svreinterpret_f16_u32(svld1uh_u32(pg, tile + j)));
+      if (accumulate) x = svadd_x(pg, x, svld1(pg, c + j));
+      svst1(pg, c + j, x);
+    }
+}
+
 }  // namespace
 }  // namespace flashcore::cpu::sve
 
 namespace flashcore::cpu::ukernels {
 const VecOps vecops_sve = {"vecops_sve", Isa::sve, &sve::col_max, &sve::exp2_pack,
-                           &sve::scale_rows};
+                           &sve::scale_rows, &sve::add_f16_tile};
 }  // namespace flashcore::cpu::ukernels

@@ -79,6 +79,10 @@ struct VecOps {
                     float* sum);
   // rows of an fp32 [mq x n] block (row stride ld) scaled: o[i][j] *= alpha[i]
   void (*scale_rows)(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha);
+  // An acc-f16 kernel's C tile into fp32: c[i * ldc + j] (accumulate: +=, else =)
+  // tile[i * nr + j] (fp16 bits; i < mr, j < nr, nr a multiple of 16).
+  void (*add_f16_tile)(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
+                       int accumulate);
 };
 
 // Row operations of the small-query (decode) path: K and V rows are read in place from

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.hpp"
 #include "core/exp2.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 
@@ -121,6 +122,15 @@ static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float
   } else {
     exp2_pack_t<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
   }
+}
+
+static void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
+                         int accumulate) {
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j) {
+      const float v = core::f16_to_f32(tile[i * nr + j]);  // any fp16 value
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + v : v;
+    }
 }
 
 static void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {

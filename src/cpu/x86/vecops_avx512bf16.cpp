@@ -153,10 +153,14 @@ void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha)
   vecops_avx512.scale_rows(mq, n, o, ld, alpha);
 }
 
+void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc, int accumulate) {
+  vecops_avx512.add_f16_tile(mr, nr, tile, c, ldc, accumulate);
+}
+
 }  // namespace
 
 const VecOps vecops_avx512bf16 = {"vecops_avx512bf16", Isa::avx512bf16, col_max, exp2_pack,
-                                  scale_rows};
-const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, scale_rows};
+                                  scale_rows, add_f16_tile};
+const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, scale_rows, add_f16_tile};
 
 }  // namespace flashcore::cpu::ukernels
