@@ -47,8 +47,8 @@
 // workspace (vt_fp8.cu; p.vt), rows = the kHeadDim columns of V, 64 keys per 64-byte
 // column block (the 64-byte swizzle, so that kBlockN can be any multiple of 64, e.g. 192
 // at hd128: 256 needs more registers than a consumer has), keys in the order of the S
-// accumulator (parts/fp8.hpp), which lets P be
-// packed to e4m3 in registers without shuffles (operands_fp8.cuh); P V is an RS wgmma with
+// accumulator (parts/fp8.hpp), which lets P be packed to e4m3 in registers without
+// shuffles (operands_fp8.cuh); P V is an RS wgmma with
 // K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
 // it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale.
 // GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq, 16-bit): an
