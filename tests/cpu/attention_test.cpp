@@ -158,6 +158,14 @@ TEST_P(AttentionKernelTest, ForcedKernelMatchesReference) {
     int run = 0;
     for (Strategy s : kStrategies) f.check(s, Exp2Mode::exact, 1 + (run++ % 2), k.key, k.ab);
   }
+  // Odd head dims: K and Q packed with a zero partner for the last key of a pair (bf16
+  // k-pair layouts) or zero k rows past D, V with a partial last panel.
+  const AttnCase odd{"forced_odd_d", 1, 70, 130, 2, 1, 33, 17};
+  for (DType dt : kStorageTypes) {
+    SCOPED_TRACE("odd d, storage " + name(dt));
+    AttnFixture f(odd, dt, rng);
+    f.check(Strategy::online, Exp2Mode::exact, 2, k.key, k.ab);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, AttentionKernelTest,
