@@ -29,7 +29,9 @@ FC_PORTABLE_CLONES void convert_row(const void* src, DType st, int64_t n, float*
   }
 }
 
-void convert_row(const float* src, int64_t n, void* dst, DType dt) {
+// And back (the output rows of attention and softmax_v): branch-free f32_to_f16 / f32_to_bf16,
+// so the x86-64-v3 clone converts 8 lanes at a time too.
+FC_PORTABLE_CLONES void convert_row(const float* src, int64_t n, void* dst, DType dt) {
   switch (dt) {
     case DType::f32: {
       float* d = static_cast<float*>(dst);
