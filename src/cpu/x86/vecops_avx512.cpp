@@ -124,7 +124,7 @@ void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha)
 void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc, int accumulate) {
   for (int64_t i = 0; i < mr; ++i, tile += nr, c += ldc)
     for (int64_t j = 0; j < nr; j += 16) {
-      __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + j)));
+      __m512 x = v::from_f16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + j)));
       if (accumulate) x = _mm512_add_ps(x, _mm512_loadu_ps(c + j));
       _mm512_storeu_ps(c + j, x);
     }
