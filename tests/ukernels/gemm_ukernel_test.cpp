@@ -92,6 +92,7 @@ void run_kernel(const GemmEntry& k, int64_t kc, bool accumulate, Layout lay, Rng
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) c0[size_t(i * nr + j)] = c.get(i * ldc + j);
   const std::vector<uint8_t> before = c.bytes();
+  cpu::prepare_gemm(k.isa);
   k.fn(kc, a.data(), a_stride, b.data(), c.data(), ldc, accumulate ? 1 : 0);
 
   const double u = unit_roundoff(k.acc);
@@ -161,9 +162,10 @@ TEST_P(GemmUkernelTest, StridedOperands) {
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmUkernelTest, ::testing::ValuesIn(kGemmKernels),
                          [](const auto& info) { return std::string(info.param.key); });
 
-// AMX kernels own no tile state between calls: after other code released the tiles
+// AMX kernels keep no tile state of their own: after other code released the tiles
 // (TILERELEASE, which makes tile instructions fault until the next LDTILECFG) or loaded a
-// palette of its own, the next call must still be right. (The assembler knows the AMX
+// palette of its own, prepare_gemm (run_kernel calls it before each call, as the
+// pipelines do once per stage) must make the next call right. (The assembler knows the AMX
 // mnemonics without -mamx-tile; they run only where dispatch found AMX.)
 TEST(GemmUkernelAmx, TileStateOfOtherCode) {
   if (!cpu::isa_available(cpu::Isa::amx_bf16))

@@ -144,6 +144,14 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
+void prepare_gemm(Isa isa) {
+#if defined(FC_BUILD_AMX)
+  if (isa == Isa::amx_bf16) ukernels::amx_configure_tiles();
+#else
+  (void)isa;
+#endif
+}
+
 bool isa_available(Isa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {

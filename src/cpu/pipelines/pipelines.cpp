@@ -482,6 +482,7 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
     return;
   }
   const int64_t kb = chunk_for(g, kp);
+  prepare_gemm(g.gk->isa);
   for (int64_t k0 = 0; k0 < kp; k0 += kb) {
     const int64_t kl = std::min(kb, kp - k0);
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
@@ -497,6 +498,7 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
 void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const char* vpanels,
             int64_t rp, int64_t j0, int64_t dvp, float* o) {
   const int64_t kb = chunk_for(g, kc);
+  prepare_gemm(g.gk->isa);
   for (int64_t k0 = 0; k0 < kc; k0 += kb) {
     const int64_t kl = std::min(kb, kc - k0);
     for (int64_t c = 0; c < dvp / g.nr; ++c)

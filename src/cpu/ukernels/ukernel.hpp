@@ -50,6 +50,13 @@ const char* layout_name(Layout l);
 using GemmFn = void (*)(int64_t kc, const void* a, int64_t a_stride, const void* b, void* c,
                         int64_t ldc, int accumulate);
 
+// Per-thread state a kernel ISA needs (AMX: the tile palette in the thread's tile
+// configuration). Run prepare_gemm(isa) on the calling thread before a run of calls of
+// that ISA's kernels, with nothing in between that may change the state (other AMX code
+// loading its own palette, TILERELEASE); the pipelines do it once per stage, not per call.
+// A no-op for ISAs without such state. (dispatch.cpp)
+void prepare_gemm(Isa isa);
+
 struct GemmUkernel {
   const char* key;  // {ab}_{MR}x{NR}{_variant}_{isa}, NR in vectors for SIMD kernels
   Isa isa;
@@ -114,6 +121,9 @@ namespace ukernels {
 #include "cpu/ukernels/gemm.inc"
 #include "cpu/ukernels/vecops.inc"
 #include "cpu/ukernels/rowops.inc"
+#if defined(FC_BUILD_AMX)
+void amx_configure_tiles();  // prepare_gemm(Isa::amx_bf16) (src/cpu/x86/gemm_bf16_amx.cpp)
+#endif
 }  // namespace ukernels
 #undef FC_GEMM_UKERNEL
 #undef FC_VECOPS

@@ -10,8 +10,8 @@
 // each 16 x 16 x 32 multiply-adds: 4 KiB loaded per 32 Ki multiply-adds.
 //
 // Tile configuration: every AMX kernel here uses one palette (all eight tiles 16 rows x
-// 64 bytes), checked at each call and loaded when the thread's live one differs
-// (configure_tiles below).
+// 64 bytes), which the caller has loaded on its thread through prepare_gemm(amx_bf16)
+// (amx_configure_tiles below) before a run of calls.
 // Called only when dispatch found AMX-BF16 and AMX-TILE in cpuid and Linux granted the
 // tile-data permission (dispatch.cpp). No STL and no shared inline templates here.
 #include <immintrin.h>
@@ -53,19 +53,6 @@ constexpr TileConfig make_config() {
 // never be stored).
 constexpr TileConfig kConfig = make_config();
 
-// The tile configuration is per thread and anyone may change it between our calls: other
-// AMX code loads its own palette or releases the tiles (TILERELEASE, as oneDNN does after
-// its kernels), after which a tile instruction faults (#UD). So every call reads the live
-// configuration (STTILECFG: 64 bytes, zeros when released) and loads ours only when it
-// differs, instead of issuing LDTILECFG each time (which also zeroes all eight tiles). A
-// thread-local "configured" flag, the first version, crashed the benchmark once its AMX
-// peak loop had released the tiles. (This check's cost per call is not measured yet.)
-void configure_tiles() {
-  TileConfig now;
-  __asm__ volatile("sttilecfg %0" : "=m"(now));
-  if (std::memcmp(&now, &kConfig, sizeof now) != 0)
-    __asm__ volatile("ldtilecfg %0" ::"m"(kConfig));
-}
 
 // Three schedules of the same 2 x 2 block, listed as separate kernels so one run measures
 // them side by side (docs/results/cpu-x86-2026-11-22.md, "bf16 kernels": so far equal
@@ -81,7 +68,6 @@ template <bool kInterleave, bool kPrefetch>
 __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int64_t as,
                                                 const void* b_, void* c_, int64_t ldc,
                                                 int accumulate) {
-  configure_tiles();
   const char* a = static_cast<const char*>(a_);
   const char* b = static_cast<const char*>(b_);
   char* c = static_cast<char*>(c_);
@@ -143,6 +129,22 @@ __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int6
 }
 
 }  // namespace
+
+// The tile configuration is per thread and anyone may change it between two of our runs:
+// other AMX code loads its own palette or releases the tiles (TILERELEASE, as oneDNN does
+// after its kernels), after which a tile instruction faults (#UD). So this reads the live
+// configuration (STTILECFG: 64 bytes, zeros when released) and loads ours only when it
+// differs (LDTILECFG also zeroes all eight tiles). A thread-local "configured" flag, the
+// first version, crashed the benchmark once its AMX peak loop had released the tiles. It
+// ran at every kernel call until session 9; on the Sapphire Rapids host that check cost
+// the GEMM-only loop (32 x 256 x 512, calls of 8 k steps) 1335 -> 1183 GFLOP/s, so it now
+// runs once per pipeline stage (prepare_gemm), before the calls.
+void amx_configure_tiles() {
+  TileConfig now;
+  __asm__ volatile("sttilecfg %0" : "=m"(now));
+  if (std::memcmp(&now, &kConfig, sizeof now) != 0)
+    __asm__ volatile("ldtilecfg %0" ::"m"(kConfig));
+}
 
 void bf16_32x32_amx(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                     int accumulate) {
