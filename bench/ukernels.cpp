@@ -29,10 +29,26 @@ const flashcore::cpu::GemmUkernel* find_kernel(const std::string& key) {
   return nullptr;
 }
 
+// A copy of an array's bytes starting on a cache line, as the pipelines' packed operands
+// do (pipelines.cpp): a HostArray's std::vector storage is only 16-byte aligned (large
+// ones sit 16 bytes past a page), so every 64-byte row of an AMX tile or zmm load would
+// span two cache lines. Until session 9 the GEMM-only rows timed such operands: AMX
+// bf16_32x32 measured ~700 GFLOP/s there against ~1300 for the same loop on aligned data.
+struct Aligned {
+  std::unique_ptr<unsigned char[]> raw;
+  unsigned char* p = nullptr;
+  explicit Aligned(const HostArray& h) : raw(new unsigned char[h.nbytes() + 64]) {
+    p = raw.get() + (64 - reinterpret_cast<uintptr_t>(raw.get()) % 64) % 64;
+    std::copy(h.bytes.begin(), h.bytes.end(), p);
+  }
+};
+
 // One thread's operands: A = P as [L][MR] (or [MR][L] for row-major A kernels), B = V as
-// d/NR panels of [L][NR], each in the kernel's layout (ukernel.hpp), C.
+// d/NR panels of [L][NR], each in the kernel's layout (ukernel.hpp), C; the kernel reads
+// and writes the aligned copies (C is copied back for the check).
 struct Operands {
   HostArray a, b, c;
+  std::unique_ptr<Aligned> pa, pb, pc;
 };
 
 }  // namespace
@@ -56,14 +72,18 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     o.a = random_array(k->ab, l * mr, 0.0f, 1.0f, rng);  // probabilities are >= 0
     o.b = random_array(k->ab, npanels * l * nr, -1.0f, 1.0f, rng);
     o.c = empty_array(k->acc, mr * ldc);
+    o.pa = std::make_unique<Aligned>(o.a);
+    o.pb = std::make_unique<Aligned>(o.b);
+    o.pc = std::make_unique<Aligned>(o.c);
   }
   namespace cpu = flashcore::cpu;
   const int64_t as = k->a_layout == cpu::Layout::rows ? l : mr;  // A's leading dimension
   auto one = [&](Operands& o) {
+    cpu::prepare_gemm(k->isa);
     const int64_t ea = int64_t(flashcore::dtype_size(k->ab));
-    const char* a = static_cast<const char*>(o.a.data());
-    const char* b = static_cast<const char*>(o.b.data());
-    char* c = static_cast<char*>(o.c.data());
+    const unsigned char* a = o.pa->p;
+    const unsigned char* b = o.pb->p;
+    unsigned char* c = o.pc->p;
     const int64_t ec = int64_t(flashcore::dtype_size(k->acc));
     for (int64_t k0 = 0; k0 < l; k0 += kc)
       for (int64_t p = 0; p < npanels; ++p)
@@ -79,7 +99,8 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
   // Check thread 0's C against the same product in double.
   call();
   if (cfg.check) {
-    const Operands& o = ops[0];
+    Operands& o = ops[0];
+    std::copy(o.pc->p, o.pc->p + o.c.nbytes(), o.c.bytes.begin());
     double num = 0, den = 0;
     for (int64_t i = 0; i < mr; ++i)
       for (int64_t j = 0; j < d; ++j) {
