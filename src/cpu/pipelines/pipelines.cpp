@@ -41,6 +41,16 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // the seeds' Kc. Packed operands of at most this many bytes are built per chunk of groups.
 constexpr int64_t kKeyTile = 256;
 constexpr int64_t kTargetQueryBlock = 64;
+// ... except that the kernels with row-major A tiles (AMX, Layout::rows) take blocks of
+// kRowsQueryBlock rows when the operands each block streams (attention: one group's packed
+// K and V) exceed kRowsStreamBytes: every block then reads them from beyond L2, which the
+// tile unit, at its peak only from L1, feels more than the FMA kernels. Sapphire Rapids
+// host, 1 thread, bf16 (docs/results/cpu-x86-2026-11-22.md, session 9): B1 H2 S4096 D128
+// (2 MiB of K and V per head) 64 rows 394-442 GFLOP/s, 128 rows 477-499, 256 rows 500-511;
+// 256 against 64 rows, same run: S4096 1.09-1.14x, S16384 1.16x, GQA H4/1 Sk4000 D256
+// 1.2x, but S2048 D128 (1 MiB) 1.02-1.04x and 2 threads 0.96x, S512 D64 unclear.
+constexpr int64_t kRowsQueryBlock = 256;
+constexpr int64_t kRowsStreamBytes = int64_t(1) << 20;
 constexpr size_t kPackBudgetBytes = size_t(64) << 20;
 constexpr int64_t kL1PanelBytes = 16 << 10;
 constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
@@ -393,7 +403,9 @@ struct Geometry {
 // second GEMM's A operand) and whole k steps of the kernel.
 int64_t key_align_of(const GemmUkernel& k) { return lcm(k.mr, k.k_align); }
 
-Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
+// stream_bytes: what every query block reads of the other operands (attention: the packed
+// K and V of its group; 0 where blocks read nothing large).
+Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, int64_t stream_bytes = 0) {
   Geometry g;
   g.gk = cfg.gemm;
   g.vec = cfg.vec;
@@ -401,7 +413,10 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1) {
   g.nr = g.gk->nr;
   const int64_t unit = needs_stage1 ? lcm(g.mr, g.nr) : g.mr;
   const int64_t target = std::min(round_up(std::max<int64_t>(rows, 1), unit),
-                                  round_up(kTargetQueryBlock, unit));
+                                  round_up(g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes
+                                               ? kRowsQueryBlock
+                                               : kTargetQueryBlock,
+                                           unit));
   g.mq = target;
   g.key_align = key_align_of(*g.gk);
   g.kc = round_up(kKeyTile, g.key_align);
@@ -798,7 +813,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (rows_mode)
     for (int64_t n = 1; n <= p.kv_heads; ++n)
       if (p.kv_heads % n == 0 && n * mqh <= std::max(kDecodeBlockRows, mqh)) kvb = n;
-  Geometry g = rows_mode ? make_rows_geometry(cfg, kvb * mqh) : make_geometry(cfg, p.sq, true);
+  Geometry g = rows_mode ? make_rows_geometry(cfg, kvb * mqh)
+                         : make_geometry(cfg, p.sq, true,
+                                         p.sk * (p.d + p.dv) * int64_t(dtype_size(cfg.gemm->ab)));
   // A decode key tile covers every kv head of the block: as many rows in all as a
   // one-head tile, so that the heads' reads of one page stay close in time (B1 H16 Sq1
   // Sk4096 D128 BSHD, 1 thread: 48-55 % of the memory read bandwidth with 256 keys per
