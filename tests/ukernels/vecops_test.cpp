@@ -237,6 +237,44 @@ TEST_P(VecOpsTest, AddF16Tile) {
     }
 }
 
+// Finished output rows (O / l in the output dtype): every value class (normal, results in
+// the f16 subnormal range, past the f16 range, inf, NaN, zeros of both signs), odd lengths,
+// scale 0 and 1, against core's scalar conversion; nothing past n is written.
+TEST_P(VecOpsTest, StoreRow) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t n : {0, 1, 7, 16, 33, 64, 1000})
+      for (float scale : {1.0f, 0.37f, 0.0f}) {
+        SCOPED_TRACE(std::string(fc::to_string(dt)) + " n " + std::to_string(n) + " scale " + std::to_string(scale));
+        std::vector<float> row(static_cast<size_t>(n));
+        for (size_t e = 0; e < row.size(); ++e) {
+          switch (e % 9) {
+            case 0: row[e] = float(rng.uniform(-1, 1)) * 1e-6f; break;  // f16 subnormal results
+            case 1: row[e] = float(rng.uniform(-1, 1)) * 2e5f; break;   // past f16's range
+            case 2: row[e] = e % 2 ? INFINITY : -INFINITY; break;
+            case 3: row[e] = std::nanf(""); break;
+            case 4: row[e] = e % 2 ? 0.0f : -0.0f; break;
+            default: row[e] = float(rng.uniform(-300, 300));
+          }
+        }
+        const size_t es = dt == DType::f32 ? 4 : 2, guard = 64;
+        std::vector<uint8_t> got(size_t(n) * es + guard, 0xA5), want(size_t(n) * es + guard, 0xA5);
+        cpu::portable::store_row(row.data(), n, scale, want.data(), dt);
+        ops().store_row(row.data(), n, scale, got.data(), dt);
+        for (size_t e = size_t(n) * es; e < got.size(); ++e) ASSERT_EQ(got[e], 0xA5) << "byte " << e << " past n";
+        for (int64_t j = 0; j < n; ++j) {
+          const float g = fc::core::load_as_f32(got.data(), j, dt), w = fc::core::load_as_f32(want.data(), j, dt);
+          if (std::isnan(w)) {
+            ASSERT_TRUE(std::isnan(g)) << "element " << j;  // NaN payloads may differ (vcvtps2ph)
+            continue;
+          }
+          ASSERT_EQ(std::memcmp(got.data() + j * es, want.data() + j * es, es), 0)
+              << "element " << j << ": " << g << " vs " << w << " from " << row[size_t(j)];
+        }
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(VecOps, VecOpsTest, ::testing::ValuesIn(kVecOps),
                          [](const auto& info) { return std::string(info.param->key); });
 

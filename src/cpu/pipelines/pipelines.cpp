@@ -721,9 +721,7 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   for (int64_t i = 0; i < mq; ++i) {
     if (!out.valid(i)) continue;
     const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-    float* row = O + i * dvp;
-    for (int64_t j = 0; j < out.dv; ++j) row[j] *= inv;
-    core::convert_row(row, out.dv, out.row(i), out.o_type);
+    g.vec->store_row(O + i * dvp, out.dv, inv, out.row(i), out.o_type);
     if (out.lse != nullptr)
       *out.lse_at(i) = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : kNegInf;
   }

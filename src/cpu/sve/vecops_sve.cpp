@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "cpu/ukernels/ukernel.hpp"
+#include "cpu/ukernels/vecops_portable.hpp"
 
 namespace flashcore::cpu::sve {
 namespace {
@@ -122,10 +123,15 @@ void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_
     }
 }
 
+// The portable loop (compiled with this TU's SVE flags).
+void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
+  portable::store_row(row, n, scale, dst, dt);
+}
+
 }  // namespace
 }  // namespace flashcore::cpu::sve
 
 namespace flashcore::cpu::ukernels {
 const VecOps vecops_sve = {"vecops_sve", Isa::sve, &sve::col_max, &sve::exp2_pack,
-                           &sve::scale_rows, &sve::add_f16_tile};
+                           &sve::scale_rows, &sve::add_f16_tile, &sve::store_row};
 }  // namespace flashcore::cpu::ukernels

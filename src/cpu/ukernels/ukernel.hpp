@@ -90,6 +90,9 @@ struct VecOps {
   // tile[i * nr + j] (fp16 bits; i < mr, j < nr, nr a multiple of 16).
   void (*add_f16_tile)(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
                        int accumulate);
+  // A finished output row: dst[j] = row[j] * scale stored as dt (f32, f16 or bf16, round to
+  // nearest even, as core::store_from_f32), j < n, any n >= 0.
+  void (*store_row)(const float* row, int64_t n, float scale, void* dst, DType dt);
 };
 
 // Row operations of the small-query (decode) path: K and V rows are read in place from

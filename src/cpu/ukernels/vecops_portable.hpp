@@ -133,6 +133,23 @@ static void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c,
     }
 }
 
+static void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
+  switch (dt) {
+    case DType::f16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t j = 0; j < n; ++j) d[j] = core::f32_to_f16(row[j] * scale);
+      break;
+    }
+    case DType::bf16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t j = 0; j < n; ++j) d[j] = core::f32_to_bf16(row[j] * scale);
+      break;
+    }
+    default:
+      for (int64_t j = 0; j < n; ++j) core::store_from_f32(dst, j, dt, row[j] * scale);
+  }
+}
+
 static void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
   for (int64_t i = 0; i < mq; ++i) {
     const float a = alpha[i];

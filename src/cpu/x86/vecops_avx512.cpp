@@ -130,11 +130,43 @@ void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_
     }
 }
 
+// 16 lanes at a time: f16 by vcvtps2ph, bf16 by the integer rounding of core::f32_to_bf16
+// (NaN kept quiet the same way); other dtypes by the portable ops.
+void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
+  const __m512 s = _mm512_set1_ps(scale);
+  if (dt == DType::f32) {
+    float* d = static_cast<float*>(dst);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = v::lanes(n - j);
+      v::store(d + j, m, _mm512_mul_ps(v::load(row + j, m), s));
+    }
+  } else if (dt == DType::f16 || dt == DType::bf16) {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 m = v::lanes(n - j);
+      const __m512 x = _mm512_mul_ps(v::load(row + j, m), s);
+      __m256i h;
+      if (dt == DType::f16) {
+        h = v::to_f16(x);
+      } else {
+        const __m512i u = _mm512_castps_si512(x);
+        const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+        h = v::narrow_u16(_mm512_mask_mov_epi32(v::to_bf16_rounded(x), nan, quiet));
+      }
+      _mm256_mask_storeu_epi16(d + j, m, h);
+    }
+  } else {
+    ukernels::vecops_generic.store_row(row, n, scale, dst, dt);
+  }
+}
+
 }  // namespace
 
-const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, scale_rows, add_f16_tile};
+const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, scale_rows, add_f16_tile,
+                              store_row};
 // AVX512-FP16 CPUs have AVX-512F: the same ops serve the f16 kernels.
 const VecOps vecops_avx512fp16 = {"vecops_avx512fp16", Isa::avx512fp16, col_max, exp2_pack,
-                                  scale_rows, add_f16_tile};
+                                  scale_rows, add_f16_tile, store_row};
 
 }  // namespace flashcore::cpu::ukernels
