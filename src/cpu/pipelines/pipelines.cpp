@@ -283,14 +283,20 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
       copy_block<uint32_t>(src, b * w, nrows, len / 2, kp / 2, w, len % 2 == 1, blk);
       continue;
     }
+    if (src.dtype == t && es == 2 && lay == Layout::rows) {
+      // A row is a row: copy it, zero only its tail past len and the rows past nrows.
+      for (int64_t r = 0; r < w; ++r) {
+        char* o = blk + r * kp * 2;
+        const int64_t row = b * w + r, n = row < nrows ? len : 0;
+        if (n > 0) std::memcpy(o, src.row(row), size_t(n * 2));
+        std::memset(o + n * 2, 0, size_t((kp - n) * 2));
+      }
+      continue;
+    }
     std::memset(blk, 0, size_t(kp * w * es));
     for (int64_t r = 0; r < w; ++r) {
       const int64_t row = b * w + r;
       if (row >= nrows) break;
-      if (src.dtype == t && es == 2 && lay == Layout::rows) {  // a row is a row: copy it
-        std::memcpy(blk + r * kp * 2, src.row(row), size_t(len * 2));
-        continue;
-      }
       core::convert_row(src.row(row), src.dtype, len, rowbuf);
       if (lay == Layout::kmajor) {
         store_row(rowbuf, len, blk + r * es, w, t);
@@ -358,9 +364,18 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
       for (int64_t p = 0; p < npanels; ++p) {
         uint16_t* d = reinterpret_cast<uint16_t*>(out) + p * rp * w + (r / 2) * 2 * w;
         const int64_t n = std::min(w, cols - p * w);
-        for (int64_t j = 0; j < n; ++j) {
-          d[2 * j] = s0 ? s0[p * w + j] : 0;
-          d[2 * j + 1] = s1 ? s1[p * w + j] : 0;
+        if (s0 != nullptr && s1 != nullptr) {
+          // Both rows present (all but the last pair): one 32-bit word per column, a loop
+          // the compiler vectorizes (the null tests inside it kept it scalar).
+          const uint16_t* a0 = s0 + p * w;
+          const uint16_t* a1 = s1 + p * w;
+          uint32_t* d32 = reinterpret_cast<uint32_t*>(d);
+          for (int64_t j = 0; j < n; ++j) d32[j] = uint32_t(a0[j]) | (uint32_t(a1[j]) << 16);
+        } else {
+          for (int64_t j = 0; j < n; ++j) {
+            d[2 * j] = s0 ? s0[p * w + j] : 0;
+            d[2 * j + 1] = s1 ? s1[p * w + j] : 0;
+          }
         }
         for (int64_t j = n; j < w; ++j) d[2 * j] = d[2 * j + 1] = 0;
       }
