@@ -55,8 +55,8 @@ constexpr TileConfig kConfig = make_config();
 
 
 // Three schedules of the same 2 x 2 block, listed as separate kernels so one run measures
-// them side by side (docs/results/cpu-x86-2026-11-22.md, "bf16 kernels": so far equal
-// within a noisy host's spread; `auto` uses plain):
+// them side by side (docs/results/cpu-x86-2026-11-22.md, session 9: GEMM-only, 1 thread,
+// aligned operands, plain 1197, il 1208, ilpf 1075 GFLOP/s; `auto` uses plain):
 //   plain      all four tile loads of a k step, then its four tdpbf16ps;
 //   il         loads interleaved with the products (A0 B0, C00, B1, C01, A1, C10, C11), so a
 //              load into a tile register waits only for the product that last read it, not

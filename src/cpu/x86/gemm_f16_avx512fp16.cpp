@@ -15,7 +15,9 @@
 //   tolerance in attention, so it was removed.)
 //
 // Register use: 24 fp16 accumulators (12 rows x 2 zmm = 64 columns) + 2 B; A comes as a
-// memory broadcast operand. Measured 55-62 % of the fp16 FMA peak GEMM-only (results doc).
+// memory broadcast operand. Measured 88.7 % of the fp16 FMA peak GEMM-only, 1 thread, on
+// 64-byte aligned operands (docs/results/cpu-x86-2026-11-22.md, session 9; the earlier
+// 55-85 % figures were on misaligned bench operands).
 // NOT RUN ON THE DEVELOPMENT MACHINE (Cascade Lake has no AVX512-FP16); see
 // docs/results/cpu-x86-*.md for where it was tested.
 #include <immintrin.h>
