@@ -19,6 +19,9 @@
 #include "cpu/pipelines/pipelines.hpp"
 
 #include <omp.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -228,6 +231,52 @@ void store_at(void* dst, int64_t at, DType t, float v) {
 // up to 16 source rows are read in step (one strided column per row, as before, was ~10 %
 // of an fp32 attention call on the dev VM). Loads go through memcpy: a bf16 row is only
 // 2-byte aligned.
+#if defined(__SSE2__)
+// One 16-byte column strip of the block through SSE2 (every x86-64): B = 16 / sizeof(E)
+// source rows (s[i] + k: B elements each; rows >= live read as zeros) transposed into B
+// k rows of the block, `cnt` elements each (B, or 4 for 16-bit elements: the low half),
+// at o + kk * w.
+template <typename E>
+inline void transpose_strip(const char* const* s, int64_t live, int64_t k, E* o, int64_t w, int64_t cnt) {
+  constexpr int kB = 16 / int(sizeof(E));
+  __m128i a[kB];
+  for (int i = 0; i < kB; ++i)
+    a[i] = i < live ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(s[i] + k * int64_t(sizeof(E))))
+                    : _mm_setzero_si128();
+  __m128i r[kB];
+  if constexpr (kB == 8) {
+    __m128i t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+      t[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
+      u[4 * h + 0] = _mm_unpacklo_epi32(t[4 * h], t[4 * h + 2]);      // k 0, 1
+      u[4 * h + 1] = _mm_unpackhi_epi32(t[4 * h], t[4 * h + 2]);      // k 2, 3
+      u[4 * h + 2] = _mm_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);  // k 4, 5
+      u[4 * h + 3] = _mm_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);  // k 6, 7
+    }
+    for (int q = 0; q < 4; ++q) {
+      r[2 * q] = _mm_unpacklo_epi64(u[q], u[4 + q]);
+      r[2 * q + 1] = _mm_unpackhi_epi64(u[q], u[4 + q]);
+    }
+  } else {
+    const __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpackhi_epi32(a[0], a[1]);
+    const __m128i t2 = _mm_unpacklo_epi32(a[2], a[3]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+    r[0] = _mm_unpacklo_epi64(t0, t2);
+    r[1] = _mm_unpackhi_epi64(t0, t2);
+    r[2] = _mm_unpacklo_epi64(t1, t3);
+    r[3] = _mm_unpackhi_epi64(t1, t3);
+  }
+  for (int kk = 0; kk < kB; ++kk) {
+    if (cnt == kB)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + kk * w), r[kk]);
+    else
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + kk * w), r[kk]);
+  }
+}
+#endif
+
 template <typename E>
 void copy_block(const Rows& src, int64_t row0, int64_t nrows, int64_t len, int64_t kp, int64_t w,
                 bool half_tail, void* dst) {
@@ -238,7 +287,26 @@ void copy_block(const Rows& src, int64_t row0, int64_t nrows, int64_t len, int64
     const int64_t n = std::min(kGroup, w - r0), live = std::max<int64_t>(0, std::min(n, rows - r0));
     const char* s[kGroup];
     for (int64_t r = 0; r < live; ++r) s[r] = static_cast<const char*>(src.row(row0 + r0 + r));
-    for (int64_t k = 0; k < len; ++k) {
+    // The next rows (the next group, or the next block's first rows), fetched while this
+    // group is copied: 16 rows read in step are 16 streams, which the hardware prefetcher
+    // does not follow.
+    for (int64_t r = row0 + r0 + n; r < std::min(nrows, row0 + r0 + 2 * n); ++r)
+      for (int64_t o = 0; o < len * int64_t(sizeof(E)); o += 64)
+        __builtin_prefetch(static_cast<const char*>(src.row(r)) + o);
+    int64_t k0 = 0;
+#if defined(__SSE2__)
+    // Whole 16-byte strips of the rows (8 fp16/bf16 or 4 fp32/pair words) by register
+    // transposes, groups of a multiple of 4 rows; the scalar loop below does the rest.
+    // (fp16 B1 H8 S512 D64 on the Sapphire Rapids host: the element-wise copies were
+    // ~8 % of the call, docs/results/cpu-x86-2026-11-22.md, session 9.)
+    constexpr int64_t kB = 16 / int64_t(sizeof(E));
+    if (n % 4 == 0) {
+      for (; k0 + kB <= len; k0 += kB)
+        for (int64_t rr = 0; rr < n; rr += kB)
+          transpose_strip<E>(s + rr, live - rr, k0, d + k0 * w + r0 + rr, w, std::min(kB, n - rr));
+    }
+#endif
+    for (int64_t k = k0; k < len; ++k) {
       E* o = d + k * w + r0;
       for (int64_t r = 0; r < live; ++r) std::memcpy(o + r, s[r] + k * int64_t(sizeof(E)), sizeof(E));
       for (int64_t r = live; r < n; ++r) o[r] = E(0);
