@@ -19,7 +19,9 @@
 //  * A fully masked query row gives O = 0 and lse = -inf, never NaN.
 //  * lse (optional) is fp32 [B, H, Sq], natural log: lse = log(sum_j exp(scale * q.k_j)).
 //  * scale defaults to 1/sqrt(D) (attention) or 1 (softmax_v). exp is computed as exp2
-//    with scale*log2(e) folded in; Exp2Mode::exact is within 2 ulp of fp32 exp2,
+//    with scale*log2(e) folded in; Exp2Mode::exact is within 2 ulp of fp32 exp2 (where a
+//    kernel stores P in 16 bits, the correctly rounded 16-bit value up to ties within
+//    2.7e-6: x86's exp2_p16),
 //    Exp2Mode::fast is a cheap approximation (relative error <= 1.8e-3 on x86 and the
 //    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp).
 //  * Storage dtypes f32, f16, bf16 (fp8 on GPUs that have it); accumulation is fp32.

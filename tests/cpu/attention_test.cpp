@@ -30,6 +30,9 @@ struct AttnCase {
   bool bhsd = false;  // memory order [B, H, S, D] instead of [B, S, H, D]
   int64_t pad = 0;    // extra elements after every row of D
   float scale = 0.0f;
+  // Added to every element of key row j: ramp * j / sk. Rows whose query sums are
+  // positive then see scores that climb tile after tile (the online strategy's rescales).
+  double ramp = 0.0;
 };
 
 std::vector<int> order_of(bool bhsd) {
@@ -50,6 +53,9 @@ struct AttnFixture {
     q.fill_uniform(rng, -3, 3);
     k.fill_uniform(rng, -3, 3);
     v.fill_uniform(rng, -1, 1);
+    if (c.ramp != 0.0)  // logical [B, Sk, Hkv, D] index, whatever the memory order
+      for (int64_t i = 0; i < c.b * c.sk * c.hkv * c.d; ++i)
+        k.set(i, k.get(i) + c.ramp * double(i / (c.hkv * c.d) % c.sk) / double(c.sk));
     HostTensor qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
     ref_out = HostTensor(DType::f32, {c.b, c.sq, c.h, c.dv});
     ref_lse = HostTensor(DType::f32, {c.b, c.h, c.sq});
@@ -116,6 +122,11 @@ const AttnCase kCases[] = {
     {"square_d32_dv64", 1, 1000, 1000, 1, 1, 32, 64, false, -1, -1, false, 0, 0.3f},
     {"window_sq_gt_sk_d64", 1, 200, 63, 2, 2, 64, 48, false, 8, 3, true, 1, 0.5f},
     {"causal_window_square_d96", 1, 130, 130, 3, 1, 96, 96, true, 17, -1},
+    // Scores that climb along the keys: past the online strategy's rescale slack (2^8)
+    // within a 256-key tile (ramp 40: ~25 per tile for a typical row) and below it from tile to tile (ramp 1.5, the
+    // reference max kept while P grows above 1).
+    {"rising_scores_d64", 1, 50, 1000, 2, 1, 64, 64, false, -1, -1, false, 0, 0.0f, 40.0},
+    {"rising_slowly_causal_d32", 1, 40, 1100, 1, 1, 32, 32, true, -1, -1, false, 0, 0.0f, 1.5},
     // Decode path (the query rows of a GQA group, group * Sq <= 32, in one block).
     {"gqa4to1_decode_sq1_d128", 2, 1, 1000, 8, 2, 128, 128},
     {"gqa8to1_decode_sq4_causal_d64", 1, 4, 777, 8, 1, 64, 64, true, -1, -1, false, 3},

@@ -80,10 +80,15 @@ TEST_P(VecOpsTest, Exp2Pack) {
           const int64_t ldt = mq + kExtra, ldd = mq + kExtra;
           const std::vector<float> t = scores(rng, kc, mq, ldt);
           const float c = 1.3f;
-          // cm = c * row max as the pipelines fold it (0 for an all -inf column).
+          // cm = c * row max as the pipelines fold it (0 for an all -inf column); every
+          // third query's reference lies up to 8 below its max, as the online strategy's
+          // (its rescale slack, pipelines.cpp): exp2 arguments up to +8, P up to 256.
           std::vector<float> cm(size_t(mq), kNegInf);
           cpu::portable::col_max(kc, mq, t.data(), ldt, cm.data());
-          for (float& x : cm) x = x == kNegInf ? 0.0f : c * x;
+          for (int64_t i = 0; i < mq; ++i) {
+            float& x = cm[size_t(i)];
+            x = x == kNegInf ? 0.0f : c * x - (i % 3 == 1 ? float(rng.uniform(0, 8)) : 0.0f);
+          }
           const size_t es = fc::dtype_size(dst_type);
           std::vector<uint8_t> got(size_t(kc * ldd) * es, 0xFF), want(size_t(kc * ldd) * es, 0xFF);
           std::vector<float> sum(static_cast<size_t>(mq)), want_sum(static_cast<size_t>(mq));

@@ -69,6 +69,26 @@ static inline __m512 exp2_exact(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// exact where P is stored in 16 bits (fp16 or bf16 P of the 16-bit kernels): a degree-4
+// fit, relative error 2.7e-6 with fp32 arithmetic, 180x below fp16's half ulp (2^-11) and
+// 1400x below bf16's, so the stored P is the correctly rounded exp2 except within 2.7e-6
+// of a rounding tie, where it may be the other neighbour (1 ulp of the 16-bit type).
+// n = round(x) by the 1.5 * 2^23 addition (two adds on either FMA port, where vrndscaleps
+// is two port-0 uops). Sapphire Rapids host, 1 thread, a 256 x 256 tile's exp2 + sum:
+// 0.198 ns per value against 0.264 for exp2_exact (session 10 probe).
+static inline __m512 exp2_p16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), _mm512_set1_ps(128.0f));
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(9.5700970725210027e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5917863287911894e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4024744976421386e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9312181440142462e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9999926139192319e-1f));
+  return _mm512_scalef_ps(p, n);
+}
+
 // fast: degree-2 fit, relative error <= 1.8e-3 (~9 bits; the seeds' FEXPA is ~7 bits).
 // Results below 2^-126 flush to zero, as in core::exp2_fast: the clamp to -127 gives
 // n = -127 and p * 2^-127 < 2^-126, which the final mask zeroes; this also avoids

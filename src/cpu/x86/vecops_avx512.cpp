@@ -51,9 +51,9 @@ void exp2_pack_chunk(int64_t kc, int64_t n, const float* t, int64_t ldt, float c
   }
   for (int64_t k = 0; k < kc; ++k, t += ldt) {
     for (int j = 0; j < NV; ++j) {
-      // c*t - c*m <= 0 up to rounding, and -inf for a masked score.
+      // c*t - c*m: <= the online strategy's rescale slack, -inf for a masked score.
       const __m512 x = _mm512_fmsub_ps(cv, v::load(t + 16 * j, m[j]), cmv[j]);
-      const __m512 p = kFast ? v::exp2_fast(x) : v::exp2_exact(x);
+      const __m512 p = kFast ? v::exp2_fast(x) : DST == 0 ? v::exp2_exact(x) : v::exp2_p16(x);
       if constexpr (DST == 0) {
         v::store(static_cast<float*>(dst) + k * ldd + 16 * j, m[j], p);
         sv[j] = _mm512_add_ps(sv[j], p);

@@ -45,7 +45,7 @@ inline __m512 pair_sum(__m512i w) {
 template <bool kFast>
 inline __m512 prob(__m512 cv, const float* t, __mmask16 m, __m512 cmv) {
   const __m512 x = _mm512_fmsub_ps(cv, v::load(t, m), cmv);
-  return kFast ? v::exp2_fast(x) : v::exp2_exact(x);
+  return kFast ? v::exp2_fast(x) : v::exp2_p16(x);  // P is bf16 (avx512.hpp)
 }
 
 // k pairs: pair row r of query i is the 32-bit word d32[r * ldd + i].
