@@ -134,7 +134,7 @@ TEST_P(VecOpsTest, Exp2PackLayouts) {
   Rng rng;
   FC_TRACE_SEED(rng);
   for (cpu::Layout layout : {cpu::Layout::kpairs, cpu::Layout::rows})
-    for (DType dst_type : {DType::bf16, DType::f32})
+    for (DType dst_type : {DType::bf16, DType::f16, DType::f32})
       for (Exp2Mode mode : kExpModes)
         for (int64_t mq : kMq)
           for (int64_t kc : {7, 32, 62, 256}) {
@@ -156,7 +156,8 @@ TEST_P(VecOpsTest, Exp2PackLayouts) {
             ops().exp2_pack(kc, mq, t.data(), ldt, c, cm.data(), got.data(), ldd, dst_type, layout,
                             mode, sum.data());
             const double rel = (mode == Exp2Mode::exact ? 1e-5 : 8e-3) +
-                               (dst_type == DType::f32 ? 0.0 : 0x1p-7);
+                               (dst_type == DType::f32 ? 0.0 : dst_type == DType::f16 ? 0x1p-10 : 0x1p-7);
+            const double abs_tol = dst_type == DType::f16 ? 0x1p-14 : 1e-30;  // f16 subnormals
             std::vector<bool> mine(size_t(n), false);
             const int64_t kend = layout == cpu::Layout::kpairs ? kc2 : kc;
             for (int64_t k = 0; k < kend; ++k)
@@ -174,7 +175,7 @@ TEST_P(VecOpsTest, Exp2PackLayouts) {
                   ASSERT_EQ(g, 0.0) << "masked score must give exactly 0 at key " << k << ", query " << i;
                   continue;
                 }
-                ASSERT_TRUE(std::abs(g - w) <= rel * w + 1e-30)
+                ASSERT_TRUE(std::abs(g - w) <= rel * w + abs_tol)
                     << "key " << k << ", query " << i << ": got " << g << ", want " << w;
               }
             for (int64_t e = 0; e < n; ++e) {
@@ -183,7 +184,7 @@ TEST_P(VecOpsTest, Exp2PackLayouts) {
                 ASSERT_EQ(got[byte], 0xFF) << "wrote element " << e << " outside the layout";
             }
             for (int64_t i = 0; i < mq; ++i)
-              ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + 1e-6)
+              ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + double(kc) * abs_tol + 1e-6)
                   << "sum of query " << i;
           }
 }

@@ -1,9 +1,11 @@
 # x86 micro-kernels (included from src/CMakeLists.txt when FLASHCORE_X86 is ON).
 # Flags are per file: only these TUs may contain AVX-512 code; dispatch decides at run
 # time whether any of it is called.
-# -Wno-maybe-uninitialized: GCC 12's AVX-512 headers build unmasked results from
-# _mm512_undefined_ps() (`__m512 __Y = __Y;`), which -Wall reports inside the header.
-set(_fc_x86_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -Wno-maybe-uninitialized)
+# -Wno-maybe-uninitialized, -Wno-uninitialized: GCC 12's AVX-512 headers build unmasked
+# results from _mm512_undefined_ps() (`__m512 __Y = __Y;`), which -Wall reports inside the
+# header (as "may be" or, once inlined, as "is used uninitialized").
+set(_fc_x86_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -Wno-maybe-uninitialized
+    -Wno-uninitialized)
 set(_fc_x86_dir ${CMAKE_CURRENT_SOURCE_DIR}/cpu/x86)
 target_sources(flashcore_obj PRIVATE
   ${_fc_x86_dir}/gemm_f32_avx512.cpp

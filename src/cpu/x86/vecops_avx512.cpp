@@ -72,6 +72,34 @@ void exp2_pack_chunk(int64_t kc, int64_t n, const float* t, int64_t ldt, float c
   for (int j = 0; j < NV; ++j) v::store(sum + 16 * j, m[j], sv[j]);
 }
 
+// fp16 P in k pairs (the AVX512-FP16 kernel's A layout): pair row r of query i is the
+// 32-bit word d32[r * ldd + i] holding keys 2r (low half) and 2r + 1; an odd last key gets a
+// zero partner.
+template <bool kFast>
+void exp2_pack_f16_pairs(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
+                         const float* cm, void* dst, int64_t ldd, float* sum) {
+  const __m512 cv = _mm512_set1_ps(c);
+  uint32_t* d32 = static_cast<uint32_t*>(dst);
+  auto prob = [&](const float* row, __mmask16 m, __m512 cmv) {
+    const __m512 x = _mm512_fmsub_ps(cv, v::load(row, m), cmv);
+    return v::to_f16(kFast ? v::exp2_fast(x) : v::exp2_p16(x));
+  };
+  for (int64_t i = 0; i < mq; i += 16) {
+    const __mmask16 m = v::lanes(mq - i);
+    const __m512 cmv = v::load(cm + i, m);
+    __m512 sv = v::load(sum + i, m);
+    for (int64_t k = 0; k < kc; k += 2) {
+      const __m256i h0 = prob(t + k * ldt + i, m, cmv);
+      const __m256i h1 = k + 1 < kc ? prob(t + (k + 1) * ldt + i, m, cmv) : _mm256_setzero_si256();
+      const __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32(h0),
+                                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+      _mm512_mask_storeu_epi32(d32 + (k / 2) * ldd + i, m, w);
+      sv = _mm512_add_ps(sv, _mm512_add_ps(v::from_f16(h0), v::from_f16(h1)));
+    }
+    v::store(sum + i, m, sv);
+  }
+}
+
 template <bool kFast, int DST>
 void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
                  void* dst, int64_t ldd, float* sum) {
@@ -97,7 +125,12 @@ void exp2_pack_mode(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c
 void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
                void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
                float* sum) {
-  if (layout != Layout::kmajor) {
+  if (layout == Layout::kpairs && dst_type == DType::f16) {
+    if (mode == Exp2Mode::fast)
+      exp2_pack_f16_pairs<true>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+    else
+      exp2_pack_f16_pairs<false>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+  } else if (layout != Layout::kmajor) {
     // The bf16 kernels' k-pair and row layouts have their own ops (vecops_avx512bf16.cpp);
     // the portable ones cover anything else.
     ukernels::vecops_generic.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode,
