@@ -228,6 +228,12 @@ TEST(AttentionError, UnknownImpl) {
   c.expect(kInvalid, "impl: no CPU micro-kernel named 'f32_99x99_nonesuch'");
 }
 
+TEST(AttentionError, UnknownKernelOfPair) {
+  AttnCall c;
+  c.p.impl = "f32_4x8_generic+f16_9x9_nonesuch";
+  c.expect(kInvalid, "impl: no CPU micro-kernel named 'f16_9x9_nonesuch'");
+}
+
 TEST(AttentionError, ImplOfMissingIsa) {
   for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i) {
     const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(i);
@@ -289,6 +295,8 @@ const SvCase kSvCases[] = {
     {"strategy_code", [](SvCall& c) { c.p.strategy = static_cast<Strategy>(-1); }, kInvalid, "params.strategy"},
     {"threads_negative", [](SvCall& c) { c.p.threads = -3; }, kInvalid, "params.threads"},
     {"impl_unknown", [](SvCall& c) { c.p.impl = "nope"; }, kInvalid, "impl: no CPU micro-kernel named 'nope'"},
+    {"impl_pair", [](SvCall& c) { c.p.impl = "f32_4x8_generic+f32_4x16_generic"; }, kInvalid,
+     "impl: 'f32_4x8_generic+f32_4x16_generic' names a kernel pair, which only attention takes"},
     {"s_on_cuda", [](SvCall& c) { for (Tensor* t : {&c.sv, &c.vv, &c.ov}) t->device = fc::Device::cuda; },
      kUnsupported, "s: softmax_v runs on the CPU"},
 };

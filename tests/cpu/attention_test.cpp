@@ -192,6 +192,37 @@ INSTANTIATE_TEST_SUITE_P(Cpu, AttentionKernelTest,
                          ::testing::Range(0, fc::cpu::gemm_ukernel_count()),
                          [](const auto& info) { return std::string(fc::cpu::gemm_ukernel(info.param).key); });
 
+// Kernel pairs "k1+k2" (Q K^T on k1, P V on k2; `auto` picks one for fp16 storage on
+// AVX512-FP16, auto_table.inc): every runnable P V kernel behind an fp32 kernel of another
+// tile shape, so that the query block, key tile, P layout and V panels must follow both.
+TEST(Attention, KernelPairsMatchReference) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const AttnCase c{"pair", 1, 100, 300, 4, 2, 72, 40, true, -1, -1, false, 1};
+  int pairs = 0;
+  for (int j = 0; j < fc::cpu::gemm_ukernel_count(); ++j) {
+    const fc::cpu::GemmUkernel& k2 = fc::cpu::gemm_ukernel(j);
+    if (!fc::cpu::isa_available(k2.isa)) continue;
+    const fc::cpu::GemmUkernel* k1 = nullptr;
+    for (int i = 0; i < fc::cpu::gemm_ukernel_count() && k1 == nullptr; ++i) {
+      const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(i);
+      if (fc::cpu::isa_available(k.isa) && k.ab == DType::f32 && k.acc == DType::f32 &&
+          (k.mr != k2.mr || k.nr != k2.nr))
+        k1 = &k;
+    }
+    ASSERT_NE(k1, nullptr);
+    const std::string impl = std::string(k1->key) + "+" + k2.key;
+    SCOPED_TRACE("pair " + impl);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      AttnFixture f(c, dt, rng);
+      int run = 0;
+      for (Strategy s : kStrategies) f.check(s, Exp2Mode::exact, 1 + (run++ % 2), impl.c_str(), k2.ab);
+    }
+    ++pairs;
+  }
+  EXPECT_GT(pairs, 0);
+}
+
 TEST(Attention, ForceGenericRunsPortableKernels) {
   ForceGeneric generic(true);
   Rng rng;

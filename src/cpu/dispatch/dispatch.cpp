@@ -119,13 +119,16 @@ const RowOps* const kRows[] = {
 #undef FC_ROWOPS
 
 // Automatic choice: the first available kernel in auto_table.inc for the storage dtype
-// whose operand dtype holds it exactly (f32 operands hold every storage dtype).
-struct AutoEntry { DType storage; const char* key; };
-#define FC_AUTO(storage_, key_) {DType::storage_, #key_},
+// whose operand dtype holds it exactly (f32 operands hold every storage dtype); pairs
+// (key2: the P V kernel) for attention only.
+struct AutoEntry { DType storage; const char* key; const char* key2; };
+#define FC_AUTO(storage_, key_) {DType::storage_, #key_, nullptr},
+#define FC_AUTO_PAIR(storage_, key_, key2_) {DType::storage_, #key_, #key2_},
 const AutoEntry kAuto[] = {
 #include "cpu/dispatch/auto_table.inc"
 };
 #undef FC_AUTO
+#undef FC_AUTO_PAIR
 
 const GemmUkernel* find_gemm(const char* key) {
   for (const auto& k : kGemm)
@@ -174,37 +177,65 @@ const VecOps& vecops(int i) { return *kVec[i]; }
 int rowops_count() { return int(sizeof(kRows) / sizeof(kRows[0])); }
 const RowOps& rowops(int i) { return *kRows[i]; }
 
-CpuConfig select_kernels(DType storage, const char* impl) {
+namespace {
+
+// A kernel named by `impl` (one key of it), checked as a forced kernel.
+const GemmUkernel* forced_gemm(const std::string& key, DType storage) {
+  const GemmUkernel* g = find_gemm(key.c_str());
+  if (g == nullptr)
+    throw_error(Status::invalid_argument,
+                std::string("impl: no CPU micro-kernel named '") + key + "' in this build");
+  if (!isa_available(g->isa))
+    throw_error(Status::unsupported, std::string("impl: kernel '") + key + "' needs ISA " +
+                                         isa_name(g->isa) + ", which this CPU lacks");
+  if (!holds_exactly(g->ab, storage) && g->ab != DType::f16 && g->ab != DType::bf16)
+    throw_error(Status::unsupported, std::string("impl: kernel '") + key +
+                                         "' cannot take operands stored as " + to_string(storage));
+  return g;
+}
+
+// Vector ops of the same ISA as the GEMM kernel when there are some, else portable.
+const VecOps* vec_for(const GemmUkernel* g, bool generic_only) {
+  const VecOps* vec = nullptr;
+  for (const VecOps* v : kVec)
+    if (v->isa == g->isa && isa_available(v->isa)) vec = v;
+  return vec == nullptr || generic_only ? &ukernels::vecops_generic : vec;
+}
+
+}  // namespace
+
+CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
   CpuConfig cfg;
   const bool generic_only = flashcore::force_generic();
   if (impl != nullptr && impl[0] != '\0' && std::strcmp(impl, "auto") != 0) {
-    cfg.gemm = find_gemm(impl);
-    if (cfg.gemm == nullptr)
-      throw_error(Status::invalid_argument,
-                  std::string("impl: no CPU micro-kernel named '") + impl + "' in this build");
-    if (!isa_available(cfg.gemm->isa))
-      throw_error(Status::unsupported, std::string("impl: kernel '") + impl + "' needs ISA " +
-                                           isa_name(cfg.gemm->isa) + ", which this CPU lacks");
-    if (!holds_exactly(cfg.gemm->ab, storage) && cfg.gemm->ab != DType::f16 &&
-        cfg.gemm->ab != DType::bf16)
-      throw_error(Status::unsupported, std::string("impl: kernel '") + impl +
-                                           "' cannot take operands stored as " + to_string(storage));
+    const std::string name(impl);
+    const size_t plus = name.find('+');
+    if (plus != std::string::npos && !pair)
+      throw_error(Status::invalid_argument, std::string("impl: '") + impl +
+                                                "' names a kernel pair, which only attention takes");
+    cfg.gemm = forced_gemm(name.substr(0, plus), storage);
+    if (plus != std::string::npos) cfg.gemm2 = forced_gemm(name.substr(plus + 1), storage);
   } else {
     for (const AutoEntry& e : kAuto) {
       if (cfg.gemm != nullptr) break;
-      if (e.storage != storage) continue;
+      if (e.storage != storage || (e.key2 != nullptr && !pair)) continue;
       const GemmUkernel* g = find_gemm(e.key);
       if (g == nullptr || !isa_available(g->isa) || !holds_exactly(g->ab, storage)) continue;
       if (generic_only && g->isa != Isa::generic) continue;
       if (g->acc != DType::f32) continue;
+      const GemmUkernel* g2 = nullptr;
+      if (e.key2 != nullptr) {  // the P V kernel may sum in fp16: P <= 1 (see the table)
+        g2 = find_gemm(e.key2);
+        if (g2 == nullptr || !isa_available(g2->isa) || !holds_exactly(g2->ab, storage)) continue;
+        if (generic_only && g2->isa != Isa::generic) continue;
+      }
       cfg.gemm = g;
+      cfg.gemm2 = g2;
     }
     if (cfg.gemm == nullptr) cfg.gemm = find_gemm("f32_4x16_generic");
   }
-  // Vector ops of the same ISA as the GEMM kernel when there are some, else portable.
-  for (const VecOps* v : kVec)
-    if (v->isa == cfg.gemm->isa && isa_available(v->isa)) cfg.vec = v;
-  if (cfg.vec == nullptr || generic_only) cfg.vec = &ukernels::vecops_generic;
+  cfg.vec = vec_for(cfg.gemm, generic_only);
+  if (cfg.gemm2 != nullptr) cfg.vec2 = vec_for(cfg.gemm2, generic_only);
   // Row ops (decode path): portable with a portable GEMM kernel, else the last available
   // set of the list (SIMD ISAs without a set of their own use the portable one).
   cfg.rows = &ukernels::rowops_generic;

@@ -32,10 +32,16 @@ struct CpuConfig {
   const GemmUkernel* gemm = nullptr;
   const VecOps* vec = nullptr;
   const RowOps* rows = nullptr;  // the decode path's row ops
+  // attention only: a second kernel for P V (stage 2), with its vector ops (exp2_pack
+  // writes P in its layout); null when `gemm` runs both stages.
+  const GemmUkernel* gemm2 = nullptr;
+  const VecOps* vec2 = nullptr;
 };
 
 // Best available kernels for operands stored as `storage`. `impl` (a GEMM key) forces a
 // kernel: unknown keys and kernels the CPU cannot run raise flashcore::Error naming it.
-CpuConfig select_kernels(DType storage, const char* impl);
+// With `pair` (attention), `impl` may name two keys "k1+k2" (Q K^T on k1, P V on k2), and
+// `auto` may pick a pair from auto_table.inc; otherwise a pair is refused.
+CpuConfig select_kernels(DType storage, const char* impl, bool pair = false);
 
 }  // namespace flashcore::cpu

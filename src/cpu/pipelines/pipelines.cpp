@@ -517,14 +517,17 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, in
   g.vec = cfg.vec;
   g.mr = g.gk->mr;
   g.nr = g.gk->nr;
-  const int64_t unit = needs_stage1 ? lcm(g.mr, g.nr) : g.mr;
+  // Query blocks: whole stage-1 panels (NR queries) and whole stage-2 A blocks (MR query
+  // rows, of the P V kernel when attention runs a pair, CpuConfig::gemm2).
+  const GemmUkernel* gk2 = cfg.gemm2 != nullptr ? cfg.gemm2 : cfg.gemm;
+  const int64_t unit = needs_stage1 ? lcm(lcm(g.mr, g.nr), gk2->mr) : g.mr;
   const int64_t target = std::min(round_up(std::max<int64_t>(rows, 1), unit),
                                   round_up(g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes
                                                ? kRowsQueryBlock
                                                : kTargetQueryBlock,
                                            unit));
   g.mq = target;
-  g.key_align = key_align_of(*g.gk);
+  g.key_align = lcm(key_align_of(*g.gk), gk2->k_align);  // K blocks of MR keys; P V's k steps
   g.kc = round_up(kKeyTile, g.key_align);
   g.es = int64_t(dtype_size(g.gk->ab));
   g.pt = g.gk->ab;
@@ -536,6 +539,26 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, in
   g.kb = std::max<int64_t>(g.gk->k_align,
                            kL1PanelBytes / (g.nr * g.es) / g.gk->k_align * g.gk->k_align);
   return g;
+}
+
+// The geometry of stage 2 (P V) and of P when attention runs a kernel pair: the query
+// block and key tile of `g`, the P V kernel's tile, layouts, operand dtype and vector ops.
+Geometry stage2_geometry(const Geometry& g, const CpuConfig& cfg) {
+  if (cfg.gemm2 == nullptr) return g;
+  Geometry g2 = g;
+  g2.gk = cfg.gemm2;
+  g2.vec = cfg.vec2;
+  g2.mr = g2.gk->mr;
+  g2.nr = g2.gk->nr;
+  g2.es = int64_t(dtype_size(g2.gk->ab));
+  g2.pt = g2.gk->ab;
+  g2.pa = g2.gk->a_layout;
+  g2.pb = g2.gk->b_layout;
+  g2.key = g2.gk->key;
+  g2.kb = std::max<int64_t>(g2.gk->k_align,
+                            kL1PanelBytes / (g2.nr * g2.es) / g2.gk->k_align * g2.gk->k_align);
+  g2.rescale_slack = g2.gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
+  return g2;
 }
 
 // The decode path's block: `rows` query rows in the lanes of the row ops, no padding; K/V
@@ -914,7 +937,7 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
 // stretches of each page instead of one head's 2^k bytes per page (one head alone ran
 // at ~40-50 % of the memory bandwidth that contiguous rows reach).
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
-  const CpuConfig cfg = select_kernels(p.dtype, p.impl);
+  const CpuConfig cfg = select_kernels(p.dtype, p.impl, true);
   const bool varlen = p.cu_q != nullptr;
   const int64_t sq_max = std::max<int64_t>(p.sq, 1);
   const bool rows_mode = p.group() * sq_max <= kDecodeRows && !gemm_forced(p.impl);
@@ -932,11 +955,13 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   // Sk4096 D128 BSHD, 1 thread: 48-55 % of the memory read bandwidth with 256 keys per
   // tile, 104-111 % with 16).
   if (rows_mode) g.kc = std::max<int64_t>(16, round_up(kKeyTile / kvb, 16));
+  // P and stage 2 (P V): the pair's second kernel, else g itself.
+  const Geometry g2 = rows_mode ? g : stage2_geometry(g, cfg);
   const Strategy strategy = resolve(p.strategy, p.sq, p.sk, p.d, p.dtype);
   const int nthreads = resolve_threads(p.threads);
   const float c = p.scale * core::kLog2e;
   const int64_t kp = rows_mode ? p.d : round_up(p.d, g.gk->k_align);
-  const int64_t dvp = rows_mode ? p.dv : round_up(p.dv, g.nr);
+  const int64_t dvp = rows_mode ? p.dv : round_up(p.dv, g2.nr);
   const int64_t es_in = int64_t(dtype_size(p.dtype));
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
@@ -954,7 +979,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     return cu ? std::make_pair(int64_t(cu[b]), int64_t(cu[b + 1] - cu[b])) : std::make_pair(int64_t(0), fixed);
   };
   const int64_t skp_max = round_up(std::max<int64_t>(p.sk, 1), g.key_align);
-  const int64_t group_bytes = rows_mode ? 0 : skp_max * (kp + dvp) * g.es;
+  const int64_t group_bytes = rows_mode ? 0 : skp_max * (kp * g.es + dvp * g2.es);
   const int64_t chunk =
       rows_mode ? ngroups : std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
   char* const packed =
@@ -985,7 +1010,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
         pack_transposed(krows, sk, p.d, kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa,
                         rowbuf.data());
-        pack_panels(vrows, sk, p.dv, skp, g.nr, kb0 * g.mr, kb1 * g.mr, vpack, g.gk->ab, g.pb,
+        pack_panels(vrows, sk, p.dv, skp, g2.nr, kb0 * g.mr, kb1 * g.mr, vpack, g2.gk->ab, g2.pb,
                     rowbuf.data());
         lap.to(phases[size_t(omp_get_thread_num())].pack);
       }
@@ -1124,7 +1149,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       };
       auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
         if (!rows_mode) {
-          stage2(g, kc, P, ldp, vpack, skp, j0, dvp, O);
+          stage2(g2, kc, P, ldp, vpack, skp, j0, dvp, O);
           return;
         }
         for (int64_t kvi = 0; kvi < kvb; ++kvi)
@@ -1144,7 +1169,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         out = BlockOut{split_o.data() + it2 * g.mq * p.dv, p.dv, DType::f32, x.out.rows, p.dv,
                        split_lse.data() + it2 * g.mq, seg, seg * p.dv, seg};
       }
-      softmax_block(g, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, skp, dvp,
+      softmax_block(g2, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, skp, dvp,
                     out, timed, ph);
     }
     if (nsplit > 1) {
@@ -1155,6 +1180,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     }
   }
   report(times, phases, g, strategy);
+  if (times != nullptr && g2.gk != g.gk) times->kernel = std::string(g.key) + "+" + g2.key;
 }
 
 // ================================================================ softmax_v
