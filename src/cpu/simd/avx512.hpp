@@ -47,6 +47,15 @@ static inline void store_c_tile(float* c, int64_t ldc, const __m512 (&acc)[MR][N
   }
 }
 
+// p(f) = c[0] f^(N-1) + ... + c[N-1] by Horner's rule (coefficients highest degree first).
+template <int N>
+static inline __m512 horner(__m512 f, const float (&c)[N]) {
+  __m512 p = _mm512_set1_ps(c[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < N; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c[i]));
+  return p;
+}
+
 // exp2, both policies of core/exp2.hpp on 16 lanes. x = n + f with n = round(x),
 // f in [-0.5, 0.5]; 2^f by a polynomial; 2^n applied by vscalefps, which scales by an
 // integer power of two exactly, rounds subnormal results correctly and saturates to
@@ -59,14 +68,11 @@ static inline __m512 exp2_exact(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), _mm512_set1_ps(128.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.5337569417518130e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3399860276460376e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6185195618845430e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503289977903830e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022646608459428e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314720560033780e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000000005920564f));
-  return _mm512_scalef_ps(p, n);
+  static constexpr float kC[] = {1.5337569417518130e-4f, 1.3399860276460376e-3f,
+                                 9.6185195618845430e-3f, 5.5503289977903830e-2f,
+                                 2.4022646608459428e-1f, 6.9314720560033780e-1f,
+                                 1.0000000005920564f};
+  return _mm512_scalef_ps(horner(f, kC), n);
 }
 
 // exact where P is stored in 16 bits (fp16 or bf16 P of the 16-bit kernels): a degree-4
@@ -81,12 +87,10 @@ static inline __m512 exp2_p16(__m512 x) {
   const __m512 magic = _mm512_set1_ps(12582912.0f);
   const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(9.5700970725210027e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5917863287911894e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4024744976421386e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9312181440142462e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9999926139192319e-1f));
-  return _mm512_scalef_ps(p, n);
+  static constexpr float kC[] = {9.5700970725210027e-3f, 5.5917863287911894e-2f,
+                                 2.4024744976421386e-1f, 6.9312181440142462e-1f,
+                                 9.9999926139192319e-1f};
+  return _mm512_scalef_ps(horner(f, kC), n);
 }
 
 // fast: degree-2 fit, relative error <= 1.8e-3 (~9 bits; the seeds' FEXPA is ~7 bits).
@@ -97,9 +101,9 @@ static inline __m512 exp2_fast(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(2.3783041826769766e-1f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(7.0339652313338260e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0005137006082232f));
+  static constexpr float kC[] = {2.3783041826769766e-1f, 7.0339652313338260e-1f,
+                                 1.0005137006082232f};
+  const __m512 p = horner(f, kC);
   const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.5f), _CMP_GT_OQ);
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
