@@ -223,6 +223,39 @@ TEST(Attention, KernelPairsMatchReference) {
   EXPECT_GT(pairs, 0);
 }
 
+// `auto` takes its fp16 P V kernel (an fp16-summing pair on AVX512-FP16 CPUs) only when
+// no |v| passes 128; one value of 300 (or an inf) must send the call to fp32 sums. On
+// CPUs without such a pair the same call runs one fp32 kernel anyway.
+TEST(Attention, AutoPairKeepsFp32SumsForLargeV) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const AttnCase c{"large_v", 1, 150, 400, 2, 1, 64, 64};
+  AttnFixture f(c, DType::f16, rng);
+  f.v.set(5 * c.dv + 3, 300.0);  // key 5, column 3: its sums would pass fp16's range
+  HostTensor vf = to_f32(f.v), qf = to_f32(f.q), kf = to_f32(f.k);
+  fc::AttentionParams rp = f.params();
+  rp.lse = f.ref_lse.ptr();
+  fc::reference::attention(qf.view(), kf.view(), vf.view(), f.ref_out.view(), rp);
+  for (Strategy s : kStrategies) {
+    f.check(s, Exp2Mode::exact, 2, nullptr, DType::f32);
+    HostTensor out(DType::f16, {c.b, c.sq, c.h, c.dv});
+    fc::AttentionParams p = f.params();
+    p.strategy = s;
+    fc::PhaseTimes times;
+    fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p, &times);
+    // every kernel that ran sums in fp32
+    size_t at = 0;
+    while (at <= times.kernel.size()) {
+      const size_t plus = std::min(times.kernel.find('+', at), times.kernel.size());
+      const std::string key = times.kernel.substr(at, plus - at);
+      for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i)
+        if (key == fc::cpu::gemm_ukernel(i).key)
+          EXPECT_EQ(fc::cpu::gemm_ukernel(i).acc, DType::f32) << times.kernel;
+      at = plus + 1;
+    }
+  }
+}
+
 TEST(Attention, ForceGenericRunsPortableKernels) {
   ForceGeneric generic(true);
   Rng rng;

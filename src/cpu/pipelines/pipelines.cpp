@@ -936,11 +936,41 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
 // consecutive kv heads of one key are adjacent, so a block's key tile reads whole
 // stretches of each page instead of one head's 2^k bytes per page (one head alone ran
 // at ~40-50 % of the memory bandwidth that contiguous rows reach).
+// Whether every element of V (fp16 storage) has |v| <= 2^7: NaN and inf do not. P V summed
+// in fp16 (a kernel with acc f16) adds at most 128 products P v per lane and two lanes per
+// chunk of <= 256 keys, with P <= 1: |sum| <= 256 * 128 = 32768 < 65504.
+bool v_fits_f16_sums(const core::AttentionProblem& p, int nthreads) {
+  constexpr int16_t kBound = 0x5800;  // fp16 bits of 128
+  const uint16_t* v = static_cast<const uint16_t*>(p.v.data);
+  const int64_t rows = p.cu_k ? int64_t(p.cu_k[p.batch]) : p.batch * p.sk;  // (b, s) rows
+  int fits = 1;
+#pragma omp parallel for num_threads(nthreads) reduction(min : fits)
+  for (int64_t r = 0; r < rows; ++r) {
+    // varlen: sequences are concatenated along s (b = 0 strides); else r = b * sk + s
+    const int64_t b = p.cu_k ? 0 : r / std::max<int64_t>(p.sk, 1), sidx = p.cu_k ? r : r % p.sk;
+    for (int64_t h = 0; h < p.kv_heads; ++h) {
+      const uint16_t* row = v + b * p.v.sb + sidx * p.v.ss + h * p.v.sh;
+      int16_t worst = 0;  // |v| bits as a signed max (SSE2's pmaxsw)
+      for (int64_t e = 0; e < p.dv; ++e) worst = std::max(worst, int16_t(row[e] & 0x7FFF));
+      if (worst > kBound) fits = 0;
+    }
+  }
+  return fits == 1;
+}
+
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
-  const CpuConfig cfg = select_kernels(p.dtype, p.impl, true);
+  CpuConfig cfg = select_kernels(p.dtype, p.impl, true);
   const bool varlen = p.cu_q != nullptr;
   const int64_t sq_max = std::max<int64_t>(p.sq, 1);
   const bool rows_mode = p.group() * sq_max <= kDecodeRows && !gemm_forced(p.impl);
+  // `auto`'s fp16 P V kernel (a pair, auto_table.inc) only where its fp16 sums cannot
+  // overflow; otherwise the first kernel runs both stages. (A forced pair is the caller's
+  // choice, as a forced fp16 kernel is.)
+  if (cfg.gemm2 != nullptr && cfg.gemm2->acc != DType::f32 && !gemm_forced(p.impl) && !rows_mode &&
+      !(p.dtype == DType::f16 && v_fits_f16_sums(p, resolve_threads(p.threads)))) {
+    cfg.gemm2 = nullptr;
+    cfg.vec2 = nullptr;
+  }
   // kv heads per block: 1, or in decode the most that divide Hkv within kDecodeBlockRows.
   const int64_t mqh = p.group() * sq_max;  // decode: query rows per kv head
   int64_t kvb = 1;
