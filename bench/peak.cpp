@@ -50,6 +50,9 @@ struct Probe {
 // One line per ISA; later ISAs (sve) add theirs here.
 const Probe kProbes[] = {
     {"generic", "fp32_muladd", flashcore::cpu::Isa::generic, peak_loop_generic_fp32},
+#if defined(FCB_PEAK_AVX2)
+    {"avx2", "fp32_fma", flashcore::cpu::Isa::avx2, peak_loop_avx2_fp32},
+#endif
 #if defined(FCB_PEAK_AVX512F)
     {"avx512f", "fp32_fma", flashcore::cpu::Isa::avx512f, peak_loop_avx512f_fp32},
 #endif

@@ -25,6 +25,9 @@ const Peak* mem_read_peak(int threads);
 // ISA peak loops, one per TU compiled with that ISA's flags. Each runs `reps` rounds of
 // its loop on the calling thread and returns the floating-point operations it did.
 double peak_loop_generic_fp32(long reps);
+#if defined(FCB_PEAK_AVX2)
+double peak_loop_avx2_fp32(long reps);        // 8-wide FMA, 12 ymm accumulators
+#endif
 #if defined(FCB_PEAK_AVX512F)
 double peak_loop_avx512f_fp32(long reps);
 #endif

@@ -248,9 +248,11 @@ TEST(Attention, AutoPairKeepsFp32SumsForLargeV) {
     while (at <= times.kernel.size()) {
       const size_t plus = std::min(times.kernel.find('+', at), times.kernel.size());
       const std::string key = times.kernel.substr(at, plus - at);
-      for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i)
-        if (key == fc::cpu::gemm_ukernel(i).key)
+      for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i) {
+        if (key == fc::cpu::gemm_ukernel(i).key) {
           EXPECT_EQ(fc::cpu::gemm_ukernel(i).acc, DType::f32) << times.kernel;
+        }
+      }
       at = plus + 1;
     }
   }

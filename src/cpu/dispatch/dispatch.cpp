@@ -25,6 +25,7 @@ const char* isa_name(Isa isa) {
     case Isa::avx512bf16: return "avx512bf16";
     case Isa::amx_bf16: return "amx_bf16";
     case Isa::sve: return "sve";
+    case Isa::avx2: return "avx2";
   }
   return "?";
 }
@@ -68,9 +69,12 @@ CpuFeatures detect() {
   if (!osxsave) return f;
   const uint64_t xcr0 = xgetbv0();
   const bool zmm_state = (xcr0 & 0xE6) == 0xE6;   // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE, AVX
+  const bool fma = (c >> 12) & 1;
   const bool tile_state = (xcr0 & 0x60000) == 0x60000;
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = ymm_state && fma && ((b >> 5) & 1);
   if (zmm_state) {
     f.avx512f = (b >> 16) & 1;
     f.avx512dq = (b >> 17) & 1;
@@ -166,6 +170,7 @@ bool isa_available(Isa isa) {
     case Isa::avx512bf16: return f.avx512bf16 && isa_available(Isa::avx512f);
     case Isa::amx_bf16: return f.amx_bf16 && isa_available(Isa::avx512bf16);
     case Isa::sve: return f.sve;
+    case Isa::avx2: return f.avx2;
   }
   return false;
 }

@@ -31,7 +31,7 @@
 
 namespace flashcore::cpu {
 
-enum class Isa : int { generic = 0, avx512f, avx512fp16, avx512bf16, amx_bf16, sve };
+enum class Isa : int { generic = 0, avx512f, avx512fp16, avx512bf16, amx_bf16, sve, avx2 };
 const char* isa_name(Isa isa);
 
 enum class Layout : int { kmajor = 0, kpairs, rows };
