@@ -5,7 +5,7 @@ CPU GEMM micro-kernels:  {ab}_{MR}x{NR}{_variant}*_{isa}
   ab      operand dtype: f32 | f16 | bf16
   MR, NR  tile rows x columns; NR counts vectors for SIMD ISAs, elements for generic and AMX
   variant optional lower-case tokens (noepi4, swp, ...)
-  isa     generic | avx512 | avx512fp16 | avx512bf16 | amx | sve, matching the list's isa column
+  isa     generic | avx2 | avx512 | avx512fp16 | avx512bf16 | amx | sve, matching the list's isa column
   (an entry whose layout columns are not kmajor | kpairs | rows for A, kmajor | kpairs for B
   is reported as malformed)
 Vector-op sets:          vecops_{isa}
@@ -18,7 +18,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 UK = ROOT / "src" / "cpu" / "ukernels"
 # key suffix -> Isa enum value in the list's isa column
-ISA_OF_SUFFIX = {"generic": "generic", "avx512": "avx512f", "avx512fp16": "avx512fp16",
+ISA_OF_SUFFIX = {"generic": "generic", "avx2": "avx2", "avx512": "avx512f", "avx512fp16": "avx512fp16",
                  "avx512bf16": "avx512bf16", "amx": "amx_bf16", "sve": "sve"}
 GEMM_KEY = re.compile(r"^(f32|f16|bf16)_(\d+)x(\d+)((?:_[a-z0-9]+)*)_(" + "|".join(ISA_OF_SUFFIX) + r")$")
 GEMM_ENTRY = re.compile(r"^\s*FC_GEMM_UKERNEL\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(kmajor|kpairs|rows)\s*,\s*(kmajor|kpairs)\s*\)")
