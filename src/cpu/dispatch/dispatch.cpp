@@ -221,19 +221,20 @@ CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
     cfg.gemm = forced_gemm(name.substr(0, plus), storage);
     if (plus != std::string::npos) cfg.gemm2 = forced_gemm(name.substr(plus + 1), storage);
   } else {
+    // A listed kernel this call may run: in the build, on this CPU, holding the storage.
+    auto runnable = [&](const char* key) -> const GemmUkernel* {
+      const GemmUkernel* g = find_gemm(key);
+      if (g == nullptr || !isa_available(g->isa) || !holds_exactly(g->ab, storage)) return nullptr;
+      return generic_only && g->isa != Isa::generic ? nullptr : g;
+    };
     for (const AutoEntry& e : kAuto) {
       if (cfg.gemm != nullptr) break;
       if (e.storage != storage || (e.key2 != nullptr && !pair)) continue;
-      const GemmUkernel* g = find_gemm(e.key);
-      if (g == nullptr || !isa_available(g->isa) || !holds_exactly(g->ab, storage)) continue;
-      if (generic_only && g->isa != Isa::generic) continue;
-      if (g->acc != DType::f32) continue;
-      const GemmUkernel* g2 = nullptr;
-      if (e.key2 != nullptr) {  // the P V kernel may sum in fp16: P <= 1 (see the table)
-        g2 = find_gemm(e.key2);
-        if (g2 == nullptr || !isa_available(g2->isa) || !holds_exactly(g2->ab, storage)) continue;
-        if (generic_only && g2->isa != Isa::generic) continue;
-      }
+      const GemmUkernel* g = runnable(e.key);
+      if (g == nullptr || g->acc != DType::f32) continue;
+      // the P V kernel may sum in fp16: P <= 1 (see the table)
+      const GemmUkernel* g2 = e.key2 != nullptr ? runnable(e.key2) : nullptr;
+      if (e.key2 != nullptr && g2 == nullptr) continue;
       cfg.gemm = g;
       cfg.gemm2 = g2;
     }

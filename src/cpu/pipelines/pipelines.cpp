@@ -511,12 +511,26 @@ int64_t key_align_of(const GemmUkernel& k) { return lcm(k.mr, k.k_align); }
 
 // stream_bytes: what every query block reads of the other operands (attention: the packed
 // K and V of its group; 0 where blocks read nothing large).
+// The fields of g that follow its GEMM kernel: tile, operand dtype and layouts, vector ops,
+// k chunk and the online strategy's rescale slack.
+void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
+  g.gk = gk;
+  g.vec = vec;
+  g.mr = gk->mr;
+  g.nr = gk->nr;
+  g.es = int64_t(dtype_size(gk->ab));
+  g.pt = gk->ab;
+  g.pa = gk->a_layout;
+  g.pb = gk->b_layout;
+  g.key = gk->key;
+  g.rescale_slack = gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
+  // A B panel chunk of kb x NR operands fills at most kL1PanelBytes (half a 32 KiB L1D).
+  g.kb = std::max<int64_t>(gk->k_align, kL1PanelBytes / (g.nr * g.es) / gk->k_align * gk->k_align);
+}
+
 Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, int64_t stream_bytes = 0) {
   Geometry g;
-  g.gk = cfg.gemm;
-  g.vec = cfg.vec;
-  g.mr = g.gk->mr;
-  g.nr = g.gk->nr;
+  set_kernel(g, cfg.gemm, cfg.vec);
   // Query blocks: whole stage-1 panels (NR queries) and whole stage-2 A blocks (MR query
   // rows, of the P V kernel when attention runs a pair, CpuConfig::gemm2).
   const GemmUkernel* gk2 = cfg.gemm2 != nullptr ? cfg.gemm2 : cfg.gemm;
@@ -529,15 +543,6 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, in
   g.mq = target;
   g.key_align = lcm(key_align_of(*g.gk), gk2->k_align);  // K blocks of MR keys; P V's k steps
   g.kc = round_up(kKeyTile, g.key_align);
-  g.es = int64_t(dtype_size(g.gk->ab));
-  g.pt = g.gk->ab;
-  g.pa = g.gk->a_layout;
-  g.pb = g.gk->b_layout;
-  g.key = g.gk->key;
-  if (g.gk->acc != DType::f32) g.rescale_slack = 0.0f;
-  // A B panel chunk of kb x NR operands fills at most kL1PanelBytes (half a 32 KiB L1D).
-  g.kb = std::max<int64_t>(g.gk->k_align,
-                           kL1PanelBytes / (g.nr * g.es) / g.gk->k_align * g.gk->k_align);
   return g;
 }
 
@@ -546,18 +551,7 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, in
 Geometry stage2_geometry(const Geometry& g, const CpuConfig& cfg) {
   if (cfg.gemm2 == nullptr) return g;
   Geometry g2 = g;
-  g2.gk = cfg.gemm2;
-  g2.vec = cfg.vec2;
-  g2.mr = g2.gk->mr;
-  g2.nr = g2.gk->nr;
-  g2.es = int64_t(dtype_size(g2.gk->ab));
-  g2.pt = g2.gk->ab;
-  g2.pa = g2.gk->a_layout;
-  g2.pb = g2.gk->b_layout;
-  g2.key = g2.gk->key;
-  g2.kb = std::max<int64_t>(g2.gk->k_align,
-                            kL1PanelBytes / (g2.nr * g2.es) / g2.gk->k_align * g2.gk->k_align);
-  g2.rescale_slack = g2.gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
+  set_kernel(g2, cfg.gemm2, cfg.vec2);
   return g2;
 }
 
@@ -927,15 +921,6 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
   }
 }
 
-// Two block shapes, one pipeline. Prefill: blocks of mq query rows of one head, K and V
-// packed once per (batch, kv head) for the GEMM micro-kernels. Decode (the query rows of
-// a whole GQA group, group * Sq, fit in kDecodeRows): one block holds every query row of
-// one or more whole groups (kv heads), computed by the row ops straight from K and V, so
-// each call reads K and V once and packs nothing; split over keys when there are fewer
-// blocks than threads. Several kv heads per block: in BSHD tensors the rows of
-// consecutive kv heads of one key are adjacent, so a block's key tile reads whole
-// stretches of each page instead of one head's 2^k bytes per page (one head alone ran
-// at ~40-50 % of the memory bandwidth that contiguous rows reach).
 // Whether every element of V (fp16 storage) has |v| <= 2^7: NaN and inf do not. P V summed
 // in fp16 (a kernel with acc f16) adds at most 128 products P v per lane and two lanes per
 // chunk of <= 256 keys, with P <= 1: |sum| <= 256 * 128 = 32768 < 65504.
@@ -958,6 +943,15 @@ bool v_fits_f16_sums(const core::AttentionProblem& p, int nthreads) {
   return fits == 1;
 }
 
+// Two block shapes, one pipeline. Prefill: blocks of mq query rows of one head, K and V
+// packed once per (batch, kv head) for the GEMM micro-kernels. Decode (the query rows of
+// a whole GQA group, group * Sq, fit in kDecodeRows): one block holds every query row of
+// one or more whole groups (kv heads), computed by the row ops straight from K and V, so
+// each call reads K and V once and packs nothing; split over keys when there are fewer
+// blocks than threads. Several kv heads per block: in BSHD tensors the rows of
+// consecutive kv heads of one key are adjacent, so a block's key tile reads whole
+// stretches of each page instead of one head's 2^k bytes per page (one head alone ran
+// at ~40-50 % of the memory bandwidth that contiguous rows reach).
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   CpuConfig cfg = select_kernels(p.dtype, p.impl, true);
   const bool varlen = p.cu_q != nullptr;

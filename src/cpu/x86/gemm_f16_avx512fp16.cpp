@@ -5,8 +5,9 @@
 //   all the way (no epilogue conversion); 4x k-unrolled. The pipeline (gemm_call) calls it
 //   on k chunks of at most kKeyTile and adds each chunk's fp16 tile into fp32, so fp16
 //   rounding accumulates over <= 128 products per lane (one k parity, below) and one pair
-//   add: relative error ~ 2^-11 * sqrt(256) per chunk in the worst direction, fine for softmax P (<= 1) times V at 1e-2 tolerance;
-//   a |sum| above 65504 would overflow to inf, so it is for normalized operands only.
+//   add: relative error ~ 2^-11 * sqrt(256) per chunk in the worst direction, fine for
+//   softmax P (<= 1) times V at 1e-2 tolerance; a |sum| above 65504 would overflow to inf,
+//   so it is for normalized operands only.
 // There is no fp32-accumulating variant: AVX512-FP16 has no fp16 x fp16 -> fp32 dot
 //   product (that needs AMX-FP16 or AVX10.2), and widening the operands before fp32 FMAs
 //   cannot beat f32_*_avx512 on operands widened at packing, which is what `auto` does for
