@@ -63,8 +63,10 @@ fuzz() {
         -DFLASHCORE_CUDA=OFF >/dev/null
   ninja -C build/fuzz -j"$jobs" flashcore_fuzz_api
   mkdir -p build/fuzz/corpus
+  # tests/fuzz/regressions: inputs that once failed, run first (libFuzzer reads every
+  # corpus directory at start; new units go to the first).
   build/fuzz/tests/fuzz/flashcore_fuzz_api -max_total_time="$fuzz_seconds" -rss_limit_mb=4096 \
-    -print_final_stats=1 build/fuzz/corpus
+    -print_final_stats=1 build/fuzz/corpus tests/fuzz/regressions
 }
 skipped fuzz || stage fuzz fuzz
 

@@ -125,5 +125,18 @@ TEST(GemmChain, EmptyInnerDimGivesZeros) {
   for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.get(i), 0.0) << "element " << i;
 }
 
+// K1 = 0 (A is M x 0, B is 0 x K2): A B is all zeros, so E is too; every storage dtype,
+// into a NaN-poisoned output. (libFuzzer found the packing clearing a null empty buffer.)
+TEST(GemmChain, EmptyFirstInnerDimGivesZeros) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    HostTensor a(t, {13, 0}), b(t, {0, 15}), c(t, {15, 7}), out(t, {13, 7});
+    Rng rng;
+    c.fill_uniform(rng, -1, 1);
+    out.poison();
+    fc::gemm_chain(a.view(), b.view(), c.view(), out.view());
+    for (int64_t i = 0; i < out.numel(); ++i) ASSERT_EQ(out.get(i), 0.0) << "dtype " << int(t) << " element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace fctest

@@ -343,6 +343,7 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
                      int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf) {
   const int64_t es = int64_t(dtype_size(t));
   const int64_t ld = block_ld(lay, kp, w);
+  if (kp == 0 || w == 0) return;  // an empty k range: empty (maybe null) blocks
   char* out = static_cast<char*>(dst);
   for (int64_t b = b0; b < b1; ++b) {
     char* blk = out + b * kp * w * es;
@@ -403,6 +404,7 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
   const int64_t npanels = (cols + w - 1) / w;
   const int64_t cols_pad = npanels * w;
   const int64_t ld = block_ld(lay, rp, w);
+  if (rp == 0 || w == 0) return;  // no rows: empty (maybe null) panels
   char* out = static_cast<char*>(dst);
   int64_t r = r0;
   if (src.dtype == t && lay == Layout::kmajor) {
