@@ -19,6 +19,7 @@
 #include "cpu/pipelines/pipelines.hpp"
 
 #include <omp.h>
+#include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -530,19 +531,45 @@ void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.kb = std::max<int64_t>(gk->k_align, kL1PanelBytes / (g.nr * g.es) / gk->k_align * gk->k_align);
 }
 
-Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, int64_t stream_bytes = 0) {
+// The per-core L2 size the OS reports (0 if unknown: no cap below).
+int64_t l2_bytes() {
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  static const int64_t b = std::max<long>(0, sysconf(_SC_LEVEL2_CACHE_SIZE));
+  return b;
+#else
+  return 0;
+#endif
+}
+
+// row_bytes: the block buffers' bytes per query row (attention: its scores and P rows of a
+// key tile, its O row and packed Q row); 0 for no cap from the cache size.
+Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, int64_t stream_bytes = 0,
+                       int64_t row_bytes = 0) {
   Geometry g;
   set_kernel(g, cfg.gemm, cfg.vec);
   // Query blocks: whole stage-1 panels (NR queries) and whole stage-2 A blocks (MR query
   // rows, of the P V kernel when attention runs a pair, CpuConfig::gemm2).
   const GemmUkernel* gk2 = cfg.gemm2 != nullptr ? cfg.gemm2 : cfg.gemm;
   const int64_t unit = needs_stage1 ? lcm(lcm(g.mr, g.nr), gk2->mr) : g.mr;
-  const int64_t target = std::min(round_up(std::max<int64_t>(rows, 1), unit),
-                                  round_up(g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes
-                                               ? kRowsQueryBlock
-                                               : kTargetQueryBlock,
-                                           unit));
+  rows = std::max<int64_t>(rows, 1);
+  int64_t target = std::min(round_up(rows, unit),
+                            round_up(g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes
+                                         ? kRowsQueryBlock
+                                         : kTargetQueryBlock,
+                                     unit));
+  // At most half of L2 in block buffers. Zen 3 (512 KiB L2), AVX2 6x2 kernel (unit 48), f32,
+  // 2 threads: 48-row blocks against 96, B1 H16 Sq512 Sk4096 D256 GQA 16:1 1.09x, S2048
+  // D128 1.02x (docs/results/cpu-avx2-2026-11-25.md). With 2 MiB of L2 (Sapphire Rapids)
+  // no block of the measured kernels is capped.
+  if (row_bytes > 0 && l2_bytes() > 0)
+    target = std::min(target, std::max(unit, l2_bytes() / 2 / row_bytes / unit * unit));
+  // Among the multiples of unit from half the target up to it, the block that pads the
+  // rows least (the largest on ties): S512 in 96-row blocks computes 576 rows, in 48-row
+  // blocks 528 (same VM: B1 H8 S512 D64 1.08x).
+  auto padded = [&](int64_t m) { return (rows + m - 1) / m * m; };
   g.mq = target;
+  for (int64_t m = target - unit; m >= std::max(unit, target / 2); m -= unit)
+    if (padded(m) < padded(g.mq)) g.mq = m;
   g.key_align = lcm(key_align_of(*g.gk), gk2->k_align);  // K blocks of MR keys; P V's k steps
   g.kc = round_up(kKeyTile, g.key_align);
   return g;
@@ -975,7 +1002,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       if (p.kv_heads % n == 0 && n * mqh <= std::max(kDecodeBlockRows, mqh)) kvb = n;
   Geometry g = rows_mode ? make_rows_geometry(cfg, kvb * mqh)
                          : make_geometry(cfg, p.sq, true,
-                                         p.sk * (p.d + p.dv) * int64_t(dtype_size(cfg.gemm->ab)));
+                                         p.sk * (p.d + p.dv) * int64_t(dtype_size(cfg.gemm->ab)),
+                                         kKeyTile * 8 + (p.d + p.dv) * 4);
   // A decode key tile covers every kv head of the block: as many rows in all as a
   // one-head tile, so that the heads' reads of one page stay close in time (B1 H16 Sq1
   // Sk4096 D128 BSHD, 1 thread: 48-55 % of the memory read bandwidth with 256 keys per
