@@ -16,7 +16,6 @@
 // at 35 GFLOP/s against 100 for this loop (docs/results/cpu-avx2-2026-11-25.md).
 // The portable kernels' x86-64-v3 clone runs 4-wide FMAs (their generic vectors are 128
 // bits), so this one is the 8-wide kernel those CPUs otherwise lack.
-#include <immintrin.h>
 
 #include <cstdint>
 
@@ -37,62 +36,50 @@ namespace {
   "vmovaps %%ymm0, %%ymm3\n\t" "vmovaps %%ymm0, %%ymm4\n\t" "vmovaps %%ymm0, %%ymm5\n\t"           \
   "vmovaps %%ymm0, %%ymm6\n\t" "vmovaps %%ymm0, %%ymm7\n\t" "vmovaps %%ymm0, %%ymm8\n\t"           \
   "vmovaps %%ymm0, %%ymm9\n\t" "vmovaps %%ymm0, %%ymm10\n\t" "vmovaps %%ymm0, %%ymm11\n\t"
-#define FC_STORE12                                                                                 \
-  "vmovaps %%ymm0, (%[t])\n\t" "vmovaps %%ymm1, 32(%[t])\n\t" "vmovaps %%ymm2, 64(%[t])\n\t"       \
-  "vmovaps %%ymm3, 96(%[t])\n\t" "vmovaps %%ymm4, 128(%[t])\n\t" "vmovaps %%ymm5, 160(%[t])\n\t"   \
-  "vmovaps %%ymm6, 192(%[t])\n\t" "vmovaps %%ymm7, 224(%[t])\n\t" "vmovaps %%ymm8, 256(%[t])\n\t"  \
-  "vmovaps %%ymm9, 288(%[t])\n\t" "vmovaps %%ymm10, 320(%[t])\n\t" "vmovaps %%ymm11, 352(%[t])\n\t"
-// One k loop: zero the accumulators, run kc steps of STEP (which ends by moving a on by as
-// floats and b on by one panel row), store the 12 accumulators to t (96 floats, 32-byte
-// aligned) in row-major order.
-#define FC_K_LOOP(STEP, b_row_bytes)                                                               \
-  __asm__ volatile(FC_ZERO12 "test %[n], %[n]\n\t" "jle 2f\n\t"                                    \
+// One row of C (at %[cp], which then moves on by ldc) into or out of its accumulators.
+#define FC_LD(off, r) "vmovups " #off "(%[cp]), %%ymm" #r "\n\t"
+#define FC_ST(off, r) "vmovups %%ymm" #r ", " #off "(%[cp])\n\t"
+#define FC_NEXT "add %[ldcb], %[cp]\n\t"
+#define FC_C3(OP, r0, r1, r2) OP(0, r0) OP(32, r1) OP(64, r2) FC_NEXT
+#define FC_C2(OP, r0, r1) OP(0, r0) OP(32, r1) FC_NEXT
+// The kernel: the accumulators start as C (accumulate) or zero, run kc steps of STEP
+// (which ends by moving a on by as floats and b on by one panel row) and are stored to C.
+// (Going through a stack tile and adding C afterwards, the first version, cost 24 more
+// loads and 12 stores per call: ~4 % at the pipelines' k chunks of 128-129.)
+#define FC_KERNEL(CROWS, STEP, b_row_bytes)                                                        \
+  __asm__ volatile("mov %[c], %[cp]\n\t" "test %[acc], %[acc]\n\t" "jz 3f\n\t"                     \
+                   CROWS(FC_LD) "jmp 4f\n\t"                                                       \
+                   "3:\n\t" FC_ZERO12                                                              \
+                   "4:\n\t" "test %[n], %[n]\n\t" "jle 2f\n\t"                                     \
                    "1:\n\t" STEP "add %[asb], %[a]\n\t" "add $" #b_row_bytes ", %[b]\n\t"          \
                    "dec %[n]\n\t" "jnz 1b\n\t"                                                     \
-                   "2:\n\t" FC_STORE12                                                             \
-                   : [a] "+r"(a), [b] "+r"(b), [n] "+r"(n)                                         \
-                   : [asb] "r"(as * 4), [t] "r"(t)                                                 \
+                   "2:\n\t" "mov %[c], %[cp]\n\t" CROWS(FC_ST)                                     \
+                   : [a] "+r"(a), [b] "+r"(b), [n] "+r"(kc), [cp] "=&r"(cp)                        \
+                   : [asb] "r"(as * 4), [ldcb] "r"(ldc * 4), [c] "r"(c), [acc] "r"(acc)            \
                    : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",      \
                      "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc")
-
-template <int MR, int NV>
-void k_loop(int64_t n, const float* a, int64_t as, const float* b, float* t);
-template <>
-void k_loop<4, 3>(int64_t n, const float* a, int64_t as, const float* b, float* t) {
-  FC_K_LOOP(FC_B3 FC_ROW3(0, 0, 1, 2) FC_ROW3(4, 3, 4, 5) FC_ROW3(8, 6, 7, 8)
-                FC_ROW3(12, 9, 10, 11), 96);
-}
-template <>
-void k_loop<6, 2>(int64_t n, const float* a, int64_t as, const float* b, float* t) {
-  FC_K_LOOP(FC_B2 FC_ROW2(0, 0, 1) FC_ROW2(4, 2, 3) FC_ROW2(8, 4, 5) FC_ROW2(12, 6, 7)
-                FC_ROW2(16, 8, 9) FC_ROW2(20, 10, 11), 64);
-}
-
-template <int MR, int NV>
-__attribute__((always_inline)) inline void gemm(int64_t kc, const void* a, int64_t as,
-                                                const void* b, void* c_, int64_t ldc,
-                                                int accumulate) {
-  static_assert(MR * NV == 12, "the loop keeps 12 accumulators in ymm0-11");
-  alignas(32) float t[MR * NV * 8];
-  k_loop<MR, NV>(kc, static_cast<const float*>(a), as, static_cast<const float*>(b), t);
-  float* c = static_cast<float*>(c_);
-  for (int i = 0; i < MR; ++i)
-    for (int v = 0; v < NV; ++v) {
-      float* p = c + i * ldc + 8 * v;
-      const __m256 x = _mm256_load_ps(t + (i * NV + v) * 8);
-      _mm256_storeu_ps(p, accumulate ? _mm256_add_ps(_mm256_loadu_ps(p), x) : x);
-    }
-}
+#define FC_CROWS_4X3(OP) FC_C3(OP, 0, 1, 2) FC_C3(OP, 3, 4, 5) FC_C3(OP, 6, 7, 8) FC_C3(OP, 9, 10, 11)
+#define FC_CROWS_6X2(OP) \
+  FC_C2(OP, 0, 1) FC_C2(OP, 2, 3) FC_C2(OP, 4, 5) FC_C2(OP, 6, 7) FC_C2(OP, 8, 9) FC_C2(OP, 10, 11)
 
 }  // namespace
 
 void f32_6x2_avx2(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                   int accumulate) {
-  gemm<6, 2>(kc, a, as, b, c, ldc, accumulate);
+  void* cp;
+  const int64_t acc = accumulate;
+  FC_KERNEL(FC_CROWS_6X2,
+            FC_B2 FC_ROW2(0, 0, 1) FC_ROW2(4, 2, 3) FC_ROW2(8, 4, 5) FC_ROW2(12, 6, 7)
+                FC_ROW2(16, 8, 9) FC_ROW2(20, 10, 11),
+            64);
 }
 void f32_4x3_avx2(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                   int accumulate) {
-  gemm<4, 3>(kc, a, as, b, c, ldc, accumulate);
+  void* cp;
+  const int64_t acc = accumulate;
+  FC_KERNEL(FC_CROWS_4X3, FC_B3 FC_ROW3(0, 0, 1, 2) FC_ROW3(4, 3, 4, 5) FC_ROW3(8, 6, 7, 8)
+                              FC_ROW3(12, 9, 10, 11),
+            96);
 }
 
 }  // namespace flashcore::cpu::ukernels
