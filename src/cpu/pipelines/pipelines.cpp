@@ -584,6 +584,14 @@ Geometry stage2_geometry(const Geometry& g, const CpuConfig& cfg) {
   return g2;
 }
 
+// The rows a query block with `valid` rows computes: whole stage-1 panels (g's NR) rounded
+// up to whole stage-2 row blocks (g2's MR); at most g.mq. The last block of a sequence
+// that is not a multiple of g.mq computes only these (12x2, S512: 516 rows instead of
+// 576), with the same leading dimensions as a whole block's buffers would have.
+int64_t live_rows(const Geometry& g, const Geometry& g2, int64_t valid) {
+  return std::min(g.mq, round_up(round_up(std::max<int64_t>(valid, 1), g.nr), g2.mr));
+}
+
 // The decode path's block: `rows` query rows in the lanes of the row ops, no padding; K/V
 // rows read in place (no key padding), P in fp32 (what the row ops read).
 Geometry make_rows_geometry(const CpuConfig& cfg, int64_t rows) {
@@ -643,12 +651,13 @@ int64_t chunk_for(const Geometry& g, int64_t k) {
 // block r (mr keys) of X starts at element r * xbs of x and is read with A stride xs, in
 // layout pa: separate [kp][mr] blocks (xbs = kp * mr, xs = mr for k-major), or one wide
 // panel of ld columns read in place (xbs = pack_index(pa, 0, mr, ld), xs = ld).
+// Columns past the last whole panel (a trimmed block, live_rows) are set to 0.
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xbs, int64_t xs,
             const char* ypanels, float* t, int64_t ldt) {
-  if (kp == 0) {  // empty inner dimension (gemm_chain K1 = 0): the product is zero
-    for (int64_t k = 0; k < kc; ++k) std::fill(t + k * ldt, t + k * ldt + g.mq, 0.0f);
-    return;
-  }
+  const int64_t done = kp == 0 ? 0 : g.mq / g.nr * g.nr;  // kp = 0 (gemm_chain K1 = 0): T = 0
+  if (done < g.mq)
+    for (int64_t k = 0; k < kc; ++k) std::fill(t + k * ldt + done, t + k * ldt + g.mq, 0.0f);
+  if (kp == 0) return;
   const int64_t kb = chunk_for(g, kp);
   prepare_gemm(g.gk->isa);
   for (int64_t k0 = 0; k0 < kp; k0 += kb) {
@@ -1155,8 +1164,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         pack_transposed(qrows, x.out.rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack.data(), g.gk->ab,
                         g.pb, rowbuf.data());
       }
+      // The block's geometry: g and g2 with the rows this block computes (live_rows).
+      Geometry gb = g, gb2 = g2;
+      if (!rows_mode) gb.mq = gb2.mq = live_rows(g, g2, x.out.rows);
       int64_t key_lo = sk, key_hi = 0, all_lo = 0, all_hi = sk;
-      for (int64_t i = 0; i < g.mq; ++i) {
+      for (int64_t i = 0; i < gb.mq; ++i) {
         const bool v = x.out.valid(i);
         lo[size_t(i)] = v ? mask.key_begin(x.s0 + i % seg, sk) : 0;
         hi[size_t(i)] = v ? mask.key_end(x.s0 + i % seg, sk) : sk;
@@ -1179,8 +1191,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             cfg.rows->dot(kc, p.d, xr, xs, qy(kvi) + mqh * p.d, qy(kvi), mqh, t + kvi * mqh, g.mq);
           }
         } else {
-          stage1(g, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
-                 qpack.data(), t, g.mq);
+          stage1(gb, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
+                 qpack.data(), t, gb.mq);
         }
         lapx.to(phx.gemm);
         if (j0 >= all_lo && j0 + kc <= all_hi) return;  // tile fully visible
@@ -1192,18 +1204,18 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         for (int64_t k = 0; k < kc; ++k) {
           const int64_t j = j0 + k;
           if (j >= all_lo && j < all_hi) continue;
-          float* row = t + k * g.mq;
+          float* row = t + k * gb.mq;
           if (j >= sk) {
-            std::fill(row, row + g.mq, kNegInf);
+            std::fill(row, row + gb.mq, kNegInf);
             continue;
           }
-          for (int64_t i = 0; i < g.mq; ++i)
+          for (int64_t i = 0; i < gb.mq; ++i)
             if (j < lo[size_t(i)] || j >= hi[size_t(i)]) row[i] = kNegInf;
         }
       };
       auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
         if (!rows_mode) {
-          stage2(g2, kc, P, ldp, vpack, skp, j0, dvp, O);
+          stage2(gb2, kc, P, ldp, vpack, skp, j0, dvp, O);
           return;
         }
         for (int64_t kvi = 0; kvi < kvb; ++kvi)
@@ -1223,7 +1235,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
         out = BlockOut{split_o.data() + it2 * g.mq * p.dv, p.dv, DType::f32, x.out.rows, p.dv,
                        split_lse.data() + it2 * g.mq, seg, seg * p.dv, seg};
       }
-      softmax_block(g2, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, skp, dvp,
+      softmax_block(gb2, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, skp, dvp,
                     out, timed, ph);
     }
     if (nsplit > 1) {
