@@ -551,25 +551,16 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, in
   // rows, of the P V kernel when attention runs a pair, CpuConfig::gemm2).
   const GemmUkernel* gk2 = cfg.gemm2 != nullptr ? cfg.gemm2 : cfg.gemm;
   const int64_t unit = needs_stage1 ? lcm(lcm(g.mr, g.nr), gk2->mr) : g.mr;
-  rows = std::max<int64_t>(rows, 1);
-  int64_t target = std::min(round_up(rows, unit),
-                            round_up(g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes
-                                         ? kRowsQueryBlock
-                                         : kTargetQueryBlock,
-                                     unit));
-  // At most half of L2 in block buffers. Zen 3 (512 KiB L2), AVX2 6x2 kernel (unit 48), f32,
-  // 2 threads: 48-row blocks against 96, B1 H16 Sq512 Sk4096 D256 GQA 16:1 1.09x, S2048
-  // D128 1.02x (docs/results/cpu-avx2-2026-11-25.md). With 2 MiB of L2 (Sapphire Rapids)
-  // no block of the measured kernels is capped.
-  if (row_bytes > 0 && l2_bytes() > 0)
-    target = std::min(target, std::max(unit, l2_bytes() / 2 / row_bytes / unit * unit));
-  // Among the multiples of unit from half the target up to it, the block that pads the
-  // rows least (the largest on ties): S512 in 96-row blocks computes 576 rows, in 48-row
-  // blocks 528 (same VM: B1 H8 S512 D64 1.08x).
-  auto padded = [&](int64_t m) { return (rows + m - 1) / m * m; };
-  g.mq = target;
-  for (int64_t m = target - unit; m >= std::max(unit, target / 2); m -= unit)
-    if (padded(m) < padded(g.mq)) g.mq = m;
+  const bool streams = g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes;
+  g.mq = std::min(round_up(std::max<int64_t>(rows, 1), unit),
+                  round_up(streams ? kRowsQueryBlock : kTargetQueryBlock, unit));
+  // Default blocks take at most half of L2 in block buffers. Zen 3 (512 KiB L2), AVX2 6x2
+  // kernel (unit 48), f32, 2 threads: 48-row blocks against 96, B1 H16/1 Sq512 Sk4096
+  // D256 1.09x, S2048 D128 1.02x, S512 D64 1.08x (docs/results/cpu-avx2-2026-11-25.md).
+  // With the 2 MiB L2 of Sapphire Rapids no block of the measured kernels is capped; the
+  // streaming blocks of AMX (measured there) are left as they are.
+  if (row_bytes > 0 && l2_bytes() > 0 && !streams)
+    g.mq = std::min(g.mq, std::max(unit, l2_bytes() / 2 / row_bytes / unit * unit));
   g.key_align = lcm(key_align_of(*g.gk), gk2->k_align);  // K blocks of MR keys; P V's k steps
   g.kc = round_up(kKeyTile, g.key_align);
   return g;
