@@ -1316,18 +1316,27 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
     Phases& ph = phases[size_t(omp_get_thread_num())];
     const int64_t i0 = qb * g.mq, rows = std::min(g.mq, p.m - i0);
     // Scores tile: T[k][i] = S[i0 + i][j0 + k] (as float; the scale is folded into c).
+    // Row by row: each score row is read in order and written down a column of T (in L1);
+    // key by key, the first version, read the block's rows in step, one element of each
+    // per key (M12 L32768, 1 thread, Zen 3 VM: 635 us of the 4.1 ms call).
     auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
-      for (int64_t k = 0; k < kc; ++k) {
-        float* row = t + k * g.mq;
-        const int64_t j = j0 + k;
-        if (j >= p.l) { std::fill(row, row + g.mq, kNegInf); continue; }
-        for (int64_t i = 0; i < g.mq; ++i) {
-          if (i >= rows) { row[i] = 0.0f; continue; }
-          const int64_t idx = (i0 + i) * p.s_sm + j * p.s_sl;
-          row[i] = p.s_dtype == DType::i32 ? float(static_cast<const int32_t*>(p.s)[idx])
-                                           : static_cast<const float*>(p.s)[idx];
+      const int64_t kv = std::max<int64_t>(0, std::min(kc, p.l - j0));  // keys before L
+      for (int64_t i = 0; i < g.mq; ++i) {
+        float* col = t + i;
+        if (i >= rows) {
+          for (int64_t k = 0; k < kv; ++k) col[k * g.mq] = 0.0f;
+          continue;
+        }
+        const int64_t base = (i0 + i) * p.s_sm + j0 * p.s_sl;
+        if (p.s_dtype == DType::i32) {
+          const int32_t* src = static_cast<const int32_t*>(p.s) + base;
+          for (int64_t k = 0; k < kv; ++k) col[k * g.mq] = float(src[k * p.s_sl]);
+        } else {
+          const float* src = static_cast<const float*>(p.s) + base;
+          for (int64_t k = 0; k < kv; ++k) col[k * g.mq] = src[k * p.s_sl];
         }
       }
+      for (int64_t k = kv; k < kc; ++k) std::fill(t + k * g.mq, t + (k + 1) * g.mq, kNegInf);
       lapx.to(phx.max_find);
     };
     (void)ses;
