@@ -2,6 +2,7 @@
 // col_max, exp2_pack into f32 / f16 / bf16 in both exp2 modes (with -inf scores and
 // fully masked columns), exp2_pack into the bf16 kernels' P layouts (k pairs, rows),
 // scale_rows and add_f16_tile, each against the portable bodies or exact conversions.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -283,6 +284,31 @@ TEST_P(VecOpsTest, StoreRow) {
 
 INSTANTIATE_TEST_SUITE_P(VecOps, VecOpsTest, ::testing::ValuesIn(kVecOps),
                          [](const auto& info) { return std::string(info.param->key); });
+
+// core::convert_row widens fp16 rows (the decode path's K and V, packing): on x86 with
+// F16C by vcvtph2ps, else bit by bit. Every fp16 value, in rows of odd lengths (vector
+// body and scalar tail), against the scalar f16_to_f32; NaNs only as NaNs (vcvtph2ps sets
+// the quiet bit).
+TEST(ConvertRow, F16AllValues) {
+  std::vector<uint16_t> h(65536 + 7);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint16_t(i);
+  std::vector<float> got(h.size() + 1);
+  for (int64_t start : {0, 3}) {
+    std::fill(got.begin(), got.end(), 12345.0f);
+    const int64_t n = int64_t(h.size()) - start;
+    fc::core::convert_row(h.data() + start, DType::f16, n, got.data());
+    ASSERT_EQ(got[size_t(n)], 12345.0f) << "wrote past n";
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t x = h[size_t(start + i)];
+      const float want = fc::core::f16_to_f32(x), g = got[size_t(i)];
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(g)) << "fp16 bits " << x;
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(&g, &want, 4), 0) << "fp16 bits " << x << ": " << g << " vs " << want;
+    }
+  }
+}
 
 TEST(VecOpsList, MatchesDispatchTable) {
   ASSERT_EQ(cpu::vecops_count(), int(std::size(kVecOps)));
