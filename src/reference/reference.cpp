@@ -47,29 +47,38 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   // fp8 inputs are decoded exactly and dequantized here (the descales are 1 otherwise):
   // the scores get q_descale * k_descale, V rows v_descale.
   const double qk_descale = double(p.q_descale) * double(p.k_descale), v_descale = double(p.v_descale);
+  // One (batch, head) per iteration, spread over OpenMP threads: each writes only its own
+  // rows of O and lse, and the sums run in the same order whatever the thread count.
+#pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t q_off = p.cu_q ? p.cu_q[b] : 0, k_off = p.cu_k ? p.cu_k[b] : 0;
-    const int64_t sq = p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.sq;
-    const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.sk;
-    const int64_t bb = p.cu_q ? 0 : b;
-    const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
     for (int64_t h = 0; h < p.heads; ++h) {
+      const int64_t q_off = p.cu_q ? p.cu_q[b] : 0, k_off = p.cu_k ? p.cu_k[b] : 0;
+      const int64_t sq = p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.sq;
+      const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.sk;
+      const int64_t bb = p.cu_q ? 0 : b;
+      const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
       const int64_t hk = h / p.group();
+      // K and V rows of this head decoded once (V dequantized by its descale).
+      std::vector<std::vector<double>> krows(static_cast<size_t>(sk), std::vector<double>(static_cast<size_t>(p.d)));
       std::vector<std::vector<double>> vrows(static_cast<size_t>(sk), std::vector<double>(static_cast<size_t>(p.dv)));
-      for (int64_t j = 0; j < sk; ++j)
+      for (int64_t j = 0; j < sk; ++j) {
+        for (int64_t d = 0; d < p.d; ++d)
+          krows[size_t(j)][size_t(d)] = load(p.k.data, bb * p.k.sb + (k_off + j) * p.k.ss + hk * p.k.sh + d, p.dtype);
         for (int64_t d = 0; d < p.dv; ++d)
           vrows[size_t(j)][size_t(d)] =
               v_descale * load(p.v.data, bb * p.v.sb + (k_off + j) * p.v.ss + hk * p.v.sh + d, p.dtype);
-      std::vector<double> s(static_cast<size_t>(sk)), o(static_cast<size_t>(p.dv));
+      }
+      std::vector<double> s(static_cast<size_t>(sk)), o(static_cast<size_t>(p.dv)), qrow(static_cast<size_t>(p.d));
       std::vector<bool> vis(static_cast<size_t>(sk));
       for (int64_t i = 0; i < sq; ++i) {
+        for (int64_t d = 0; d < p.d; ++d)
+          qrow[size_t(d)] = load(p.q.data, bb * p.q.sb + (q_off + i) * p.q.ss + h * p.q.sh + d, p.dtype);
         for (int64_t j = 0; j < sk; ++j) {
-          double acc = 0;
-          for (int64_t d = 0; d < p.d; ++d)
-            acc += load(p.q.data, bb * p.q.sb + (q_off + i) * p.q.ss + h * p.q.sh + d, p.dtype) *
-                   load(p.k.data, bb * p.k.sb + (k_off + j) * p.k.ss + hk * p.k.sh + d, p.dtype);
-          s[size_t(j)] = acc * qk_descale;
           vis[size_t(j)] = mask.visible(i, j);
+          double acc = 0;
+          if (vis[size_t(j)])
+            for (int64_t d = 0; d < p.d; ++d) acc += qrow[size_t(d)] * krows[size_t(j)][size_t(d)];
+          s[size_t(j)] = acc * qk_descale;
         }
         const double lse = softmax_row(s, vis, double(p.scale), vrows, o);
         for (int64_t d = 0; d < p.dv; ++d)

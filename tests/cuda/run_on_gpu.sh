@@ -51,11 +51,12 @@ if has smoke; then
 fi
 if has tests; then
   # TESTS_SHARDS processes (default 8) share the tests (gtest sharding): the fp64 host
-  # reference is what takes the time, and the device host has cores to spare.
+  # reference is what takes the time (OpenMP over batch x heads; passive waits, as the shards
+  # share the cores), and the device host has cores to spare.
   stamp tests
   pids=()
   for ((i = 0; i < ${TESTS_SHARDS:-8}; ++i)); do
-    GTEST_TOTAL_SHARDS=${TESTS_SHARDS:-8} GTEST_SHARD_INDEX=$i timeout ${TESTS_TIMEOUT:-300} $BIN/flashcore_cuda_tests \
+    OMP_WAIT_POLICY=passive GTEST_TOTAL_SHARDS=${TESTS_SHARDS:-8} GTEST_SHARD_INDEX=$i timeout ${TESTS_TIMEOUT:-300} $BIN/flashcore_cuda_tests \
       --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.$i.log" 2>&1 &
     pids+=($!)
   done
