@@ -295,6 +295,31 @@ TEST_P(CudaDtype, ForcedTiles) {
   EXPECT_GT(ran, 0) << "no " << prefix << "* kernel listed";
 }
 
+// Scores spread wide (scale 4 on uniform inputs: about 15 log2 units of spread at hd64),
+// so a row's max keeps moving over the key tiles, by more and by less than the softmax's
+// lazy-rescale slack (parts/softmax.cuh): every sm80 kernel at hd64 and hd128, by key.
+TEST_P(CudaDtype, PeakedScores) {
+  FC_REQUIRE_GPU();
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  const std::string prefix = "fwd_sm80_" + key_dtype(GetParam()) + "_hd";
+  int ran = 0;
+  for (const auto& k : ks) {
+    if (k.key.rfind(prefix, 0) != 0 || !k.available) continue;
+    Case c;
+    c.dtype = GetParam();
+    c.D = std::stoi(k.key.substr(prefix.size()));
+    if (c.D != 64 && c.D != 128) continue;
+    c.Sq = 130;
+    c.Sk = 900;
+    c.scale = 4.f;
+    c.impl = k.key;
+    run_case(c);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0) << "no " << prefix << "64/128 kernel listed";
+}
+
 // Variable-length batch (one empty q sequence, GQA, lse) against the reference; `impl`
 // forces a kernel by key (and checks that it ran).
 void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4) {
@@ -646,6 +671,20 @@ TEST_P(CudaSm90, PersistentManyItems) {
   }
 }
 
+// Wide score spread (see CudaDtype.PeakedScores) on every sm90 kernel, causal and not.
+TEST_P(CudaSm90, PeakedScores) {
+  FC_REQUIRE_SM90();
+  for (const auto& key : all_sm90(GetParam()))
+    for (bool causal : {false, true}) {
+      Case c = sm90_case(GetParam(), key);
+      c.Sq = causal ? 700 : 130;
+      c.Sk = 900;
+      c.scale = 4.f;
+      c.causal = causal;
+      run_case(c);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaSm90, ::testing::Values(DType::f16, DType::bf16),
                          [](const auto& i) { return fctest::name(i.param); });
 
@@ -829,8 +868,8 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
 // ---- fp8 (e4m3) forward on the Hopper kernel (CudaFp8) ------------------------------
 // q/k/v in e4m3 (random finite codes from uniform values, per-tensor descales), output
 // f16 or bf16, against the fp64 reference on the same e4m3 tensors (decoded exactly,
-// descales applied), outputs NaN-poisoned. Tolerance: the kernel rounds P (in [0, 1],
-// times 256) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
+// descales applied), outputs NaN-poisoned. Tolerance: the kernel rounds P (in [0, 4],
+// times 64) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
 // rms, independent across keys, so rel_err(O) is about that rms whatever Sk (the error
 // averages like O itself); BENCH.md's fp8 bound 6e-2 leaves 2x. Q K^T is exact products
 // accumulated in fp32 (lse within the 16-bit path's 3e-3). Output rounding (bf16 2^-9)
@@ -1041,6 +1080,29 @@ TEST_P(CudaFp8, EveryKernel) {
     c.Sq = c.Sk = 2100;
     c.causal = false;
     run_fp8(c);
+  }
+}
+
+// Descales that spread the scores wide (16x the uniform inputs' products: about 8 log2
+// units of spread), so rows move their max past the fp8 slack (2) over the key tiles and
+// P reaches 2^(kFp8PLog2 + kFp8Slack) = 256 between moves; every e4m3 kernel by key.
+TEST_P(CudaFp8, PeakedScores) {
+  FC_REQUIRE_SM90();
+  std::vector<flashcore::KernelInfo> ks(256);
+  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  for (const auto& k : ks) {
+    if (k.key.rfind("fwd_sm90_e4m3_hd", 0) != 0) continue;
+    for (bool causal : {false, true}) {
+      Fp8Case c;
+      c.out = GetParam();
+      c.impl = k.key;
+      c.D = std::stoll(k.key.substr(std::strlen("fwd_sm90_e4m3_hd")));
+      c.Sq = causal ? 700 : 130;
+      c.Sk = 1500;
+      c.causal = causal;
+      c.qd = c.kd = 4.f;
+      run_fp8(c);
+    }
   }
 }
 

@@ -90,6 +90,7 @@ struct FwdSm90Traits {
   static constexpr int kElem = int(sizeof(T));
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kPLog2 = kFp8 ? kFp8PLog2 : 0;  // P stored as e4m3(2^kPLog2 P)
+  static constexpr int kSlack = kFp8 ? kFp8Slack : 8;  // OnlineSoftmax's lazy-rescale slack
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // 128-byte column blocks per row; a head dim that is not a multiple of 64 (96) is
@@ -335,7 +336,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
         mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t,
                             shift);
-        sm.template update<1, kNF, Tr::kPLog2>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+        sm.template update<1, kNF, Tr::kPLog2, Tr::kSlack>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
       };
       auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
 #pragma unroll

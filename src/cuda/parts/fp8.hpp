@@ -20,12 +20,15 @@ __host__ __device__ constexpr int fp8_vt_key(int l) {
 static_assert(fp8_vt_key(2) == 8 && fp8_vt_key(4) == 2 && fp8_vt_key(19) == 25 && fp8_vt_key(20) == 18,
               "V^T key order");
 
-// P (in [0, 1] after the running-max subtraction) is stored as e4m3(P * 2^kFp8PLog2): the
-// power of two moves P down to 2^-14 into e4m3's normal range (min normal 2^-6, relative
-// rounding step 2^-4) instead of its subnormals. It is folded into the softmax's exponent
-// (OnlineSoftmax::update<.., kFp8PLog2>), so the row sums l carry it too and O / l is
-// unscaled; lse subtracts it. 256 * 1 < 448 (e4m3's max).
-constexpr int kFp8PLog2 = 8;
+// P (in [0, 2^kFp8Slack] after the running-max subtraction: OnlineSoftmax's lazy
+// rescaling lets it pass 1 by that slack) is stored as e4m3(P * 2^kFp8PLog2): the power of
+// two moves P down to 2^-12 into e4m3's normal range (min normal 2^-6, relative rounding
+// step 2^-4) instead of its subnormals. It is folded into the softmax's exponent
+// (OnlineSoftmax::update<.., kFp8PLog2, kFp8Slack>), so the row sums l carry it too and
+// O / l is unscaled; lse subtracts it.
+constexpr int kFp8PLog2 = 6;
+constexpr int kFp8Slack = 2;
+static_assert(kFp8PLog2 + kFp8Slack <= 8, "2^(PLog2 + Slack) must stay below 448, e4m3's max");
 
 // Keys per row of the V^T workspace are padded to a multiple of this (zeros past Sk).
 constexpr int kFp8VtKeyAlign = 64;

@@ -6,6 +6,12 @@
 // (> 0), exp(scale * s) = 2^(s e), the running max m' is kept in that log2 domain and
 // P = 2^(fma(s, e, -m')) costs one FFMA and one MUFU per score. Masked scores are -inf,
 // whose 2^ is exactly 0.
+//
+// Lazy rescaling: the max in use moves only when a tile's row max passes it by more than
+// kSlack (log2 units), so P may reach 2^kSlack and O is rescaled (kDF * 4 FMULs per row
+// fragment) a few times per row instead of on most tiles (with 16 rows per warp, some row's
+// max moves on nearly every tile of a long sequence). Exact: O and l share the max in use,
+// which O / l and lse = m + log2 l take as it is; only P's range grows.
 #pragma once
 
 #include <cmath>
@@ -30,8 +36,9 @@ struct OnlineSoftmax {
   // s[r/2][nf][..]: the tile's raw scores, rows r = 2*mi + half; e > 0. Overwrites s
   // with P = 2^(s e - m_new) and returns in corr[] the factor that rescales the old O rows.
   // kPLog2 != 0: P and l come out scaled by 2^kPLog2 (folded into the exponent, free), which
-  // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(256 P)).
-  template <int kMI, int kNF, int kPLog2 = 0>
+  // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(2^kPLog2 P)).
+  // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8.
+  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = 8>
   __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
@@ -43,7 +50,10 @@ struct OnlineSoftmax {
         for (int nf = 0; nf < kNF; ++nf) mx = fmaxf(mx, fmaxf(s[mi][nf][2 * half], s[mi][nf][2 * half + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(m[r], mx * e);
+        mx *= e;
+        // The max in use moves only past the slack (-inf + kSlack is -inf: a row's first
+        // visible key always moves it).
+        mx = mx > m[r] + float(kSlack) ? mx : m[r];
         // A row with no visible key yet keeps m = -inf; subtract 0 instead so that
         // 2^(-inf - (-inf)) never makes a NaN (its P and corr are then 0).
         const float base = mx == -INFINITY ? 0.f : mx;
