@@ -265,23 +265,37 @@ TEST_P(CudaDtype, GqaMqaAndLayouts) {
   run_case(c);
 }
 
-TEST_P(CudaDtype, ForcedTiles) {
-  FC_REQUIRE_GPU();
+// The kernel keys of this build that start with `prefix` (which ends in "_hd"), each with
+// the head dim that follows it, in table order (the first of a head dim is the
+// dispatcher's choice); only those available on this device when asked, only head dim
+// `hd` when it is not 0.
+std::vector<std::pair<std::string, int64_t>> keys_by_prefix(const std::string& prefix, bool available_only,
+                                                           int64_t hd = 0) {
   std::vector<flashcore::KernelInfo> ks(256);
   ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& k : ks)
+    if (k.key.rfind(prefix, 0) == 0 && (k.available || !available_only)) {
+      const int64_t d = std::stoll(k.key.substr(prefix.size()));
+      if (hd == 0 || d == hd) out.emplace_back(k.key, d);
+    }
+  return out;
+}
+
+TEST_P(CudaDtype, ForcedTiles) {
+  FC_REQUIRE_GPU();
   const std::string prefix = "fwd_sm80_" + key_dtype(GetParam()) + "_hd";
   int ran = 0;
-  for (const auto& k : ks) {
-    if (k.key.rfind(prefix, 0) != 0 || !k.available) continue;
+  for (const auto& [key, d] : keys_by_prefix(prefix, true)) {
     // key: fwd_sm80_<dt>_hd<D>_<M>x<N>_w<warps>: once by key, once by tile_m/tile_n.
-    const std::string rest = k.key.substr(prefix.size());
+    const std::string rest = key.substr(prefix.size());
     Case c;
     c.dtype = GetParam();
-    c.D = std::stoi(rest);
+    c.D = d;
     c.Sq = 300;
     c.Sk = 301;
     c.causal = true;
-    c.impl = k.key;
+    c.impl = key;
     run_case(c);
     c.impl.clear();
     const size_t u = rest.find('_'), x = rest.find('x');
@@ -300,20 +314,17 @@ TEST_P(CudaDtype, ForcedTiles) {
 // lazy-rescale slack (parts/softmax.cuh): every sm80 kernel at hd64 and hd128, by key.
 TEST_P(CudaDtype, PeakedScores) {
   FC_REQUIRE_GPU();
-  std::vector<flashcore::KernelInfo> ks(256);
-  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
   const std::string prefix = "fwd_sm80_" + key_dtype(GetParam()) + "_hd";
   int ran = 0;
-  for (const auto& k : ks) {
-    if (k.key.rfind(prefix, 0) != 0 || !k.available) continue;
+  for (const auto& [key, d] : keys_by_prefix(prefix, true)) {
+    if (d != 64 && d != 128) continue;
     Case c;
     c.dtype = GetParam();
-    c.D = std::stoi(k.key.substr(prefix.size()));
-    if (c.D != 64 && c.D != 128) continue;
+    c.D = d;
     c.Sq = 130;
     c.Sk = 900;
     c.scale = 4.f;
-    c.impl = k.key;
+    c.impl = key;
     run_case(c);
     ++ran;
   }
@@ -404,16 +415,7 @@ std::string sm90_missing() {
 // The sm90 keys of this build for a dtype with their head dims (table order: the first
 // of a head dim is the dispatcher's choice), or for one head dim.
 std::vector<std::pair<std::string, int64_t>> sm90_keys(DType dt, int64_t hd = 0) {
-  std::vector<flashcore::KernelInfo> ks(256);
-  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
-  const std::string prefix = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd";
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& k : ks)
-    if (k.key.rfind(prefix, 0) == 0) {
-      const int64_t d = std::stoll(k.key.substr(prefix.size()));
-      if (hd == 0 || d == hd) out.emplace_back(k.key, d);
-    }
-  return out;
+  return keys_by_prefix("fwd_sm90_" + std::string(fctest::name(dt)) + "_hd", false, hd);
 }
 std::string sm90_key(DType dt, int64_t hd) {
   const auto ks = sm90_keys(dt, hd);
@@ -1062,14 +1064,13 @@ TEST_P(CudaFp8, Small) {
 // by key), forced by key on a GQA causal Sq != Sk case and a long one.
 TEST_P(CudaFp8, EveryKernel) {
   FC_REQUIRE_SM90();
-  std::vector<flashcore::KernelInfo> ks(256);
-  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
-  for (const auto& k : ks) {
-    if (k.key.rfind("fwd_sm90_e4m3_hd", 0) != 0) continue;
+  const auto keys = sm90_keys(DType::e4m3);
+  EXPECT_FALSE(keys.empty()) << "no fwd_sm90_e4m3 kernel listed";
+  for (const auto& [key, d] : keys) {
     Fp8Case c;
     c.out = GetParam();
-    c.impl = k.key;
-    c.D = std::stoll(k.key.substr(std::strlen("fwd_sm90_e4m3_hd")));
+    c.impl = key;
+    c.D = d;
     c.H = 4;
     c.Hkv = 2;
     c.Sq = 300;
@@ -1088,15 +1089,14 @@ TEST_P(CudaFp8, EveryKernel) {
 // P reaches 2^(kFp8PLog2 + kFp8Slack) = 256 between moves; every e4m3 kernel by key.
 TEST_P(CudaFp8, PeakedScores) {
   FC_REQUIRE_SM90();
-  std::vector<flashcore::KernelInfo> ks(256);
-  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
-  for (const auto& k : ks) {
-    if (k.key.rfind("fwd_sm90_e4m3_hd", 0) != 0) continue;
+  const auto keys = sm90_keys(DType::e4m3);
+  EXPECT_FALSE(keys.empty()) << "no fwd_sm90_e4m3 kernel listed";
+  for (const auto& [key, d] : keys) {
     for (bool causal : {false, true}) {
       Fp8Case c;
       c.out = GetParam();
-      c.impl = k.key;
-      c.D = std::stoll(k.key.substr(std::strlen("fwd_sm90_e4m3_hd")));
+      c.impl = key;
+      c.D = d;
       c.Sq = causal ? 700 : 130;
       c.Sk = 1500;
       c.causal = causal;
