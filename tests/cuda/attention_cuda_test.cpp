@@ -870,8 +870,8 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
 // ---- fp8 (e4m3) forward on the Hopper kernel (CudaFp8) ------------------------------
 // q/k/v in e4m3 (random finite codes from uniform values, per-tensor descales), output
 // f16 or bf16, against the fp64 reference on the same e4m3 tensors (decoded exactly,
-// descales applied), outputs NaN-poisoned. Tolerance: the kernel rounds P (in [0, 4],
-// times 64) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
+// descales applied), outputs NaN-poisoned. Tolerance: the kernel rounds P (in [0, 64],
+// times 4) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
 // rms, independent across keys, so rel_err(O) is about that rms whatever Sk (the error
 // averages like O itself); BENCH.md's fp8 bound 6e-2 leaves 2x. Q K^T is exact products
 // accumulated in fp32 (lse within the 16-bit path's 3e-3). Output rounding (bf16 2^-9)
@@ -1085,7 +1085,7 @@ TEST_P(CudaFp8, EveryKernel) {
 }
 
 // Descales that spread the scores wide (16x the uniform inputs' products: about 8 log2
-// units of spread), so rows move their max past the fp8 slack (2) over the key tiles and
+// units of spread), so rows move their max past the fp8 slack (6) over the key tiles and
 // P reaches 2^(kFp8PLog2 + kFp8Slack) = 256 between moves; every e4m3 kernel by key.
 TEST_P(CudaFp8, PeakedScores) {
   FC_REQUIRE_SM90();

@@ -2,13 +2,17 @@
 # Checks the SASS of the sm90 kernels (cuobjdump --dump-sass output on stdin or in a file)
 # for what ptxas may silently undo:
 #   - the main loop's wgmmas stay asynchronous: two WARPGROUP.DEPBARs per key tile (S_n
-#     with wait 1, P V with wait 0), not one per wgmma (ptxas serializes them, C7513);
-#   - P V's wait (DEPBAR ... 0x0) comes after the softmax's last MUFU.EX2, so the softmax
-#     overlaps P V (ptxas hoisted a plain wait above it; see ptx::wgmma_wait_after);
+#     with wait 1, P V with wait 0), alternating, not one per wgmma (ptxas serializes
+#     them, C7513); the loop may hold several key tiles (the speculative softmax's loop is
+#     unrolled by two);
+#   - every MUFU.EX2 of the loop sits between a tile's S wait and its P V wait (the next
+#     wait after it, round the loop, is a P V wait), so the softmax overlaps P V (ptxas
+#     hoisted a plain wait above it; see ptx::wgmma_wait_after);
 #   - no local memory (spills) in the kernel.
-# The main loop is the shortest backward branch whose body holds MUFU and both GEMMs' wgmmas
-# (the key-tile loop; the loops around it hold it and more; a drain or epilogue loop
-# holds P V's only).
+# The main loop is the shortest conditional backward branch whose body holds MUFU and both
+# GEMMs' wgmmas (the key-tile loop; the loops around it hold it and more; a drain or
+# epilogue loop holds P V's only; the out-of-line retries of mbarrier waits jump back
+# unconditionally and would span unrelated code).
 # Prints one line per kernel; exit status 1 when any check fails or no kernel is found.
 import re
 import sys
@@ -27,7 +31,7 @@ for f in funcs:
     at = {a: i for i, (a, _) in enumerate(ins)}
     loop = None
     for i, (a, t) in enumerate(ins):
-        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", t)
+        m = re.search(r"@!?U?P\d+\s+BRA\b.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
             body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
             hit = any(ss.search(x) for x in body) and any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
@@ -40,17 +44,20 @@ for f in funcs:
         bad += 1
         continue
     depbars = [i for i, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x]
-    wait0 = [i for i, x in enumerate(loop) if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", x)]
+    is0 = {i: bool(re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", loop[i])) for i in depbars}
     mufu = [i for i, x in enumerate(loop) if "MUFU.EX2" in x]
     local = len(re.findall(r"\b(LDL|STL)\b", f))
     why = []
-    if len(depbars) != 2:
-        why.append(f"{len(depbars)} wgmma waits in the main loop (2 expected: serialized wgmmas?)")
-    if not wait0 or not mufu or wait0[0] < mufu[-1]:
-        why.append("P V's wait is above the softmax's last MUFU.EX2 (no overlap)")
+    n = len(depbars)
+    if n < 2 or n % 2 or any(is0[depbars[j]] == is0[depbars[(j + 1) % n]] for j in range(n)):
+        why.append(f"{n} wgmma waits in the main loop (S and P V waits alternating expected: serialized wgmmas?)")
+    # The first wait after each MUFU, round the loop, must be a P V wait.
+    after = lambda m: next((d for d in depbars if d > m), depbars[0] if depbars else None)
+    if not mufu or any(after(m) is None or not is0[after(m)] for m in mufu):
+        why.append("a P V wait is above its softmax's MUFU.EX2 (no overlap)")
     if local:
         why.append(f"{local} local memory instructions")
-    print(("FAIL " if why else "ok   ") + f"{short}: main loop {len(loop)} instructions" + ("; " + "; ".join(why) if why else ""))
+    print(("FAIL " if why else "ok   ") + f"{short}: main loop {len(loop)} instructions, {n // 2} key tile(s)" + ("; " + "; ".join(why) if why else ""))
     bad += bool(why)
 if found == 0:
     print("FAIL: no fwd_sm90_kernel in the input")

@@ -119,6 +119,14 @@ struct FwdSm90Traits {
   // do. Measured on an H200 with two consumers, same run: 2-10% faster than without on 35
   // of the 36 hd64/hd128 f16/bf16 rows (docs/results/cuda-sm90-2026-11-22.md, step 5).
   static constexpr bool kPingPong = kConsumers >= 2;
+  // The speculative softmax (OnlineSoftmax::try_update) writes P_n while P_{n-1} V_{n-1}
+  // still reads P_{n-1}: two P operands in registers (kPRegs each), taken where the
+  // consumer's registers hold them beside O (kHeadDim / 2), S (kBlockN / 2) and 32 more
+  // (64 for the persistent item loop). With them, the 192-row hd64 tile (160 registers per
+  // consumer, 0 left) spilled 348 bytes, the persistent hd128 128x128 one (48 left) 52.
+  static constexpr int kPRegs = kBlockN * 4 / (kFp8 ? 32 : 16);
+  static constexpr bool kSpeculate =
+      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 64 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
@@ -290,7 +298,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // rescaled and S_n is converted into the P registers. Nothing the in-flight P V reads
       // (P) or writes (O) is touched before wait<0>, so ptxas keeps the wgmmas asynchronous
       // (writing P earlier made it serialize them, C7513, and lost 12-25%; see
-      // docs/results/cuda-sm90-2026-11-22.md). K and V stages are released separately.
+      // docs/results/cuda-sm90-2026-11-22.md). With two P buffers (Tr::kSpeculate) P_n is
+      // written into the one P V does not read, before wait<0>, by the speculative softmax
+      // (OnlineSoftmax::try_update). K and V stages are released separately.
       // The wait<0> is wgmma_wait_after the row sums: ptxas hoisted a plain one above the
       // softmax, which then never overlapped its own P V (session 6 in the results file).
       auto issue_qk = [&](float (&s)[1][kNF][4], uint32_t off) {
@@ -331,16 +341,25 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         }
         ptx::wgmma_commit();
       };
-      // Mask + online softmax of tile n's scores: P (fp32) in place in s, the O rescale
-      // factors in corr.
-      auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2]) {
-        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t,
-                            shift);
-        sm.template update<1, kNF, Tr::kPLog2, Tr::kSlack>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
-      };
       auto to_operand = [&](const float (&s)[1][kNF][4], uint32_t (&pa)[kPK][4]) {
 #pragma unroll
         for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
+      };
+      // Mask + online softmax of tile n's scores; returns whether O needs the rescale by
+      // corr. spec (a tile after the rows' first): try_update packs P against the max in
+      // use into pa chunk by chunk and keeps s; where a max moved past the slack, update.
+      // update writes P in place in s; with two P buffers (Tr::kSpeculate) it is packed into
+      // pa at once, else by the caller once the in-flight P V that reads pa is retired.
+      auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2], uint32_t (&pa)[kPK][4], bool spec) {
+        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t,
+                            shift);
+        const float e = p.scale_log2 > 0.f ? p.scale_log2 : 1.f;
+        if (spec && sm.template try_update<kNF, kNF / kPK, Tr::kPLog2, Tr::kSlack>(
+                        s, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); }))
+          return false;
+        sm.template update<1, kNF, Tr::kPLog2, Tr::kSlack>(s, e, corr);
+        if constexpr (Tr::kSpeculate) to_operand(s, pa);
+        return true;
       };
       auto release = [&](uint32_t bar) {
         if (lane == 0) ptx::mbar_arrive(bar);
@@ -362,7 +381,12 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       };
 
       ptx::mbar_wait(bar_q, qi & 1);
-      uint32_t pa[kPK][4];
+      // P operands: with Tr::kSpeculate two register buffers, the softmax of tile n writing
+      // P_n into one while the P V of tile n - 1, issued just before, reads P_{n-1} from the
+      // other (nothing the in-flight wgmma reads is touched: no C7513 serialization), the
+      // key loop unrolled by two so that they swap roles without copies. Otherwise one, P_n
+      // packed into it after P_{n-1} V_{n-1} retires.
+      uint32_t pa0[kPK][4], pa1[Tr::kSpeculate ? kPK : 1][4];
       float corr[2];
       if constexpr (Tr::kPingPong) {
         if (cw == kLastCw && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
@@ -377,40 +401,67 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::wgmma_wait<0>();
         ptx::fence_regs(s[0]);
         release(empty_k(stage));
-        softmax(s, tiles.lo, corr);  // corr of the first tile multiplies O = 0: unused
-        to_operand(s, pa);
+        softmax(s, tiles.lo, corr, pa0, false);  // corr of the first tile multiplies O = 0: unused
+        if constexpr (!Tr::kSpeculate) to_operand(s, pa0);
       }
-      int it = it0 + 1;  // this CTA's K/V tile count at tile n
-      for (int n = tiles.lo + 1; n < tiles.hi; ++n, ++it) {
+      // Tile n (it: this CTA's K/V tile count at tile n): P_{n-1} in pprev, P_n into pcur
+      // (the same buffer unless speculative).
+      auto step = [&](int n, int it, const uint32_t (&pprev)[kPK][4], uint32_t (&pcur)[kPK][4]) {
         const int stage = it % kStages, prev = (it - 1) % kStages;
         float s[1][kNF][4];
         ptx::mbar_wait(full_k(stage), (it / kStages) & 1);
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
         turn_begin();
         issue_qk(s, stage * Tr::kTileKV);
-        issue_pv(pa, prev * Tr::kTileKV);
+        issue_pv(pprev, prev * Tr::kTileKV);
         turn_end(false);
         ptx::wgmma_wait<1>();  // S_n
         ptx::fence_regs(s[0]);
         release(empty_k(stage));
-        softmax(s, n, corr);
+        const bool moved = softmax(s, n, corr, pcur, Tr::kSpeculate);
         ptx::wgmma_wait_after<0>(sm.l[0], sm.l[1]);  // P_{n-1} V_{n-1}, once the softmax is done
         ptx::fence_regs(acc[0]);
-        ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
+        if constexpr (!Tr::kSpeculate) ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
         release(empty_v(prev));
-        rescale_rows<1, kDF>(acc, corr);
-        to_operand(s, pa);
+        if (moved) rescale_rows<1, kDF>(acc, corr);
+        if constexpr (!Tr::kSpeculate) to_operand(s, pcur);
+      };
+      int n = tiles.lo + 1, it = it0 + 1;
+      bool last_in_pa1 = false;
+      if constexpr (Tr::kSpeculate) {
+        for (; n + 1 < tiles.hi; n += 2, it += 2) {
+          step(n, it, pa0, pa1);
+          step(n + 1, it + 1, pa1, pa0);
+        }
+        last_in_pa1 = n < tiles.hi;
+        if (last_in_pa1) {
+          step(n, it, pa0, pa1);
+          ++it;
+        }
+      } else {
+        for (; n < tiles.hi; ++n, ++it) step(n, it, pa0, pa0);
       }
       if constexpr (kPersistent) release(empty_q);  // every S of this item retired: Q's buffer is free
-      if (tiles.lo < tiles.hi) {
+      auto last_pv = [&](const uint32_t (&pl)[kPK][4]) {
         const int prev = (it - 1) % kStages;
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
         turn_begin();
-        issue_pv(pa, prev * Tr::kTileKV);
+        issue_pv(pl, prev * Tr::kTileKV);
         turn_end(true);
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc[0]);
         release(empty_v(prev));
+      };
+      if (tiles.lo < tiles.hi) {
+        if constexpr (Tr::kSpeculate) {
+          if (last_in_pa1) {
+            last_pv(pa1);
+          } else {
+            last_pv(pa0);
+          }
+        } else {
+          last_pv(pa0);
+        }
       }
 
       it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;

@@ -74,6 +74,43 @@ struct OnlineSoftmax {
     }
   }
 
+  // The speculative form of update, for one row fragment (kMI = 1) of a tile after the
+  // rows' first: P = 2^(s e - m) against the max in use, handed out kChunk fragments at a
+  // time to emit(p, c) (p holds fragments [c kChunk, c kChunk + kChunk) of the tile; the
+  // caller packs them into a P operand), s left as it is. Accepted, for the whole warp,
+  // when every lane's partial row sums are at most 2^(kPLog2 + kSlack): then so is every
+  // P, so s e - m <= kSlack (up to the rounding at the bound), update would have kept the
+  // max, and the P and l computed here are update's (same FFMA, same MUFU, same sum order;
+  // corr = 1); l is updated and true returned. Otherwise (a max moved past the slack, a row with no visible key yet:
+  // m = -inf gives inf or NaN, NaN scores) nothing is changed and the caller runs update.
+  // What it saves is update's max pass: one FMNMX per score and the quad shuffles.
+  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = 8, typename Emit>
+  __device__ __forceinline__ bool try_update(const float (&s)[1][kNF][4], float e, Emit&& emit) {
+    static_assert(kNF % kChunk == 0, "whole chunks");
+    const float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int c = 0; c < kNF / kChunk; ++c) {
+      float p[kNF][4];  // only this chunk's fragments are set (and live)
+#pragma unroll
+      for (int nf = c * kChunk; nf < c * kChunk + kChunk; ++nf) {
+        p[nf][0] = ptx::exp2_fast(fmaf(s[0][nf][0], e, -pb0));
+        p[nf][1] = ptx::exp2_fast(fmaf(s[0][nf][1], e, -pb0));
+        p[nf][2] = ptx::exp2_fast(fmaf(s[0][nf][2], e, -pb1));
+        p[nf][3] = ptx::exp2_fast(fmaf(s[0][nf][3], e, -pb1));
+        sum0 += p[nf][0] + p[nf][1];
+        sum1 += p[nf][2] + p[nf][3];
+      }
+      emit(p, c);
+    }
+    constexpr float kBound = float(1 << (kPLog2 + kSlack));
+    const bool ok = sum0 <= kBound && sum1 <= kBound;  // false for NaN
+    if (!__all_sync(0xffffffffu, ok)) return false;
+    l[0] += sum0;
+    l[1] += sum1;
+    return true;
+  }
+
   // Full row sums (quad reduction), for the epilogue.
   __device__ __forceinline__ void finish() {
 #pragma unroll
