@@ -90,7 +90,7 @@ struct FwdSm90Traits {
   static constexpr int kElem = int(sizeof(T));
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kPLog2 = kFp8 ? kFp8PLog2 : 0;  // P stored as e4m3(2^kPLog2 P)
-  static constexpr int kSlack = kFp8 ? kFp8Slack : 8;  // OnlineSoftmax's lazy-rescale slack
+  static constexpr int kSlack = kFp8 ? kFp8Slack : kSoftmaxSlack;  // lazy-rescale slack
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // 128-byte column blocks per row; a head dim that is not a multiple of 64 (96) is

@@ -20,6 +20,9 @@
 
 namespace flashcore::cuda {
 
+// The lazy-rescale slack for 16-bit P (fp8 has its own, kFp8Slack in parts/fp8.hpp).
+constexpr int kSoftmaxSlack = 8;
+
 template <int kRows /* 2 * fragments per warp */>
 struct OnlineSoftmax {
   float m[kRows];  // running max of s e (log2 domain); -inf until a visible key is seen
@@ -38,7 +41,7 @@ struct OnlineSoftmax {
   // kPLog2 != 0: P and l come out scaled by 2^kPLog2 (folded into the exponent, free), which
   // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(2^kPLog2 P)).
   // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8.
-  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = 8>
+  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack>
   __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
@@ -81,10 +84,11 @@ struct OnlineSoftmax {
   // when every lane's partial row sums are at most 2^(kPLog2 + kSlack): then so is every
   // P, so s e - m <= kSlack (up to the rounding at the bound), update would have kept the
   // max, and the P and l computed here are update's (same FFMA, same MUFU, same sum order;
-  // corr = 1); l is updated and true returned. Otherwise (a max moved past the slack, a row with no visible key yet:
-  // m = -inf gives inf or NaN, NaN scores) nothing is changed and the caller runs update.
+  // corr = 1); l is updated and true returned. Otherwise (a max moved past the slack, a
+  // row with no visible key yet: m = -inf gives inf or NaN, NaN scores) nothing is
+  // changed and the caller runs update.
   // What it saves is update's max pass: one FMNMX per score and the quad shuffles.
-  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = 8, typename Emit>
+  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, typename Emit>
   __device__ __forceinline__ bool try_update(const float (&s)[1][kNF][4], float e, Emit&& emit) {
     static_assert(kNF % kChunk == 0, "whole chunks");
     const float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
