@@ -55,6 +55,11 @@ typedef struct {
   /* fp8 (e4m3) q/k/v: per-tensor dequantization factors (real = stored * descale);
    * 0 = 1 (no descale), as set by fc_attention_params_init */
   float q_descale, k_descale, v_descale;
+  /* fp8 per-head factors: B x Hkv floats on the tensors' device (entry b * Hkv + h), each
+   * multiplied into its per-tensor factor; NULL = none (AttentionParams in flashcore.hpp) */
+  const float* q_descale_heads;
+  const float* k_descale_heads;
+  const float* v_descale_heads;
 } fc_attention_params;
 
 /* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp. */

@@ -118,6 +118,16 @@ struct AttentionParams {
   // ones times these (scores = scale * q_descale * k_descale * Q K^T, O = v_descale * P V).
   // Finite and > 0; for other dtypes they must stay 1.
   float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;
+  // fp8 per-head factors (optional; FlashAttention-3's descale tensors): float arrays of
+  // B x Hkv on the tensors' device, entry b * Hkv + h for batch entry b (varlen: sequence
+  // b) and KV head h; a query head takes its KV head's entry. Each given array multiplies
+  // into the per-tensor factor above (scores = scale * q_descale * q_descale_heads[..] *
+  // k_descale * k_descale_heads[..] * Q K^T, O = v_descale * v_descale_heads[..] * P V).
+  // nullptr = none; fp8 only; 4-byte aligned. The values (finite, > 0) are not read on the
+  // host, so they are not checked.
+  const float* q_descale_heads = nullptr;
+  const float* k_descale_heads = nullptr;
+  const float* v_descale_heads = nullptr;
 };
 
 struct SoftmaxVParams {

@@ -89,6 +89,9 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.q_descale = p->q_descale == 0.0f ? 1.0f : p->q_descale;
   r.k_descale = p->k_descale == 0.0f ? 1.0f : p->k_descale;
   r.v_descale = p->v_descale == 0.0f ? 1.0f : p->v_descale;
+  r.q_descale_heads = p->q_descale_heads;
+  r.k_descale_heads = p->k_descale_heads;
+  r.v_descale_heads = p->v_descale_heads;
   return r;
 }
 

@@ -135,6 +135,16 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
       bad(name, "applies to fp8 (e4m3) inputs only and must be 1 for " + std::string(to_string(q.dtype)) +
                     ", got " + std::to_string(value));
   }
+  const std::pair<const float*, const char*> head_descales[] = {{p.q_descale_heads, "params.q_descale_heads"},
+                                                                {p.k_descale_heads, "params.k_descale_heads"},
+                                                                {p.v_descale_heads, "params.v_descale_heads"}};
+  for (const auto& [ptr, name] : head_descales) {
+    if (ptr == nullptr) continue;
+    if (!fp8)
+      bad(name, "per-head descales apply to fp8 (e4m3) inputs only, got " + std::string(to_string(q.dtype)) +
+                    " inputs");
+    if (reinterpret_cast<uintptr_t>(ptr) % alignof(float) != 0) bad(name, "must be 4-byte aligned (a float array)");
+  }
 
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], D = q.shape[3];
   const int64_t Sk = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
@@ -166,6 +176,9 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   pr.q_descale = p.q_descale;
   pr.k_descale = p.k_descale;
   pr.v_descale = p.v_descale;
+  pr.q_descale_heads = p.q_descale_heads;
+  pr.k_descale_heads = p.k_descale_heads;
+  pr.v_descale_heads = p.v_descale_heads;
   pr.device = q.device;
   pr.q = {q.data, q.strides[0], q.strides[1], q.strides[2]};
   pr.k = {k.data, k.strides[0], k.strides[1], k.strides[2]};

@@ -20,6 +20,10 @@ struct AttentionProblem {
   DType dtype = DType::f32;      // storage of q, k, v (and o, except for fp8 q/k/v)
   DType out_dtype = DType::f32;  // storage of o (f16/bf16 for fp8 inputs, else dtype)
   float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;  // fp8 dequantization
+  // fp8 per-head factors (AttentionParams::*_descale_heads): [batch][kv_heads] or null
+  const float* q_descale_heads = nullptr;
+  const float* k_descale_heads = nullptr;
+  const float* v_descale_heads = nullptr;
   Device device = Device::cpu;
   Operand4 q, k, v;
   void* o = nullptr;

@@ -45,8 +45,11 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const core::AttentionProblem p = api::check_attention(q, k, v, out, params, /*reference=*/true);
   require_cpu(p.device, "q");
   // fp8 inputs are decoded exactly and dequantized here (the descales are 1 otherwise):
-  // the scores get q_descale * k_descale, V rows v_descale.
-  const double qk_descale = double(p.q_descale) * double(p.k_descale), v_descale = double(p.v_descale);
+  // the scores get q_descale * k_descale, V rows v_descale, each times its per-head factor
+  // (entry b * Hkv + KV head) where one is given.
+  auto head_factor = [&](const float* f, int64_t b, int64_t hk) {
+    return f == nullptr ? 1.0 : double(f[b * p.kv_heads + hk]);
+  };
   // One (batch, head) per iteration, spread over OpenMP threads: each writes only its own
   // rows of O and lse, and the sums run in the same order whatever the thread count.
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -58,6 +61,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       const int64_t bb = p.cu_q ? 0 : b;
       const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
       const int64_t hk = h / p.group();
+      const double qk_descale = double(p.q_descale) * head_factor(p.q_descale_heads, b, hk) * double(p.k_descale) *
+                                head_factor(p.k_descale_heads, b, hk);
+      const double v_descale = double(p.v_descale) * head_factor(p.v_descale_heads, b, hk);
       // K and V rows of this head decoded once (V dequantized by its descale).
       std::vector<std::vector<double>> krows(static_cast<size_t>(sk), std::vector<double>(static_cast<size_t>(p.d)));
       std::vector<std::vector<double>> vrows(static_cast<size_t>(sk), std::vector<double>(static_cast<size_t>(p.dv)));

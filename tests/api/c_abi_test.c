@@ -150,6 +150,14 @@ int main(void) {
   p.v_descale = 2.0f; /* fp8 inputs only */
   expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.v_descale", out, copy, nq, "descale");
   fc_attention_params_init(&p);
+  CHECK(p.q_descale_heads == NULL && p.k_descale_heads == NULL && p.v_descale_heads == NULL, "init per-head descales");
+  {
+    static const float heads[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    p.q_descale_heads = heads; /* fp8 inputs only */
+    expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.q_descale_heads", out, copy, nq,
+                "per-head descale");
+  }
+  fc_attention_params_init(&p);
   p.scale = NAN;
   expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.scale", out, copy, nq, "scale");
   fc_attention_params_init(&p);

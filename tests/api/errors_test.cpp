@@ -73,6 +73,7 @@ const int32_t kCuGood[] = {0, 2, 5};
 const int32_t kCuNonZero[] = {1, 2, 5};
 const int32_t kCuDecreasing[] = {0, 3, 2};
 const int32_t kCuTooLong[] = {0, 2, 7};
+const float kHeadDescales[] = {1.0f, 2.0f, 3.0f, 4.0f};
 
 void varlen(AttnCall& c, const int32_t* cq, const int32_t* ck) {
   for (Tensor* t : {&c.qv, &c.kv, &c.vv, &c.ov}) t->shape[0] = 1;
@@ -138,6 +139,8 @@ const AttnCase kAttnCases[] = {
      "params.k_descale"},
     {"descale_negative", [](AttnCall& c) { c.p.v_descale = -1.0f; }, kInvalid, "params.v_descale"},
     {"descale_zero", [](AttnCall& c) { c.p.q_descale = 0.0f; }, kInvalid, "params.q_descale"},
+    {"descale_heads_not_fp8", [](AttnCall& c) { c.p.k_descale_heads = kHeadDescales; }, kInvalid,
+     "params.k_descale_heads: per-head descales apply to fp8"},
     {"cu_seqlens_k_missing", [](AttnCall& c) { varlen(c, kCuGood, nullptr); }, kInvalid, "params.cu_seqlens_k"},
     {"cu_seqlens_q_missing", [](AttnCall& c) { varlen(c, nullptr, kCuGood); }, kInvalid, "params.cu_seqlens_q"},
     {"cu_seqlens_start", [](AttnCall& c) { varlen(c, kCuNonZero, kCuGood); }, kInvalid, "params.cu_seqlens_q: must start at 0"},
@@ -204,6 +207,37 @@ TEST(AttentionError, E4m3CpuRefusedReferenceDequantizes) {
   fc::reference::attention(q32.view(), k32.view(), v32.view(), want.view(), p32);
   EXPECT_TRUE(close(ref, want, 1e-6));
   EXPECT_TRUE(lse_close(lse, ref_lse, 1e-6));
+
+  // Per-head factors: entry b * Hkv + hk multiplies into the per-tensor descale; query head
+  // h reads KV head h / 2 here (H 4, Hkv 2). The factors differ per batch and head, so a
+  // wrong index changes the answer.
+  const float qh[] = {0.5f, 2.0f, 1.5f, 0.25f}, kh[] = {3.0f, 0.75f, 1.25f, 2.0f}, vh[] = {0.1f, 4.0f, 0.6f, 1.7f};
+  p.q_descale_heads = qh;
+  p.k_descale_heads = kh;
+  p.v_descale_heads = vh;
+  ASSERT_NO_THROW(fc::reference::attention(q.view(), k.view(), v.view(), ref.view(), p));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < 9; ++s)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t d = 0; d < 16; ++d) {
+          const int64_t i = ((b * 9 + s) * 2 + h) * 16 + d, e = b * 2 + h;
+          k32.set(i, k.get(i) * double(p.k_descale) * double(kh[e]));
+          v32.set(i, v.get(i) * double(p.v_descale) * double(vh[e]));
+        }
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < 5; ++s)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t d = 0; d < 16; ++d) {
+          const int64_t i = ((b * 5 + s) * 4 + h) * 16 + d;
+          q32.set(i, q.get(i) * double(p.q_descale) * double(qh[b * 2 + h / 2]));
+        }
+  fc::reference::attention(q32.view(), k32.view(), v32.view(), want.view(), p32);
+  EXPECT_TRUE(close(ref, want, 1e-6));
+  EXPECT_TRUE(lse_close(lse, ref_lse, 1e-6));
+  // A misaligned per-head array is refused, naming it.
+  p.v_descale_heads = reinterpret_cast<const float*>(reinterpret_cast<const char*>(vh) + 2);
+  expect_error([&] { fc::reference::attention(q.view(), k.view(), v.view(), ref.view(), p); },
+               Status::invalid_argument, "params.v_descale_heads: must be 4-byte aligned", {});
   // The stored values are e4m3 codes (rounded to nearest even, saturating at 448).
   HostTensor s(DType::e4m3, {4});
   s.set(0, 1000.0);
