@@ -371,6 +371,9 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
                                          std::to_string(dev.id) + " is sm" + std::to_string(dev.major) +
                                          std::to_string(dev.minor));
   check_pointers(p, dev);
+  check_device_pointer(p.q_descale_heads, "params.q_descale_heads", dev.id);
+  check_device_pointer(p.k_descale_heads, "params.k_descale_heads", dev.id);
+  check_device_pointer(p.v_descale_heads, "params.v_descale_heads", dev.id);
   if (p.cu_q != nullptr)
     throw_error(Status::unsupported, "params.cu_seqlens_q: the e4m3 kernels do not take variable-length batches");
   if (p.tile_m != 0)
@@ -416,6 +419,9 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   f.scale_log2 *= p.q_descale * p.k_descale;
   f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
+  f.q_descale_heads = p.q_descale_heads;
+  f.k_descale_heads = p.k_descale_heads;
+  f.v_descale_heads = p.v_descale_heads;
   f.vt_sk = std::max<int64_t>((p.sk + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign, kFp8VtKeyAlign);
   if (times != nullptr) {
     times->kernel = inst->key;

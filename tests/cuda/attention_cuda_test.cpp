@@ -886,6 +886,9 @@ struct Fp8Case {
   bool bhsd = false;
   int64_t pad = 0;  // elements after every row (multiples of 16 keep rows 16-byte aligned)
   float qd = 1.f, kd = 1.f, vd = 1.f;
+  // Per-head factors (AttentionParams::*_descale_heads), drawn per (batch, KV head) from
+  // [lo, hi] for q and k (v: [0.1, 2]); 0 = none.
+  float heads_lo = 0.f, heads_hi = 0.f;
   double range = 1;  // inputs drawn from [-range, range] before rounding to e4m3
   bool lse = true;
   std::string impl;  // a kernel forced by key (else the dispatcher's e4m3 kernel)
@@ -894,7 +897,8 @@ struct Fp8Case {
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
            (causal ? " causal" : "") + " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" +
            (bhsd ? " bhsd" : "") + " descale " + std::to_string(qd) + "/" + std::to_string(kd) + "/" +
-           std::to_string(vd) + " " + impl;
+           std::to_string(vd) + (heads_hi > 0.f ? " per-head [" + std::to_string(heads_lo) + "," +
+                                                      std::to_string(heads_hi) + "]" : "") + " " + impl;
   }
 };
 
@@ -931,6 +935,17 @@ void run_fp8(const Fp8Case& c) {
   p.q_descale = c.qd;
   p.k_descale = c.kd;
   p.v_descale = c.vd;
+  // Per-head factors: host arrays for the reference, device copies for the kernel.
+  HostTensor hq(DType::f32, {c.B, c.Hkv}), hk(DType::f32, {c.B, c.Hkv}), hv(DType::f32, {c.B, c.Hkv});
+  hq.fill_uniform(rng, c.heads_lo, c.heads_hi);
+  hk.fill_uniform(rng, c.heads_lo, c.heads_hi);
+  hv.fill_uniform(rng, 0.1, 2.0);
+  DevTensor dhq(hq), dhk(hk), dhv(hv);
+  if (c.heads_hi > 0.f) {
+    p.q_descale_heads = static_cast<const float*>(dhq.view().data);
+    p.k_descale_heads = static_cast<const float*>(dhk.view().data);
+    p.v_descale_heads = static_cast<const float*>(dhv.view().data);
+  }
   p.impl = c.impl.empty() ? nullptr : c.impl.c_str();
   if (c.lse) p.lse = &dlse.view();
   flashcore::PhaseTimes times;
@@ -945,6 +960,11 @@ void run_fp8(const Fp8Case& c) {
   AttentionParams rp = p;
   rp.lse = c.lse ? &ref_lse.view() : nullptr;
   rp.impl = nullptr;
+  if (c.heads_hi > 0.f) {
+    rp.q_descale_heads = static_cast<const float*>(hq.view().data);
+    rp.k_descale_heads = static_cast<const float*>(hk.view().data);
+    rp.v_descale_heads = static_cast<const float*>(hv.view().data);
+  }
   flashcore::reference::attention(q.view(), k.view(), v.view(), ref.view(), rp);  // e4m3 decoded by the reference
   std::printf("[fp8] %s: rel_err %.4f\n", c.str().c_str(), fctest::rel_err(o, ref));  // for the results log
   EXPECT_TRUE(fctest::close(o, ref, kFp8Tol)) << "kernel " << times.kernel;
@@ -1036,6 +1056,42 @@ TEST_P(CudaFp8, GqaLayoutsWindowsDescale) {
     d.H = 4;
     d.Hkv = 1;
     run_fp8(d);
+  }
+}
+
+// Per-head descales (one factor per batch entry and KV head, times the per-tensor one):
+// factors spread 2.5x between heads on codes up to 2^7, GQA so that a query head must
+// take its KV head's entry; non-causal, causal, windowed, BHSD, both head dims.
+TEST_P(CudaFp8, PerHeadDescales) {
+  FC_REQUIRE_FP8(128);
+  Fp8Case c;
+  c.out = GetParam();
+  c.B = 2;
+  c.H = 8;
+  c.Hkv = 2;
+  c.Sq = 300;
+  c.Sk = 517;
+  c.range = 200;
+  c.qd = 0.5f;
+  c.vd = 0.8f;
+  c.heads_lo = 0.008f;
+  c.heads_hi = 0.02f;
+  run_fp8(c);
+  c.causal = true;
+  c.Hkv = 4;
+  run_fp8(c);
+  c.causal = false;
+  c.wl = 40;
+  c.wr = 7;
+  c.bhsd = true;
+  run_fp8(c);
+  if (!fp8_key(256).empty()) {
+    c.D = 256;
+    c.wl = c.wr = -1;
+    c.H = 4;
+    c.Hkv = 1;
+    c.B = 3;
+    run_fp8(c);
   }
 }
 
@@ -1134,6 +1190,13 @@ TEST(CudaFp8Errors, RefusedBeforeLaunch) {
   pd.k_descale = 1.f;
   pd.v_descale = 0.f;
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pd, Status::invalid_argument, "params.v_descale");
+  // A per-head descale array in host memory.
+  pd.v_descale = 1.f;
+  const float host_factors[2] = {1.f, 2.f};
+  pd.k_descale_heads = host_factors;
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pd, Status::invalid_argument,
+                 "params.k_descale_heads: is not device memory");
+  pd.k_descale_heads = nullptr;
   // Rows that are not 16-byte aligned (row stride 136 bytes).
   HostTensor qp(DType::e4m3, {1, 64, 2, 128}, {}, 8);
   qp.fill_uniform(rng, -1, 1);

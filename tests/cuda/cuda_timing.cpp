@@ -5,6 +5,7 @@
 // flashcore-bench's --backend cuda covers the same rows.
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
 //                         [--hdims 64,128] [--profile "B H S D causal"] (of the first --dtype)
+//                         [--descale-heads] (e4m3: per-head descale arrays of ones as well)
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
 // e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
@@ -45,6 +46,8 @@ double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+bool g_descale_heads = false;  // --descale-heads
 
 void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   using namespace flashcore;
@@ -97,6 +100,13 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   AttentionParams p;
   p.causal = s.causal;
   p.stream = st;
+  float* heads = nullptr;  // per-head descales (all 1: the same output, the kernel's loads)
+  if (fp8 && g_descale_heads) {
+    const std::vector<float> ones(size_t(s.B * hkv), 1.f);
+    CK(cudaMalloc(&heads, ones.size() * sizeof(float)));
+    CK(cudaMemcpy(heads, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+    p.q_descale_heads = p.k_descale_heads = p.v_descale_heads = heads;
+  }
   const bool dispatcher = impl != nullptr && std::strcmp(impl, "auto") == 0;
   p.impl = dispatcher ? nullptr : impl;
   PhaseTimes pt;
@@ -104,7 +114,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
     attention(tq, tk, tv, to, p, &pt);
   } catch (const Error& e) {
     std::printf("{\"tag\":\"%s\",\"error\":\"%s\"}\n", s.tag, e.what());
-    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(heads);
     return;
   }
   for (int i = 0; i < 5; ++i) attention(tq, tk, tv, to, p);
@@ -172,7 +182,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   cudaStreamDestroy(st);
-  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o);
+  cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(heads);
 }
 
 }  // namespace
@@ -190,6 +200,7 @@ int main(int argc, char** argv) {
     else if (a == "--prefix" && i + 1 < argc) prefix = argv[++i];  // --all-tiles: only keys starting so
     else if (a == "--only-mission") only_mission = true;
     else if (a == "--gqa") gqa = true;
+    else if (a == "--descale-heads") g_descale_heads = true;
     else if (a == "--profile" && i + 1 < argc) {  // "B H S D causal": a few calls of one shape (for ncu)
       int c;
       if (std::sscanf(argv[++i], "%lld %lld %lld %lld %d", &prof[0], &prof[1], &prof[2], &prof[3], &c) != 5) return 2;

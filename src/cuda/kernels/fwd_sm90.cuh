@@ -50,7 +50,8 @@
 // accumulator (parts/fp8.hpp), which lets P be packed to e4m3 in registers without
 // shuffles (operands_fp8.cuh); P V is an RS wgmma with
 // K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
-// it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale.
+// it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale, and the
+// optional per-head factors (p.*_descale_heads) into the item's copies of the two.
 // GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq, 16-bit): an
 // item covers the G query heads of one KV head, packed row r = query (r >> shift) of
 // head G hk + (r & (G - 1)): Q and O move through maps of [B][S][H][D] ordered {D, H, S,
@@ -285,6 +286,20 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // This lane's (packed) rows: row0, row0 + 8; their queries are row >> shift.
       const int row0 = wi.m0 + 64 * cw + 16 * warp + g;
       const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
+      // fp8: this item's factors, p's per-tensor ones times its (batch, KV head) entries of
+      // the per-head arrays that are given (fp8 items are never GQA-packed: one query head).
+      // 16-bit: p.scale_log2 read where it is used, as before the per-head factors.
+      float item_scale_log2 = p.scale_log2, o_scale = p.o_scale;
+      if constexpr (Tr::kFp8) {
+        const int64_t hi = seq.bb * (p.heads / p.group) + wi.h / p.group;
+        if (p.q_descale_heads != nullptr) item_scale_log2 *= p.q_descale_heads[hi];
+        if (p.k_descale_heads != nullptr) item_scale_log2 *= p.k_descale_heads[hi];
+        if (p.v_descale_heads != nullptr) o_scale *= p.v_descale_heads[hi];
+      }
+      auto scale_log2 = [&] {
+        if constexpr (Tr::kFp8) return item_scale_log2;
+        else return p.scale_log2;
+      };
 
       float acc[1][kDF][4];  // O, unnormalized
 #pragma unroll
@@ -352,9 +367,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // update writes P in place in s; with two P buffers (Tr::kSpeculate) it is packed into
       // pa at once, else by the caller once the in-flight P V that reads pa is retired.
       auto softmax = [&](float (&s)[1][kNF][4], int n, float (&corr)[2], uint32_t (&pa)[kPK][4], bool spec) {
-        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t,
+        mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2(), band, row0, n * kBlockN, t,
                             shift);
-        const float e = p.scale_log2 > 0.f ? p.scale_log2 : 1.f;
+        const float e = scale_log2() > 0.f ? scale_log2() : 1.f;
         if (spec && sm.template try_update<kNF, kNF / kPK, Tr::kPLog2, Tr::kSlack>(
                         s, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); }))
           return false;
@@ -477,7 +492,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
         sm.m[0] -= Tr::kPLog2;
         sm.m[1] -= Tr::kPLog2;
-        const float os[2] = {p.o_scale, p.o_scale};
+        const float os[2] = {o_scale, o_scale};
         rescale_rows<1, kDF>(acc, os);
         if (p.out_bf16)
           store(static_cast<__nv_bfloat16*>(nullptr));

@@ -36,6 +36,11 @@ struct FwdParams {
   int64_t vt_sk = 0;
   float o_scale = 1.f;
   bool out_bf16 = false;
+  // fp8 per-head factors ([batch][heads / group] floats, device), or null: an item of
+  // (b, kv head hk) multiplies scale_log2 by the q and k entries, o_scale by the v entry.
+  const float* q_descale_heads = nullptr;
+  const float* k_descale_heads = nullptr;
+  const float* v_descale_heads = nullptr;
 };
 
 // Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the
