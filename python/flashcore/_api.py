@@ -148,6 +148,19 @@ def _finite(value, name: str, positive: bool = False) -> float:
     return x
 
 
+def _descales(qd, kd, vd, fw: str) -> dict:
+    """The descale keywords of _core.attention: a float factor as itself (finite, > 0), an
+    array (anything with a non-empty shape) as a per-head array (checked by _core)."""
+    out = {}
+    for name, x in (("q_descale", qd), ("k_descale", kd), ("v_descale", vd)):
+        if len(getattr(x, "shape", ())) > 0:
+            _same_framework(x, name, fw, "q")
+            out[name + "_heads"] = x
+        else:
+            out[name] = _finite(x, name, positive=True)
+    return out
+
+
 def _scale(scale, default: float) -> float:
     return default if scale is None else _finite(scale, "scale")
 
@@ -184,9 +197,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
     fp32 without TF32. CUDA arrays run on the framework's current stream.
 
-    fp8 (float8_e4m3fn q, k, v on a Hopper GPU): the per-tensor factors q_descale,
-    k_descale, v_descale (scores = scale * q_descale * k_descale * Q K^T, O = v_descale *
-    P V; they must be 1 for other dtypes) and out in bfloat16 (the default) or float16.
+    fp8 (float8_e4m3fn q, k, v on a Hopper GPU): the factors q_descale, k_descale,
+    v_descale (scores = scale * q_descale * k_descale * Q K^T, O = v_descale * P V; they
+    must be 1 for other dtypes) and out in bfloat16 (the default) or float16. Each factor
+    is a float (per tensor) or a float32 array [B, Hkv] on q's device (per batch entry and
+    KV head, as FlashAttention-3's descale tensors; a query head takes its KV head's).
     """
     # Written for the common call (numpy or torch, default options) to cost about a
     # microsecond: a dict lookup per option, no helper calls unless something is unusual.
@@ -231,10 +246,9 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     if impl is not None:
         _impl(impl)
     descales = {}
-    if q_descale != 1.0 or k_descale != 1.0 or v_descale != 1.0:
-        descales = {"q_descale": _finite(q_descale, "q_descale", positive=True),
-                    "k_descale": _finite(k_descale, "k_descale", positive=True),
-                    "v_descale": _finite(v_descale, "v_descale", positive=True)}
+    if not (type(q_descale) is float and type(k_descale) is float and type(v_descale) is float
+            and q_descale == k_descale == v_descale == 1.0):
+        descales = _descales(q_descale, k_descale, v_descale, fw)
     if fw != "numpy" and _is_cuda(q, fw):
         with _device_of(q, fw):  # q's device current: its stream, its launch
             _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,

@@ -184,7 +184,7 @@ fc::Exp2Mode to_exp(int e) {
 // Everything one attention call needs, imported and checked; the library's own checks
 // (shapes, strides, aliasing, cu_seqlens contents) still run inside fc::attention.
 struct AttentionCall {
-  Arg q, k, v, out, lse, cu_q, cu_k;
+  Arg q, k, v, out, lse, cu_q, cu_k, qdh, kdh, vdh;
   bool has_lse = false;
   std::string impl;
   fc::AttentionParams p;
@@ -192,7 +192,8 @@ struct AttentionCall {
   AttentionCall(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle out_, nb::handle lse_,
                 double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
                 nb::handle cu_q_, nb::handle cu_k_, int threads, nb::handle impl_,
-                uintptr_t stream, bool exact_fp32, double q_descale, double k_descale, double v_descale) {
+                uintptr_t stream, bool exact_fp32, double q_descale, double k_descale, double v_descale,
+                nb::handle qdh_, nb::handle kdh_, nb::handle vdh_) {
     q = import_array(q_, "q", false);
     k = import_array(k_, "k", false);
     v = import_array(v_, "v", false);
@@ -239,6 +240,26 @@ struct AttentionCall {
     p.q_descale = float(q_descale);  // fp8 only; the library checks them (named errors)
     p.k_descale = float(k_descale);
     p.v_descale = float(v_descale);
+    p.q_descale_heads = import_head_descale(qdh_, qdh, "q_descale");
+    p.k_descale_heads = import_head_descale(kdh_, kdh, "k_descale");
+    p.v_descale_heads = import_head_descale(vdh_, vdh, "v_descale");
+  }
+
+  // A per-head descale (fp8): a float32 [B, Hkv] array, contiguous, on q's device (B: the
+  // sequences when varlen); its values are checked by no one (documented in the API).
+  const float* import_head_descale(nb::handle h, Arg& a, const char* name) {
+    if (is_none(h)) return nullptr;
+    a = import_array(h, name, false);
+    same_device(a, name, q, "q");
+    if (a.t.dtype != fc::DType::f32)
+      raise_type(std::string(name) + ": a per-head descale array must be float32, got " + fc::to_string(a.t.dtype));
+    const int64_t b = p.varlen_batch > 0 ? p.varlen_batch : q.t.shape[0], hkv = k.t.rank == 4 ? k.t.shape[2] : -1;
+    if (a.t.rank != 2 || (hkv >= 0 && (a.t.shape[0] != b || a.t.shape[1] != hkv)))
+      raise_value(std::string(name) + ": a per-head descale array must have shape [B, Hkv] = [" + std::to_string(b) +
+                  ", " + std::to_string(hkv) + "]");
+    if (a.t.strides[1] != 1 || (a.t.shape[0] > 1 && a.t.strides[0] != a.t.shape[1]))
+      raise_value(std::string(name) + ": a per-head descale array must be contiguous");
+    return static_cast<const float*>(a.t.data);
   }
 
   Arg import_cu(nb::handle h, const char* name) {
@@ -269,9 +290,10 @@ thread_local int64_t AttentionCall::last_call_ns = 0;
 void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
                double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
                nb::handle cu_q, nb::handle cu_k, int threads, nb::handle impl, uintptr_t stream,
-               bool exact_fp32, double q_descale, double k_descale, double v_descale) {
+               bool exact_fp32, double q_descale, double k_descale, double v_descale, nb::handle qdh,
+               nb::handle kdh, nb::handle vdh) {
   AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32, q_descale, k_descale, v_descale);
+                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh);
   c.run();
 }
 
@@ -283,10 +305,11 @@ nb::tuple attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle ou
                                    int64_t wr, int strategy, int exp, nb::handle cu_q,
                                    nb::handle cu_k, int threads, nb::handle impl,
                                    uintptr_t stream, bool exact_fp32, int iters, double q_descale,
-                                   double k_descale, double v_descale) {
+                                   double k_descale, double v_descale, nb::handle qdh, nb::handle kdh,
+                                   nb::handle vdh) {
   if (iters < 1) raise_value("iters: must be >= 1, got " + std::to_string(iters));
   AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32, q_descale, k_descale, v_descale);
+                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh);
   std::vector<double> ns(size_t(iters), 0.0);
   {
     nb::gil_scoped_release nogil;
@@ -400,12 +423,15 @@ NB_MODULE(_core, m) {
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "scale"_a,
         "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
-        "stream"_a, "exact_fp32"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0, "v_descale"_a = 1.0);
+        "stream"_a, "exact_fp32"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0, "v_descale"_a = 1.0,
+        "q_descale_heads"_a.none() = nb::none(), "k_descale_heads"_a.none() = nb::none(),
+        "v_descale_heads"_a.none() = nb::none());
   m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
         "stream"_a, "exact_fp32"_a, "iters"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0,
-        "v_descale"_a = 1.0);
+        "v_descale"_a = 1.0, "q_descale_heads"_a.none() = nb::none(),
+        "k_descale_heads"_a.none() = nb::none(), "v_descale_heads"_a.none() = nb::none());
   m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
         "Nanoseconds the last attention() spent in the C++ call (this thread).");
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,

@@ -102,6 +102,21 @@ def test_fp8_descales():
     o1 = flashcore.attention(q, k, v)
     o2 = flashcore.attention(q, k, v, q_descale=1.0, k_descale=1, v_descale=1.0)
     np.testing.assert_array_equal(o1, o2)
+    # Per-head arrays [B, Hkv]: float32, that shape, contiguous (Python), fp8 only (library)
+    b, hkv = q.shape[0], k.shape[2]
+    heads = np.ones((b, hkv), np.float32)
+    msg = raises(ValueError, "k_descale_heads", flashcore.attention, q, k, v, out=out, k_descale=heads)
+    assert "per-head descales apply to fp8" in msg, msg
+    msg = raises(TypeError, "q_descale", flashcore.attention, q, k, v, out=out,
+                 q_descale=heads.astype(np.float64))
+    assert "float64" in msg, msg
+    msg = raises(ValueError, "v_descale", flashcore.attention, q, k, v, out=out,
+                 v_descale=np.ones((b, hkv + 1), np.float32))
+    assert "shape [B, Hkv]" in msg, msg
+    msg = raises(ValueError, "q_descale", flashcore.attention, q, k, v, out=out,
+                 q_descale=np.ones((b, 2 * hkv), np.float32)[:, ::2])
+    assert "contiguous" in msg, msg
+    assert np.isnan(out).all()
 
 
 def test_bad_varlen():
