@@ -97,6 +97,39 @@ def test_torch_cuda_vs_sdpa(dtype, causal, shape):
 
 
 @needs_cuda
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_torch_cuda_fp8_descales(per_head, causal):
+    """float8_e4m3fn q/k/v on Hopper with per-tensor or per-head ([B, Hkv] tensor) descales,
+    GQA, against the float64 reference on the dequantized values (BENCH.md's fp8 bound)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("fp8 attention runs on compute capability 9.0 (Hopper)")
+    b, sq, sk, h, hkv, d = 2, 100, 300, 8, 2, 128
+    q8, k8, v8 = ((torch.randn(shape) * 8).to(torch.float8_e4m3fn).cuda()
+                  for shape in ((b, sq, h, d), (b, sk, hkv, d), (b, sk, hkv, d)))
+    if per_head:  # one factor per batch entry and KV head, spread 4x: logits' spread 1 to 10
+        qd, kd, vd = (torch.rand(b, hkv, device="cuda") * 0.3 + 0.1 for _ in range(3))
+    else:
+        qd, kd, vd = 0.2, 0.15, 0.4
+
+    def deq(x8, f, group):  # float64 values: code * factor (per head: the KV head's)
+        x = x8.cpu().to(torch.float64)
+        if isinstance(f, torch.Tensor):
+            x = x * f.cpu().to(torch.float64).repeat_interleave(group, dim=1)[:, None, :, None]
+        else:
+            x = x * f
+        return x.numpy()
+
+    try:
+        out = flashcore.attention(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    except NotImplementedError as e:
+        pytest.skip(f"CUDA backend: {e}")
+    assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
+    o_ref, _ = ref.attention(deq(q8, qd, h // hkv), deq(k8, kd, 1), deq(v8, vd, 1), causal=causal)
+    assert ref.rel_err(t64(out), o_ref) <= 6e-2
+
+
+@needs_cuda
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_torch_cuda_lse_window_strides(dtype):
     """lse, a local window with Sq != Sk and BHSD-strided inputs on the GPU, against the
