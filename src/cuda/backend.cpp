@@ -378,26 +378,38 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
     throw_error(Status::unsupported, "params.cu_seqlens_q: the e4m3 kernels do not take variable-length batches");
   if (p.tile_m != 0)
     throw_error(Status::unsupported, "params.tile_m: the e4m3 kernels have no tile choice (leave tile_m/tile_n 0)");
-  // The first e4m3 row for the head dim (table order = preference) whose key tile is at
-  // most a quarter of the keys (128-key tiles always qualify; the last row that takes the
-  // head dim when none does), or the forced key.
+  // The e4m3 row for the head dim (table order = preference), or the forced key:
+  // - a 64-row tile (two CTAs per SM) where the key range is short or banded: with a band
+  //   mask (causal, windows) below kFp8BandedTallSk keys the 192-key one, without one below
+  //   kFp8ShortSk the 128-key one. H100, session 13, same call (grid shapes, hd128): S512
+  //   1.08x the 128-row tile (causal 1.11x), S2048 1.06x (causal 1.13x), causal S8192
+  //   1.04x; without a mask at S8192 and either way at S16384 the 128-row tiles are as fast
+  //   or faster (docs/results/cuda-sm90-fp8-2026-11-22.md, session 13);
+  // - else the first taller row whose key tile is at most a quarter of the keys (128-key
+  //   tiles always qualify; the last taller row when none does).
+  constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384;
+  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  const int want64 = banded ? (p.sk < kFp8BandedTallSk ? 192 : 0) : (p.sk < kFp8ShortSk ? 128 : 0);
   auto takes = [&](const Instance& i) {
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
            i.smem() <= dev.smem_optin;
   };
-  const Instance* inst = nullptr;
-  const Instance* fallback = nullptr;
+  const Instance *inst = nullptr, *tall = nullptr, *fallback = nullptr;
   std::string dims;
-  int last_dim = 0;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
-      if (i.head_dim != last_dim) dims += (dims.empty() ? "" : ", ") + std::to_string(i.head_dim);
-      last_dim = i.head_dim;
+      const std::string hd = std::to_string(i.head_dim);
+      if ((", " + dims + ", ").find(", " + hd + ", ") == std::string::npos) dims += (dims.empty() ? "" : ", ") + hd;
       if (!takes(i)) continue;
+      if (i.block_m == 64) {
+        if (inst == nullptr && i.block_n == want64) inst = &i;
+        if (fallback == nullptr) fallback = &i;
+        continue;
+      }
       fallback = &i;
-      if (inst == nullptr && i.block_n <= std::max<int64_t>(128, p.sk / 4)) inst = &i;
+      if (tall == nullptr && i.block_n <= std::max<int64_t>(128, p.sk / 4)) tall = &i;
     }
-  if (inst == nullptr) inst = fallback;
+  if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
   if (p.impl != nullptr && p.impl[0] != '\0') {
     inst = find_key(p.impl);
     if (inst == nullptr || !takes(*inst))

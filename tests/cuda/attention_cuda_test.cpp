@@ -902,16 +902,25 @@ struct Fp8Case {
   }
 };
 
-// The e4m3 key the dispatcher takes for head dim D and Sk keys ("" when none): the first
-// of the build's whose key tile (the key's "<m>x<n>") is at most max(128, Sk / 4), else
-// the last one.
-std::string fp8_key(int64_t D, int64_t Sk = 1 << 20) {
-  const auto ks = sm90_keys(DType::e4m3, D);
-  for (const auto& k : ks) {
-    const size_t x = k.first.rfind('x');
-    if (std::stoll(k.first.substr(x + 1)) <= std::max<int64_t>(128, Sk / 4)) return k.first;
+// The e4m3 key the dispatcher takes for head dim D, Sk keys and a band mask or not (""
+// when none; backend.cpp attention_fp8): the first 64-row key ("_64x<n>_") with n = 192
+// (banded, Sk < 16384) or n = 128 (no mask, Sk < 8192) where the build has one; else the
+// first taller key whose key tile is at most max(128, Sk / 4), else the last taller one.
+std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false) {
+  const int64_t want64 = banded ? (Sk < 16384 ? 192 : 0) : (Sk < 8192 ? 128 : 0);
+  std::string tall, last_tall, first64;
+  for (const auto& k : sm90_keys(DType::e4m3, D)) {
+    const size_t x = k.first.rfind('x'), u = k.first.rfind('_', x);
+    const int64_t m = std::stoll(k.first.substr(u + 1)), n = std::stoll(k.first.substr(x + 1));
+    if (m == 64) {
+      if (n == want64) return k.first;
+      if (first64.empty()) first64 = k.first;
+      continue;
+    }
+    if (tall.empty() && n <= std::max<int64_t>(128, Sk / 4)) tall = k.first;
+    last_tall = k.first;
   }
-  return ks.empty() ? std::string() : ks.back().first;
+  return !tall.empty() ? tall : !last_tall.empty() ? last_tall : first64;
 }
 
 void run_fp8(const Fp8Case& c) {
@@ -954,7 +963,7 @@ void run_fp8(const Fp8Case& c) {
   dout.download(o);
   dlse.download(lse);
   EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
-  EXPECT_EQ(times.kernel, c.impl.empty() ? fp8_key(c.D, c.Sk) : c.impl);
+  EXPECT_EQ(times.kernel, c.impl.empty() ? fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0) : c.impl);
 
   HostTensor ref(DType::f32, {c.B, c.Sq, c.H, c.D}), ref_lse(DType::f32, {c.B, c.H, c.Sq});
   AttentionParams rp = p;
