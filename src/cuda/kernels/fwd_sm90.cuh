@@ -400,9 +400,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // P operands: with Tr::kSpeculate two register buffers, the softmax of tile n writing
       // P_n into one while the P V of tile n - 1, issued just before, reads P_{n-1} from the
       // other (nothing the in-flight wgmma reads is touched: no C7513 serialization), the
-      // key loop unrolled by two so that they swap roles without copies. Otherwise one, P_n
-      // packed into it after P_{n-1} V_{n-1} retires.
-      uint32_t pa0[kPK][4], pa1[Tr::kSpeculate ? kPK : 1][4];
+      // key loop unrolled by two so that they swap roles without copies. Otherwise pa0 alone,
+      // P_n packed into it after P_{n-1} V_{n-1} retires (pa1 is never used: no registers).
+      uint32_t pa0[kPK][4], pa1[kPK][4];
       float corr[2];
       if constexpr (Tr::kPingPong) {
         if (cw == kLastCw && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
@@ -469,12 +469,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         release(empty_v(prev));
       };
       if (tiles.lo < tiles.hi) {
-        if constexpr (Tr::kSpeculate) {
-          if (last_in_pa1) {
-            last_pv(pa1);
-          } else {
-            last_pv(pa0);
-          }
+        if (last_in_pa1) {  // always false without speculation
+          last_pv(pa1);
         } else {
           last_pv(pa0);
         }
