@@ -395,11 +395,10 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
            i.smem() <= dev.smem_optin;
   };
   const Instance *inst = nullptr, *tall = nullptr, *fallback = nullptr;
-  std::string dims;
+  bool any = false;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
-      const std::string hd = std::to_string(i.head_dim);
-      if ((", " + dims + ", ").find(", " + hd + ", ") == std::string::npos) dims += (dims.empty() ? "" : ", ") + hd;
+      any = true;
       if (!takes(i)) continue;
       if (i.block_m == 64) {
         if (inst == nullptr && i.block_n == want64) inst = &i;
@@ -416,12 +415,20 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not an e4m3 kernel of this build for D = " +
                                            std::to_string(p.d) + ", Dv = " + std::to_string(p.dv));
   }
-  if (dims.empty())
+  if (!any)
     throw_error(Status::unsupported, "q: dtype e4m3 has no CUDA kernel in this build (FLASHCORE_CUDA_DTYPES, "
                                      "FLASHCORE_CUDA_ARCHS with 90)");
-  if (inst == nullptr)
+  if (inst == nullptr) {
+    // The head dims on offer, for the message only (string work kept off the calls that run).
+    std::string dims;
+    for (const Instance& i : kInstances)
+      if (i.arch == 90 && i.dtype == DType::e4m3) {
+        const std::string hd = std::to_string(i.head_dim);
+        if ((", " + dims + ", ").find(", " + hd + ", ") == std::string::npos) dims += (dims.empty() ? "" : ", ") + hd;
+      }
     throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
                                          ": the e4m3 kernels of this build take D == Dv in {" + dims + "}");
+  }
   std::string bad_tensor;
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
