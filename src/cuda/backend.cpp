@@ -6,7 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -24,6 +26,7 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 // Kernel entry points, one per instance TU (names = keys).
 cudaError_t fwd_sm80_f32_hd256_simt(const FwdParams&, cudaStream_t);
 cudaError_t transpose_v_fp8(const FwdParams&, void* vt, int64_t sk_pad, cudaStream_t);  // vt_fp8.cu
+cudaError_t kv_combine(const FwdParams&, bool bf16, cudaStream_t);                       // kv_combine.cu
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) cudaError_t key(const FwdParams&, cudaStream_t);
 #include "instances_enabled.inc"
@@ -258,6 +261,25 @@ int gqa_pack_shift(const core::AttentionProblem& p, bool o_tma) {
   int shift = 0;
   while ((int64_t(1) << shift) < g) ++shift;
   return shift;
+}
+
+// KV splits (flash-decoding) on the 16-bit sm90 kernels that are not persistent, for
+// fixed-length batches, where the items (query blocks x heads (KV heads when packed) x
+// batch) leave most SMs idle: ns = min(SMs / items, key tiles / 8, 8) CTAs share an
+// item's key tiles, and kv_combine.cu merges them; taken when ns >= 4 with at least 64
+// key tiles, or ns >= 2 with at least 128. Measured on an H100 (f16, CUDA graphs,
+// docs/results/cuda-sm90-2026-11-22.md, session 14): decode B1 H32/8 hd128 Sk4096 2.2x,
+// Sk16384 4.1x (8 splits; 16 and 32 were slower), B4 Sk8192 1.6x (4 splits; 8 slower),
+// B8 Sk16384 1.15x (2), hd64 B1 H16/2 Sk8192 3.3x (16), B1 H8 Sq512 Sk16384 hd64 1.8x (2); two
+// splits of 64 tiles were 0.96-1.03x (B8 decode Sk4096 and 16-query rows: bandwidth-bound
+// already), and Sk1024 decode lost the second launch's time.
+int kv_split_count(const core::AttentionProblem& p, const Instance& i, int pack_shift, const DeviceInfo& dev) {
+  if (i.arch != 90 || i.persistent || i.dtype == DType::e4m3 || p.cu_q != nullptr) return 1;
+  const int64_t items = ((p.sq << pack_shift) + i.block_m - 1) / i.block_m * (p.heads >> pack_shift) * p.batch;
+  const int64_t tiles = (p.sk + i.block_n - 1) / i.block_n;
+  if (items < 1) return 1;
+  const int64_t ns = std::min<int64_t>({dev.sms / items, tiles / 8, 8});
+  return (ns >= 4 && tiles >= 64) || (ns >= 2 && tiles >= 128) ? int(ns) : 1;
 }
 
 const Instance* find_key(const char* key) {
@@ -502,8 +524,24 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
                                            " must be multiples of 8 for the 16-bit CUDA kernels");
     if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   }
+  int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count ("+kv<N>")
   if (forced && !simt_forced) {
-    inst = find_key(p.impl);
+    kv_splits = 1;
+    std::string key = p.impl;
+    const size_t kv = key.rfind("+kv");
+    if (kv != std::string::npos && kv > 0) {
+      char* end = nullptr;
+      const long n = std::strtol(key.c_str() + kv + 3, &end, 10);
+      if (*end != '\0' || n < 1 || n > 64)
+        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "': the KV split count must be 1 .. 64");
+      kv_splits = int(n);
+      key.resize(kv);
+    }
+    inst = find_key(key.c_str());
+    if (kv_splits > 1 && inst != nullptr &&
+        (inst->arch != 90 || inst->persistent || inst->dtype == DType::e4m3 || p.cu_q != nullptr))
+      throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
+                                           "': KV splits run on the 16-bit sm90 kernels without '_p', fixed-length batches");
     if (inst != nullptr && inst->arch == 90) {
       const std::string why = sm90_refusal(p, *inst, dev);
       if (!why.empty())
@@ -540,14 +578,36 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   FwdParams f = fwd_params(p, sq, sk, dev.sms);
   f.pack_shift = inst != nullptr && inst->arch == 90 ? pack_shift : 0;
   f.o_tma = o_tma;
+  if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, *inst, f.pack_shift, dev);
+  f.kv_splits = std::max(kv_splits, 1);
 
   if (times != nullptr) {
     times->kernel = simt ? kSimtKey : inst->key;
     if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);  // packed query heads
+    if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);         // KV splits
     times->strategy = to_string(Strategy::online);
   }
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;
 
+  if (f.kv_splits > 1) {
+    // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l).
+    const size_t rows = size_t(p.batch * p.sq * p.heads), o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
+    void* ws = nullptr;
+    cudaError_t e = cudaMallocFromPoolAsync(&ws, o_bytes + size_t(f.kv_splits) * rows * 8, workspace_pool(dev.id), stream);
+    if (e != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the KV-split workspace failed", e);
+    f.part_o = static_cast<float*>(ws);
+    f.part_ml = reinterpret_cast<float2*>(static_cast<char*>(ws) + o_bytes);  // o_bytes: a multiple of 8
+    e = inst->fn(f, stream);
+    const char* what = inst->key;
+    if (e == cudaSuccess) {
+      e = kv_combine(f, p.dtype == DType::bf16, stream);
+      what = "kv_combine";
+    }
+    const cudaError_t ef = cudaFreeAsync(ws, stream);
+    if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
+    if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the KV-split workspace failed", ef);
+    return;
+  }
   const cudaError_t e = simt ? fwd_sm80_f32_hd256_simt(f, stream) : inst->fn(f, stream);
   if (e != cudaSuccess)
     cuda_fail(Status::device_error, std::string("CUDA kernel ") + (simt ? kSimtKey : inst->key) + " failed to launch", e);

@@ -92,7 +92,7 @@ function(_fc_instances family out_var)
 endfunction()
 
 set(_fc_enabled "")
-set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu)
+set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu)
 _fc_instances(SM80 _fc_inst_sources)
 # Hopper rows: sm_90a only, so they are built only when 90 is among the SASS targets, in
 # their own object library (no other arch is compiled for them).

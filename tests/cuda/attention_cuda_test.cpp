@@ -501,9 +501,30 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.D = 64;
   c.expect_kernel = sm90 + "64_64x";
   c.causal = false;
-  c.H = c.Hkv = 8;  // B1 H8 S512: 64 CTAs of 64 rows, two per SM
+  c.H = c.Hkv = 8;  // B1 H8 S512: 64 CTAs of 64 rows, two per SM (4 key tiles: no KV splits)
   c.Sq = c.Sk = 512;
+  c.exact_kernel = true;
+  c.expect_kernel = sm90 + "64_64x128_s2";
   run_case(c);
+  {  // decode B1 H32/8 Sk4096 hd128: 8 packed items, 64 key tiles each: 8 KV splits
+    Case d;
+    d.dtype = dt;
+    d.D = 128;
+    d.H = 32;
+    d.Hkv = 8;
+    d.Sq = 1;
+    d.Sk = 4096;
+    d.expect_kernel = sm90 + "128_64x64_s2+gqa4+kv8";
+    d.exact_kernel = true;
+    run_case(d);
+    d.B = 8;  // 64 items: two splits of 64 key tiles, not taken
+    d.expect_kernel = sm90 + "128_64x64_s2+gqa4";
+    run_case(d);
+    d.B = 1;
+    d.Sk = 1000;  // 16 key tiles: not split
+    run_case(d);
+  }
+  c.exact_kernel = false;
   c.expect_kernel = "fwd_sm80_";
   c.H = c.Hkv = 132;
   c.Sq = 100;
@@ -629,6 +650,78 @@ TEST_P(CudaSm90, GqaPackedShortQueries) {
     c.H = 6;  // G = 3: not packed
     c.Hkv = 2;
     run_case(c);
+  }
+}
+
+// KV splits (flash-decoding: the dispatcher's choice where the items fill at most half the
+// SMs and have many key tiles; forced here by "<key>+kv<N>"): every 16-bit sm90 kernel
+// that is not persistent, decode with GQA packing, short queries, causal with Sq != Sk
+// (rows that see no key), more splits than key tiles (empty splits), windows, MQA, BHSD
+// with padded rows, O rows only 4-byte aligned, no lse, peaked scores.
+TEST_P(CudaSm90, KvSplits) {
+  FC_REQUIRE_SM90();
+  const DType dt = GetParam();
+  for (const auto& key : all_sm90(dt)) {
+    if (key.first.size() > 2 && key.first.compare(key.first.size() - 2, 2, "_p") == 0) continue;
+    Case c = sm90_case(dt, key);
+    c.exact_kernel = true;
+    auto run_kv = [&](int n, const std::string& packed = "") {
+      c.impl = key.first + "+kv" + std::to_string(n);
+      c.expect_kernel = key.first + packed + "+kv" + std::to_string(n);
+      run_case(c);
+    };
+    c.B = 2;
+    c.H = 8;
+    c.Hkv = 2;
+    c.Sq = 1;  // decode, 4 query heads per KV head packed
+    c.Sk = 1000;
+    run_kv(5, "+gqa4");
+    c.Sq = 3;
+    c.Sk = 130;
+    c.causal = true;
+    run_kv(16, "+gqa4");  // more splits than key tiles
+    c.causal = false;
+    c.H = c.Hkv = 2;
+    for (auto [Sq, Sk, causal] : {std::tuple<int64_t, int64_t, bool>{1, 1, false}, {7, 700, true}, {300, 100, true},
+                                  {100, 1500, true}, {129, 4000, false}}) {
+      c.Sq = Sq;
+      c.Sk = Sk;
+      c.causal = causal;
+      run_kv(3);
+    }
+    c.causal = false;
+    c.B = 3;  // MQA, BHSD with padded rows, negative scale without lse, narrow O rows
+    c.H = 8;
+    c.Hkv = 1;
+    c.Sq = 70;
+    c.Sk = 900;
+    c.bhsd = true;
+    c.pad = 8;
+    run_kv(4);
+    c.scale = -0.3f;
+    c.lse = false;
+    c.out_pad = 2;
+    run_kv(7);
+    c.scale = 0.f;
+    c.lse = true;
+    c.out_pad = -1;
+    c.bhsd = false;
+    c.pad = 0;
+    c.Hkv = 2;
+    for (auto [wl, wr, causal] : {std::tuple<int64_t, int64_t, bool>{50, 10, false}, {64, -1, true}, {0, 0, false}}) {
+      c.wl = wl;
+      c.wr = wr;
+      c.causal = causal;
+      run_kv(6);
+    }
+    c.wl = c.wr = -1;
+    c.B = 1;  // peaked scores
+    c.H = c.Hkv = 2;
+    c.Sq = 40;
+    c.Sk = 2000;
+    c.scale = 4.f;
+    c.causal = true;
+    run_kv(8);
   }
 }
 
@@ -865,6 +958,18 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
   o2.poison();
   DevTensor dq2(q2), dv2(v2), dout2(o2);
   expect_refused(dq2.view(), dq2.view(), dv2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // Dv != D
+
+  // KV splits: a count out of 1 .. 64 or not a number, a persistent kernel.
+  HostTensor q3(DType::f16, {1, 64, 2, 64}), o3(DType::f16, {1, 64, 2, 64});
+  q3.fill_uniform(rng, -1, 1);
+  o3.poison();
+  DevTensor dq3(q3), dout3(o3);
+  const std::string k64 = sm90_key(DType::f16, 64);
+  for (const std::string bad : {k64 + "+kv0", k64 + "+kv65", k64 + "+kvx", k64 + "+kv", std::string("fwd_sm90_f16_hd64_64x128_s2_p+kv2")}) {
+    SCOPED_TRACE(bad);
+    p.impl = bad.c_str();
+    expect_refused(dq3.view(), dq3.view(), dq3.view(), dout3, o3, p, Status::unsupported, "params.impl");
+  }
 }
 
 // ---- fp8 (e4m3) forward on the Hopper kernel (CudaFp8) ------------------------------

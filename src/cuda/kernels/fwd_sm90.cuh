@@ -182,8 +182,20 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     const int hb = w / n_mb;
     return Item{(n_mb - 1 - w % n_mb) * kBlockM, hb % item_heads, hb / item_heads};
   };
+  // KV splits (p.kv_splits; 16-bit, not persistent): CTA x takes split x % ns of query
+  // block x / ns, the split's run of the item's key tiles (kv_run).
+  constexpr bool kCanSplit = !kPersistent && !Tr::kFp8;
+  const int ns = kCanSplit ? p.kv_splits : 1, split_j = kCanSplit ? int(blockIdx.x) % ns : 0;
+  auto kv_run = [&](TileRange r) {
+    if (kCanSplit && ns > 1) {
+      const int per = (r.hi - r.lo + ns - 1) / ns, lo = min(r.hi, r.lo + split_j * per);
+      r.hi = min(r.hi, lo + per);
+      r.lo = lo;
+    }
+    return r;
+  };
   // Not persistent: the CTA's one item, heavy (late, causal) query blocks launched first.
-  const Item own{(int(gridDim.x) - 1 - int(blockIdx.x)) * kBlockM, int(blockIdx.y), int(blockIdx.z)};
+  const Item own{(int(gridDim.x) / ns - 1 - int(blockIdx.x) / ns) * kBlockM, int(blockIdx.y), int(blockIdx.z)};
   // The CTA's item of round r (both roles walk rounds r = 0, 1, .. until this is false;
   // not persistent: round 0 only). Varlen: a query block past its sequence's end has
   // m0 >= seq.sq and is skipped by both roles alike. (A plain loop: with the item loop
@@ -234,8 +246,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           // Q's buffer is free once the consumers' last S GEMM of the previous item retired.
           if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
           const int hk = shift > 0 ? wi.h : wi.h / p.group;
-          const TileRange tiles = tile_range(band_mask(p, seq), wi.m0 >> shift,
-                                             (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN);
+          const TileRange tiles = kv_run(tile_range(band_mask(p, seq), wi.m0 >> shift,
+                                                    (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
           ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
           // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
           const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
@@ -281,8 +293,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     for (int r = 0, qi = 0; round_item(r, wi); ++r) {  // qi: items so far
       const SeqInfo seq = seq_info(p, wi.b);
       if (wi.m0 >= seq.sq << shift) continue;
-      const TileRange tiles = tile_range(band_mask(p, seq), wi.m0 >> shift,
-                                         (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN);
+      const TileRange tiles = kv_run(tile_range(band_mask(p, seq), wi.m0 >> shift,
+                                                (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
       // This lane's (packed) rows: row0, row0 + 8; their queries are row >> shift.
       const int row0 = wi.m0 + 64 * cw + 16 * warp + g;
       const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
@@ -479,6 +491,24 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
       sm.finish();
+      if (kCanSplit && ns > 1) {
+        // This split's unnormalized rows and their (m, l) for kv_combine.cu (fixed-length
+        // batches: the backend splits no varlen call).
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (wi.h << shift) | (prow & ((1 << shift) - 1));
+          if (qrow >= seq.sq) continue;
+          const int64_t r = ((int64_t(split_j) * p.batch + seq.bb) * p.sq + qrow) * p.heads + hq;
+          float* po = p.part_o + r * p.dv;
+#pragma unroll
+          for (int df = 0; df < kDF; ++df)
+            if (df * 8 < p.dv)
+              *reinterpret_cast<float2*>(po + df * 8 + 2 * t) = make_float2(acc[0][df][2 * half], acc[0][df][2 * half + 1]);
+          if (t == 0) p.part_ml[r] = make_float2(sm.m[half], sm.l[half]);
+        }
+        ++qi;
+        continue;  // not persistent: the CTA's only item
+      }
       float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + wi.h * p.lse_sh + seq.q_row0;
       auto store = [&](auto* type) {  // O in the output's type
         using O = std::remove_pointer_t<decltype(type)>;
@@ -595,7 +625,10 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // SMs at once (or one per item, when there are fewer).
   // GQA packing: Sq G rows of each KV head.
   const int n_mb = ((p.sq << p.pack_shift) + kBlockM - 1) / kBlockM, item_heads = p.heads >> p.pack_shift;
-  dim3 grid(unsigned(n_mb), unsigned(item_heads), unsigned(p.batch));
+  // KV splits: kv_splits CTAs per item (16-bit, not persistent, fixed-length batches).
+  if (p.kv_splits > 1 && (kPersistent || Tr::kFp8 || varlen || p.part_o == nullptr || p.part_ml == nullptr))
+    return cudaErrorInvalidValue;
+  dim3 grid(unsigned(n_mb * (kPersistent || Tr::kFp8 ? 1 : p.kv_splits)), unsigned(item_heads), unsigned(p.batch));
   if constexpr (kPersistent != 0) {
     const int64_t items = int64_t(n_mb) * item_heads * p.batch;
     const int64_t ctas = std::min<int64_t>(items, int64_t(p.sms > 0 ? p.sms : 132) * Tr::kCtasPerSm);

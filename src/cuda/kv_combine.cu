@@ -1,0 +1,69 @@
+// The merge of KV splits (flash-decoding; FwdParams::kv_splits): kv_splits CTAs of the
+// sm90 kernel each ran an online softmax over one run of an item's key tiles and left
+// their unnormalized O rows and (m, l) (log2 domain: O_j = sum 2^(s e - m_j) V over the
+// run, l_j the same sum of weights) in a workspace. Per output row, with M = max m_j and
+// w_j = 2^(m_j - M): O = sum w_j O_j / sum w_j l_j, lse = (M + log2 sum w_j l_j) ln 2. A
+// row no split saw a key of (every l_j = 0) gets O = 0 and lse = -inf, as the kernels
+// write it.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/params.hpp"
+
+namespace flashcore::cuda {
+namespace {
+
+__device__ __forceinline__ void put(__half* o, float x) { *o = __float2half_rn(x); }
+__device__ __forceinline__ void put(__nv_bfloat16* o, float x) { *o = __float2bfloat16_rn(x); }
+
+// One warp per output row r = (b Sq + query) H + head; lanes over the splits for the
+// weights, then over the columns.
+template <typename O>
+__global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int rows) {
+  const int r = int(blockIdx.x) * 8 + int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (r >= rows) return;
+  const int ns = p.kv_splits;
+  float m = -INFINITY;
+  for (int j = lane; j < ns; j += 32) m = fmaxf(m, p.part_ml[int64_t(j) * rows + r].x);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float base = m == -INFINITY ? 0.f : m;  // no -inf - -inf
+  float l = 0.f;
+  for (int j = lane; j < ns; j += 32) {
+    const float2 ml = p.part_ml[int64_t(j) * rows + r];
+    l += ml.y * exp2f(ml.x - base);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  const int hq = r % p.heads, q = (r / p.heads) % p.sq, b = r / p.heads / p.sq;
+  O* go = static_cast<O*>(p.o) + b * p.o_sb + q * p.o_ss + hq * p.o_sh;
+  for (int c = lane; c < p.dv; c += 32) {
+    float acc = 0.f;
+    for (int j = 0; j < ns; ++j) {
+      const float2 ml = p.part_ml[int64_t(j) * rows + r];  // the same for every lane: one broadcast load
+      if (ml.y > 0.f) acc += exp2f(ml.x - base) * p.part_o[(int64_t(j) * rows + r) * p.dv + c];
+    }
+    put(go + c, acc * inv);
+  }
+  if (p.lse != nullptr && lane == 0)
+    p.lse[b * p.lse_sb + hq * p.lse_sh + q] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+}
+
+}  // namespace
+
+// After the split kernel on the same stream: O (f16 or bf16, p.o with its strides) and lse.
+cudaError_t kv_combine(const FwdParams& p, bool bf16, cudaStream_t stream) {
+  const int rows = p.batch * p.sq * p.heads;
+  const unsigned blocks = unsigned((rows + 7) / 8);
+  if (bf16)
+    kv_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p, rows);
+  else
+    kv_combine_kernel<__half><<<blocks, 256, 0, stream>>>(p, rows);
+  return cudaGetLastError();
+}
+
+}  // namespace flashcore::cuda
