@@ -89,6 +89,8 @@ def main():
         if args.gqa:  # (tag, B, H, S = keys, D, causal, Hkv, Sq), as flashcore_cuda_timing --gqa
             rows += [("gqa", 32, 32, s, 128, False, 8, 1) for s in (4096, 8192)]
             rows += [("gqa", 8, 32, 4096, 128, False, 8, 16)]  # no mask: is_causal aligns Sq != Sk top-left
+            rows += [("gqa", 1, 32, s, 128, False, 8, 1) for s in (4096, 16384, 65536)]  # few KV heads: KV splits
+            rows += [("gqa", 4, 32, 8192, 128, False, 8, 1)]
         for tag, b, h, s, d, causal, hkv, sq in rows:
             # [B, H, S, D] views of [B, S, H, D] storage: the layout flashcore is timed on.
             q = torch.randn(b, sq, h, d, device="cuda", dtype=dt).transpose(1, 2)

@@ -239,6 +239,9 @@ int main(int argc, char** argv) {
   if (gqa) {
     for (int64_t S : {4096, 8192}) shapes.push_back({"gqa", 32, 32, S, 128, false, 8, 1});
     shapes.push_back({"gqa", 8, 32, 4096, 128, false, 8, 16});
+    // Decode with few KV heads (B1, B4): the backend's KV splits.
+    for (int64_t S : {4096, 16384, 65536}) shapes.push_back({"gqa", 1, 32, S, 128, false, 8, 1});
+    shapes.push_back({"gqa", 4, 32, 8192, 128, false, 8, 1});
   }
   std::vector<flashcore::KernelInfo> ks(256);
   ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
