@@ -23,6 +23,11 @@ __device__ __forceinline__ void put(__nv_bfloat16* o, float x) { *o = __float2bf
 // weights, then over the columns.
 template <typename O>
 __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int rows) {
+  // Launched as a programmatic dependent of the split kernel (sm90): its blocks may start
+  // while that one drains, and wait here until its writes are visible.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int r = int(blockIdx.x) * 8 + int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (r >= rows) return;
   const int ns = p.kv_splits;
@@ -58,12 +63,17 @@ __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int 
 // After the split kernel on the same stream: O (f16 or bf16, p.o with its strides) and lse.
 cudaError_t kv_combine(const FwdParams& p, bool bf16, cudaStream_t stream) {
   const int rows = p.batch * p.sq * p.heads;
-  const unsigned blocks = unsigned((rows + 7) / 8);
-  if (bf16)
-    kv_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p, rows);
-  else
-    kv_combine_kernel<__half><<<blocks, 256, 0, stream>>>(p, rows);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned((rows + 7) / 8));
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;  // programmatic dependent launch
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return bf16 ? cudaLaunchKernelEx(&cfg, kv_combine_kernel<__nv_bfloat16>, p, rows)
+              : cudaLaunchKernelEx(&cfg, kv_combine_kernel<__half>, p, rows);
 }
 
 }  // namespace flashcore::cuda

@@ -194,6 +194,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     }
     return r;
   };
+  // With splits, kv_combine.cu's launch (a programmatic dependent) may begin at once: it
+  // waits for this grid's completion and memory (griddepcontrol.wait) before it reads.
+  if constexpr (kCanSplit) {
+    if (ns > 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
   // Not persistent: the CTA's one item, heavy (late, causal) query blocks launched first.
   const Item own{(int(gridDim.x) / ns - 1 - int(blockIdx.x) / ns) * kBlockM, int(blockIdx.y), int(blockIdx.z)};
   // The CTA's item of round r (both roles walk rounds r = 0, 1, .. until this is false;
