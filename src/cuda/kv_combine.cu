@@ -19,8 +19,9 @@ namespace {
 __device__ __forceinline__ void put(__half* o, float x) { *o = __float2half_rn(x); }
 __device__ __forceinline__ void put(__nv_bfloat16* o, float x) { *o = __float2bfloat16_rn(x); }
 
-// One warp per output row r = (b Sq + query) H + head; lanes over the splits for the
-// weights, then over the columns.
+// One thread per 4 columns of an output row r = (b Sq + query) H + head (Dv is a multiple
+// of 8): the splits' (m, l) twice (max, then weights; shared by the row's threads through
+// the caches), then the weighted sum of their O rows, the loads independent across splits.
 template <typename O>
 __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int rows) {
   // Launched as a programmatic dependent of the split kernel (sm90): its blocks may start
@@ -28,33 +29,35 @@ __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-  const int r = int(blockIdx.x) * 8 + int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  if (r >= rows) return;
-  const int ns = p.kv_splits;
+  const int quads = p.dv / 4;
+  const int64_t t = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (t >= int64_t(rows) * quads) return;
+  const int r = int(t / quads), c = int(t % quads) * 4, ns = p.kv_splits;
+  const float2* ml = p.part_ml + r;
   float m = -INFINITY;
-  for (int j = lane; j < ns; j += 32) m = fmaxf(m, p.part_ml[int64_t(j) * rows + r].x);
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  const float base = m == -INFINITY ? 0.f : m;  // no -inf - -inf
+  for (int j = 0; j < ns; ++j) m = fmaxf(m, ml[int64_t(j) * rows].x);
+  const float base = m == -INFINITY ? 0.f : m;  // no -inf - -inf; an empty split's 2^-inf is 0
   float l = 0.f;
-  for (int j = lane; j < ns; j += 32) {
-    const float2 ml = p.part_ml[int64_t(j) * rows + r];
-    l += ml.y * exp2f(ml.x - base);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int j = 0; j < ns; ++j) {
+    const float2 v = ml[int64_t(j) * rows];
+    const float w = exp2f(v.x - base);
+    const float4 o = *reinterpret_cast<const float4*>(p.part_o + (int64_t(j) * rows + r) * p.dv + c);
+    l += v.y * w;
+    acc.x += w * o.x;
+    acc.y += w * o.y;
+    acc.z += w * o.z;
+    acc.w += w * o.w;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
   const float inv = l > 0.f ? 1.f / l : 0.f;
   const int hq = r % p.heads, q = (r / p.heads) % p.sq, b = r / p.heads / p.sq;
-  O* go = static_cast<O*>(p.o) + b * p.o_sb + q * p.o_ss + hq * p.o_sh;
-  for (int c = lane; c < p.dv; c += 32) {
-    float acc = 0.f;
-    for (int j = 0; j < ns; ++j) {
-      const float2 ml = p.part_ml[int64_t(j) * rows + r];  // the same for every lane: one broadcast load
-      if (ml.y > 0.f) acc += exp2f(ml.x - base) * p.part_o[(int64_t(j) * rows + r) * p.dv + c];
-    }
-    put(go + c, acc * inv);
-  }
-  if (p.lse != nullptr && lane == 0)
+  O* go = static_cast<O*>(p.o) + b * p.o_sb + q * p.o_ss + hq * p.o_sh + c;
+  put(go, acc.x * inv);
+  put(go + 1, acc.y * inv);
+  put(go + 2, acc.z * inv);
+  put(go + 3, acc.w * inv);
+  if (p.lse != nullptr && c == 0)
     p.lse[b * p.lse_sb + hq * p.lse_sh + q] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
 }
 
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int 
 cudaError_t kv_combine(const FwdParams& p, bool bf16, cudaStream_t stream) {
   const int rows = p.batch * p.sq * p.heads;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((rows + 7) / 8));
+  cfg.gridDim = dim3(unsigned((int64_t(rows) * (p.dv / 4) + 255) / 256));
   cfg.blockDim = dim3(256);
   cfg.stream = stream;
   cudaLaunchAttribute attr{};

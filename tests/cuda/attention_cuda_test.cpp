@@ -506,7 +506,7 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.exact_kernel = true;
   c.expect_kernel = sm90 + "64_64x128_s2";
   run_case(c);
-  {  // decode B1 H32/8 Sk4096 hd128: 8 packed items, 64 key tiles each: 8 KV splits
+  {  // decode B1 H32/8 Sk4096 hd128: 8 packed items, 64 key tiles each: 16 KV splits
     Case d;
     d.dtype = dt;
     d.D = 128;
@@ -514,14 +514,18 @@ TEST_P(CudaSm90, DispatcherSelects) {
     d.Hkv = 8;
     d.Sq = 1;
     d.Sk = 4096;
-    d.expect_kernel = sm90 + "128_64x64_s2+gqa4+kv8";
+    d.expect_kernel = sm90 + "128_64x64_s2+gqa4+kv16";
     d.exact_kernel = true;
     run_case(d);
     d.B = 8;  // 64 items: two splits of 64 key tiles, not taken
     d.expect_kernel = sm90 + "128_64x64_s2+gqa4";
     run_case(d);
     d.B = 1;
-    d.Sk = 1000;  // 16 key tiles: not split
+    d.Sk = 1000;  // 16 key tiles: 4 splits
+    d.expect_kernel = sm90 + "128_64x64_s2+gqa4+kv4";
+    run_case(d);
+    d.Sk = 900;  // 15 key tiles: not split
+    d.expect_kernel = sm90 + "128_64x64_s2+gqa4";
     run_case(d);
   }
   c.exact_kernel = false;
