@@ -74,7 +74,9 @@ def test_torch_op_cpu_and_compile():
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 128, 128, 8, 8, 64), (1, 77, 300, 8, 2, 128), (3, 1, 513, 4, 1, 64)])
+@pytest.mark.parametrize("shape", [(2, 128, 128, 8, 8, 64), (1, 77, 300, 8, 2, 128), (3, 1, 513, 4, 1, 64),
+                                   # decode and short queries with few KV heads: KV splits on Hopper
+                                   (1, 1, 4096, 32, 8, 128), (2, 5, 3000, 16, 2, 64)])
 def test_torch_cuda_vs_sdpa(dtype, causal, shape):
     import torch.nn.functional as F
     b, sq, sk, h, hkv, d = shape
@@ -122,7 +124,9 @@ def test_torch_cuda_fp8_descales(per_head, causal):
 
     try:
         out = flashcore.attention(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
-    except NotImplementedError as e:
+    except (NotImplementedError, TypeError) as e:  # a build without e4m3 kernels: TypeError (about the dtype)
+        if isinstance(e, TypeError) and "in this build" not in str(e):
+            raise
         pytest.skip(f"CUDA backend: {e}")
     assert out.dtype == torch.bfloat16 and out.shape == (b, sq, h, d)
     o_ref, _ = ref.attention(deq(q8, qd, h // hkv), deq(k8, kd, 1), deq(v8, vd, 1), causal=causal)
