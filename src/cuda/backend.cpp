@@ -274,8 +274,11 @@ int gqa_pack_shift(const core::AttentionProblem& p, bool o_tma) {
 // 32 slower), Sk16384 163 -> 29.9 (16), B4 Sk8192 87.3 -> 49.0 (4), B8 Sk16384 203 -> 175
 // (2), B1 H8 Sq512 Sk16384 hd64 96.3 -> 38.2 (4); two splits of 64 tiles were 0.96-1.03x
 // (B8 decode Sk4096, 16-query rows: bandwidth-bound already).
+bool kv_splittable(const core::AttentionProblem& p, const Instance& i) {
+  return i.arch == 90 && !i.persistent && i.dtype != DType::e4m3 && p.cu_q == nullptr;
+}
 int kv_split_count(const core::AttentionProblem& p, const Instance& i, int pack_shift, const DeviceInfo& dev) {
-  if (i.arch != 90 || i.persistent || i.dtype == DType::e4m3 || p.cu_q != nullptr) return 1;
+  if (!kv_splittable(p, i)) return 1;
   const int64_t rows = p.sq << pack_shift;
   const int64_t items = (rows + i.block_m - 1) / i.block_m * (p.heads >> pack_shift) * p.batch;
   const int64_t tiles = (p.sk + i.block_n - 1) / i.block_n;
@@ -386,6 +389,27 @@ cudaMemPool_t workspace_pool(int device) {
   return pools[size_t(device)];
 }
 
+// Two launches on the caller's stream around a workspace of `bytes` from the pool
+// (`ws_name` in the errors): first(ws), then second() if the first launched; the workspace
+// goes back to the pool in stream order either way. Each returns its error and the name
+// of what it launched.
+struct Launched {
+  cudaError_t e;
+  const char* what;
+};
+template <typename First, typename Second>
+void launch_with_workspace(size_t bytes, const char* ws_name, int device, cudaStream_t stream, First&& first,
+                           Second&& second) {
+  void* ws = nullptr;
+  const cudaError_t ea = cudaMallocFromPoolAsync(&ws, bytes, workspace_pool(device), stream);
+  if (ea != cudaSuccess) cuda_fail(Status::device_error, std::string("q: allocating the ") + ws_name + " workspace failed", ea);
+  Launched l = first(ws);
+  if (l.e == cudaSuccess) l = second();
+  const cudaError_t ef = cudaFreeAsync(ws, stream);
+  if (l.e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + l.what + " failed to launch", l.e);
+  if (ef != cudaSuccess) cuda_fail(Status::device_error, std::string("q: freeing the ") + ws_name + " workspace failed", ef);
+}
+
 // fp8 (e4m3) q/k/v: the Hopper kernel only (FC_SM90_FWD e4m3 rows), D == Dv == the row's
 // head dim, fixed-length batches, f16/bf16 output. V is transposed into a workspace by a
 // pre-pass on the caller's stream (vt_fp8.cu), then the kernel runs; the workspace goes
@@ -474,20 +498,13 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   if (p.batch == 0 || p.heads == 0 || p.sq == 0) return;
 
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  const size_t bytes = size_t(p.batch * p.kv_heads * p.dv * f.vt_sk);
-  void* vt = nullptr;
-  cudaError_t e = cudaMallocFromPoolAsync(&vt, bytes, workspace_pool(dev.id), stream);
-  if (e != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the e4m3 V^T workspace failed", e);
-  f.vt = vt;
-  e = transpose_v_fp8(f, vt, f.vt_sk, stream);
-  const char* what = "the e4m3 V^T pre-pass";
-  if (e == cudaSuccess) {
-    e = inst->fn(f, stream);
-    what = inst->key;
-  }
-  const cudaError_t ef = cudaFreeAsync(vt, stream);
-  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
-  if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the e4m3 V^T workspace failed", ef);
+  launch_with_workspace(
+      size_t(p.batch * p.kv_heads * p.dv * f.vt_sk), "e4m3 V^T", dev.id, stream,
+      [&](void* vt) {
+        f.vt = vt;
+        return Launched{transpose_v_fp8(f, vt, f.vt_sk, stream), "the e4m3 V^T pre-pass"};
+      },
+      [&] { return Launched{inst->fn(f, stream), inst->key}; });
 }
 
 }  // namespace
@@ -541,8 +558,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       key.resize(kv);
     }
     inst = find_key(key.c_str());
-    if (kv_splits > 1 && inst != nullptr &&
-        (inst->arch != 90 || inst->persistent || inst->dtype == DType::e4m3 || p.cu_q != nullptr))
+    if (kv_splits > 1 && inst != nullptr && !kv_splittable(p, *inst))
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
                                            "': KV splits run on the 16-bit sm90 kernels without '_p', fixed-length batches");
     if (inst != nullptr && inst->arch == 90) {
@@ -595,20 +611,14 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (f.kv_splits > 1) {
     // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l).
     const size_t rows = size_t(p.batch * p.sq * p.heads), o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
-    void* ws = nullptr;
-    cudaError_t e = cudaMallocFromPoolAsync(&ws, o_bytes + size_t(f.kv_splits) * rows * 8, workspace_pool(dev.id), stream);
-    if (e != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the KV-split workspace failed", e);
-    f.part_o = static_cast<float*>(ws);
-    f.part_ml = reinterpret_cast<float2*>(static_cast<char*>(ws) + o_bytes);  // o_bytes: a multiple of 8
-    e = inst->fn(f, stream);
-    const char* what = inst->key;
-    if (e == cudaSuccess) {
-      e = kv_combine(f, p.dtype == DType::bf16, stream);
-      what = "kv_combine";
-    }
-    const cudaError_t ef = cudaFreeAsync(ws, stream);
-    if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
-    if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the KV-split workspace failed", ef);
+    launch_with_workspace(
+        o_bytes + size_t(f.kv_splits) * rows * 8, "KV-split", dev.id, stream,
+        [&](void* ws) {
+          f.part_o = static_cast<float*>(ws);
+          f.part_ml = reinterpret_cast<float2*>(static_cast<char*>(ws) + o_bytes);  // o_bytes: a multiple of 8
+          return Launched{inst->fn(f, stream), inst->key};
+        },
+        [&] { return Launched{kv_combine(f, p.dtype == DType::bf16, stream), "kv_combine"}; });
     return;
   }
   const cudaError_t e = simt ? fwd_sm80_f32_hd256_simt(f, stream) : inst->fn(f, stream);

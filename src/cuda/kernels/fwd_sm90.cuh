@@ -633,7 +633,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // KV splits: kv_splits CTAs per item (16-bit, not persistent, fixed-length batches).
   if (p.kv_splits > 1 && (kPersistent || Tr::kFp8 || varlen || p.part_o == nullptr || p.part_ml == nullptr))
     return cudaErrorInvalidValue;
-  dim3 grid(unsigned(n_mb * (kPersistent || Tr::kFp8 ? 1 : p.kv_splits)), unsigned(item_heads), unsigned(p.batch));
+  dim3 grid(unsigned(n_mb * p.kv_splits), unsigned(item_heads), unsigned(p.batch));  // kv_splits >= 1
   if constexpr (kPersistent != 0) {
     const int64_t items = int64_t(n_mb) * item_heads * p.batch;
     const int64_t ctas = std::min<int64_t>(items, int64_t(p.sms > 0 ? p.sms : 132) * Tr::kCtasPerSm);
