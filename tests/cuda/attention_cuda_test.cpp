@@ -969,7 +969,7 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
   o3.poison();
   DevTensor dq3(q3), dout3(o3);
   const std::string k64 = sm90_key(DType::f16, 64);
-  for (const std::string bad : {k64 + "+kv0", k64 + "+kv65", k64 + "+kvx", k64 + "+kv", std::string("fwd_sm90_f16_hd64_64x128_s2_p+kv2")}) {
+  for (const std::string& bad : {k64 + "+kv0", k64 + "+kv65", k64 + "+kvx", k64 + "+kv", std::string("fwd_sm90_f16_hd64_64x128_s2_p+kv2")}) {
     SCOPED_TRACE(bad);
     p.impl = bad.c_str();
     expect_refused(dq3.view(), dq3.view(), dq3.view(), dout3, o3, p, Status::unsupported, "params.impl");
