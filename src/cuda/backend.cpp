@@ -266,14 +266,15 @@ int gqa_pack_shift(const core::AttentionProblem& p, bool o_tma) {
 // KV splits (flash-decoding) on the 16-bit sm90 kernels that are not persistent, for
 // fixed-length batches, where the items (query blocks x heads (KV heads when packed) x
 // batch) leave most SMs idle: ns = min(CTAs / items, key tiles / 4, 16) CTAs share an
-// item's key tiles (CTAs: the SMs, twice that for full 64-row tiles, two of which share an
-// SM), and kv_combine.cu merges them; taken when ns >= 4 with at least 16 key tiles, or
-// ns >= 2 with at least 128. Measured on an H100 (f16, CUDA graphs,
+// item's key tiles (CTAs: the SMs, twice that for full 64-row tiles of unpacked rows,
+// two of which share an SM), and kv_combine.cu merges them; taken when ns >= 4 with at
+// least 16 key tiles, or ns >= 2 with at least 64. Measured on an H100 (f16, CUDA graphs,
 // docs/results/cuda-sm90-2026-11-22.md, session 14, call 14): decode B1 H32/8 hd128 Sk2048
 // 22.4 -> 8.9 us (8 splits), Sk4096 40.6 -> 11.1 (8 or 16), Sk8192 80.4 -> 13.4 (16;
 // 32 slower), Sk16384 163 -> 29.9 (16), B4 Sk8192 87.3 -> 49.0 (4), B8 Sk16384 203 -> 175
-// (2), B1 H8 Sq512 Sk16384 hd64 96.3 -> 38.2 (4); two splits of 64 tiles were 0.96-1.03x
-// (B8 decode Sk4096, 16-query rows: bandwidth-bound already).
+// (2), B1 H8 Sq512 Sk16384 hd64 96.3 -> 38.2 (4); call 16: B8 decode Sk4096 54.2 -> 49.1
+// (2 splits of 64 tiles), B8 H32/8 Sq16 Sk4096 (packed rows fill the 64-row tile) 2
+// splits 53.3, 4 splits 57.6, unsplit ~56.9.
 bool kv_splittable(const core::AttentionProblem& p, const Instance& i) {
   return i.arch == 90 && !i.persistent && i.dtype != DType::e4m3 && p.cu_q == nullptr;
 }
@@ -283,9 +284,9 @@ int kv_split_count(const core::AttentionProblem& p, const Instance& i, int pack_
   const int64_t items = (rows + i.block_m - 1) / i.block_m * (p.heads >> pack_shift) * p.batch;
   const int64_t tiles = (p.sk + i.block_n - 1) / i.block_n;
   if (items < 1) return 1;
-  const int64_t ctas = int64_t(dev.sms) * (i.block_m == 64 && rows >= 64 ? 2 : 1);
+  const int64_t ctas = int64_t(dev.sms) * (i.block_m == 64 && rows >= 64 && pack_shift == 0 ? 2 : 1);
   const int64_t ns = std::min<int64_t>({ctas / items, tiles / 4, 16});
-  return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 128) ? int(ns) : 1;
+  return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64) ? int(ns) : 1;
 }
 
 const Instance* find_key(const char* key) {

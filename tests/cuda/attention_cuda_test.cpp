@@ -517,7 +517,13 @@ TEST_P(CudaSm90, DispatcherSelects) {
     d.expect_kernel = sm90 + "128_64x64_s2+gqa4+kv16";
     d.exact_kernel = true;
     run_case(d);
-    d.B = 8;  // 64 items: two splits of 64 key tiles, not taken
+    d.B = 8;  // 64 items: two splits of 64 key tiles
+    d.expect_kernel = sm90 + "128_64x64_s2+gqa4+kv2";
+    run_case(d);
+    d.Sq = 16;  // packed rows fill the 64-row tile: still one CTA per SM counted, 2 splits
+    run_case(d);
+    d.Sq = 1;
+    d.B = 16;  // 128 items: not split
     d.expect_kernel = sm90 + "128_64x64_s2+gqa4";
     run_case(d);
     d.B = 1;
