@@ -60,6 +60,9 @@ typedef struct {
   const float* q_descale_heads;
   const float* k_descale_heads;
   const float* v_descale_heads;
+  /* varlen: the longest q and k/v sequences, both or neither (0); given, a CUDA call does
+   * not copy cu_seqlens to the host (AttentionParams::max_seqlen_q in flashcore.hpp) */
+  int64_t max_seqlen_q, max_seqlen_k;
 } fc_attention_params;
 
 /* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp. */

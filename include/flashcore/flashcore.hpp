@@ -107,6 +107,12 @@ struct AttentionParams {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int64_t varlen_batch = 0;
+  // Varlen, the longest sequences of q and k/v (both or neither; 0 = neither). Without them
+  // a CUDA call copies cu_seqlens to the host and checks them, which synchronizes the
+  // stream (no CUDA-graph capture); with them it reads cu_seqlens on the device only and
+  // trusts them and these bounds: a sequence longer than its bound is left partly
+  // uncomputed. CPU tensors' host arrays are always checked, the bounds against them.
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
   int threads = 0;             // CPU threads; 0 = OMP_NUM_THREADS / all cores
   const char* impl = nullptr;  // force a kernel by key (see list_kernels); nullptr = auto
   void* stream = nullptr;      // cudaStream_t for CUDA tensors; nullptr = default stream

@@ -179,7 +179,7 @@ def _window(window) -> tuple[int, int]:
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
               out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
               threads=None, impl=None, exact_fp32=False, q_descale=1.0, k_descale=1.0,
-              v_descale=1.0):
+              v_descale=1.0, max_seqlen_q=None, max_seqlen_k=None):
     """O = softmax(scale * Q K^T + mask) V.
 
     q: [B, Sq, H, D], k: [B, Sk, Hkv, D], v: [B, Sk, Hkv, Dv] (H % Hkv == 0), any strides
@@ -193,7 +193,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     (causal: right = 0). scale defaults to 1/sqrt(D). strategy: 'auto', 'two-pass',
     'three-pass', 'online'. exp: 'exact' or 'fast'. Varlen: B = 1 with the sequences
     packed along dim 1 and int32 prefix sums cu_seqlens_q / cu_seqlens_k (length
-    batch + 1) on q's device; lse is then [1, H, total_q]. threads: CPU threads
+    batch + 1) on q's device; lse is then [1, H, total_q]. max_seqlen_q / max_seqlen_k
+    (varlen, both or neither): bounds of the longest sequences; given, a CUDA call reads
+    cu_seqlens on the device only (no stream synchronization, so it can be captured in a
+    CUDA graph) and trusts them and the bounds; without them it copies cu_seqlens to the
+    host and checks them. threads: CPU threads
     (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
     fp32 without TF32. CUDA arrays run on the framework's current stream.
 
@@ -245,20 +249,32 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
         threads = _threads(threads)
     if impl is not None:
         _impl(impl)
-    descales = {}
+    kw = {}  # optional keywords of _core.attention
+    if max_seqlen_q is not None or max_seqlen_k is not None:
+        kw["max_seqlen_q"] = _max_seqlen(max_seqlen_q, "max_seqlen_q")
+        kw["max_seqlen_k"] = _max_seqlen(max_seqlen_k, "max_seqlen_k")
     if not (type(q_descale) is float and type(k_descale) is float and type(v_descale) is float
             and q_descale == k_descale == v_descale == 1.0):
-        descales = _descales(q_descale, k_descale, v_descale, fw)
+        kw.update(_descales(q_descale, k_descale, v_descale, fw))
     if fw != "numpy" and _is_cuda(q, fw):
         with _device_of(q, fw):  # q's device current: its stream, its launch
             _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,
                             code_e, cu_seqlens_q, cu_seqlens_k, threads or 0, impl,
-                            _cuda_stream(q, fw), bool(exact_fp32), **descales)
+                            _cuda_stream(q, fw), bool(exact_fp32), **kw)
     else:
         _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
                         cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, bool(exact_fp32),
-                        **descales)
+                        **kw)
     return (out, lse) if return_lse else out
+
+
+def _max_seqlen(n, name):
+    """A varlen bound: an int >= 0 (None = 0, not given); the library checks the rest."""
+    if n is None:
+        return 0
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: must be an int, got {type(n).__name__}")
+    return n
 
 
 def _device_of(x, fw: str):

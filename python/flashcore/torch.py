@@ -10,7 +10,8 @@ is a `torch.library.custom_op` with a fake (meta) implementation that gives the 
 shapes and dtypes without running anything, so torch.compile traces through it and
 CUDA-graph capture records the kernel launched on the current stream. The ops are
 forward-only: no autograd formula is registered (a backward through them fails).
-Under CUDA-graph capture avoid varlen on CUDA (cu_seqlens are read on the host).
+Under CUDA-graph capture, varlen on CUDA needs max_seqlen_q / max_seqlen_k (without them
+cu_seqlens are copied to the host, which synchronizes the stream).
 """
 
 
@@ -28,18 +29,21 @@ _Tensor = torch.Tensor
 @torch.library.custom_op("flashcore::attention", mutates_args=())
 def _attention(q: _Tensor, k: _Tensor, v: _Tensor, causal: bool, window_left: int,
                window_right: int, scale: float, strategy: str, exp: str,
-               cu_seqlens_q: Optional[_Tensor], cu_seqlens_k: Optional[_Tensor]
-               ) -> tuple[_Tensor, _Tensor]:
+               cu_seqlens_q: Optional[_Tensor], cu_seqlens_k: Optional[_Tensor],
+               max_seqlen_q: int = 0, max_seqlen_k: int = 0) -> tuple[_Tensor, _Tensor]:
+    bounds = max_seqlen_q != 0 or max_seqlen_k != 0
     out, lse = _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
                               scale=None if scale == 0.0 else scale, return_lse=True,
                               strategy=strategy, exp=exp, cu_seqlens_q=cu_seqlens_q,
-                              cu_seqlens_k=cu_seqlens_k)
+                              cu_seqlens_k=cu_seqlens_k,
+                              max_seqlen_q=max_seqlen_q if bounds else None,
+                              max_seqlen_k=max_seqlen_k if bounds else None)
     return out, lse
 
 
 @_attention.register_fake
 def _attention_fake(q, k, v, causal, window_left, window_right, scale, strategy, exp,
-                    cu_seqlens_q, cu_seqlens_k):
+                    cu_seqlens_q, cu_seqlens_k, max_seqlen_q=0, max_seqlen_k=0):
     torch._check(q.dim() == 4, lambda: f"q: expected rank 4 [B, Sq, H, D], got {q.dim()}")
     torch._check(v.dim() == 4, lambda: f"v: expected rank 4 [B, Sk, Hkv, Dv], got {v.dim()}")
     b, sq, h, _ = q.shape
@@ -71,13 +75,14 @@ def _gemm_chain_fake(a, b, c):
 
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
-              strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None):
+              strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
+              max_seqlen_q=None, max_seqlen_k=None):
     """flashcore.attention as the registered op torch.ops.flashcore.attention (see
     flashcore.attention for the arguments). Returns out, or (out, lse)."""
     wl, wr = _api._window(window)
     out, lse = torch.ops.flashcore.attention(
         q, k, v, bool(causal), wl, wr, 0.0 if scale is None else _api._scale(scale, 0.0),
-        strategy, exp, cu_seqlens_q, cu_seqlens_k)
+        strategy, exp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q or 0, max_seqlen_k or 0)
     return (out, lse) if return_lse else out
 
 

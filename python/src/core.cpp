@@ -193,7 +193,7 @@ struct AttentionCall {
                 double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
                 nb::handle cu_q_, nb::handle cu_k_, int threads, nb::handle impl_,
                 uintptr_t stream, bool exact_fp32, double q_descale, double k_descale, double v_descale,
-                nb::handle qdh_, nb::handle kdh_, nb::handle vdh_) {
+                nb::handle qdh_, nb::handle kdh_, nb::handle vdh_, int64_t max_q, int64_t max_k) {
     q = import_array(q_, "q", false);
     k = import_array(k_, "k", false);
     v = import_array(v_, "v", false);
@@ -228,6 +228,8 @@ struct AttentionCall {
       p.cu_seqlens_k = static_cast<const int32_t*>(cu_k.t.data);
       p.varlen_batch = cu_q.t.shape[0] - 1;
     }
+    p.max_seqlen_q = max_q;  // the library checks them (named errors)
+    p.max_seqlen_k = max_k;
     p.scale = float(scale);
     p.causal = causal;
     p.window_left = wl;
@@ -291,9 +293,9 @@ void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::han
                double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
                nb::handle cu_q, nb::handle cu_k, int threads, nb::handle impl, uintptr_t stream,
                bool exact_fp32, double q_descale, double k_descale, double v_descale, nb::handle qdh,
-               nb::handle kdh, nb::handle vdh) {
+               nb::handle kdh, nb::handle vdh, int64_t max_q, int64_t max_k) {
   AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh);
+                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh, max_q, max_k);
   c.run();
 }
 
@@ -306,10 +308,10 @@ nb::tuple attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle ou
                                    nb::handle cu_k, int threads, nb::handle impl,
                                    uintptr_t stream, bool exact_fp32, int iters, double q_descale,
                                    double k_descale, double v_descale, nb::handle qdh, nb::handle kdh,
-                                   nb::handle vdh) {
+                                   nb::handle vdh, int64_t max_q, int64_t max_k) {
   if (iters < 1) raise_value("iters: must be >= 1, got " + std::to_string(iters));
   AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh);
+                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh, max_q, max_k);
   std::vector<double> ns(size_t(iters), 0.0);
   {
     nb::gil_scoped_release nogil;
@@ -425,13 +427,14 @@ NB_MODULE(_core, m) {
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
         "stream"_a, "exact_fp32"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0, "v_descale"_a = 1.0,
         "q_descale_heads"_a.none() = nb::none(), "k_descale_heads"_a.none() = nb::none(),
-        "v_descale_heads"_a.none() = nb::none());
+        "v_descale_heads"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0);
   m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
         "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
         "stream"_a, "exact_fp32"_a, "iters"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0,
         "v_descale"_a = 1.0, "q_descale_heads"_a.none() = nb::none(),
-        "k_descale_heads"_a.none() = nb::none(), "v_descale_heads"_a.none() = nb::none());
+        "k_descale_heads"_a.none() = nb::none(), "v_descale_heads"_a.none() = nb::none(),
+        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0);
   m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
         "Nanoseconds the last attention() spent in the C++ call (this thread).");
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,

@@ -80,6 +80,8 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.cu_seqlens_q = p->cu_seqlens_q;
   r.cu_seqlens_k = p->cu_seqlens_k;
   r.varlen_batch = p->varlen_batch;
+  r.max_seqlen_q = p->max_seqlen_q;
+  r.max_seqlen_k = p->max_seqlen_k;
   r.threads = p->threads;
   r.impl = p->impl;
   r.stream = p->stream;

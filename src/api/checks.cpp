@@ -214,17 +214,33 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
     pr.cu_q = p.cu_seqlens_q;
     pr.cu_k = p.cu_seqlens_k;
     pr.batch = p.varlen_batch;
+    // The caller's bounds of the longest sequences: both or neither, 1 .. the packed rows.
+    if ((p.max_seqlen_q != 0) != (p.max_seqlen_k != 0))
+      bad(p.max_seqlen_q != 0 ? "params.max_seqlen_k" : "params.max_seqlen_q",
+          "max_seqlen_q and max_seqlen_k must be given together (or both 0)");
+    if (p.max_seqlen_q != 0 && (p.max_seqlen_q < 1 || p.max_seqlen_q > Sq))
+      bad("params.max_seqlen_q", "must be in 1 .. " + std::to_string(Sq) + " (q's rows), got " + std::to_string(p.max_seqlen_q));
+    if (p.max_seqlen_k != 0 && (p.max_seqlen_k < 1 || p.max_seqlen_k > Sk))
+      bad("params.max_seqlen_k", "must be in 1 .. " + std::to_string(Sk) + " (k's rows), got " + std::to_string(p.max_seqlen_k));
+    pr.max_sq = p.max_seqlen_q;
+    pr.max_sk = p.max_seqlen_k;
     if (q.device == Device::cpu) {
-      // Host arrays: check them now. Device arrays are checked by the CUDA backend
-      // (copied to the host) before its launch.
+      // Host arrays: check them now (and the bounds against them). Device arrays are
+      // checked by the CUDA backend (copied to the host) before its launch, unless the
+      // bounds are given.
       int64_t max_q = 0, max_k = 0;
       check_cu_seqlens(p.cu_seqlens_q, p.varlen_batch, Sq, "params.cu_seqlens_q", &max_q);
       check_cu_seqlens(p.cu_seqlens_k, p.varlen_batch, Sk, "params.cu_seqlens_k", &max_k);
+      if (p.max_seqlen_q != 0 && (max_q > p.max_seqlen_q || max_k > p.max_seqlen_k))
+        bad(max_q > p.max_seqlen_q ? "params.max_seqlen_q" : "params.max_seqlen_k",
+            "is below the longest sequence (" + std::to_string(max_q > p.max_seqlen_q ? max_q : max_k) + ")");
       pr.sq = max_q;
       pr.sk = max_k;
     }
   } else if (p.varlen_batch != 0) {
     bad("params.varlen_batch", "is set but cu_seqlens_q/k are null");
+  } else if (p.max_seqlen_q != 0 || p.max_seqlen_k != 0) {
+    bad(p.max_seqlen_q != 0 ? "params.max_seqlen_q" : "params.max_seqlen_k", "is set but cu_seqlens_q/k are null");
   }
 
   if (p.lse != nullptr) {

@@ -35,6 +35,9 @@ struct AttentionProblem {
   // [cu_q[b], cu_q[b+1]) along the s dim of q/o (and cu_k for k/v); sq/sk are the max lengths.
   const int32_t* cu_q = nullptr;
   const int32_t* cu_k = nullptr;
+  // varlen on CUDA: the caller's bounds of the longest sequences (0: the CUDA backend copies
+  // cu_q/cu_k to the host); sq/sk stay the packed tensors' rows there.
+  int64_t max_sq = 0, max_sk = 0;
   float scale = 1.0f;            // softmax scale (natural exp domain)
   bool causal = false;
   int64_t window_left = -1, window_right = -1;

@@ -250,22 +250,23 @@ bool o_tma_mappable(const core::AttentionProblem& p) {
 }
 
 // GQA packing on the sm90 kernels (FwdParams::pack_shift): the G = H / Hkv query heads
-// of a KV head share the tiles when Sq is short (below 64, a tile of one head's rows is
-// mostly empty, and each head would read the KV head's K and V again): G a power of two
-// up to 64, 16-bit, O mappable by TMA (o_tma: the packed rows are written by the
-// TMA-store epilogue; it implies fixed-length batches). log2 G, or 0.
-int gqa_pack_shift(const core::AttentionProblem& p, bool o_tma) {
+// of a KV head share the tiles when the queries are few (sq: the longest sequence, below
+// 64: a tile of one head's rows is then mostly empty, and each head would read the KV
+// head's K and V again): G a power of two up to 64, 16-bit. Fixed-length batches with a
+// TMA-mappable O store the packed rows by TMA, varlen batches and other outputs from
+// registers. log2 G, or 0.
+int gqa_pack_shift(const core::AttentionProblem& p, int64_t sq) {
   const int64_t g = p.group();
-  if (!o_tma || p.sq >= 64 || g < 2 || g > 64 || (g & (g - 1)) != 0) return 0;
+  if (sq >= 64 || g < 2 || g > 64 || (g & (g - 1)) != 0) return 0;
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) return 0;
   int shift = 0;
   while ((int64_t(1) << shift) < g) ++shift;
   return shift;
 }
 
-// KV splits (flash-decoding) on the 16-bit sm90 kernels that are not persistent, for
-// fixed-length batches, where the items (query blocks x heads (KV heads when packed) x
-// batch) leave most SMs idle: ns = min(CTAs / items, key tiles / 4, 16) CTAs share an
+// KV splits (flash-decoding) on the 16-bit sm90 kernels that are not persistent, where
+// the items (query blocks x heads (KV heads when packed) x batch; varlen: of the longest
+// sequences, sq and sk) leave most SMs idle: ns = min(CTAs / items, key tiles / 4, 16) CTAs share an
 // item's key tiles (CTAs: the SMs, twice that for full 64-row tiles of unpacked rows,
 // two of which share an SM), and kv_combine.cu merges them; taken when ns >= 4 with at
 // least 16 key tiles, or ns >= 2 with at least 64. Measured on an H100 (f16, CUDA graphs,
@@ -275,14 +276,13 @@ int gqa_pack_shift(const core::AttentionProblem& p, bool o_tma) {
 // (2), B1 H8 Sq512 Sk16384 hd64 96.3 -> 38.2 (4); call 16: B8 decode Sk4096 54.2 -> 49.1
 // (2 splits of 64 tiles), B8 H32/8 Sq16 Sk4096 (packed rows fill the 64-row tile) 2
 // splits 53.3, 4 splits 57.6, unsplit ~56.9.
-bool kv_splittable(const core::AttentionProblem& p, const Instance& i) {
-  return i.arch == 90 && !i.persistent && i.dtype != DType::e4m3 && p.cu_q == nullptr;
-}
-int kv_split_count(const core::AttentionProblem& p, const Instance& i, int pack_shift, const DeviceInfo& dev) {
-  if (!kv_splittable(p, i)) return 1;
-  const int64_t rows = p.sq << pack_shift;
+bool kv_splittable(const Instance& i) { return i.arch == 90 && !i.persistent && i.dtype != DType::e4m3; }
+int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, const Instance& i, int pack_shift,
+                   const DeviceInfo& dev) {
+  if (!kv_splittable(i)) return 1;
+  const int64_t rows = sq << pack_shift;
   const int64_t items = (rows + i.block_m - 1) / i.block_m * (p.heads >> pack_shift) * p.batch;
-  const int64_t tiles = (p.sk + i.block_n - 1) / i.block_n;
+  const int64_t tiles = (sk + i.block_n - 1) / i.block_n;
   if (items < 1) return 1;
   const int64_t ctas = int64_t(dev.sms) * (i.block_m == 64 && rows >= 64 && pack_shift == 0 ? 2 : 1);
   const int64_t ns = std::min<int64_t>({ctas / items, tiles / 4, 16});
@@ -536,9 +536,20 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   const bool dims_ok = p.d % chunk == 0 && p.dv % chunk == 0;
   std::string bad_tensor;
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  // Varlen: the longest sequences, the caller's bounds or from cu_seqlens copied to the
+  // host and checked (the copy synchronizes the stream).
+  int64_t sq = p.sq, sk = p.sk;
+  if (p.cu_q != nullptr && p.max_sq > 0) {
+    sq = p.max_sq;
+    sk = p.max_sk;
+  } else if (p.cu_q != nullptr) {
+    sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
+    sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
+  }
   // The sm90 kernels' output path and GQA packing (used when an sm90 kernel runs).
   const bool o_tma = o_tma_mappable(p);
-  const int pack_shift = gqa_pack_shift(p, o_tma);
+  const int pack_shift = gqa_pack_shift(p, sq);
   if (!f32) {
     if (!dims_ok)
       throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
@@ -559,9 +570,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       key.resize(kv);
     }
     inst = find_key(key.c_str());
-    if (kv_splits > 1 && inst != nullptr && !kv_splittable(p, *inst))
+    if (kv_splits > 1 && inst != nullptr && !kv_splittable(*inst))
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                           "': KV splits run on the 16-bit sm90 kernels without '_p', fixed-length batches");
+                                           "': KV splits run on the 16-bit sm90 kernels without '_p'");
     if (inst != nullptr && inst->arch == 90) {
       const std::string why = sm90_refusal(p, *inst, dev);
       if (!why.empty())
@@ -588,17 +599,10 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   }
   const bool simt = inst == nullptr;  // f32 only: pick throws for 16-bit
 
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  int64_t sq = p.sq, sk = p.sk;
-  if (p.cu_q != nullptr) {
-    sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
-    sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
-  }
-
   FwdParams f = fwd_params(p, sq, sk, dev.sms);
   f.pack_shift = inst != nullptr && inst->arch == 90 ? pack_shift : 0;
   f.o_tma = o_tma;
-  if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, *inst, f.pack_shift, dev);
+  if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, sq, sk, *inst, f.pack_shift, dev);
   f.kv_splits = std::max(kv_splits, 1);
 
   if (times != nullptr) {
@@ -610,8 +614,10 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;
 
   if (f.kv_splits > 1) {
-    // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l).
-    const size_t rows = size_t(p.batch * p.sq * p.heads), o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
+    // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l);
+    // O's rows: B Sq H, varlen total_q H (p.sq is the packed tensors' total then).
+    const size_t rows = size_t((p.cu_q != nullptr ? 1 : p.batch) * p.sq * p.heads),
+                 o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
     launch_with_workspace(
         o_bytes + size_t(f.kv_splits) * rows * 8, "KV-split", dev.id, stream,
         [&](void* ws) {

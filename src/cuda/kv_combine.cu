@@ -19,9 +19,11 @@ namespace {
 __device__ __forceinline__ void put(__half* o, float x) { *o = __float2half_rn(x); }
 __device__ __forceinline__ void put(__nv_bfloat16* o, float x) { *o = __float2bfloat16_rn(x); }
 
-// One thread per 4 columns of an output row r = (b Sq + query) H + head (Dv is a multiple
-// of 8): the splits' (m, l) twice (max, then weights; shared by the row's threads through
-// the caches), then the weighted sum of their O rows, the loads independent across splits.
+// One thread per 4 columns of an output row r = (b Sq + query) H + head (varlen: (row of
+// the packed O) H + head; Dv is a multiple of 8), `rows` apart from one split's rows to
+// the next's; varlen rows past the last sequence (cu_seqlens_q[B]) are not written: the
+// splits' (m, l) twice (max, then weights; shared by the row's threads through the
+// caches), then the weighted sum of their O rows, the loads independent across splits.
 template <typename O>
 __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int rows) {
   // Launched as a programmatic dependent of the split kernel (sm90): its blocks may start
@@ -31,7 +33,9 @@ __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int 
 #endif
   const int quads = p.dv / 4;
   const int64_t t = int64_t(blockIdx.x) * 256 + threadIdx.x;
-  if (t >= int64_t(rows) * quads) return;
+  const bool varlen = p.cu_q != nullptr;
+  const int used = varlen ? p.cu_q[p.batch] * p.heads : rows;
+  if (t >= int64_t(used) * quads) return;
   const int r = int(t / quads), c = int(t % quads) * 4, ns = p.kv_splits;
   const float2* ml = p.part_ml + r;
   float m = -INFINITY;
@@ -51,7 +55,7 @@ __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int 
     acc.w += w * o.w;
   }
   const float inv = l > 0.f ? 1.f / l : 0.f;
-  const int hq = r % p.heads, q = (r / p.heads) % p.sq, b = r / p.heads / p.sq;
+  const int hq = r % p.heads, q = varlen ? r / p.heads : (r / p.heads) % p.sq, b = varlen ? 0 : r / p.heads / p.sq;
   O* go = static_cast<O*>(p.o) + b * p.o_sb + q * p.o_ss + hq * p.o_sh + c;
   put(go, acc.x * inv);
   put(go + 1, acc.y * inv);
@@ -65,7 +69,7 @@ __global__ void __launch_bounds__(256) kv_combine_kernel(const FwdParams p, int 
 
 // After the split kernel on the same stream: O (f16 or bf16, p.o with its strides) and lse.
 cudaError_t kv_combine(const FwdParams& p, bool bf16, cudaStream_t stream) {
-  const int rows = p.batch * p.sq * p.heads;
+  const int rows = (p.cu_q != nullptr ? p.total_q : p.batch * p.sq) * p.heads;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((int64_t(rows) * (p.dv / 4) + 255) / 256));
   cfg.blockDim = dim3(256);

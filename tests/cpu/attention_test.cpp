@@ -358,6 +358,14 @@ void check_varlen(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& 
         p.cu_seqlens_q = cu_q.data();
         p.cu_seqlens_k = cu_k.data();
         p.varlen_batch = nseq;
+        if (run % 2 == 0) {  // every other strategy with bounds of the longest sequences (k's one loose)
+          for (size_t i = 1; i < cu_q.size(); ++i) {
+            p.max_seqlen_q = std::max<int64_t>(p.max_seqlen_q, cu_q[i] - cu_q[i - 1]);
+            p.max_seqlen_k = std::max<int64_t>(p.max_seqlen_k, cu_k[i] - cu_k[i - 1] + 1);
+          }
+          p.max_seqlen_q = std::max<int64_t>(p.max_seqlen_q, 1);
+          p.max_seqlen_k = std::min<int64_t>(p.max_seqlen_k, k.view().shape[1]);
+        }
         fc::attention(q.view(), k.view(), v.view(), out.view(), p);
         // Compare the rows the sequences cover; the spare rows must still be poison.
         const int64_t covered = cu_q.back() * h * d;

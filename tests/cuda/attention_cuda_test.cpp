@@ -332,13 +332,19 @@ TEST_P(CudaDtype, PeakedScores) {
 }
 
 // Variable-length batch (one empty q sequence, GQA, lse) against the reference; `impl`
-// forces a kernel by key (and checks that it ran).
-void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4) {
+// forces a kernel by key and `expect` is the kernel name that must run (default: impl;
+// e.g. "+gqa4" appended where the sm90 kernels pack the query heads); cq / ck: other
+// sequence lengths; extra_q: rows of Q and O past the last sequence, which stay untouched;
+// graph: with params.max_seqlen_q/k (k's loose), captured in a CUDA graph on a stream of
+// its own and replayed (no host copy of cu_seqlens: capture fails on a synchronization).
+const std::vector<int32_t> kVarlenQ = {0, 5, 135, 199, 199}, kVarlenK = {0, 7, 207, 208, 250};  // one empty q sequence
+void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4, const std::vector<int32_t>& cq = kVarlenQ,
+                 const std::vector<int32_t>& ck = kVarlenK, const std::string& expect = "", int64_t extra_q = 0,
+                 bool graph = false) {
   fctest::Rng rng;
   FC_TRACE_SEED(rng);
   SCOPED_TRACE(impl);
-  const std::vector<int32_t> cq = {0, 5, 135, 199, 199}, ck = {0, 7, 207, 208, 250};  // one empty q sequence
-  const int64_t nb = 4, tq = cq.back(), tk = ck.back(), Hkv = 2;
+  const int64_t nb = int64_t(cq.size()) - 1, tq = cq.back() + extra_q, tk = ck.back(), Hkv = 2;
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
     HostTensor q(dt, {1, tq, H, D}), k(dt, {1, tk, Hkv, D}), v(dt, {1, tk, Hkv, D}), o(dt, {1, tq, H, D});
@@ -362,9 +368,32 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4) {
     p.varlen_batch = nb;
     if (!impl.empty()) p.impl = impl.c_str();
     flashcore::PhaseTimes t;
-    ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
+    if (graph) {
+      for (size_t i = 1; i < cq.size(); ++i) {
+        p.max_seqlen_q = std::max<int64_t>(p.max_seqlen_q, cq[i] - cq[i - 1]);
+        p.max_seqlen_k = std::max<int64_t>(p.max_seqlen_k, ck[i] - ck[i - 1]);
+      }
+      p.max_seqlen_k = std::min<int64_t>(p.max_seqlen_k + 3, tk);
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+      p.stream = st;
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t ge = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      EXPECT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
+      ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+      cudaStreamDestroy(st);
+      p.stream = nullptr;
+    } else {
+      ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
+    }
     if (!impl.empty()) {
-      EXPECT_EQ(t.kernel, impl);
+      EXPECT_EQ(t.kernel, expect.empty() ? impl : expect);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     dout.download(o);
@@ -377,6 +406,20 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4) {
     rp.cu_seqlens_k = ck.data();
     flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
                                     ref.view(), rp);
+    // Rows past the last sequence: still poisoned (NaN), then left out of the comparison.
+    int64_t touched = 0;
+    for (int64_t i = cq.back() * H * D; i < tq * H * D; ++i) {
+      touched += !std::isnan(o.get(i));
+      o.set(i, 0.0);
+      ref.set(i, 0.0);
+    }
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = cq.back(); r < tq; ++r) {
+        touched += !std::isnan(lse.get(h * tq + r));
+        lse.set(h * tq + r, 0.0);
+        ref_lse.set(h * tq + r, 0.0);
+      }
+    EXPECT_EQ(touched, 0) << "rows past the last sequence were written";
     EXPECT_TRUE(fctest::close(o, ref, out_tol(dt, 200)));
     EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(dt)));
     cudaFree(dcq);
@@ -387,6 +430,7 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4) {
 TEST_P(CudaDtype, Varlen) {
   FC_REQUIRE_GPU();
   varlen_case(GetParam(), 64, "");
+  varlen_case(GetParam(), 64, "", 4, kVarlenQ, kVarlenK, "", 2, true);  // bounds given, in a CUDA graph
 }
 
 // f32 runs every test above on TF32 tensor cores (fwd_sm80_tf32_*).
@@ -653,13 +697,18 @@ TEST_P(CudaSm90, GqaPackedShortQueries) {
     run_case(c);
     c.bhsd = false;
     c.pad = 0;
-    c.out_pad = 2;  // O rows not 16-byte aligned: not packed
-    c.expect_kernel = key.first;
+    c.out_pad = 2;  // O rows not 16-byte aligned: packed, O stored from registers
     run_case(c);
     c.out_pad = -1;
+    c.expect_kernel = key.first;
     c.H = 6;  // G = 3: not packed
     c.Hkv = 2;
     run_case(c);
+    // Varlen, packed (the longest sequence has 33 queries; O from registers): decode rows,
+    // an empty sequence, causal with fewer keys than queries (rows that see no key).
+    varlen_case(GetParam(), key.second, key.first, 8, {0, 1, 4, 4, 37, 38}, {0, 300, 301, 900, 1000, 1700},
+                key.first + "+gqa4");
+    varlen_case(GetParam(), key.second, key.first, 8, {0, 1, 2, 3, 4}, {0, 1, 130, 513, 1025}, key.first + "+gqa4", 3);
   }
 }
 
@@ -686,6 +735,18 @@ TEST_P(CudaSm90, KvSplits) {
     c.Sq = 1;  // decode, 4 query heads per KV head packed
     c.Sk = 1000;
     run_kv(5, "+gqa4");
+    c.out_pad = 2;  // packed rows, O rows only 4-byte aligned
+    run_kv(5, "+gqa4");
+    c.out_pad = -1;
+    // Varlen decode and short prefixes (packed), rows past the last sequence untouched;
+    // varlen with long queries (not packed), an empty sequence.
+    varlen_case(dt, key.second, key.first + "+kv5", 8, {0, 1, 2, 3, 4}, {0, 1, 130, 1025, 2000},
+                key.first + "+gqa4+kv5", 3);
+    varlen_case(dt, key.second, key.first + "+kv5", 8, {0, 1, 2, 3, 4}, {0, 1, 130, 1025, 2000},
+                key.first + "+gqa4+kv5", 3, true);  // bounds given, in a CUDA graph
+    varlen_case(dt, key.second, key.first + "+kv3", 8, {0, 1, 4, 4, 37, 38}, {0, 300, 301, 900, 1000, 1700},
+                key.first + "+gqa4+kv3");
+    varlen_case(dt, key.second, key.first + "+kv4", 4, kVarlenQ, kVarlenK, key.first + "+kv4", 2);
     c.Sq = 3;
     c.Sk = 130;
     c.causal = true;

@@ -128,6 +128,11 @@ def test_bad_varlen():
     raises(ValueError, "cu_seqlens_k", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=np.array([0, 6, 4], np.int32))
     raises(ValueError, "cu_seqlens_q", flashcore.attention, q, k, v, cu_seqlens_q=np.array([0, 4, 11], np.int32), cu_seqlens_k=cu)
     raises(ValueError, "cu_seqlens_k", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=np.array([0, 10], np.int32))
+    # Bounds of the longest sequences (6 here): below it, one without the other, not an int, without varlen.
+    raises(ValueError, "max_seqlen_q", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=6)
+    raises(ValueError, "max_seqlen_k", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=6)
+    raises(TypeError, "max_seqlen_q", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q="6", max_seqlen_k=6)
+    raises(ValueError, "max_seqlen_q", flashcore.attention, q, k, v, max_seqlen_q=6, max_seqlen_k=6)
     q2, k2, v2 = qkv(b=2)
     raises(ValueError, "q", flashcore.attention, q2, k2, v2, cu_seqlens_q=cu, cu_seqlens_k=cu)
 

@@ -170,6 +170,31 @@ def test_torch_cuda_varlen():
 
 
 @needs_cuda
+def test_torch_cuda_varlen_graph():
+    """Varlen with max_seqlen_q/k under CUDA-graph capture (no host copy of cu_seqlens):
+    decode rows with few KV heads, one sequence longer than the rest, one with one key."""
+    import flashcore.torch as fct
+    cu_q = torch.tensor([0, 1, 2, 3, 7], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 900, 901, 3000, 3100], dtype=torch.int32, device="cuda")
+    q = make((1, 7, 32, 128), "f16", "cuda")
+    k = make((1, 3100, 8, 128), "f16", "cuda")
+    v = make((1, 3100, 8, 128), "f16", "cuda")
+    o_ref, _ = ref.attention_varlen(t64(q), t64(k), t64(v), cu_q.cpu().numpy(), cu_k.cpu().numpy())
+    try:
+        fct.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=4, max_seqlen_k=2100)
+    except NotImplementedError as e:
+        pytest.skip(f"CUDA backend: {e}")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fct.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=4, max_seqlen_k=2100)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert ref.rel_err(t64(out), o_ref) <= 1e-2
+
+
+@needs_cuda
 def test_torch_cuda_stream_and_graph():
     import flashcore.torch as fct
     q = make((1, 64, 4, 64), "f16", "cuda")

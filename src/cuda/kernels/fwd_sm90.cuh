@@ -54,10 +54,13 @@
 // optional per-head factors (p.*_descale_heads) into the item's copies of the two.
 // GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq, 16-bit): an
 // item covers the G query heads of one KV head, packed row r = query (r >> shift) of
-// head G hk + (r & (G - 1)): Q and O move through maps of [B][S][H][D] ordered {D, H, S,
-// B} with boxes of G heads x rows / G queries, so the shared-memory tiles hold exactly
-// these rows; K and V are read once per KV head instead of once per query head. The
-// mask takes the row's query index (mask_scores' shift), lse its head and query.
+// head G hk + (r & (G - 1)): Q (and O, by TMA stores) move through maps of [B][S][H][D]
+// ordered {D, H, S, B} with boxes of G heads x rows / G queries, so the shared-memory
+// tiles hold exactly these rows; K and V are read once per KV head instead of once per
+// query head. The mask takes the row's query index (mask_scores' shift), lse its head and
+// query. Varlen batches and outputs that TMA cannot map are packed too: Q's map then
+// covers the packed tensor ([1][total][H][D]; rows past a sequence's end are computed, not
+// stored) and the registers store O (store_output with the head stride).
 //
 // Persistence (kPersistent, the "_p" keys) is a second compiled variant: the item loop
 // costs the main loop ~8% more instructions (ptxas builds some descriptors per thread),
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
           // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
           const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
-          const int q_c2 = shift > 0 ? wi.m0 >> shift : wi.h;
+          const int q_c2 = shift > 0 ? int(seq.q_row0) + (wi.m0 >> shift) : wi.h;
 #pragma unroll
           for (int c = 0; c < Tr::kColBlocks; ++c)
             ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
@@ -497,13 +500,14 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 
       sm.finish();
       if (kCanSplit && ns > 1) {
-        // This split's unnormalized rows and their (m, l) for kv_combine.cu (fixed-length
-        // batches: the backend splits no varlen call).
+        // This split's unnormalized rows and their (m, l) for kv_combine.cu, row
+        // (j R + the query's row in O's [B Sq] or varlen [total] rows) H + head, R those rows.
+        const int64_t rows_o = p.cu_q != nullptr ? int64_t(p.total_q) : int64_t(p.batch) * p.sq;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (wi.h << shift) | (prow & ((1 << shift) - 1));
           if (qrow >= seq.sq) continue;
-          const int64_t r = ((int64_t(split_j) * p.batch + seq.bb) * p.sq + qrow) * p.heads + hq;
+          const int64_t r = (split_j * rows_o + seq.bb * p.sq + seq.q_row0 + qrow) * p.heads + hq;
           float* po = p.part_o + r * p.dv;
 #pragma unroll
           for (int df = 0; df < kDF; ++df)
@@ -514,11 +518,18 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ++qi;
         continue;  // not persistent: the CTA's only item
       }
-      float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + wi.h * p.lse_sh + seq.q_row0;
+      // The item's first query head (packed: the first of its KV head's G heads).
+      const int h0 = wi.h << shift;
+      float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h0 * p.lse_sh + seq.q_row0;
       auto store = [&](auto* type) {  // O in the output's type
         using O = std::remove_pointer_t<decltype(type)>;
-        O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + wi.h * p.o_sh;
-        store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+        O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h0 * p.o_sh;
+        // Packed rows on their own call: with the head stride in the one call, ptxas moved
+        // two of the persistent hd128 kernels' spills into the main loop (sass_check).
+        if (shift > 0)
+          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
+        else
+          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
       };
       if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
         sm.m[0] -= Tr::kPLog2;
@@ -589,7 +600,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // queries, the packed rows' order.
   const int g = 1 << p.pack_shift;
   auto row_map = [&](CUtensorMap* map, const void* base, int d, int64_t ss, int64_t sh, int64_t sb, int rows) {
-    return g > 1 ? make_tma_16bit_4d(map, bf16, base, d, p.heads, p.sq, p.batch, sh, ss, sb, g, rows / g)
+    return g > 1 ? make_tma_16bit_4d(map, bf16, base, d, p.heads, rows_q, nb, sh, ss, sb, g, rows / g)
                  : make_tma_16bit_4d(map, bf16, base, d, rows_q, p.heads, nb, ss, sh, sb, rows);
   };
   CUtensorMap tq, tk, tv;
@@ -602,7 +613,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
       e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
                            kHeadDim, 64);
   } else {
-    if (g > 1 && (varlen || g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
+    if (g > 1 && (g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
     e = row_map(&tq, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
@@ -612,13 +623,12 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   // O's map for the TMA-store epilogue (16-bit, fixed-length batches), boxes of 64 rows,
   // where the backend found O mappable (p.o_tma: TMA wants a 16-byte aligned base and
-  // strides); otherwise the registers store it. GQA packing needs the map.
+  // strides); otherwise the registers store it (packed rows too: store_output).
   FwdParams kp = p;
   CUtensorMap to{};
   if constexpr (!Tr::kFp8) {
     // Fixed-length batches (p.o_tma implies it): rows_q and nb are then Sq and B.
     kp.o_tma = p.o_tma && !varlen && row_map(&to, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
-    if (g > 1 && !kp.o_tma) return cudaErrorInvalidValue;
   } else {
     if (g > 1) return cudaErrorInvalidValue;
   }
@@ -630,8 +640,8 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // SMs at once (or one per item, when there are fewer).
   // GQA packing: Sq G rows of each KV head.
   const int n_mb = ((p.sq << p.pack_shift) + kBlockM - 1) / kBlockM, item_heads = p.heads >> p.pack_shift;
-  // KV splits: kv_splits CTAs per item (16-bit, not persistent, fixed-length batches).
-  if (p.kv_splits > 1 && (kPersistent || Tr::kFp8 || varlen || p.part_o == nullptr || p.part_ml == nullptr))
+  // KV splits: kv_splits CTAs per item (16-bit, not persistent).
+  if (p.kv_splits > 1 && (kPersistent || Tr::kFp8 || p.part_o == nullptr || p.part_ml == nullptr))
     return cudaErrorInvalidValue;
   dim3 grid(unsigned(n_mb * p.kv_splits), unsigned(item_heads), unsigned(p.batch));  // kv_splits >= 1
   if constexpr (kPersistent != 0) {

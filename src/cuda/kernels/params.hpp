@@ -44,8 +44,8 @@ struct FwdParams {
   // sm90, 16-bit, not persistent: KV splits (flash-decoding). kv_splits > 1 CTAs share an
   // item's key tiles (split j takes the j-th of kv_splits near-equal runs) and write their
   // unnormalized O rows and (m, l) (log2 domain) to part_o / part_ml, row index
-  // r = ((j B + b) Sq + query) H + query head (part_o: r Dv floats on); kv_combine.cu merges
-  // them into O and lse.
+  // r = ((j B + b) Sq + query) H + query head (varlen: (j total_q + the query's row) H +
+  // query head; part_o: r Dv floats on); kv_combine.cu merges them into O and lse.
   int kv_splits = 1;
   float* part_o = nullptr;
   float2* part_ml = nullptr;

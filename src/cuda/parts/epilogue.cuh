@@ -16,22 +16,26 @@ __device__ __forceinline__ float row_lse(float m, float l) {
   return l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
 }
 
+// Rows row0 and row0 + 8 of the tile. GQA packing (sm90, shift = log2 G > 0): packed row r
+// is query r >> shift of head offset r & (G - 1), so go and glse point at the item's first
+// head and the head strides o_sh, lse_sh place the row; shift 0: row r is query r.
 template <typename T, int kDF>
 __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const float* m, const float* l,
                                              T* go, int64_t o_ss, float* glse,
-                                             int row0, int sq, int dv, int t) {
+                                             int row0, int sq, int dv, int t, int shift = 0, int64_t o_sh = 0,
+                                             int64_t lse_sh = 0) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int row = row0 + half * 8;
+    const int prow = row0 + half * 8, row = prow >> shift, hoff = prow & ((1 << shift) - 1);
     if (row >= sq) continue;
     const float inv = l[half] > 0.f ? 1.f / l[half] : 0.f;
-    T* orow = go + row * o_ss;
+    T* orow = go + row * o_ss + hoff * o_sh;
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;
       if (col < dv) ptx::store2<T>(orow + col, acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
     }
-    if (glse != nullptr && t == 0) glse[row] = row_lse(m[half], l[half]);
+    if (glse != nullptr && t == 0) glse[row + hoff * lse_sh] = row_lse(m[half], l[half]);
   }
 }
 
