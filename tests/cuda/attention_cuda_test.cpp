@@ -735,6 +735,7 @@ TEST_P(CudaSm90, KvSplits) {
     c.Sq = 1;  // decode, 4 query heads per KV head packed
     c.Sk = 1000;
     run_kv(5, "+gqa4");
+    run_kv(40, "+gqa4");  // more splits than the combine merges at once (16), some empty
     c.out_pad = 2;  // packed rows, O rows only 4-byte aligned
     run_kv(5, "+gqa4");
     c.out_pad = -1;
