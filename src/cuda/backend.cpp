@@ -213,7 +213,9 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
   const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
-  const int64_t sq = (p.cu_q != nullptr ? p.sq / std::max<int64_t>(p.batch, 1) : p.sq) << pack_shift;  // varlen: mean
+  // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
+  const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
+  const int64_t sq = p.sq / nb << pack_shift, sk = p.sk / nb;
   const int64_t heads = p.heads >> pack_shift;
   const Instance *tall = nullptr, *rows64 = nullptr;
   for (const Instance& i : kInstances)
@@ -224,15 +226,15 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
         if (rows64 == nullptr) rows64 = &i;
         continue;
       }
-      if (tall != nullptr || (i.block_m > 128 && banded && p.sk < kBandedTallMinSk)) continue;
+      if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? p.sk < (banded ? kBandedShortSk64 : kShortSk) : banded && p.sk < kShortSk;
+  const bool few_keys = p.d <= 64 ? sk < (banded ? kBandedShortSk64 : kShortSk) : banded && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.
   const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * (i->block_m == 64 ? 2 : 1); };
-  if (pick != nullptr && p.sk < kPersistentMaxSk &&
+  if (pick != nullptr && sk < kPersistentMaxSk &&
       (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
     for (const Instance& i : kInstances)
       if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&

@@ -333,7 +333,8 @@ TEST_P(CudaDtype, PeakedScores) {
 
 // Variable-length batch (one empty q sequence, GQA, lse) against the reference; `impl`
 // forces a kernel by key and `expect` is the kernel name that must run (default: impl;
-// e.g. "+gqa4" appended where the sm90 kernels pack the query heads); cq / ck: other
+// e.g. "+gqa4" appended where the sm90 kernels pack the query heads; with no impl, the
+// dispatcher's choice); cq / ck: other
 // sequence lengths; extra_q: rows of Q and O past the last sequence, which stay untouched;
 // graph: with params.max_seqlen_q/k (k's loose), captured in a CUDA graph on a stream of
 // its own and replayed (no host copy of cu_seqlens: capture fails on a synchronization).
@@ -392,7 +393,7 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4, co
     } else {
       ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
     }
-    if (!impl.empty()) {
+    if (!impl.empty() || !expect.empty()) {
       EXPECT_EQ(t.kernel, expect.empty() ? impl : expect);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -577,6 +578,11 @@ TEST_P(CudaSm90, DispatcherSelects) {
     d.Sk = 900;  // 15 key tiles: not split
     d.expect_kernel = sm90 + "128_64x64_s2+gqa4";
     run_case(d);
+  }
+  {  // varlen: the rule reads the mean lengths (32 sequences of 512: 64-row persistent tiles)
+    std::vector<int32_t> cu(33);
+    for (size_t i = 0; i < cu.size(); ++i) cu[i] = int32_t(512 * i);
+    varlen_case(dt, 64, "", 4, cu, cu, sm90 + "64_64x128_s2_p");
   }
   c.exact_kernel = false;
   c.expect_kernel = "fwd_sm80_";
