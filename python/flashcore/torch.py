@@ -31,13 +31,11 @@ def _attention(q: _Tensor, k: _Tensor, v: _Tensor, causal: bool, window_left: in
                window_right: int, scale: float, strategy: str, exp: str,
                cu_seqlens_q: Optional[_Tensor], cu_seqlens_k: Optional[_Tensor],
                max_seqlen_q: int = 0, max_seqlen_k: int = 0) -> tuple[_Tensor, _Tensor]:
-    bounds = max_seqlen_q != 0 or max_seqlen_k != 0
     out, lse = _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
                               scale=None if scale == 0.0 else scale, return_lse=True,
                               strategy=strategy, exp=exp, cu_seqlens_q=cu_seqlens_q,
-                              cu_seqlens_k=cu_seqlens_k,
-                              max_seqlen_q=max_seqlen_q if bounds else None,
-                              max_seqlen_k=max_seqlen_k if bounds else None)
+                              cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                              max_seqlen_k=max_seqlen_k)  # 0 and 0: no bounds
     return out, lse
 
 

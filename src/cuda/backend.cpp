@@ -212,7 +212,7 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
-  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  const bool banded = p.banded();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
   const int64_t sq = p.sq / nb << pack_shift, sk = p.sk / nb;
@@ -313,7 +313,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
   // this, the work on the diagonal tiles makes the 64-row tiles faster than the 128-row
   // ones (at hd256 the 64-row tile is slower anyway).
   constexpr int64_t kBandedLongSk = 12288;
-  const bool banded = (p.causal || p.window_left >= 0 || p.window_right >= 0) && best_hd <= 128;
+  const bool banded = p.banded() && best_hd <= 128;
   const Instance* first = nullptr;
   for (const Instance& i : kInstances) {
     if (i.arch != 80 || i.dtype != p.dtype || i.head_dim != best_hd) continue;
@@ -440,7 +440,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   // - else the first taller row whose key tile is at most a quarter of the keys (128-key
   //   tiles always qualify; the last taller row when none does).
   constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384;
-  const bool banded = p.causal || p.window_left >= 0 || p.window_right >= 0;
+  const bool banded = p.banded();
   const int want64 = banded ? (p.sk < kFp8BandedTallSk ? 192 : 0) : (p.sk < kFp8ShortSk ? 128 : 0);
   auto takes = [&](const Instance& i) {
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
@@ -616,10 +616,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;
 
   if (f.kv_splits > 1) {
-    // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l);
-    // O's rows: B Sq H, varlen total_q H (p.sq is the packed tensors' total then).
-    const size_t rows = size_t((p.cu_q != nullptr ? 1 : p.batch) * p.sq * p.heads),
-                 o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
+    // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l).
+    const size_t rows = size_t(f.o_rows() * p.heads), o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
     launch_with_workspace(
         o_bytes + size_t(f.kv_splits) * rows * 8, "KV-split", dev.id, stream,
         [&](void* ws) {

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kCombineThreads) kv_combine_kernel(const FwdPa
 
 // After the split kernel on the same stream: O (f16 or bf16, p.o with its strides) and lse.
 cudaError_t kv_combine(const FwdParams& p, bool bf16, cudaStream_t stream) {
-  const int rows = (p.cu_q != nullptr ? p.total_q : p.batch * p.sq) * p.heads;
+  const int rows = int(p.o_rows() * p.heads);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((int64_t(rows) * (p.dv / 4) + kCombineThreads - 1) / kCombineThreads));
   cfg.blockDim = dim3(kCombineThreads);

@@ -501,8 +501,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       sm.finish();
       if (kCanSplit && ns > 1) {
         // This split's unnormalized rows and their (m, l) for kv_combine.cu, row
-        // (j R + the query's row in O's [B Sq] or varlen [total] rows) H + head, R those rows.
-        const int64_t rows_o = p.cu_q != nullptr ? int64_t(p.total_q) : int64_t(p.batch) * p.sq;
+        // (j R + the query's row in O's [B Sq] or varlen [total] rows) H + head, R = o_rows().
+        const int64_t rows_o = p.o_rows();
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (wi.h << shift) | (prow & ((1 << shift) - 1));

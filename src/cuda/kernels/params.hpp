@@ -49,6 +49,10 @@ struct FwdParams {
   int kv_splits = 1;
   float* part_o = nullptr;
   float2* part_ml = nullptr;
+
+  // O's query rows: B Sq, or the packed tensor's total_q (varlen); the splits' stride in
+  // part_o / part_ml is o_rows() H rows.
+  __host__ __device__ int64_t o_rows() const { return cu_q != nullptr ? int64_t(total_q) : int64_t(batch) * sq; }
 };
 
 // Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the
