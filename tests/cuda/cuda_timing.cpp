@@ -4,13 +4,13 @@
 // short shapes). Prints one JSON line per (shape, kernel). Used by run_on_gpu.sh until
 // flashcore-bench's --backend cuda covers the same rows.
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
-//                         [--hdims 64,128] [--profile "B H S D causal"] (of the first --dtype)
+//                         [--hdims 64,128] [--seqs 512,4096] [--profile "B H S D causal"] (of the first --dtype)
 //                         [--descale-heads] (e4m3: per-head descale arrays of ones as well)
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
 // e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
 // fwd_sm80_* and fwd_sm90_* where the device runs them, plus the dispatcher's own pick;
-// --hdims keeps only the grid shapes of those head dims; --gqa adds GQA 32/8 rows: decode
+// --hdims keeps only the grid shapes of those head dims (--seqs: of those lengths, B = 16384 / S); --gqa adds GQA 32/8 rows: decode
 // and 16 queries, as bench/peers/sdpa_peers.py --gqa)
 #include <cuda_runtime.h>
 
@@ -196,7 +196,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
 int main(int argc, char** argv) {
   bool all_tiles = false, only_mission = false, dtype_given = false, gqa = false;
   std::string prefix;
-  std::vector<int64_t> hdims = {64, 128, 256};
+  std::vector<int64_t> hdims = {64, 128, 256}, seqs = {512, 2048, 8192, 16384};
   int iters = 30;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
   long long prof[5] = {0, 0, 0, 0, -1};  // --profile's shape (causal >= 0 when given)
@@ -213,11 +213,12 @@ int main(int argc, char** argv) {
       prof[4] = c;
     }
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
-    else if (a == "--hdims" && i + 1 < argc) {
-      hdims.clear();
+    else if ((a == "--hdims" || a == "--seqs") && i + 1 < argc) {  // comma-separated lists
+      std::vector<int64_t>& list = a == "--hdims" ? hdims : seqs;
+      list.clear();
       for (const char* c = argv[++i]; *c != '\0';) {
         char* end = nullptr;
-        hdims.push_back(std::strtoll(c, &end, 10));
+        list.push_back(std::strtoll(c, &end, 10));
         c = *end == ',' ? end + 1 : end;
       }
     }
@@ -238,8 +239,8 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};
   if (!only_mission)
     for (int64_t D : hdims)
-      for (int64_t S : {512, 2048, 8192, 16384})
-        for (bool c : {false, true}) shapes.push_back({"grid", 16384 / S, 2048 / D, S, D, c});
+      for (int64_t S : seqs)  // --seqs: other lengths, B = 16384 / S as the grid's
+        for (bool c : {false, true}) shapes.push_back({"grid", std::max<int64_t>(16384 / S, 1), 2048 / D, S, D, c});
   // GQA 32/8, D = 128: decode (one query) and a 16-query extension (speculative decoding;
   // without a mask: PyTorch's is_causal aligns Sq != Sk top-left, ours bottom-right).
   if (gqa) {
