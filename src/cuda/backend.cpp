@@ -254,19 +254,19 @@ bool o_tma_mappable(const core::AttentionProblem& p) {
 // GQA packing on the sm90 kernels (FwdParams::pack_shift): the G = H / Hkv query heads
 // of a KV head share the tiles when the queries are few (sq: the longest sequence, below
 // 64: a tile of one head's rows is then mostly empty, and each head would read the KV
-// head's K and V again): G a power of two up to 64, 16-bit. Fixed-length batches with a
+// head's K and V again): G a power of two up to 64, 16-bit or e4m3. Fixed-length batches with a
 // TMA-mappable O store the packed rows by TMA, varlen batches and other outputs from
 // registers. log2 G, or 0.
 int gqa_pack_shift(const core::AttentionProblem& p, int64_t sq) {
   const int64_t g = p.group();
   if (sq >= 64 || g < 2 || g > 64 || (g & (g - 1)) != 0) return 0;
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return 0;
+  if (p.dtype == DType::f32) return 0;
   int shift = 0;
   while ((int64_t(1) << shift) < g) ++shift;
   return shift;
 }
 
-// KV splits (flash-decoding) on the 16-bit sm90 kernels that are not persistent, where
+// KV splits (flash-decoding) on the sm90 kernels that are not persistent (16-bit and e4m3), where
 // the items (query blocks x heads (KV heads when packed) x batch; varlen: of the longest
 // sequences, sq and sk) leave most SMs idle: ns = min(CTAs / items, key tiles / 4, 16) CTAs share an
 // item's key tiles (CTAs: the SMs, twice that for full 64-row tiles of unpacked rows,
@@ -278,7 +278,7 @@ int gqa_pack_shift(const core::AttentionProblem& p, int64_t sq) {
 // (2), B1 H8 Sq512 Sk16384 hd64 96.3 -> 38.2 (4); call 16: B8 decode Sk4096 54.2 -> 49.1
 // (2 splits of 64 tiles), B8 H32/8 Sq16 Sk4096 (packed rows fill the 64-row tile) 2
 // splits 53.3, 4 splits 57.6, unsplit ~56.9.
-bool kv_splittable(const Instance& i) { return i.arch == 90 && !i.persistent && i.dtype != DType::e4m3; }
+bool kv_splittable(const Instance& i) { return i.arch == 90 && !i.persistent; }
 int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, const Instance& i, int pack_shift,
                    const DeviceInfo& dev) {
   if (!kv_splittable(i)) return 1;
@@ -369,6 +369,21 @@ int64_t varlen_max(const int32_t* cu, int64_t batch, int64_t total, const char* 
   return max_len;
 }
 
+// The longest sequences: Sq and Sk, or for varlen batches the caller's bounds or the
+// longest in cu_seqlens copied to the host and checked (the copy synchronizes the stream).
+void longest_sequences(const core::AttentionProblem& p, int64_t* sq, int64_t* sk) {
+  *sq = p.sq;
+  *sk = p.sk;
+  if (p.cu_q != nullptr && p.max_sq > 0) {
+    *sq = p.max_sq;
+    *sk = p.max_sk;
+  } else if (p.cu_q != nullptr) {
+    cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+    *sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
+    *sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
+  }
+}
+
 // Stream-ordered workspace memory from a pool of the library's own per device that keeps
 // what it has allocated (release threshold: unlimited), so calls after the first neither
 // cudaMalloc nor synchronize, and a buffer is reused only in stream order.
@@ -392,31 +407,76 @@ cudaMemPool_t workspace_pool(int device) {
   return pools[size_t(device)];
 }
 
-// Two launches on the caller's stream around a workspace of `bytes` from the pool
-// (`ws_name` in the errors): first(ws), then second() if the first launched; the workspace
-// goes back to the pool in stream order either way. Each returns its error and the name
-// of what it launched.
-struct Launched {
-  cudaError_t e;
-  const char* what;
-};
-template <typename First, typename Second>
-void launch_with_workspace(size_t bytes, const char* ws_name, int device, cudaStream_t stream, First&& first,
-                           Second&& second) {
-  void* ws = nullptr;
-  const cudaError_t ea = cudaMallocFromPoolAsync(&ws, bytes, workspace_pool(device), stream);
-  if (ea != cudaSuccess) cuda_fail(Status::device_error, std::string("q: allocating the ") + ws_name + " workspace failed", ea);
-  Launched l = first(ws);
-  if (l.e == cudaSuccess) l = second();
-  const cudaError_t ef = cudaFreeAsync(ws, stream);
-  if (l.e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + l.what + " failed to launch", l.e);
+// The launches of one call on the caller's stream: the fp8 V^T pre-pass (e4m3), the
+// kernel, and kv_combine after KV splits (f.kv_splits > 1); the first two and the split
+// partials share one workspace from the pool ([V^T][splits' fp32 O rows][their (m, l)]),
+// which goes back to the pool in stream order whatever launched. Each launch stops the
+// chain at its error, named.
+void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instance& inst, FwdParams& f,
+            cudaStream_t stream) {
+  const bool fp8 = p.dtype == DType::e4m3, split = f.kv_splits > 1;
+  const int64_t vt_blocks = p.cu_q != nullptr ? 1 : p.batch;  // varlen: one [Hkv][Dv][vt_sk] block
+  const size_t vt_bytes = fp8 ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
+  const size_t rows = split ? size_t(f.o_rows() * p.heads) : 0;
+  const size_t o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4, ml_bytes = split ? size_t(f.kv_splits) * rows * 8 : 0;
+  char* ws = nullptr;
+  const char* ws_name = fp8 ? "e4m3 V^T" : "KV-split";
+  if (vt_bytes + o_bytes + ml_bytes > 0) {
+    const cudaError_t ea = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&ws), vt_bytes + o_bytes + ml_bytes,
+                                                   workspace_pool(dev.id), stream);
+    if (ea != cudaSuccess) cuda_fail(Status::device_error, std::string("q: allocating the ") + ws_name + " workspace failed", ea);
+  }
+  cudaError_t e = cudaSuccess;
+  const char* what = inst.key;
+  if (fp8) {
+    f.vt = ws;
+    e = transpose_v_fp8(f, ws, f.vt_sk, stream);
+    what = "the e4m3 V^T pre-pass";
+  }
+  if (e == cudaSuccess) {
+    if (split) {
+      f.part_o = reinterpret_cast<float*>(ws + vt_bytes);  // vt_bytes: a multiple of 16
+      f.part_ml = reinterpret_cast<float2*>(ws + vt_bytes + o_bytes);  // o_bytes: a multiple of 8
+    }
+    e = inst.fn(f, stream);
+    what = inst.key;
+  }
+  if (e == cudaSuccess && split) {
+    e = kv_combine(f, p.out_dtype == DType::bf16, stream);
+    what = "kv_combine";
+  }
+  const cudaError_t ef = ws != nullptr ? cudaFreeAsync(ws, stream) : cudaSuccess;
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
   if (ef != cudaSuccess) cuda_fail(Status::device_error, std::string("q: freeing the ") + ws_name + " workspace failed", ef);
 }
 
+// A forced key, "<key>" or "<key>+kv<N>": the key into *key, N (1 .. 64) returned, 1 without.
+int forced_key(const char* impl, std::string* key) {
+  *key = impl;
+  const size_t kv = key->rfind("+kv");
+  if (kv == std::string::npos || kv == 0) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(key->c_str() + kv + 3, &end, 10);
+  if (*end != '\0' || n < 1 || n > 64)
+    throw_error(Status::unsupported, std::string("params.impl: '") + impl + "': the KV split count must be 1 .. 64");
+  key->resize(kv);
+  return int(n);
+}
+
+// Names the kernel that runs in times: its key, "+gqa<G>" for packed query heads, "+kv<N>"
+// for KV splits.
+void name_kernel(PhaseTimes* times, const char* key, const FwdParams& f) {
+  if (times == nullptr) return;
+  times->kernel = key;
+  if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);
+  if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);
+  times->strategy = to_string(Strategy::online);
+}
+
 // fp8 (e4m3) q/k/v: the Hopper kernel only (FC_SM90_FWD e4m3 rows), D == Dv == the row's
-// head dim, fixed-length batches, f16/bf16 output. V is transposed into a workspace by a
-// pre-pass on the caller's stream (vt_fp8.cu), then the kernel runs; the workspace goes
-// back to the pool in stream order.
+// head dim, f16/bf16 output. V is transposed into a workspace by a pre-pass on the
+// caller's stream (vt_fp8.cu), then the kernel runs (launch). GQA packing, KV splits and
+// varlen batches as for the 16-bit kernels (gqa_pack_shift, kv_split_count).
 void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
   if (!(dev.major == 9 && dev.minor == 0))
     throw_error(Status::unsupported, "q: dtype e4m3 runs on the Hopper kernels only (compute capability 9.0); device " +
@@ -426,22 +486,28 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   check_device_pointer(p.q_descale_heads, "params.q_descale_heads", dev.id);
   check_device_pointer(p.k_descale_heads, "params.k_descale_heads", dev.id);
   check_device_pointer(p.v_descale_heads, "params.v_descale_heads", dev.id);
-  if (p.cu_q != nullptr)
-    throw_error(Status::unsupported, "params.cu_seqlens_q: the e4m3 kernels do not take variable-length batches");
   if (p.tile_m != 0)
     throw_error(Status::unsupported, "params.tile_m: the e4m3 kernels have no tile choice (leave tile_m/tile_n 0)");
+  int64_t sq = p.sq, sk = p.sk;  // the longest sequences
+  longest_sequences(p, &sq, &sk);
+  const int pack_shift = gqa_pack_shift(p, sq);
+  // The tile choice reads the mean key length (varlen: p.sk is the packed total).
+  const int64_t sk_mean = p.cu_q != nullptr ? p.sk / std::max<int64_t>(p.batch, 1) : p.sk;
   // The e4m3 row for the head dim (table order = preference), or the forced key:
   // - a 64-row tile (two CTAs per SM) where the key range is short or banded: with a band
   //   mask (causal, windows) below kFp8BandedTallSk keys the 192-key one, without one below
   //   kFp8ShortSk the 128-key one. H100, session 13, same call (grid shapes, hd128): S512
   //   1.08x the 128-row tile (causal 1.11x), S2048 1.06x (causal 1.13x), causal S8192
   //   1.04x; without a mask at S8192 and either way at S16384 the 128-row tiles are as fast
-  //   or faster (docs/results/cuda-sm90-fp8-2026-11-22.md, session 13);
+  //   or faster (docs/results/cuda-sm90-fp8-2026-11-22.md, session 13); and the 128-key
+  //   one wherever GQA-packed rows fit one 64-row tile (decode);
   // - else the first taller row whose key tile is at most a quarter of the keys (128-key
   //   tiles always qualify; the last taller row when none does).
   constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384;
   const bool banded = p.banded();
-  const int want64 = banded ? (p.sk < kFp8BandedTallSk ? 192 : 0) : (p.sk < kFp8ShortSk ? 128 : 0);
+  const int want64 = pack_shift > 0 && sq << pack_shift <= 64 ? 128
+                     : banded ? (sk_mean < kFp8BandedTallSk ? 192 : 0)
+                              : (sk_mean < kFp8ShortSk ? 128 : 0);
   auto takes = [&](const Instance& i) {
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
            i.smem() <= dev.smem_optin;
@@ -458,11 +524,14 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
         continue;
       }
       fallback = &i;
-      if (tall == nullptr && i.block_n <= std::max<int64_t>(128, p.sk / 4)) tall = &i;
+      if (tall == nullptr && i.block_n <= std::max<int64_t>(128, sk_mean / 4)) tall = &i;
     }
   if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
+  int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count
   if (p.impl != nullptr && p.impl[0] != '\0') {
-    inst = find_key(p.impl);
+    std::string key;
+    kv_splits = forced_key(p.impl, &key);
+    inst = find_key(key.c_str());
     if (inst == nullptr || !takes(*inst))
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not an e4m3 kernel of this build for D = " +
                                            std::to_string(p.d) + ", Dv = " + std::to_string(p.dv));
@@ -486,28 +555,21 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   check_kernel_limits(p);
 
-  FwdParams f = fwd_params(p, p.sq, p.sk, dev.sms);
+  FwdParams f = fwd_params(p, sq, sk, dev.sms);
   f.scale_log2 *= p.q_descale * p.k_descale;
   f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
   f.q_descale_heads = p.q_descale_heads;
   f.k_descale_heads = p.k_descale_heads;
   f.v_descale_heads = p.v_descale_heads;
-  f.vt_sk = std::max<int64_t>((p.sk + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign, kFp8VtKeyAlign);
-  if (times != nullptr) {
-    times->kernel = inst->key;
-    times->strategy = to_string(Strategy::online);
-  }
-  if (p.batch == 0 || p.heads == 0 || p.sq == 0) return;
-
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  launch_with_workspace(
-      size_t(p.batch * p.kv_heads * p.dv * f.vt_sk), "e4m3 V^T", dev.id, stream,
-      [&](void* vt) {
-        f.vt = vt;
-        return Launched{transpose_v_fp8(f, vt, f.vt_sk, stream), "the e4m3 V^T pre-pass"};
-      },
-      [&] { return Launched{inst->fn(f, stream), inst->key}; });
+  f.vt_sk = p.cu_q != nullptr ? int64_t(fp8_vt_row0(p.sk, p.batch))
+                               : std::max<int64_t>((p.sk + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign, kFp8VtKeyAlign);
+  f.pack_shift = pack_shift;
+  if (kv_splits == 0) kv_splits = kv_split_count(p, sq, sk, *inst, f.pack_shift, dev);
+  f.kv_splits = kv_splits;
+  name_kernel(times, inst->key, f);
+  if (p.batch == 0 || p.heads == 0 || sq == 0) return;
+  launch(p, dev, *inst, f, static_cast<cudaStream_t>(p.stream));
 }
 
 }  // namespace
@@ -539,16 +601,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   std::string bad_tensor;
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  // Varlen: the longest sequences, the caller's bounds or from cu_seqlens copied to the
-  // host and checked (the copy synchronizes the stream).
   int64_t sq = p.sq, sk = p.sk;
-  if (p.cu_q != nullptr && p.max_sq > 0) {
-    sq = p.max_sq;
-    sk = p.max_sk;
-  } else if (p.cu_q != nullptr) {
-    sq = varlen_max(p.cu_q, p.batch, p.sq, "params.cu_seqlens_q", stream);
-    sk = varlen_max(p.cu_k, p.batch, p.sk, "params.cu_seqlens_k", stream);
-  }
+  longest_sequences(p, &sq, &sk);
   // The sm90 kernels' output path and GQA packing (used when an sm90 kernel runs).
   const bool o_tma = o_tma_mappable(p);
   const int pack_shift = gqa_pack_shift(p, sq);
@@ -560,21 +614,12 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   }
   int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count ("+kv<N>")
   if (forced && !simt_forced) {
-    kv_splits = 1;
-    std::string key = p.impl;
-    const size_t kv = key.rfind("+kv");
-    if (kv != std::string::npos && kv > 0) {
-      char* end = nullptr;
-      const long n = std::strtol(key.c_str() + kv + 3, &end, 10);
-      if (*end != '\0' || n < 1 || n > 64)
-        throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "': the KV split count must be 1 .. 64");
-      kv_splits = int(n);
-      key.resize(kv);
-    }
+    std::string key;
+    kv_splits = forced_key(p.impl, &key);
     inst = find_key(key.c_str());
     if (kv_splits > 1 && inst != nullptr && !kv_splittable(*inst))
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                           "': KV splits run on the 16-bit sm90 kernels without '_p'");
+                                           "': KV splits run on the sm90 kernels without '_p'");
     if (inst != nullptr && inst->arch == 90) {
       const std::string why = sm90_refusal(p, *inst, dev);
       if (!why.empty())
@@ -607,30 +652,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, sq, sk, *inst, f.pack_shift, dev);
   f.kv_splits = std::max(kv_splits, 1);
 
-  if (times != nullptr) {
-    times->kernel = simt ? kSimtKey : inst->key;
-    if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);  // packed query heads
-    if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);         // KV splits
-    times->strategy = to_string(Strategy::online);
-  }
+  name_kernel(times, simt ? kSimtKey : inst->key, f);
   if (p.batch == 0 || p.heads == 0 || sq == 0) return;
-
-  if (f.kv_splits > 1) {
-    // Workspace from the pool in stream order: the splits' O rows (fp32), then their (m, l).
-    const size_t rows = size_t(f.o_rows() * p.heads), o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
-    launch_with_workspace(
-        o_bytes + size_t(f.kv_splits) * rows * 8, "KV-split", dev.id, stream,
-        [&](void* ws) {
-          f.part_o = static_cast<float*>(ws);
-          f.part_ml = reinterpret_cast<float2*>(static_cast<char*>(ws) + o_bytes);  // o_bytes: a multiple of 8
-          return Launched{inst->fn(f, stream), inst->key};
-        },
-        [&] { return Launched{kv_combine(f, p.dtype == DType::bf16, stream), "kv_combine"}; });
-    return;
-  }
-  const cudaError_t e = simt ? fwd_sm80_f32_hd256_simt(f, stream) : inst->fn(f, stream);
-  if (e != cudaSuccess)
-    cuda_fail(Status::device_error, std::string("CUDA kernel ") + (simt ? kSimtKey : inst->key) + " failed to launch", e);
+  if (!simt) return launch(p, dev, *inst, f, stream);
+  const cudaError_t e = fwd_sm80_f32_hd256_simt(f, stream);
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + kSimtKey + " failed to launch", e);
 }
 
 std::vector<KernelInfo> kernels() {

@@ -102,9 +102,12 @@ struct Case {
 
 constexpr const char* kSimtKey = "fwd_sm80_f32_hd256_simt";
 
+constexpr double kFp8Tol = 6e-2;  // e4m3 inputs: why, at run_fp8 below
+
 // fp32 storage runs on TF32 tensor cores (10-bit mantissa operands, fp32 accumulation)
 // unless exact_fp32: BENCH.md's TF32 tolerance 2e-3; exact FFMA at the fp32 1e-5.
 double out_tol(DType d, int64_t sk, bool exact_fp32 = false) {
+  if (d == DType::e4m3) return kFp8Tol;
   if (d == DType::f32 && !exact_fp32) return 2e-3;
   return fctest::tolerance(d, flashcore::Exp2Mode::exact, sk);
 }
@@ -348,7 +351,9 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4, co
   const int64_t nb = int64_t(cq.size()) - 1, tq = cq.back() + extra_q, tk = ck.back(), Hkv = 2;
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
-    HostTensor q(dt, {1, tq, H, D}), k(dt, {1, tk, Hkv, D}), v(dt, {1, tk, Hkv, D}), o(dt, {1, tq, H, D});
+    // e4m3 inputs write bf16.
+    HostTensor q(dt, {1, tq, H, D}), k(dt, {1, tk, Hkv, D}), v(dt, {1, tk, Hkv, D}),
+        o(dt == DType::e4m3 ? DType::bf16 : dt, {1, tq, H, D});
     HostTensor lse(DType::f32, {1, H, tq});
     q.fill_uniform(rng, -1, 1);
     k.fill_uniform(rng, -1, 1);
@@ -406,7 +411,7 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4, co
     rp.cu_seqlens_q = cq.data();
     rp.cu_seqlens_k = ck.data();
     flashcore::reference::attention(fctest::to_f32(q).view(), fctest::to_f32(k).view(), fctest::to_f32(v).view(),
-                                    ref.view(), rp);
+                                    ref.view(), rp);  // e4m3: the codes decoded exactly
     // Rows past the last sequence: still poisoned (NaN), then left out of the comparison.
     int64_t touched = 0;
     for (int64_t i = cq.back() * H * D; i < tq * H * D; ++i) {
@@ -1058,8 +1063,7 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
 // rms, independent across keys, so rel_err(O) is about that rms whatever Sk (the error
 // averages like O itself); BENCH.md's fp8 bound 6e-2 leaves 2x. Q K^T is exact products
 // accumulated in fp32 (lse within the 16-bit path's 3e-3). Output rounding (bf16 2^-9)
-// is small beside it.
-constexpr double kFp8Tol = 6e-2;
+// is small beside it. (kFp8Tol, 6e-2, is defined with out_tol above.)
 
 struct Fp8Case {
   DType out = DType::f16;
@@ -1074,7 +1078,8 @@ struct Fp8Case {
   float heads_lo = 0.f, heads_hi = 0.f;
   double range = 1;  // inputs drawn from [-range, range] before rounding to e4m3
   bool lse = true;
-  std::string impl;  // a kernel forced by key (else the dispatcher's e4m3 kernel)
+  std::string impl;    // a kernel forced by key (else the dispatcher's e4m3 kernel)
+  std::string expect;  // the kernel name PhaseTimes must show ("": impl, else fp8_expected)
   std::string str() const {
     return "e4m3->" + fctest::name(out) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
@@ -1086,11 +1091,12 @@ struct Fp8Case {
 };
 
 // The e4m3 key the dispatcher takes for head dim D, Sk keys and a band mask or not (""
-// when none; backend.cpp attention_fp8): the first 64-row key ("_64x<n>_") with n = 192
-// (banded, Sk < 16384) or n = 128 (no mask, Sk < 8192) where the build has one; else the
-// first taller key whose key tile is at most max(128, Sk / 4), else the last taller one.
-std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false) {
-  const int64_t want64 = banded ? (Sk < 16384 ? 192 : 0) : (Sk < 8192 ? 128 : 0);
+// when none; backend.cpp attention_fp8): the first 64-row key ("_64x<n>_") with n = 128
+// (GQA-packed rows that fit one 64-row tile: few_rows), 192 (banded, Sk < 16384) or 128
+// (no mask, Sk < 8192) where the build has one; else the first taller key whose key tile
+// is at most max(128, Sk / 4), else the last taller one.
+std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool few_rows = false) {
+  const int64_t want64 = few_rows ? 128 : banded ? (Sk < 16384 ? 192 : 0) : (Sk < 8192 ? 128 : 0);
   std::string tall, last_tall, first64;
   for (const auto& k : sm90_keys(DType::e4m3, D)) {
     const size_t x = k.first.rfind('x'), u = k.first.rfind('_', x);
@@ -1104,6 +1110,29 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false) {
     last_tall = k.first;
   }
   return !tall.empty() ? tall : !last_tall.empty() ? last_tall : first64;
+}
+
+// The name the dispatcher gives a fixed-length case (backend.cpp: attention_fp8,
+// gqa_pack_shift, kv_split_count): fp8_key's kernel, "+gqa<G>" where the G = H / Hkv query
+// heads of a KV head are packed (Sq < 64, G a power of two <= 64), "+kv<N>" where the
+// items leave SMs idle and have many key tiles.
+std::string fp8_expected(const Fp8Case& c) {
+  const int64_t g = c.H / c.Hkv;
+  int shift = 0;
+  if (c.Sq < 64 && g >= 2 && g <= 64 && (g & (g - 1)) == 0)
+    while ((int64_t(1) << shift) < g) ++shift;
+  const int64_t rows = c.Sq << shift;
+  const std::string key = fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0, shift > 0 && rows <= 64);
+  const size_t x = key.rfind('x'), u = key.rfind('_', x);
+  const int64_t bm = std::stoll(key.substr(u + 1)), bn = std::stoll(key.substr(x + 1));
+  int sms = 0, dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int64_t items = (rows + bm - 1) / bm * (c.H >> shift) * c.B, tiles = (c.Sk + bn - 1) / bn;
+  const int64_t ctas = int64_t(sms) * (bm == 64 && rows >= 64 && shift == 0 ? 2 : 1);
+  const int64_t ns = std::min<int64_t>({ctas / items, tiles / 4, 16});
+  const bool split = (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64);
+  return key + (shift > 0 ? "+gqa" + std::to_string(g) : "") + (split ? "+kv" + std::to_string(ns) : "");
 }
 
 void run_fp8(const Fp8Case& c) {
@@ -1146,7 +1175,7 @@ void run_fp8(const Fp8Case& c) {
   dout.download(o);
   dlse.download(lse);
   EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
-  EXPECT_EQ(times.kernel, c.impl.empty() ? fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0) : c.impl);
+  EXPECT_EQ(times.kernel, !c.expect.empty() ? c.expect : !c.impl.empty() ? c.impl : fp8_expected(c));
 
   HostTensor ref(DType::f32, {c.B, c.Sq, c.H, c.D}), ref_lse(DType::f32, {c.B, c.H, c.Sq});
   AttentionParams rp = p;
@@ -1172,6 +1201,13 @@ void run_fp8(const Fp8Case& c) {
   } while (0)
 
 class CudaFp8 : public ::testing::TestWithParam<DType> {};  // parameter: the output dtype
+
+// Every e4m3 kernel of the build (key, head dim); a failure when there is none.
+std::vector<std::pair<std::string, int64_t>> all_fp8() {
+  auto keys = sm90_keys(DType::e4m3);
+  EXPECT_FALSE(keys.empty()) << "no fwd_sm90_e4m3 kernel listed";
+  return keys;
+}
 
 TEST_P(CudaFp8, OddLengths) {
   for (int64_t D : {128, 256}) {
@@ -1312,9 +1348,7 @@ TEST_P(CudaFp8, Small) {
 // by key), forced by key on a GQA causal Sq != Sk case and a long one.
 TEST_P(CudaFp8, EveryKernel) {
   FC_REQUIRE_SM90();
-  const auto keys = sm90_keys(DType::e4m3);
-  EXPECT_FALSE(keys.empty()) << "no fwd_sm90_e4m3 kernel listed";
-  for (const auto& [key, d] : keys) {
+  for (const auto& [key, d] : all_fp8()) {
     Fp8Case c;
     c.out = GetParam();
     c.impl = key;
@@ -1332,14 +1366,100 @@ TEST_P(CudaFp8, EveryKernel) {
   }
 }
 
+// GQA packing (short queries: the G query heads of a KV head in one tile) and KV splits
+// (forced by "<key>+kv<N>"; the dispatcher's own choice for decode) on every e4m3 kernel:
+// decode, more splits than key tiles (empty splits), causal short queries with Sq != Sk,
+// per-head descales on packed rows, splits of unpacked rows, MQA with BHSD padded rows.
+TEST_P(CudaFp8, GqaPackedAndKvSplits) {
+  FC_REQUIRE_SM90();
+  for (const auto& [key, d] : all_fp8()) {
+    Fp8Case c;
+    c.out = GetParam();
+    c.D = d;
+    c.B = 2;
+    c.H = 8;
+    c.Hkv = 2;
+    c.Sq = 1;
+    c.Sk = 1000;
+    auto run = [&](const std::string& splits, const std::string& packed) {
+      c.impl = key + splits;
+      c.expect = key + packed + splits;
+      run_fp8(c);
+    };
+    run("", "+gqa4");
+    run("+kv5", "+gqa4");
+    run("+kv40", "+gqa4");  // more splits than kv_combine merges at once, some empty
+    c.Sq = 5;
+    c.Sk = 130;
+    c.causal = true;
+    run("+kv16", "+gqa4");  // more splits than key tiles
+    c.Sq = 3;
+    c.Sk = 517;
+    c.range = 200;
+    c.qd = 0.5f;
+    c.vd = 0.8f;
+    c.heads_lo = 0.008f;
+    c.heads_hi = 0.02f;
+    run("+kv3", "+gqa4");  // per-head descales: a packed item takes its KV head's entry
+    run("", "+gqa4");
+    c = Fp8Case{};
+    c.out = GetParam();
+    c.D = d;
+    c.Sq = 129;  // not packed: one query head per KV head
+    c.Sk = 4000;
+    run("+kv3", "");
+    c.causal = true;
+    c.Sq = 100;
+    c.Sk = 1500;
+    run("+kv4", "");
+    c.causal = false;
+    c.B = 3;  // MQA, BHSD with padded rows, no lse
+    c.H = 8;
+    c.Hkv = 1;
+    c.Sq = 2;
+    c.Sk = 900;
+    c.bhsd = true;
+    c.pad = 16;
+    c.lse = false;
+    run("+kv7", "+gqa8");
+  }
+  // The dispatcher's choice: packed decode (64-row tile), split where the items are few.
+  for (int64_t D : {128, 256}) {
+    if (fp8_key(D).empty()) continue;
+    for (auto [B, Sk] : {std::pair<int64_t, int64_t>{1, 4096}, {4, 16384}, {16, 1000}}) {
+      Fp8Case c;
+      c.out = GetParam();
+      c.D = D;
+      c.B = B;
+      c.H = 32;
+      c.Hkv = 8;
+      c.Sq = 1;
+      c.Sk = Sk;
+      run_fp8(c);
+    }
+  }
+}
+
+// Varlen batches on every e4m3 kernel (forced by key): prefill lengths with an empty
+// sequence and causal rows that see no key, decode rows (packed, split), rows past the last
+// sequence untouched, and the dispatcher's choice with bounds inside a CUDA graph.
+TEST(CudaFp8, Varlen) {
+  FC_REQUIRE_SM90();
+  for (const auto& [key, d] : all_fp8()) {
+    varlen_case(DType::e4m3, d, key, 4, kVarlenQ, kVarlenK, key, 2);
+    varlen_case(DType::e4m3, d, key + "+kv5", 8, {0, 1, 2, 3, 4}, {0, 1, 130, 1025, 2000}, key + "+gqa4+kv5", 3);
+    varlen_case(DType::e4m3, d, key, 8, {0, 1, 4, 4, 37, 38}, {0, 300, 301, 900, 1000, 1700}, key + "+gqa4");
+  }
+  for (int64_t D : {128, 256})
+    if (!fp8_key(D).empty()) varlen_case(DType::e4m3, D, "", 8, {0, 1, 2, 3, 4}, {0, 1, 130, 1025, 2000}, "", 3, true);
+}
+
 // Descales that spread the scores wide (16x the uniform inputs' products: about 8 log2
 // units of spread), so rows move their max past the fp8 slack (6) over the key tiles and
 // P reaches 2^(kFp8PLog2 + kFp8Slack) = 256 between moves; every e4m3 kernel by key.
 TEST_P(CudaFp8, PeakedScores) {
   FC_REQUIRE_SM90();
-  const auto keys = sm90_keys(DType::e4m3);
-  EXPECT_FALSE(keys.empty()) << "no fwd_sm90_e4m3 kernel listed";
-  for (const auto& [key, d] : keys) {
+  for (const auto& [key, d] : all_fp8()) {
     for (bool causal : {false, true}) {
       Fp8Case c;
       c.out = GetParam();
@@ -1394,16 +1514,17 @@ TEST(CudaFp8Errors, RefusedBeforeLaunch) {
   qp.fill_uniform(rng, -1, 1);
   DevTensor dqp(qp);
   expect_refused(dqp.view(), dq.view(), dq.view(), dout, o, p, Status::invalid_argument, "q: stride");
-  // Varlen, a forced tile, a forced f16 key.
+  // Varlen with decreasing prefix sums (checked on the host copy), a forced tile, a forced f16 key.
   int32_t* dcu = nullptr;
-  const int32_t cu[3] = {0, 30, 64};
+  const int32_t cu[3] = {0, 40, 30};
   ASSERT_EQ(cudaMalloc(&dcu, sizeof cu), cudaSuccess);
   cudaMemcpy(dcu, cu, sizeof cu, cudaMemcpyHostToDevice);
   AttentionParams pv;
   pv.cu_seqlens_q = dcu;
   pv.cu_seqlens_k = dcu;
   pv.varlen_batch = 2;
-  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pv, Status::unsupported, "params.cu_seqlens_q");
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pv, Status::invalid_argument,
+                 "params.cu_seqlens_q: must be non-decreasing");
   cudaFree(dcu);
   AttentionParams pt;
   pt.tile_m = pt.tile_n = 128;

@@ -102,8 +102,8 @@ inline cudaError_t make_tma_16bit_4d(CUtensorMap* map, bool bf16, const void* ba
 }
 inline cudaError_t make_tma_8bit_4d(CUtensorMap* map, const void* base, int64_t d0, int64_t d1, int64_t d2,
                                     int64_t d3, int64_t s1, int64_t s2, int64_t s3, int box_rows,
-                                    int row_bytes = 128) {
-  return make_tma_4d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, d0, d1, d2, d3, s1, s2, s3, box_rows, 1,
+                                    int row_bytes = 128, int box2 = 1) {
+  return make_tma_4d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, base, d0, d1, d2, d3, s1, s2, s3, box_rows, box2,
                      row_bytes);
 }
 

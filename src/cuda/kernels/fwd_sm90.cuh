@@ -52,7 +52,7 @@
 // K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
 // it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale, and the
 // optional per-head factors (p.*_descale_heads) into the item's copies of the two.
-// GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq, 16-bit): an
+// GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq): an
 // item covers the G query heads of one KV head, packed row r = query (r >> shift) of
 // head G hk + (r & (G - 1)): Q (and O, by TMA stores) move through maps of [B][S][H][D]
 // ordered {D, H, S, B} with boxes of G heads x rows / G queries, so the shared-memory
@@ -185,9 +185,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     const int hb = w / n_mb;
     return Item{(n_mb - 1 - w % n_mb) * kBlockM, hb % item_heads, hb / item_heads};
   };
-  // KV splits (p.kv_splits; 16-bit, not persistent): CTA x takes split x % ns of query
-  // block x / ns, the split's run of the item's key tiles (kv_run).
-  constexpr bool kCanSplit = !kPersistent && !Tr::kFp8;
+  // KV splits (p.kv_splits; not persistent): CTA x takes split x % ns of query block
+  // x / ns, the split's run of the item's key tiles (kv_run).
+  constexpr bool kCanSplit = !kPersistent;
   const int ns = kCanSplit ? p.kv_splits : 1, split_j = kCanSplit ? int(blockIdx.x) % ns : 0;
   auto kv_run = [&](TileRange r) {
     if (kCanSplit && ns > 1) {
@@ -274,10 +274,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                                int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
             if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
             ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
-            if constexpr (Tr::kFp8) {  // V^T (no varlen): kHeadDim rows of 64 keys per column block
+            if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
+              const int vt0 = p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, wi.b)) : 0;
 #pragma unroll
               for (int c = 0; c < kBlockN / 64; ++c)
-                ptx::tma_load_4d(sV + off + c * kHeadDim * 64, &tm_v, full_v(stage), n * kBlockN + c * 64, 0, hk,
+                ptx::tma_load_4d(sV + off + c * kHeadDim * 64, &tm_v, full_v(stage), vt0 + n * kBlockN + c * 64, 0, hk,
                                  int(seq.bb));
             } else {
 #pragma unroll
@@ -307,11 +308,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       const int row0 = wi.m0 + 64 * cw + 16 * warp + g;
       const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
       // fp8: this item's factors, p's per-tensor ones times its (batch, KV head) entries of
-      // the per-head arrays that are given (fp8 items are never GQA-packed: one query head).
+      // the per-head arrays that are given (a packed item's head is its KV head).
       // 16-bit: p.scale_log2 read where it is used, as before the per-head factors.
       float item_scale_log2 = p.scale_log2, o_scale = p.o_scale;
       if constexpr (Tr::kFp8) {
-        const int64_t hi = seq.bb * (p.heads / p.group) + wi.h / p.group;
+        const int64_t hi = seq.bb * (p.heads / p.group) + (shift > 0 ? wi.h : wi.h / p.group);
         if (p.q_descale_heads != nullptr) item_scale_log2 *= p.q_descale_heads[hi];
         if (p.k_descale_heads != nullptr) item_scale_log2 *= p.k_descale_heads[hi];
         if (p.v_descale_heads != nullptr) o_scale *= p.v_descale_heads[hi];
@@ -499,6 +500,12 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
       sm.finish();
+      if constexpr (Tr::kFp8) {  // O * v_descale; l carries 2^kPLog2 (O too: they cancel), lse not
+        sm.m[0] -= Tr::kPLog2;
+        sm.m[1] -= Tr::kPLog2;
+        const float os[2] = {o_scale, o_scale};
+        rescale_rows<1, kDF>(acc, os);
+      }
       if (kCanSplit && ns > 1) {
         // This split's unnormalized rows and their (m, l) for kv_combine.cu, row
         // (j R + the query's row in O's [B Sq] or varlen [total] rows) H + head, R = o_rows().
@@ -531,11 +538,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         else
           store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
       };
-      if constexpr (Tr::kFp8) {  // O * v_descale as f16 or bf16; l carries 2^kPLog2, lse not
-        sm.m[0] -= Tr::kPLog2;
-        sm.m[1] -= Tr::kPLog2;
-        const float os[2] = {o_scale, o_scale};
-        rescale_rows<1, kDF>(acc, os);
+      if constexpr (Tr::kFp8) {  // f16 or bf16 from registers
         if (p.out_bf16)
           store(static_cast<__nv_bfloat16*>(nullptr));
         else
@@ -605,15 +608,16 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   };
   CUtensorMap tq, tk, tv;
   cudaError_t e;
-  if constexpr (Tr::kFp8) {  // V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes
-    if (varlen || p.vt == nullptr) return cudaErrorInvalidValue;
-    e = make_tma_8bit_4d(&tq, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+  if (g > 1 && (g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
+  if constexpr (Tr::kFp8) {  // V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes (varlen: b = 1)
+    if (p.vt == nullptr) return cudaErrorInvalidValue;
+    e = g > 1 ? make_tma_8bit_4d(&tq, p.q, p.d, p.heads, rows_q, nb, p.q_sh, p.q_ss, p.q_sb, g, 128, kBlockM / g)
+              : make_tma_8bit_4d(&tq, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess) e = make_tma_8bit_4d(&tk, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
       e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
                            kHeadDim, 64);
   } else {
-    if (g > 1 && (g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
     e = row_map(&tq, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
@@ -629,8 +633,6 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if constexpr (!Tr::kFp8) {
     // Fixed-length batches (p.o_tma implies it): rows_q and nb are then Sq and B.
     kp.o_tma = p.o_tma && !varlen && row_map(&to, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
-  } else {
-    if (g > 1) return cudaErrorInvalidValue;
   }
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
   static std::atomic<uint64_t> smem_done{0};
@@ -640,8 +642,8 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // SMs at once (or one per item, when there are fewer).
   // GQA packing: Sq G rows of each KV head.
   const int n_mb = ((p.sq << p.pack_shift) + kBlockM - 1) / kBlockM, item_heads = p.heads >> p.pack_shift;
-  // KV splits: kv_splits CTAs per item (16-bit, not persistent).
-  if (p.kv_splits > 1 && (kPersistent || Tr::kFp8 || p.part_o == nullptr || p.part_ml == nullptr))
+  // KV splits: kv_splits CTAs per item (not persistent).
+  if (p.kv_splits > 1 && (kPersistent || p.part_o == nullptr || p.part_ml == nullptr))
     return cudaErrorInvalidValue;
   dim3 grid(unsigned(n_mb * p.kv_splits), unsigned(item_heads), unsigned(p.batch));  // kv_splits >= 1
   if constexpr (kPersistent != 0) {

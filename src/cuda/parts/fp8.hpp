@@ -38,4 +38,14 @@ static_assert(kFp8PLog2 + kFp8Slack <= 8, "2^(PLog2 + Slack) must stay below 448
 // Keys per row of the V^T workspace are padded to a multiple of this (zeros past Sk).
 constexpr int kFp8VtKeyAlign = 64;
 
+// Varlen batches share one V^T block ([1][Hkv][Dv][vt_sk]): sequence b's keys start at
+// position fp8_vt_row0(cu_k[b], b), its first key rounded up to a whole kFp8VtKeyAlign block
+// plus one block per earlier sequence, so every sequence starts a block of its own (the key
+// order above is per 32 keys from a tile's start) past the previous one's keys, with zeros
+// between; vt_sk = fp8_vt_row0(total keys, B). Fixed-length batches: position 0 of the
+// batch entry's own block.
+__host__ __device__ constexpr long long fp8_vt_row0(long long k_row0, long long b) {
+  return (k_row0 + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign + kFp8VtKeyAlign * b;
+}
+
 }  // namespace flashcore::cuda
