@@ -18,7 +18,8 @@
 #   THREADS        threads for both sides        (default 2; ggml's N_THREADS is set to it)
 #   ROUNDS         rounds of (ggml, flashcore)   (default 1)
 #   FLASHCORE_BENCH  path to flashcore-bench; when set, each round also runs it on the
-#                  same shapes for every dtype in FC_DTYPES (default "f32 f16 bf16")
+#                  same shapes for every dtype in FC_DTYPES (default "f32 f16 bf16"; an entry
+#                  "dtype:kernel" forces that kernel, e.g. f16:f16_12x2_noepi4_avx512fp16)
 #   FC_ITERS       --iters for flashcore-bench and torch (default 5)
 #   TORCH_PYTHON   a python with torch; when set, each round also times PyTorch's CPU
 #                  scaled_dot_product_attention on the same shapes and FC_DTYPES
@@ -142,9 +143,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
     printf 'round %d  %-6s ggml       f16kv  %8.2f GFLOP/s\n' "$r" "$name" "$g" | tee -a "$LOG"
     results+=("$name ggml f16kv $g")
     if [ -n "${FLASHCORE_BENCH:-}" ] && [ -n "$fcflags" ]; then
-      for dt in $FC_DTYPES; do
+      for entry in $FC_DTYPES; do
+        dt=${entry%%:*}
+        impl=()
+        [ "$dt" != "$entry" ] && impl=(--impl "${entry#*:}")
         # shellcheck disable=SC2086
-        j=$("${nice_cmd[@]}" "$FLASHCORE_BENCH" --op attention --backend cpu --dtype "$dt" $fcflags \
+        j=$("${nice_cmd[@]}" "$FLASHCORE_BENCH" --op attention --backend cpu --dtype "$dt" "${impl[@]}" $fcflags \
               --threads "$THREADS" --iters "$FC_ITERS" --check --json 2>&1 | grep '^{' | tail -1)
         echo "$j" >>"$LOG"
         read -r g kern strat err ok <<<"$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["gflops"], d["kernel"], d["strategy"], "%.1e" % d["rel_err"], d["check_ok"])' "$j")"
@@ -158,7 +162,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       while read -r dt g be err; do
         printf 'round %d  %-6s torch      %-5s  %8.2f GFLOP/s  (%s, rel_err %s)\n' "$r" "$name" "$dt" "$g" "$be" "$err" | tee -a "$LOG"
         results+=("$name torch-$dt-$be $dt $g")
-      done < <("${nice_cmd[@]}" "$TORCH_PYTHON" -c "$torch_sdpa" $fcflags --threads "$THREADS" --iters "$FC_ITERS" --dtypes "$FC_DTYPES")
+      done < <("${nice_cmd[@]}" "$TORCH_PYTHON" -c "$torch_sdpa" $fcflags --threads "$THREADS" --iters "$FC_ITERS" --dtypes "$(for e in $FC_DTYPES; do echo "${e%%:*}"; done | awk '!seen[$0]++' | tr '\n' ' ')")
     fi
   done
 done

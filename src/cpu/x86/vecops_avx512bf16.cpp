@@ -35,11 +35,10 @@ inline __m512i interleave_index() {
   }
   return _mm512_load_si512(idx);
 }
-// The two fp32 values a pair word stands for, added.
-inline __m512 pair_sum(__m512i w) {
-  const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-  const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(int(0xFFFF0000u))));
-  return _mm512_add_ps(lo, hi);
+// sum + the two values a pair word stands for, as stored: one vdpbf16ps against ones
+// (products by 1 are exact; it flushes bf16 subnormals, which vcvtne2ps2bf16 never makes).
+inline __m512 add_pair(__m512 sum, __m512i w) {
+  return _mm512_dpbf16_ps(sum, (__m512bh)w, (__m512bh)_mm512_set1_epi16(0x3F80));
 }
 
 template <bool kFast>
@@ -66,7 +65,7 @@ void exp2_pack_pairs(int64_t kc, int64_t mq, const float* t, int64_t ldt, float 
                                    : _mm512_setzero_ps();
       const __m512i w = pair_words(p0, p1, il);
       _mm512_mask_storeu_epi32(d32 + (k / 2) * ldd + i, m, w);
-      sv = _mm512_add_ps(sv, pair_sum(w));
+      sv = add_pair(sv, w);
     }
     v::store(sum + i, m, sv);
   }
@@ -118,7 +117,7 @@ void exp2_pack_rows(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c
       for (int r = 0; r < 16; ++r) {
         const float* row = t + (k0 + 2 * r) * ldt + i;
         w[r] = pair_words(prob<kFast>(cv, row, all, cmv), prob<kFast>(cv, row + ldt, all, cmv), il);
-        sv = _mm512_add_ps(sv, pair_sum(w[r]));
+        sv = add_pair(sv, w[r]);
       }
       transpose16(w);
       for (int q = 0; q < 16; ++q) _mm512_storeu_si512(d + (i + q) * ldd + k0, w[q]);
