@@ -1,7 +1,7 @@
 // One test per softmax vector-op set, generated from vecops.inc like the GEMM tests:
 // col_max, exp2_pack into f32 / f16 / bf16 in both exp2 modes (with -inf scores and
 // fully masked columns), exp2_pack into the bf16 kernels' P layouts (k pairs, rows),
-// scale_rows and add_f16_tile, each against the portable bodies or exact conversions.
+// pack (the same layouts without the exponential), scale_rows and add_f16_tile, each against the portable bodies or exact conversions.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -188,6 +188,50 @@ TEST_P(VecOpsTest, Exp2PackLayouts) {
               ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + double(kc) * abs_tol + 1e-6)
                   << "sum of query " << i;
           }
+}
+
+// pack (no exponential): any fp32 value stored as the dtype, rounded to nearest even, at
+// pack_index(layout, k, i, ldd), bit for bit as core's conversions give it; the partner of
+// an odd last key is zero and nothing outside the layout's elements is written. Values of
+// either sign over 2^-60 .. 2^15 (no bf16 subnormals: vcvtne2ps2bf16 flushes them).
+TEST_P(VecOpsTest, Pack) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (cpu::Layout layout : {cpu::Layout::kmajor, cpu::Layout::kpairs, cpu::Layout::rows})
+    for (DType dst_type : {DType::bf16, DType::f16, DType::f32})
+      for (int64_t mq : kMq)
+        for (int64_t kc : {7, 32, 62, 256}) {
+          SCOPED_TRACE(std::string(cpu::layout_name(layout)) + ", dst " + name(dst_type) + ", mq " +
+                       std::to_string(mq) + ", kc " + std::to_string(kc));
+          const int64_t ldt = mq + kExtra, kc2 = (kc + 1) / 2 * 2;
+          const int64_t ldd = layout == cpu::Layout::rows ? kc + kExtra : mq + kExtra;
+          const int64_t n = layout == cpu::Layout::rows ? mq * ldd : kc2 * ldd;
+          std::vector<float> t(size_t(kc * ldt), std::numeric_limits<float>::quiet_NaN());
+          for (int64_t k = 0; k < kc; ++k)
+            for (int64_t i = 0; i < mq; ++i)
+              t[size_t(k * ldt + i)] = float((rng.uniform(0, 1) < 0.5 ? -1 : 1) * std::exp2(rng.uniform(-60, 15)));
+          const size_t es = fc::dtype_size(dst_type);
+          std::vector<uint8_t> got(size_t(n) * es, 0xFF), one(es);
+          ops().pack(kc, mq, t.data(), ldt, got.data(), ldd, dst_type, layout);
+          std::vector<bool> mine(size_t(n), false);
+          const int64_t kend = layout == cpu::Layout::kpairs ? kc2 : kc;
+          for (int64_t k = 0; k < kend; ++k)
+            for (int64_t i = 0; i < mq; ++i) {
+              const int64_t at = cpu::pack_index(layout, k, i, ldd);
+              ASSERT_LT(at, n);
+              mine[size_t(at)] = true;
+              const float x = k < kc ? t[size_t(k * ldt + i)] : 0.0f;
+              fc::core::store_from_f32(one.data(), 0, dst_type, x);
+              ASSERT_EQ(std::memcmp(got.data() + size_t(at) * es, one.data(), es), 0)
+                  << "key " << k << ", query " << i << ": got " << fc::core::load_as_f32(got.data(), at, dst_type)
+                  << " for " << x;
+            }
+          for (int64_t e = 0; e < n; ++e) {
+            if (mine[size_t(e)]) continue;
+            for (size_t byte = size_t(e) * es; byte < size_t(e + 1) * es; ++byte)
+              ASSERT_EQ(got[byte], 0xFF) << "wrote element " << e << " outside the layout";
+          }
+        }
 }
 
 TEST_P(VecOpsTest, ScaleRows) {

@@ -107,6 +107,10 @@ FC_PORTABLE_CLONES void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_
                                   Layout layout, Exp2Mode mode, float* sum) {
   portable::exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode, sum);
 }
+FC_PORTABLE_CLONES void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd,
+                             DType dst_type, Layout layout) {
+  portable::pack(kc, mq, t, ldt, dst, ldd, dst_type, layout);
+}
 FC_PORTABLE_CLONES void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
   portable::scale_rows(mq, n, o, ld, alpha);
 }
@@ -119,7 +123,7 @@ FC_PORTABLE_CLONES void store_row(const float* row, int64_t n, float scale, void
 }
 }  // namespace
 
-const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, scale_rows, add_f16_tile,
+const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
                                store_row};
 
 }  // namespace flashcore::cpu::ukernels

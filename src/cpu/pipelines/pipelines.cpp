@@ -1531,9 +1531,7 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
               store_row(T + k * mq2, mq2, P + k * mq2 * g.es, 1, g.gk->ab);
           } else {
             ldp = g.pa == Layout::rows ? g.kc : mq2;
-            for (int64_t k = 0; k < kc; ++k)
-              for (int64_t i = 0; i < mq2; ++i)
-                store_at(P, pack_index(g.pa, k, i, ldp), g.gk->ab, T[k * mq2 + i]);
+            g.vec->pack(kc, mq2, T, mq2, P, ldp, g.gk->ab, g.pa);
           }
           pt = P;
           lap.to(ph.exp_pack);

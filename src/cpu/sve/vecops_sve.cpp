@@ -123,7 +123,11 @@ void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_
     }
 }
 
-// The portable loop (compiled with this TU's SVE flags).
+// The portable loops (compiled with this TU's SVE flags).
+void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd, DType dst_type,
+          Layout layout) {
+  portable::pack(kc, mq, t, ldt, dst, ldd, dst_type, layout);
+}
 void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
   portable::store_row(row, n, scale, dst, dt);
 }
@@ -132,6 +136,6 @@ void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
 }  // namespace flashcore::cpu::sve
 
 namespace flashcore::cpu::ukernels {
-const VecOps vecops_sve = {"vecops_sve", Isa::sve, &sve::col_max, &sve::exp2_pack,
+const VecOps vecops_sve = {"vecops_sve", Isa::sve, &sve::col_max, &sve::exp2_pack, &sve::pack,
                            &sve::scale_rows, &sve::add_f16_tile, &sve::store_row};
 }  // namespace flashcore::cpu::ukernels

@@ -84,6 +84,11 @@ struct VecOps {
   void (*exp2_pack)(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
                     void* dst, int64_t ldd, DType dst_type, Layout dst_layout, Exp2Mode mode,
                     float* sum);
+  // exp2_pack without the exponential: t[k][i] itself stored as `dst_type` at
+  // dst[pack_index(dst_layout, k, i, ldd)] (gemm_chain's intermediate tile as the second
+  // GEMM's A operand); kpairs with an odd kc also writes the zero partner of the last key.
+  void (*pack)(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd,
+               DType dst_type, Layout dst_layout);
   // rows of an fp32 [mq x n] block (row stride ld) scaled: o[i][j] *= alpha[i]
   void (*scale_rows)(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha);
   // An acc-f16 kernel's C tile into fp32: c[i * ldc + j] (accumulate: +=, else =)

@@ -40,7 +40,15 @@ static inline float from_bf16_bits(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f;
 }
 
-template <bool kFast>
+// kMode: 0 exp2_exact, 1 exp2_fast, 2 the value itself (pack: no exponential, no sums).
+template <int kMode>
+static inline float value_of(float t, float c, const float* cm, int64_t i) {
+  if constexpr (kMode == 2) return t;  // cm may be null
+  else if constexpr (kMode == 1) return core::exp2_fast(c * t - cm[i]);
+  else return core::exp2_exact(c * t - cm[i]);
+}
+
+template <int kMode>
 static void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
                         const float* cm, void* dst, int64_t ldd, DType dst_type, float* sum) {
   for (int64_t k = 0; k < kc; ++k) {
@@ -48,26 +56,24 @@ static void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, flo
     if (dst_type == DType::f32) {
       float* d = static_cast<float*>(dst) + k * ldd;
       for (int64_t i = 0; i < mq; ++i) {
-        const float x = c * row[i] - cm[i];
-        const float p = kFast ? core::exp2_fast(x) : core::exp2_exact(x);
+        const float p = value_of<kMode>(row[i], c, cm, i);
         d[i] = p;
-        sum[i] += p;
+        if constexpr (kMode != 2) sum[i] += p;
       }
     } else if (dst_type == DType::f16) {
       uint16_t* d = static_cast<uint16_t*>(dst) + k * ldd;
       for (int64_t i = 0; i < mq; ++i) {
-        const float x = c * row[i] - cm[i];
-        const uint16_t h = to_half_bits(kFast ? core::exp2_fast(x) : core::exp2_exact(x));
+        const float p = value_of<kMode>(row[i], c, cm, i);
+        const uint16_t h = kMode == 2 ? core::f32_to_f16(p) : to_half_bits(p);
         d[i] = h;
-        sum[i] += from_half_bits(h);  // sum what the GEMM will see
+        if constexpr (kMode != 2) sum[i] += from_half_bits(h);  // sum what the GEMM will see
       }
     } else {
       uint16_t* d = static_cast<uint16_t*>(dst) + k * ldd;
       for (int64_t i = 0; i < mq; ++i) {
-        const float x = c * row[i] - cm[i];
-        const uint16_t h = to_bf16_bits(kFast ? core::exp2_fast(x) : core::exp2_exact(x));
+        const uint16_t h = to_bf16_bits(value_of<kMode>(row[i], c, cm, i));
         d[i] = h;
-        sum[i] += from_bf16_bits(h);
+        if constexpr (kMode != 2) sum[i] += from_bf16_bits(h);
       }
     }
   }
@@ -76,27 +82,26 @@ static void exp2_pack_t(int64_t kc, int64_t mq, const float* t, int64_t ldt, flo
 // The same values stored element by element at pack_index(layout, k, i, ldd) (the kpairs
 // and rows layouts of the bf16 kernels' A operand); kpairs with an odd kc zeroes the
 // partner of the last key.
-template <bool kFast>
+template <int kMode>
 static void exp2_pack_indexed(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
                               const float* cm, void* dst, int64_t ldd, DType dst_type,
                               Layout layout, float* sum) {
   for (int64_t k = 0; k < kc; ++k) {
     const float* row = t + k * ldt;
     for (int64_t i = 0; i < mq; ++i) {
-      const float x = c * row[i] - cm[i];
-      const float p = kFast ? core::exp2_fast(x) : core::exp2_exact(x);
+      const float p = value_of<kMode>(row[i], c, cm, i);
       const int64_t at = pack_index(layout, k, i, ldd);
       if (dst_type == DType::f32) {
         static_cast<float*>(dst)[at] = p;
-        sum[i] += p;
+        if constexpr (kMode != 2) sum[i] += p;
       } else if (dst_type == DType::f16) {
-        const uint16_t h = to_half_bits(p);
+        const uint16_t h = kMode == 2 ? core::f32_to_f16(p) : to_half_bits(p);
         static_cast<uint16_t*>(dst)[at] = h;
-        sum[i] += from_half_bits(h);
+        if constexpr (kMode != 2) sum[i] += from_half_bits(h);
       } else {
         const uint16_t h = to_bf16_bits(p);
         static_cast<uint16_t*>(dst)[at] = h;
-        sum[i] += from_bf16_bits(h);
+        if constexpr (kMode != 2) sum[i] += from_bf16_bits(h);
       }
     }
   }
@@ -114,14 +119,22 @@ static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float
   const bool fast = mode == Exp2Mode::fast;
   if (layout != Layout::kmajor) {
     if (fast)
-      exp2_pack_indexed<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
+      exp2_pack_indexed<1>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
     else
-      exp2_pack_indexed<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
+      exp2_pack_indexed<0>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
   } else if (fast) {
-    exp2_pack_t<true>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+    exp2_pack_t<1>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
   } else {
-    exp2_pack_t<false>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
+    exp2_pack_t<0>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, sum);
   }
+}
+
+static void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd,
+                 DType dst_type, Layout layout) {
+  if (layout != Layout::kmajor)
+    exp2_pack_indexed<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, dst_type, layout, nullptr);
+  else
+    exp2_pack_t<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, dst_type, nullptr);
 }
 
 static void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,

@@ -74,29 +74,31 @@ void exp2_pack_chunk(int64_t kc, int64_t n, const float* t, int64_t ldt, float c
 
 // fp16 P in k pairs (the AVX512-FP16 kernel's A layout): pair row r of query i is the
 // 32-bit word d32[r * ldd + i] holding keys 2r (low half) and 2r + 1; an odd last key gets a
-// zero partner.
-template <bool kFast>
+// zero partner. kMode: 0 exp2 (exact for 16-bit P), 1 exp2_fast, 2 t itself (pack: any
+// fp32 value, rounded to nearest even; cm and sum unused).
+template <int kMode>
 void exp2_pack_f16_pairs(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
                          const float* cm, void* dst, int64_t ldd, float* sum) {
   const __m512 cv = _mm512_set1_ps(c);
   uint32_t* d32 = static_cast<uint32_t*>(dst);
   auto prob = [&](const float* row, __mmask16 m, __m512 cmv) {
+    if constexpr (kMode == 2) return v::to_f16(v::load(row, m));
     const __m512 x = _mm512_fmsub_ps(cv, v::load(row, m), cmv);
-    return v::to_f16(kFast ? v::exp2_fast(x) : v::exp2_p16(x));
+    return v::to_f16(kMode == 1 ? v::exp2_fast(x) : v::exp2_p16(x));
   };
   for (int64_t i = 0; i < mq; i += 16) {
     const __mmask16 m = v::lanes(mq - i);
-    const __m512 cmv = v::load(cm + i, m);
-    __m512 sv = v::load(sum + i, m);
+    const __m512 cmv = kMode == 2 ? _mm512_setzero_ps() : v::load(cm + i, m);
+    __m512 sv = kMode == 2 ? _mm512_setzero_ps() : v::load(sum + i, m);
     for (int64_t k = 0; k < kc; k += 2) {
       const __m256i h0 = prob(t + k * ldt + i, m, cmv);
       const __m256i h1 = k + 1 < kc ? prob(t + (k + 1) * ldt + i, m, cmv) : _mm256_setzero_si256();
       const __m512i w = _mm512_or_si512(_mm512_cvtepu16_epi32(h0),
                                         _mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
       _mm512_mask_storeu_epi32(d32 + (k / 2) * ldd + i, m, w);
-      sv = _mm512_add_ps(sv, _mm512_add_ps(v::from_f16(h0), v::from_f16(h1)));
+      if constexpr (kMode != 2) sv = _mm512_add_ps(sv, _mm512_add_ps(v::from_f16(h0), v::from_f16(h1)));
     }
-    v::store(sum + i, m, sv);
+    if constexpr (kMode != 2) v::store(sum + i, m, sv);
   }
 }
 
@@ -127,9 +129,9 @@ void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, con
                float* sum) {
   if (layout == Layout::kpairs && dst_type == DType::f16) {
     if (mode == Exp2Mode::fast)
-      exp2_pack_f16_pairs<true>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+      exp2_pack_f16_pairs<1>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
     else
-      exp2_pack_f16_pairs<false>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+      exp2_pack_f16_pairs<0>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
   } else if (layout != Layout::kmajor) {
     // The bf16 kernels' k-pair and row layouts have their own ops (vecops_avx512bf16.cpp);
     // the portable ones cover anything else.
@@ -194,12 +196,22 @@ void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
   }
 }
 
+// fp16 k pairs vectorized (gemm_chain's intermediate for the AVX512-FP16 kernel); the
+// portable loop for the rest.
+void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd, DType dst_type,
+          Layout layout) {
+  if (layout == Layout::kpairs && dst_type == DType::f16)
+    exp2_pack_f16_pairs<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, nullptr);
+  else
+    ukernels::vecops_generic.pack(kc, mq, t, ldt, dst, ldd, dst_type, layout);
+}
+
 }  // namespace
 
-const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, scale_rows, add_f16_tile,
+const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
                               store_row};
 // AVX512-FP16 CPUs have AVX-512F: the same ops serve the f16 kernels.
-const VecOps vecops_avx512fp16 = {"vecops_avx512fp16", Isa::avx512fp16, col_max, exp2_pack,
+const VecOps vecops_avx512fp16 = {"vecops_avx512fp16", Isa::avx512fp16, col_max, exp2_pack, pack,
                                   scale_rows, add_f16_tile, store_row};
 
 }  // namespace flashcore::cpu::ukernels

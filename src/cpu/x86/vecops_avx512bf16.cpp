@@ -41,14 +41,16 @@ inline __m512 add_pair(__m512 sum, __m512i w) {
   return _mm512_dpbf16_ps(sum, (__m512bh)w, (__m512bh)_mm512_set1_epi16(0x3F80));
 }
 
-template <bool kFast>
+// kMode: 0 exp2 (exact for 16-bit P), 1 exp2_fast, 2 t itself (pack: no exponential, no sums).
+template <int kMode>
 inline __m512 prob(__m512 cv, const float* t, __mmask16 m, __m512 cmv) {
+  if constexpr (kMode == 2) return v::load(t, m);
   const __m512 x = _mm512_fmsub_ps(cv, v::load(t, m), cmv);
-  return kFast ? v::exp2_fast(x) : v::exp2_p16(x);  // P is bf16 (avx512.hpp)
+  return kMode == 1 ? v::exp2_fast(x) : v::exp2_p16(x);  // P is bf16 (avx512.hpp)
 }
 
 // k pairs: pair row r of query i is the 32-bit word d32[r * ldd + i].
-template <bool kFast>
+template <int kMode>
 void exp2_pack_pairs(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
                      const float* cm, void* dst, int64_t ldd, float* sum) {
   const __m512 cv = _mm512_set1_ps(c);
@@ -56,18 +58,18 @@ void exp2_pack_pairs(int64_t kc, int64_t mq, const float* t, int64_t ldt, float 
   uint32_t* d32 = static_cast<uint32_t*>(dst);
   for (int64_t i = 0; i < mq; i += 16) {
     const __mmask16 m = v::lanes(mq - i);
-    const __m512 cmv = v::load(cm + i, m);
-    __m512 sv = v::load(sum + i, m);
+    const __m512 cmv = kMode == 2 ? _mm512_setzero_ps() : v::load(cm + i, m);
+    __m512 sv = kMode == 2 ? _mm512_setzero_ps() : v::load(sum + i, m);
     for (int64_t k = 0; k < kc; k += 2) {
-      const __m512 p0 = prob<kFast>(cv, t + k * ldt + i, m, cmv);
+      const __m512 p0 = prob<kMode>(cv, t + k * ldt + i, m, cmv);
       // the zero partner of an odd last key
-      const __m512 p1 = k + 1 < kc ? prob<kFast>(cv, t + (k + 1) * ldt + i, m, cmv)
+      const __m512 p1 = k + 1 < kc ? prob<kMode>(cv, t + (k + 1) * ldt + i, m, cmv)
                                    : _mm512_setzero_ps();
       const __m512i w = pair_words(p0, p1, il);
       _mm512_mask_storeu_epi32(d32 + (k / 2) * ldd + i, m, w);
-      sv = add_pair(sv, w);
+      if constexpr (kMode != 2) sv = add_pair(sv, w);
     }
-    v::store(sum + i, m, sv);
+    if constexpr (kMode != 2) v::store(sum + i, m, sv);
   }
 }
 
@@ -102,7 +104,7 @@ inline void transpose16(__m512i (&r)[16]) {
 
 // Rows (AMX's A tile; mq % 16 == 0, kc % 32 == 0): 16 queries x 32 keys as 16 pair words
 // per query lane, transposed so each query's 32 keys are one 64-byte store.
-template <bool kFast>
+template <int kMode>
 void exp2_pack_rows(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c,
                     const float* cm, void* dst, int64_t ldd, float* sum) {
   const __m512 cv = _mm512_set1_ps(c);
@@ -110,19 +112,19 @@ void exp2_pack_rows(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c
   const __mmask16 all = 0xFFFF;
   uint16_t* d = static_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < mq; i += 16) {
-    const __m512 cmv = _mm512_loadu_ps(cm + i);
-    __m512 sv = _mm512_loadu_ps(sum + i);
+    const __m512 cmv = kMode == 2 ? _mm512_setzero_ps() : _mm512_loadu_ps(cm + i);
+    __m512 sv = kMode == 2 ? _mm512_setzero_ps() : _mm512_loadu_ps(sum + i);
     for (int64_t k0 = 0; k0 < kc; k0 += 32) {
       __m512i w[16];
       for (int r = 0; r < 16; ++r) {
         const float* row = t + (k0 + 2 * r) * ldt + i;
-        w[r] = pair_words(prob<kFast>(cv, row, all, cmv), prob<kFast>(cv, row + ldt, all, cmv), il);
-        sv = add_pair(sv, w[r]);
+        w[r] = pair_words(prob<kMode>(cv, row, all, cmv), prob<kMode>(cv, row + ldt, all, cmv), il);
+        if constexpr (kMode != 2) sv = add_pair(sv, w[r]);
       }
       transpose16(w);
       for (int q = 0; q < 16; ++q) _mm512_storeu_si512(d + (i + q) * ldd + k0, w[q]);
     }
-    _mm512_storeu_ps(sum + i, sv);
+    if constexpr (kMode != 2) _mm512_storeu_ps(sum + i, sv);
   }
 }
 
@@ -132,17 +134,28 @@ void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, con
   const bool fast = mode == Exp2Mode::fast;
   if (dst_type == DType::bf16 && layout == Layout::kpairs) {
     if (fast)
-      exp2_pack_pairs<true>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+      exp2_pack_pairs<1>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
     else
-      exp2_pack_pairs<false>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+      exp2_pack_pairs<0>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
   } else if (dst_type == DType::bf16 && layout == Layout::rows && mq % 16 == 0 && kc % 32 == 0) {
     if (fast)
-      exp2_pack_rows<true>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+      exp2_pack_rows<1>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
     else
-      exp2_pack_rows<false>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+      exp2_pack_rows<0>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
   } else {
     vecops_avx512.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode, sum);
   }
+}
+
+// The same loops without the exponential (gemm_chain's intermediate as the bf16 kernels' A).
+void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd, DType dst_type,
+          Layout layout) {
+  if (dst_type == DType::bf16 && layout == Layout::kpairs)
+    exp2_pack_pairs<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, nullptr);
+  else if (dst_type == DType::bf16 && layout == Layout::rows && mq % 16 == 0 && kc % 32 == 0)
+    exp2_pack_rows<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, nullptr);
+  else
+    vecops_avx512.pack(kc, mq, t, ldt, dst, ldd, dst_type, layout);
 }
 
 void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
@@ -161,9 +174,9 @@ void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
 
 }  // namespace
 
-const VecOps vecops_avx512bf16 = {"vecops_avx512bf16", Isa::avx512bf16, col_max, exp2_pack,
+const VecOps vecops_avx512bf16 = {"vecops_avx512bf16", Isa::avx512bf16, col_max, exp2_pack, pack,
                                   scale_rows, add_f16_tile, store_row};
-const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, scale_rows, add_f16_tile,
+const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
                            store_row};
 
 }  // namespace flashcore::cpu::ukernels
