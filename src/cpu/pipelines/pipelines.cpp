@@ -471,6 +471,16 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
       }
     }
   }
+  if (src.dtype == t && es == 2 && lay == Layout::rows && r0 == 0 && r1 == rp) {
+    // No conversion (bf16 B for AMX, gemm_chain): panel p is the transpose of columns
+    // [p w, p w + w) of the rows, row j holding column p w + j: copy_block's register
+    // transposes with the rows as its block rows and the columns as its k.
+    for (int64_t p = 0; p < npanels; ++p) {
+      const Rows cols_p{at(src.base, p * w, es), src.stride, src.dtype};
+      copy_block<uint16_t>(cols_p, 0, nrows, std::min(w, cols - p * w), w, rp, false, out + p * rp * w * es);
+    }
+    r = r1;
+  }
   for (; r < r1; ++r) {
     if (r < nrows) {
       core::convert_row(src.row(r), src.dtype, cols, rowbuf);
