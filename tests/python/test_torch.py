@@ -134,6 +134,30 @@ def test_torch_cuda_fp8_descales(per_head, causal):
 
 
 @needs_cuda
+def test_torch_cuda_fp8_varlen_decode():
+    """float8_e4m3fn varlen batches of decode rows and short prefixes, 32 query heads on 8
+    KV heads (packed per KV head, the key range split for the long sequence), with the
+    descales, against the float64 reference on the dequantized values."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("fp8 attention runs on compute capability 9.0 (Hopper)")
+    cu_q = torch.tensor([0, 1, 2, 5, 6], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 700, 701, 4000, 4100], dtype=torch.int32, device="cuda")
+    q8, k8, v8 = ((torch.randn(shape) * 8).to(torch.float8_e4m3fn).cuda()
+                  for shape in ((1, 6, 32, 128), (1, 4100, 8, 128), (1, 4100, 8, 128)))
+    qd, kd, vd = 0.05, 0.04, 0.3
+    try:
+        out = flashcore.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd,
+                                  cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    except (NotImplementedError, TypeError) as e:  # a build without e4m3 kernels
+        if isinstance(e, TypeError) and "in this build" not in str(e):
+            raise
+        pytest.skip(f"CUDA backend: {e}")
+    deq = [(x.cpu().to(torch.float64) * f).numpy() for x, f in ((q8, qd), (k8, kd), (v8, vd))]
+    o_ref, _ = ref.attention_varlen(*deq, cu_q.cpu().numpy(), cu_k.cpu().numpy())
+    assert ref.rel_err(t64(out), o_ref) <= 6e-2
+
+
+@needs_cuda
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_torch_cuda_lse_window_strides(dtype):
     """lse, a local window with Sq != Sk and BHSD-strided inputs on the GPU, against the
