@@ -193,10 +193,12 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
 // the sm80 family. Measured on an H200 (docs/results/cuda-sm90-2026-11-22.md, session 4):
 // - 64-row tiles (two CTAs per SM) where each query block sees few keys: at hd64 Sk <
-//   1024, or Sk < 4096 under a band mask (B32 S512: 233 vs 237 us for 192 rows; causal
-//   S512 181 vs 198 for the sm80 family; causal S2048 406 vs 421); at hd128 under a band
-//   mask with Sk < 1024 (causal S512: 137 vs 146); and wherever the taller tiles would
-//   leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the sm80 family).
+//   8192, with a band mask or not (session 16, H200, same-process rounds against the
+//   192-row tile, B 16384/S H32: S1024 395 vs 338 TFLOP/s, S2048 450 vs 416, S4096 483
+//   vs 458, causal S4096 419 vs 375; from S8192 the 192-row tile is as fast or faster, 509
+//   vs 494; session 4 had set Sk < 1024, < 4096 banded); at hd128 under a band mask with
+//   Sk < 1024 (causal S512: 137 vs 146); and wherever the taller tiles would leave SMs
+//   idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the sm80 family).
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
 //   rows; from S8192 they are the fastest).
@@ -211,7 +213,7 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   they fit in one.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kShortSk = 1024, kBandedShortSk64 = 4096, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
+  constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
   const bool banded = p.banded();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
@@ -229,7 +231,7 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
       if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? sk < (banded ? kBandedShortSk64 : kShortSk) : banded && sk < kShortSk;
+  const bool few_keys = p.d <= 64 ? sk < kShortSk64 : banded && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.

@@ -493,7 +493,7 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // On a 9.0 device the dispatcher picks the Hopper kernel for what it supports (and where
 // it was measured faster), and the sm80 family for the rest; impl and tile_m still force
 // either family. Hopper tiles: 64 rows (two CTAs per SM) where the keys are few (hd64:
-// Sk < 1024, or < 4096 under a band mask; hd128: band mask and Sk < 1024) or the taller
+// Sk < 8192; hd128: band mask and Sk < 1024) or the taller
 // tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
 // variant ("_p") where Sk < 4096 and there are more items than resident CTAs.
 TEST_P(CudaSm90, DispatcherSelects) {
@@ -534,11 +534,13 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.dtype = dt;
   c.H = c.Hkv = 132;
   c.Sq = 128;
-  c.Sk = 1024;  // no mask, Sk >= 1024: the 192-row tile
+  c.Sk = 8192;  // hd64, Sk >= 8192: the 192-row tile
   c.expect_kernel = sm90 + "64_192x";
   run_case(c);
-  c.wl = 40;  // a window, Sk < 4096: 64-row tiles
+  c.Sk = 4096;  // hd64, Sk < 8192: 64-row tiles, without a mask or with a window
   c.expect_kernel = sm90 + "64_64x";
+  run_case(c);
+  c.wl = 40;
   run_case(c);
   c.wl = -1;
   c.causal = true;
