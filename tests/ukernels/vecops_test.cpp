@@ -43,6 +43,29 @@ class VecOpsTest : public ::testing::TestWithParam<const cpu::VecOps*> {
   const cpu::VecOps& ops() const { return *GetParam(); }
 };
 
+// Visits element (k, i), k < kend, i < mq, of a block the op under test wrote at
+// pack_index(layout, k, i, ldd) into `got` (n elements of es bytes, filled with 0xFF
+// before): check(k, i, at), stopping at the first fatal failure; then every byte of the
+// elements not visited must still be 0xFF (nothing written outside the layout).
+template <class Check>
+void walk_layout(cpu::Layout layout, int64_t kend, int64_t mq, int64_t ldd, int64_t n, size_t es,
+                 const std::vector<uint8_t>& got, Check&& check) {
+  std::vector<bool> mine(size_t(n), false);
+  for (int64_t k = 0; k < kend; ++k)
+    for (int64_t i = 0; i < mq; ++i) {
+      const int64_t at = cpu::pack_index(layout, k, i, ldd);
+      ASSERT_LT(at, n);
+      mine[size_t(at)] = true;
+      check(k, i, at);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  for (int64_t e = 0; e < n; ++e) {
+    if (mine[size_t(e)]) continue;
+    for (size_t byte = size_t(e) * es; byte < size_t(e + 1) * es; ++byte)
+      ASSERT_EQ(got[byte], 0xFF) << "wrote element " << e << " outside the layout";
+  }
+}
+
 // Scores with some -inf entries (masked keys) and, in column 1, only -inf.
 std::vector<float> scores(Rng& rng, int64_t kc, int64_t mq, int64_t ldt) {
   std::vector<float> t(size_t(kc * ldt), std::numeric_limits<float>::quiet_NaN());
@@ -159,31 +182,21 @@ TEST_P(VecOpsTest, Exp2PackLayouts) {
             const double rel = (mode == Exp2Mode::exact ? 1e-5 : 8e-3) +
                                (dst_type == DType::f32 ? 0.0 : dst_type == DType::f16 ? 0x1p-10 : 0x1p-7);
             const double abs_tol = dst_type == DType::f16 ? 0x1p-14 : 1e-30;  // f16 subnormals
-            std::vector<bool> mine(size_t(n), false);
             const int64_t kend = layout == cpu::Layout::kpairs ? kc2 : kc;
-            for (int64_t k = 0; k < kend; ++k)
-              for (int64_t i = 0; i < mq; ++i) {
-                const int64_t at = cpu::pack_index(layout, k, i, ldd);
-                ASSERT_LT(at, n);
-                mine[size_t(at)] = true;
-                const double g = fc::core::load_as_f32(got.data(), at, dst_type);
-                if (k >= kc) {
-                  ASSERT_EQ(g, 0.0) << "pair partner of the last key, query " << i;
-                  continue;
-                }
-                const double w = fc::core::load_as_f32(want.data(), k * mq + i, dst_type);
-                if (t[size_t(k * ldt + i)] == kNegInf) {
-                  ASSERT_EQ(g, 0.0) << "masked score must give exactly 0 at key " << k << ", query " << i;
-                  continue;
-                }
-                ASSERT_TRUE(std::abs(g - w) <= rel * w + abs_tol)
-                    << "key " << k << ", query " << i << ": got " << g << ", want " << w;
+            ASSERT_NO_FATAL_FAILURE(walk_layout(layout, kend, mq, ldd, n, es, got, [&](int64_t k, int64_t i, int64_t at) {
+              const double g = fc::core::load_as_f32(got.data(), at, dst_type);
+              if (k >= kc) {
+                ASSERT_EQ(g, 0.0) << "pair partner of the last key, query " << i;
+                return;
               }
-            for (int64_t e = 0; e < n; ++e) {
-              if (mine[size_t(e)]) continue;
-              for (size_t byte = size_t(e) * es; byte < size_t(e + 1) * es; ++byte)
-                ASSERT_EQ(got[byte], 0xFF) << "wrote element " << e << " outside the layout";
-            }
+              const double w = fc::core::load_as_f32(want.data(), k * mq + i, dst_type);
+              if (t[size_t(k * ldt + i)] == kNegInf) {
+                ASSERT_EQ(g, 0.0) << "masked score must give exactly 0 at key " << k << ", query " << i;
+                return;
+              }
+              ASSERT_TRUE(std::abs(g - w) <= rel * w + abs_tol)
+                  << "key " << k << ", query " << i << ": got " << g << ", want " << w;
+            }));
             for (int64_t i = 0; i < mq; ++i)
               ASSERT_NEAR(sum[size_t(i)], want_sum[size_t(i)], rel * want_sum[size_t(i)] + double(kc) * abs_tol + 1e-6)
                   << "sum of query " << i;
@@ -213,24 +226,14 @@ TEST_P(VecOpsTest, Pack) {
           const size_t es = fc::dtype_size(dst_type);
           std::vector<uint8_t> got(size_t(n) * es, 0xFF), one(es);
           ops().pack(kc, mq, t.data(), ldt, got.data(), ldd, dst_type, layout);
-          std::vector<bool> mine(size_t(n), false);
           const int64_t kend = layout == cpu::Layout::kpairs ? kc2 : kc;
-          for (int64_t k = 0; k < kend; ++k)
-            for (int64_t i = 0; i < mq; ++i) {
-              const int64_t at = cpu::pack_index(layout, k, i, ldd);
-              ASSERT_LT(at, n);
-              mine[size_t(at)] = true;
-              const float x = k < kc ? t[size_t(k * ldt + i)] : 0.0f;
-              fc::core::store_from_f32(one.data(), 0, dst_type, x);
-              ASSERT_EQ(std::memcmp(got.data() + size_t(at) * es, one.data(), es), 0)
-                  << "key " << k << ", query " << i << ": got " << fc::core::load_as_f32(got.data(), at, dst_type)
-                  << " for " << x;
-            }
-          for (int64_t e = 0; e < n; ++e) {
-            if (mine[size_t(e)]) continue;
-            for (size_t byte = size_t(e) * es; byte < size_t(e + 1) * es; ++byte)
-              ASSERT_EQ(got[byte], 0xFF) << "wrote element " << e << " outside the layout";
-          }
+          ASSERT_NO_FATAL_FAILURE(walk_layout(layout, kend, mq, ldd, n, es, got, [&](int64_t k, int64_t i, int64_t at) {
+            const float x = k < kc ? t[size_t(k * ldt + i)] : 0.0f;
+            fc::core::store_from_f32(one.data(), 0, dst_type, x);
+            ASSERT_EQ(std::memcmp(got.data() + size_t(at) * es, one.data(), es), 0)
+                << "key " << k << ", query " << i << ": got " << fc::core::load_as_f32(got.data(), at, dst_type)
+                << " for " << x;
+          }));
         }
 }
 
