@@ -128,33 +128,35 @@ void exp2_pack_rows(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c
   }
 }
 
+// The bf16 P layouts written here (k pairs; AMX rows when mq % 16 == 0 and kc % 32 == 0) in
+// mode kMode; false for any other case, which the caller forwards to the AVX-512F ops.
+template <int kMode>
+bool pack_bf16(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm, void* dst,
+               int64_t ldd, DType dst_type, Layout layout, float* sum) {
+  if (dst_type != DType::bf16) return false;
+  if (layout == Layout::kpairs) {
+    exp2_pack_pairs<kMode>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+    return true;
+  }
+  if (layout == Layout::rows && mq % 16 == 0 && kc % 32 == 0) {
+    exp2_pack_rows<kMode>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
+    return true;
+  }
+  return false;
+}
+
 void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
                void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
                float* sum) {
-  const bool fast = mode == Exp2Mode::fast;
-  if (dst_type == DType::bf16 && layout == Layout::kpairs) {
-    if (fast)
-      exp2_pack_pairs<1>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
-    else
-      exp2_pack_pairs<0>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
-  } else if (dst_type == DType::bf16 && layout == Layout::rows && mq % 16 == 0 && kc % 32 == 0) {
-    if (fast)
-      exp2_pack_rows<1>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
-    else
-      exp2_pack_rows<0>(kc, mq, t, ldt, c, cm, dst, ldd, sum);
-  } else {
-    vecops_avx512.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode, sum);
-  }
+  const bool done = mode == Exp2Mode::fast ? pack_bf16<1>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum)
+                                           : pack_bf16<0>(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, sum);
+  if (!done) vecops_avx512.exp2_pack(kc, mq, t, ldt, c, cm, dst, ldd, dst_type, layout, mode, sum);
 }
 
 // The same loops without the exponential (gemm_chain's intermediate as the bf16 kernels' A).
 void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd, DType dst_type,
           Layout layout) {
-  if (dst_type == DType::bf16 && layout == Layout::kpairs)
-    exp2_pack_pairs<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, nullptr);
-  else if (dst_type == DType::bf16 && layout == Layout::rows && mq % 16 == 0 && kc % 32 == 0)
-    exp2_pack_rows<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, nullptr);
-  else
+  if (!pack_bf16<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, dst_type, layout, nullptr))
     vecops_avx512.pack(kc, mq, t, ldt, dst, ldd, dst_type, layout);
 }
 
