@@ -27,7 +27,7 @@ bool parse_int(const char* s, int64_t lo, int64_t& out) {
 
 void print_usage(const char* argv0) {
   std::printf(
-      "usage: %s [--op attention|softmax-v|gemm-chain] [--backend cpu|cuda]\n"
+      "usage: %s [--op attention|softmax-v|gemm-chain|gemm-ukernel] [--backend cpu|cuda]\n"
       "  [--impl NAME|auto|naive] [--strategy auto|two-pass|three-pass|online]\n"
       "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
@@ -38,7 +38,8 @@ void print_usage(const char* argv0) {
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
       "softmax(S[M,L]) V[L,d] with M = B*H*Sq, L = Sk, d = D; gemm-chain E[M,N] =\n"
-      "(A[M,K1] B[K1,K2]) C[K2,N] with M = B*H*Sq, K2 = Sk, K1 = N = D.\n"
+      "(A[M,K1] B[K1,K2]) C[K2,N] with M = B*H*Sq, K2 = Sk, K1 = N = D; gemm-ukernel: the\n"
+      "GEMM-only row of one micro-kernel (--impl KEY), C[MR,d] += P[MR,L] V[L,d], L = Sk, d = D.\n"
       "Defaults: attention B1 H8 S1024 D128; softmax-v M12 L32768 d256; gemm-chain M256\n"
       "K1=N=256 K2=8192; Hkv = H, Sk = Sq; threads = online cores (pinned); iters adaptive\n"
       "(~0.3 s of calls, at least 5). Inputs are random with a fresh seed (--seed N repeats).\n"
@@ -96,7 +97,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
       return true;
     };
     bool ok = true;
-    if (a == "--op") ok = choice(c.op, {"attention", "softmax-v", "gemm-chain"});
+    if (a == "--op") ok = choice(c.op, {"attention", "softmax-v", "gemm-chain", "gemm-ukernel"});
     else if (a == "--backend") ok = choice(c.backend, {"cpu", "cuda"});
     else if (a == "--impl") c.impl = v;
     else if (a == "--strategy") ok = choice(c.strategy, {"auto", "two-pass", "three-pass", "online"});

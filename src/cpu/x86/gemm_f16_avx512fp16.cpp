@@ -2,7 +2,7 @@
 // FMA rate). Operands fp16 (packing converts into it); layout as in ukernel.hpp.
 //
 // f16_12x2_noepi4_avx512fp16: seed 000's "noepi" trade. C is fp16 and the sums are fp16
-//   all the way (no epilogue conversion); 4x k-unrolled. The pipeline (gemm_call) calls it
+//   all the way (no epilogue conversion); 4 k (two pair steps) per loop iteration. The pipeline (gemm_call) calls it
 //   on k chunks of at most kKeyTile and adds each chunk's fp16 tile into fp32, so fp16
 //   rounding accumulates over <= 128 products per lane (one k parity, below) and one pair
 //   add: relative error ~ 2^-11 * sqrt(256) per chunk in the worst direction, fine for
@@ -27,71 +27,62 @@
 // rounds 89.1 % against 83.7 % of the start-up peak, the host's noise included); attention
 // S4096 D128 2 threads 351 -> 392 GFLOP/s (docs/results/cpu-x86-2026-11-22.md, session 10).
 // Register use: 24 fp16 accumulators (12 rows x 2 zmm = 32 columns x 2 k parities) + 2 B +
-// 1 broadcast A.
-// NOT RUN ON THE DEVELOPMENT MACHINE (no AVX512-FP16 there); see docs/results/cpu-x86-*.md
-// for where it was tested.
-#include <immintrin.h>
-
+// 2 broadcast A.
 #include <cstdint>
 
 #include "cpu/ukernels/ukernel.hpp"
+#include "cpu/x86/gemm_12x2_asm.hpp"
 
 namespace flashcore::cpu::ukernels {
-namespace {
 
-constexpr int kMR = 12, kNV = 2, kNR = 16 * kNV;  // NR columns; a zmm = 16 columns x 2 k
+// The k loop is gemm_12x2_asm.hpp's (one step per k pair, A pair words 4 bytes apart, a B
+// pair row 2 zmm); the epilogue folds each lane pair: add the high half of each 32-bit lane
+// onto its low half (vpsrld + vaddph), keep the low halves (vpmovdw), then add C's fp16 row
+// (accumulate) and store 32 fp16.
+// Why assembly (as f32_12x2_pf_avx512): GCC 12's schedule of the intrinsics version kept
+// 9 of the broadcast offsets on the stack (a reload per broadcast) and added register moves
+// between FMAs, and it had no prefetch of A, whose rows gemm_chain reads far apart.
+#define FC_NOEPI_FOLD_ROW(x, y)                                                               \
+  "vpsrld $16, %%zmm" #x ", %%zmm26\n\t"                                                      \
+  "vpsrld $16, %%zmm" #y ", %%zmm27\n\t"                                                      \
+  "vaddph %%zmm26, %%zmm" #x ", %%zmm" #x "\n\t"                                              \
+  "vaddph %%zmm27, %%zmm" #y ", %%zmm" #y "\n\t"                                              \
+  "vpmovdw %%zmm" #x ", %%ymm" #x "\n\t"                                                      \
+  "vpmovdw %%zmm" #y ", %%ymm" #y "\n\t"
+#define FC_NOEPI_ADD_ROW(x, y)                                                                \
+  "vaddph (%[p]), %%ymm" #x ", %%ymm" #x "\n\t"                                               \
+  "vaddph 32(%[p]), %%ymm" #y ", %%ymm" #y "\n\t"                                             \
+  "add %[ldc], %[p]\n\t"
+#define FC_NOEPI_STORE_ROW(x, y)                                                              \
+  "vmovdqu16 %%ymm" #x ", (%[c])\n\t"                                                         \
+  "vmovdqu16 %%ymm" #y ", 32(%[c])\n\t"                                                       \
+  "add %[ldc], %[c]\n\t"
 
-// One pair step: k and k+1 for every row; a32 = the pair words of this step (row i at a32[i]).
-__attribute__((always_inline)) inline void step(const float* a32, const _Float16* b,
-                                                __m512h (&acc)[kMR][kNV]) {
-  __m512h bv[kNV];
-#pragma GCC unroll 2
-  for (int v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_ph(b + 32 * v);
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) {
-    const __m512h av = _mm512_castps_ph(_mm512_set1_ps(a32[i]));
-#pragma GCC unroll 2
-    for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_fmadd_ph(av, bv[v], acc[i][v]);
-  }
-}
-
-}  // namespace
-
-void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a_, int64_t as, const void* b_,
-                                void* c_, int64_t ldc, int accumulate) {
-  const float* a32 = static_cast<const float*>(a_);  // pair words, as per pair row
-  const _Float16* b = static_cast<const _Float16*>(b_);
-  _Float16* c = static_cast<_Float16*>(c_);
-  __m512h acc[kMR][kNV];
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i)
-#pragma GCC unroll 2
-    for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_setzero_ph();
+void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a, int64_t as, const void* b, void* c,
+                                int64_t ldc, int accumulate) {
+  const char* pa = static_cast<const char*>(a);  // pair words, as per pair row
+  const char* pb = static_cast<const char*>(b);
+  char* pc = static_cast<char*>(c);
+  const char* pf;  // the prefetch address; then C's rows for the adds
+  int64_t n;       // iterations of two pair steps
   // kc is even (k_align 2: the packing pads an odd k with a zero pair partner).
-  const int64_t pairs = kc / 2;
-  int64_t k2 = 0;
-  for (; k2 + 4 <= pairs; k2 += 4) {  // 4x unrolled (seed 000's noepi4)
-    step(a32, b, acc);
-    step(a32 + as, b + 2 * kNR, acc);
-    step(a32 + 2 * as, b + 4 * kNR, acc);
-    step(a32 + 3 * as, b + 6 * kNR, acc);
-    a32 += 4 * as;
-    b += 8 * kNR;
-  }
-  for (; k2 < pairs; ++k2, a32 += as, b += 2 * kNR) step(a32, b, acc);
-  // Lane pair (2j, 2j+1) of acc[i][v] holds column 16 v + j's even- and odd-k sums: add the
-  // high half of each 32-bit lane onto its low half, then keep the low halves.
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i)
-#pragma GCC unroll 2
-    for (int v = 0; v < kNV; ++v) {
-      const __m512i w = _mm512_castph_si512(acc[i][v]);
-      const __m512h sum = _mm512_add_ph(acc[i][v], _mm512_castsi512_ph(_mm512_srli_epi32(w, 16)));
-      __m256h r = _mm256_castsi256_ph(_mm512_cvtepi32_epi16(_mm512_castph_si512(sum)));
-      _Float16* p = c + i * ldc + 16 * v;
-      if (accumulate) r = _mm256_add_ph(_mm256_loadu_ph(p), r);
-      _mm256_storeu_ph(p, r);
-    }
+  const int64_t pairs = kc / 2, as_bytes = as * 4, ldc_bytes = ldc * 2, acc = accumulate;
+  asm volatile(
+      FC_X86_12X2_KLOOP("vfmadd231ph")
+      FC_X86_12X2_C_ROWS(FC_NOEPI_FOLD_ROW)
+      "test %[accumulate], %[accumulate]\n\t"
+      "jz 4f\n\t"
+      "mov %[c], %[p]\n\t"
+      FC_X86_12X2_C_ROWS(FC_NOEPI_ADD_ROW)
+      "4:\n\t"
+      FC_X86_12X2_C_ROWS(FC_NOEPI_STORE_ROW)
+      "vzeroupper\n\t"
+      : [a] "+r"(pa), [b] "+r"(pb), [c] "+r"(pc), [p] "=&r"(pf), [n] "=&r"(n)
+      : [k] "r"(pairs), [as] "r"(as_bytes), [ldc] "r"(ldc_bytes), [accumulate] "r"(acc)
+      : FC_X86_12X2_CLOBBERS, "cc", "memory");
 }
+#undef FC_NOEPI_FOLD_ROW
+#undef FC_NOEPI_ADD_ROW
+#undef FC_NOEPI_STORE_ROW
 
 }  // namespace flashcore::cpu::ukernels
