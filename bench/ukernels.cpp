@@ -2,9 +2,12 @@
 // P V product with pre-packed operands, no softmax). The ceiling a fused pipeline can
 // reach with that kernel, as % of the measured peak of the kernel's ISA.
 //
-// Shape: C[MR x d] += P[L keys x MR] V[L x d], d = --head-dim (256), L = --seq-k (512:
+// Shape: C[M x d] += P[L keys x M] V[L x d], d = --head-dim (256), L = --seq-k (512:
 // the packed V, L x d fp32 = 512 KiB, stays in this CPU's 1 MiB L2), in key tiles of
-// 256 as the pipelines run it. With N threads each thread runs its own copy.
+// 256 as the pipelines run it; M = MR (the suite's rows), or --seq-q rounded up to MR
+// with `--op gemm-ukernel`: row blocks of MR innermost, so each V panel's key tile stays
+// in L1 across them as in the pipelines' stage 2. With N threads each thread runs its own
+// copy.
 #include <omp.h>
 
 #include <algorithm>
@@ -63,15 +66,17 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     return;
   }
   const int64_t mr = k->mr, nr = k->nr, d = cfg.head_dim, npanels = (d + nr - 1) / nr;
+  // Row blocks of MR: --seq-q rows rounded up (the suite's rows: one block).
+  const int64_t nblk = (std::max<int64_t>(cfg.seq_q, 1) + mr - 1) / mr, rows = nblk * mr;
   const int64_t kc = (kKeyTile + k->k_align - 1) / k->k_align * k->k_align;
   const int64_t l = (cfg.seq_k + kc - 1) / kc * kc;  // whole key tiles
   const int64_t ldc = npanels * nr;
   Rng rng(seed);
   std::vector<Operands> ops(static_cast<size_t>(cfg.threads));
   for (Operands& o : ops) {
-    o.a = random_array(k->ab, l * mr, 0.0f, 1.0f, rng);  // probabilities are >= 0
+    o.a = random_array(k->ab, nblk * l * mr, 0.0f, 1.0f, rng);  // probabilities are >= 0
     o.b = random_array(k->ab, npanels * l * nr, -1.0f, 1.0f, rng);
-    o.c = empty_array(k->acc, mr * ldc);
+    o.c = empty_array(k->acc, rows * ldc);
     o.pa = std::make_unique<Aligned>(o.a);
     o.pb = std::make_unique<Aligned>(o.b);
     o.pc = std::make_unique<Aligned>(o.c);
@@ -87,9 +92,10 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     const int64_t ec = int64_t(flashcore::dtype_size(k->acc));
     for (int64_t k0 = 0; k0 < l; k0 += kc)
       for (int64_t p = 0; p < npanels; ++p)
-        k->fn(kc, a + cpu::pack_index(k->a_layout, k0, 0, as) * ea, as,
-              b + (p * l * nr + cpu::pack_index(k->b_layout, k0, 0, nr)) * ea, c + p * nr * ec, ldc,
-              k0 > 0);
+        for (int64_t rb = 0; rb < nblk; ++rb)
+          k->fn(kc, a + (rb * l * mr + cpu::pack_index(k->a_layout, k0, 0, as)) * ea, as,
+                b + (p * l * nr + cpu::pack_index(k->b_layout, k0, 0, nr)) * ea,
+                c + (rb * mr * ldc + p * nr) * ec, ldc, k0 > 0);
   };
   auto call = [&] {
 #pragma omp parallel num_threads(cfg.threads)
@@ -102,11 +108,11 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     Operands& o = ops[0];
     std::copy(o.pc->p, o.pc->p + o.c.nbytes(), o.c.bytes.begin());
     double num = 0, den = 0;
-    for (int64_t i = 0; i < mr; ++i)
+    for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < d; ++j) {
         double ref = 0;
         for (int64_t kk = 0; kk < l; ++kk)
-          ref += double(o.a.at(cpu::pack_index(k->a_layout, kk, i, as))) *
+          ref += double(o.a.at((i / mr) * l * mr + cpu::pack_index(k->a_layout, kk, i % mr, as))) *
                  double(o.b.at((j / nr) * l * nr + cpu::pack_index(k->b_layout, kk, j % nr, nr)));
         const double diff = double(o.c.at(i * ldc + j)) - ref;
         num += diff * diff;
@@ -123,8 +129,8 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
   r.kernel = k->key;
   r.strategy_ran = "gemm-only";
   r.cfg.seq_k = l;
-  r.cfg.seq_q = mr;
-  r.gflops = 2.0 * double(mr * l * d) * cfg.threads / (r.p50_us * 1e-6) * 1e-9;
+  r.cfg.seq_q = rows;
+  r.gflops = 2.0 * double(rows * l * d) * cfg.threads / (r.p50_us * 1e-6) * 1e-9;
   if (const Peak* pk = peak_for_isa(flashcore::cpu::isa_name(k->isa), cfg.threads)) {
     r.peak_name = pk->name;
     r.peak_gflops = pk->gflops;
