@@ -193,20 +193,26 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
 // the sm80 family. Measured on an H200 (docs/results/cuda-sm90-2026-11-22.md, session 4):
 // - 64-row tiles (two CTAs per SM) where each query block sees few keys: at hd64 Sk <
-//   8192, with a band mask or not (session 16, H200, same-process rounds against the
-//   192-row tile, B 16384/S H32: S1024 395 vs 338 TFLOP/s, S2048 450 vs 416, S4096 483
-//   vs 458, causal S4096 419 vs 375; from S8192 the 192-row tile is as fast or faster, 509
-//   vs 494; session 4 had set Sk < 1024, < 4096 banded); at hd128 under a band mask with
-//   Sk < 1024 (causal S512: 137 vs 146); and wherever the taller tiles would leave SMs
-//   idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the sm80 family).
+//   1024, or Sk < 8192 under a local window; at hd128 under a local window with Sk < 1024;
+//   and wherever the taller tiles would leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for
+//   the sm80 family). Session 17 (H200, --all-tiles, B 16384/S, f16 / bf16 TFLOP/s), once
+//   the ping-pong turns ran on across items: hd64 128x128_s2_p against 64x128_s2_p S1024
+//   401 / 387 and 413 / 401, S2048 430 / 426 and 457 / 441, S4096 454 / 447, causal S4096
+//   410 / 392 and 426 / 408; at S512 even (333 / 333) or behind under the causal mask (211
+//   / 214); hd128 causal 128x128_s2_p against 64x64_s2_p S512 291 / 282 and 301 / 294,
+//   S1024 406 / 368. (Session 16 had set hd64 Sk < 8192 against the 192-row tile, with or
+//   without a mask; session 4 Sk < 1024, or < 4096 banded.)
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
-//   rows; from S8192 they are the fastest).
-// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk < 4096 and there
+//   rows; from S8192 they are the fastest) and at hd64 with Sk < 8192 (the 192-row tile
+//   against 64 rows, session 16: S1024 338 vs 395 TFLOP/s, S4096 458 vs 483; from S8192
+//   509 vs 494).
+// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk <= 4096 and there
 //   are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
 //   B32 hd64 1.15-1.18x, hd128 1.21-1.23x; --all-tiles, f16, vs the same tile without:
-//   S512 1.07-1.13x, S2048 hd64 causal 1.03x, hd128 1.02x and causal 1.06x; from S8192 it
-//   loses: causal S16384 0.67x, the static order gives some CTAs the heaviest blocks).
+//   S512 1.07-1.13x, S2048 hd64 causal 1.03x, hd128 1.02x and causal 1.06x; session 17,
+//   hd128 S4096 647 vs 627 TFLOP/s, causal 560 vs 536; from S8192 it lost in session 5:
+//   causal S16384 0.67x, the static order gives some CTAs the heaviest blocks).
 //   hd256 has none: its O buffer does not fit beside the ring, and without TMA stores the
 //   persistent hd256 kernel was no faster (0.98-1.02x).
 // - With GQA packing (gqa_pack_shift) the rows are Sq G per KV head; a 64-row tile where
@@ -214,7 +220,7 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
-  const bool banded = p.banded();
+  const bool banded = p.banded(), windowed = p.window_left >= 0 || p.window_right >= 0;
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
   const int64_t sq = p.sq / nb << pack_shift, sk = p.sk / nb;
@@ -228,15 +234,17 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
         if (rows64 == nullptr) rows64 = &i;
         continue;
       }
-      if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
+      if (tall != nullptr ||
+          (i.block_m > 128 && ((banded && sk < kBandedTallMinSk) || (p.d <= 64 && sk < kShortSk64))))
+        continue;
       if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? sk < kShortSk64 : banded && sk < kShortSk;
+  const bool few_keys = p.d <= 64 ? sk < kShortSk || (windowed && sk < kShortSk64) : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.
   const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * (i->block_m == 64 ? 2 : 1); };
-  if (pick != nullptr && sk < kPersistentMaxSk &&
+  if (pick != nullptr && sk <= kPersistentMaxSk &&
       (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
     for (const Instance& i : kInstances)
       if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&

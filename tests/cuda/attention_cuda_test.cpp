@@ -515,19 +515,23 @@ TEST_P(CudaSm90, DispatcherSelects) {
       run_case(c);
     }
   }
-  {  // hd128 without a mask: persistent up to Sk < 4096, then the one-item-per-CTA kernel
+  {  // hd128 without a mask: persistent up to Sk <= 4096, then the one-item-per-CTA kernel
     Case c;
     c.dtype = dt;
     c.D = 128;
     c.B = 2;
     c.H = c.Hkv = 132;
     c.Sq = 128;
-    c.Sk = 4000;
+    c.Sk = 4096;
     c.expect_kernel = sm90 + "128_128x128_s2_p";
     c.exact_kernel = true;
     run_case(c);
-    c.Sk = 4096;
+    c.Sk = 4097;
     c.expect_kernel = sm90 + "128_128x128_s2";
+    run_case(c);
+    c.D = 64;  // hd64 1024 <= Sk <= 4096: the 128-row tile, persistent
+    c.Sk = 2000;
+    c.expect_kernel = sm90 + "64_128x128_s2_p";
     run_case(c);
   }
   Case c;
@@ -537,21 +541,26 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.Sk = 8192;  // hd64, Sk >= 8192: the 192-row tile
   c.expect_kernel = sm90 + "64_192x";
   run_case(c);
-  c.Sk = 4096;  // hd64, Sk < 8192: 64-row tiles, without a mask or with a window
-  c.expect_kernel = sm90 + "64_64x";
+  c.Sk = 4096;  // hd64, 1024 <= Sk < 8192: the 128-row tile without a window or with causal,
+  c.expect_kernel = sm90 + "64_128x";
   run_case(c);
-  c.wl = 40;
-  run_case(c);
-  c.wl = -1;
   c.causal = true;
-  c.Sk = 1000;  // banded, Sk < 1024
+  run_case(c);
+  c.causal = false;
+  c.wl = 40;  // 64-row tiles with a window
   c.expect_kernel = sm90 + "64_64x";
   run_case(c);
+  c.Sk = 1000;  // hd128 with a window, Sk < 1024: 64-row tiles
   c.D = 128;
   c.expect_kernel = sm90 + "128_64x";
   run_case(c);
+  c.wl = -1;
+  c.causal = true;  // causal, Sk < 1024: hd64 64-row tiles, hd128 the 128-row tile
+  c.expect_kernel = sm90 + "128_128x";
+  run_case(c);
   c.D = 64;
   c.expect_kernel = sm90 + "64_64x";
+  run_case(c);
   c.causal = false;
   c.H = c.Hkv = 8;  // B1 H8 S512: 64 CTAs of 64 rows, two per SM (4 key tiles: no KV splits)
   c.Sq = c.Sk = 512;

@@ -298,6 +298,18 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;
     int it0 = 0;  // K/V tiles so far (as the producer counts them)
+    // Ping-pong turns: each barrier 1 + c is counted over the 256 threads of the two
+    // warpgroups involved (consumer c syncs, consumer c - 1 arrives). The turns run on
+    // from one item to the next: the last consumer opens barrier 1 once, here, so consumer
+    // 0 goes first; every turn hands over, and consumer 0 takes the one hand-over left after
+    // the item loop, so every barrier sees as many arrivals as syncs. A consumer may thus
+    // begin the next item's first S GEMM as soon as the other issued its last P V, while
+    // that one runs its epilogue (the turns restarted with each item until session 17, so
+    // one warpgroup's epilogue left the tensor cores idle).
+    constexpr uint32_t kPPThreads = 256;
+    if constexpr (Tr::kPingPong) {
+      if (cw == Tr::kConsumers - 1) ptx::named_bar_arrive(1, kPPThreads);
+    }
     Item wi;
     for (int r = 0, qi = 0; round_item(r, wi); ++r) {  // qi: items so far
       const SeqInfo seq = seq_info(p, wi.b);
@@ -401,20 +413,13 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       auto release = [&](uint32_t bar) {
         if (lane == 0) ptx::mbar_arrive(bar);
       };
-      // Ping-pong turns: consumer cw waits on named barrier 1 + cw and hands the turn to the
-      // next one (barrier 1 + (cw + 1) % kConsumers), each barrier counted over the 256
-      // threads of the two warpgroups involved. The last consumer opens barrier 1 once up
-      // front, so consumer 0 goes first, and skips its hand-over after its last turn
-      // (nothing waits for it): every barrier sees as many arrivals as syncs.
-      constexpr uint32_t kPPThreads = 256;
-      constexpr int kLastCw = Tr::kConsumers - 1;
+      // Ping-pong turns (kPingPong): consumer cw waits on named barrier 1 + cw and hands the
+      // turn to the next one (barrier 1 + (cw + 1) % kConsumers); see kPPThreads above.
       auto turn_begin = [&]() {
         if constexpr (Tr::kPingPong) ptx::named_bar_sync(1 + cw, kPPThreads);
       };
-      auto turn_end = [&](bool last) {
-        if constexpr (Tr::kPingPong) {
-          if (!last || cw != kLastCw) ptx::named_bar_arrive(1 + (cw + 1) % Tr::kConsumers, kPPThreads);
-        }
+      auto turn_end = [&]() {
+        if constexpr (Tr::kPingPong) ptx::named_bar_arrive(1 + (cw + 1) % Tr::kConsumers, kPPThreads);
       };
 
       ptx::mbar_wait(bar_q, qi & 1);
@@ -425,16 +430,13 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // P_n packed into it after P_{n-1} V_{n-1} retires (pa1 is never used: no registers).
       uint32_t pa0[kPK][4], pa1[kPK][4];
       float corr[2];
-      if constexpr (Tr::kPingPong) {
-        if (cw == kLastCw && tiles.lo < tiles.hi) ptx::named_bar_arrive(1, kPPThreads);
-      }
       if (tiles.lo < tiles.hi) {
         float s[1][kNF][4];
         const int stage = it0 % kStages;
         ptx::mbar_wait(full_k(stage), (it0 / kStages) & 1);
         turn_begin();
         issue_qk(s, stage * Tr::kTileKV);
-        turn_end(false);
+        turn_end();
         ptx::wgmma_wait<0>();
         ptx::fence_regs(s[0]);
         release(empty_k(stage));
@@ -451,7 +453,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         turn_begin();
         issue_qk(s, stage * Tr::kTileKV);
         issue_pv(pprev, prev * Tr::kTileKV);
-        turn_end(false);
+        turn_end();
         ptx::wgmma_wait<1>();  // S_n
         ptx::fence_regs(s[0]);
         release(empty_k(stage));
@@ -484,7 +486,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
         turn_begin();
         issue_pv(pl, prev * Tr::kTileKV);
-        turn_end(true);
+        turn_end();
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc[0]);
         release(empty_v(prev));
@@ -581,6 +583,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       }
       ++qi;
     }  // work items
+    if constexpr (Tr::kPingPong) {
+      if (cw == 0) ptx::named_bar_sync(1, kPPThreads);  // the last hand-over (or the opening)
+    }
     if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();  // O's last boxes read out of shared memory
   }
 #endif
