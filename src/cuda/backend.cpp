@@ -193,25 +193,25 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
 // the sm80 family. Measured on an H200 (docs/results/cuda-sm90-2026-11-22.md, session 4):
 // - 64-row tiles (two CTAs per SM) where each query block sees few keys: at hd64 Sk <
-//   1024, or Sk < 8192 under a local window; at hd128 under a local window with Sk < 1024;
-//   and wherever the taller tiles would leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for
-//   the sm80 family). Session 17 (H200, --all-tiles, B 16384/S, f16 / bf16 TFLOP/s), once
-//   the ping-pong turns ran on across items: hd64 128x128_s2_p against 64x128_s2_p S1024
-//   401 / 387 and 413 / 401, S2048 430 / 426 and 457 / 441, S4096 454 / 447, causal S4096
-//   410 / 392 and 426 / 408; at S512 even (333 / 333) or behind under the causal mask (211
-//   / 214); hd128 causal 128x128_s2_p against 64x64_s2_p S512 291 / 282 and 301 / 294,
-//   S1024 406 / 368. (Session 16 had set hd64 Sk < 8192 against the 192-row tile, with or
-//   without a mask; session 4 Sk < 1024, or < 4096 banded.)
+//   8192, with a band mask or not (session 16, H200, same-process rounds against the
+//   192-row tile, B 16384/S H32: S1024 395 vs 338 TFLOP/s, S2048 450 vs 416, S4096 483
+//   vs 458, causal S4096 419 vs 375; from S8192 the 192-row tile is as fast or faster, 509
+//   vs 494; session 4 had set Sk < 1024, < 4096 banded; session 17's 128x128_s2_p, same
+//   method, f16: S2048 408 vs 437 for 64x128_s2_p, causal 335 vs 345, S4096 409 vs 465);
+//   at hd128 under a local window with Sk < 1024 (causal S512, session 17, same method:
+//   128x128_s2_p 251.9 against 64x64_s2_p 249.6 TFLOP/s; flashcore_cuda_timing 291 vs
+//   282, causal S1024 406 vs 368; session 4 had taken 64 rows for any band mask); and
+//   wherever the taller tiles would leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the
+//   sm80 family).
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
-//   rows; from S8192 they are the fastest) and at hd64 with Sk < 8192 (the 192-row tile
-//   against 64 rows, session 16: S1024 338 vs 395 TFLOP/s, S4096 458 vs 483; from S8192
-//   509 vs 494).
+//   rows; from S8192 they are the fastest).
 // - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk <= 4096 and there
 //   are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
 //   B32 hd64 1.15-1.18x, hd128 1.21-1.23x; --all-tiles, f16, vs the same tile without:
 //   S512 1.07-1.13x, S2048 hd64 causal 1.03x, hd128 1.02x and causal 1.06x; session 17,
-//   hd128 S4096 647 vs 627 TFLOP/s, causal 560 vs 536; from S8192 it lost in session 5:
+//   flashcore_cuda_timing only: hd128 S4096 647 vs 627 TFLOP/s, causal 560 vs 536, once
+//   the ping-pong turns ran on across items; from S8192 it lost in session 5:
 //   causal S16384 0.67x, the static order gives some CTAs the heaviest blocks).
 //   hd256 has none: its O buffer does not fit beside the ring, and without TMA stores the
 //   persistent hd256 kernel was no faster (0.98-1.02x).
@@ -234,12 +234,10 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
         if (rows64 == nullptr) rows64 = &i;
         continue;
       }
-      if (tall != nullptr ||
-          (i.block_m > 128 && ((banded && sk < kBandedTallMinSk) || (p.d <= 64 && sk < kShortSk64))))
-        continue;
+      if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? sk < kShortSk || (windowed && sk < kShortSk64) : windowed && sk < kShortSk;
+  const bool few_keys = p.d <= 64 ? sk < kShortSk64 : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.

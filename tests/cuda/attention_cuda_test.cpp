@@ -529,10 +529,6 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 4097;
     c.expect_kernel = sm90 + "128_128x128_s2";
     run_case(c);
-    c.D = 64;  // hd64 1024 <= Sk <= 4096: the 128-row tile, persistent
-    c.Sk = 2000;
-    c.expect_kernel = sm90 + "64_128x128_s2_p";
-    run_case(c);
   }
   Case c;
   c.dtype = dt;
@@ -541,14 +537,13 @@ TEST_P(CudaSm90, DispatcherSelects) {
   c.Sk = 8192;  // hd64, Sk >= 8192: the 192-row tile
   c.expect_kernel = sm90 + "64_192x";
   run_case(c);
-  c.Sk = 4096;  // hd64, 1024 <= Sk < 8192: the 128-row tile without a window or with causal,
-  c.expect_kernel = sm90 + "64_128x";
+  c.Sk = 4096;  // hd64, Sk < 8192: 64-row tiles, without a mask, causal or with a window
+  c.expect_kernel = sm90 + "64_64x";
   run_case(c);
   c.causal = true;
   run_case(c);
   c.causal = false;
-  c.wl = 40;  // 64-row tiles with a window
-  c.expect_kernel = sm90 + "64_64x";
+  c.wl = 40;
   run_case(c);
   c.Sk = 1000;  // hd128 with a window, Sk < 1024: 64-row tiles
   c.D = 128;
