@@ -14,7 +14,7 @@
 //
 // Operands the including asm statement names: [a] A (advanced), [b] B (advanced), [as] A's
 // row stride in bytes, [k] the number of steps, [p] and [n] scratch (p = the prefetch
-// address). The statement clobbers zmm0-27.
+// address); FC_X86_12X2_OPERANDS below lists them. The statement clobbers zmm0-27.
 #pragma once
 
 #define FC_X86_12X2_ROW(FMA, off, A, bc, x, y)                                               \
@@ -69,8 +69,36 @@
   FC_X86_12X2_STEP(FMA, "(%[a])")                                                             \
   "3:\n\t"
 
-// The clobber list of zmm0-27 (written as xmm: GCC names the vector registers so).
-#define FC_X86_12X2_CLOBBERS                                                                  \
-  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",    \
-      "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19",        \
-      "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27"
+// One C row's add (from [p]) or store (to [c]) for an epilogue's row macro: registers x and y
+// of kind REG (zmm / ymm), the second HALF bytes on, then the pointer to the next row.
+#define FC_X86_12X2_ADD_ROW(x, y, ADD, REG, HALF)                                             \
+  ADD " (%[p]), %%" REG #x ", %%" REG #x "\n\t"                                               \
+  ADD " " #HALF "(%[p]), %%" REG #y ", %%" REG #y "\n\t"                                      \
+  "add %[ldc], %[p]\n\t"
+#define FC_X86_12X2_STORE_ROW(x, y, MOV, REG, HALF)                                           \
+  MOV " %%" REG #x ", (%[c])\n\t"                                                             \
+  MOV " %%" REG #y ", " #HALF "(%[c])\n\t"                                                    \
+  "add %[ldc], %[c]\n\t"
+
+// The end of both kernels: with [accumulate] != 0, ADD_ROW adds each C row (read through
+// [p], rows [ldc] bytes apart) into its accumulators; then STORE_ROW stores each row at [c].
+// vzeroupper: the compiler does not know the statement used zmm registers, so it would not
+// clean the upper state for the caller's SSE code itself.
+#define FC_X86_12X2_ADD_STORE(ADD_ROW, STORE_ROW)                                             \
+  "test %[accumulate], %[accumulate]\n\t"                                                     \
+  "jz 4f\n\t"                                                                                 \
+  "mov %[c], %[p]\n\t"                                                                        \
+  FC_X86_12X2_C_ROWS(ADD_ROW)                                                                 \
+  "4:\n\t"                                                                                    \
+  FC_X86_12X2_C_ROWS(STORE_ROW)                                                               \
+  "vzeroupper\n\t"
+
+// The statement's operands: the caller's pa, pb, pc (A, B, C pointers), pf and n (scratch),
+// as_bytes, ldc_bytes and acc (accumulate), and K, the number of steps; zmm0-27 clobbered
+// (written as xmm: GCC names the vector registers so).
+#define FC_X86_12X2_OPERANDS(K)                                                               \
+  : [a] "+r"(pa), [b] "+r"(pb), [c] "+r"(pc), [p] "=&r"(pf), [n] "=&r"(n)                     \
+  : [k] "r"(K), [as] "r"(as_bytes), [ldc] "r"(ldc_bytes), [accumulate] "r"(acc)               \
+  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",  \
+    "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", \
+    "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "cc", "memory"

@@ -49,14 +49,8 @@ namespace flashcore::cpu::ukernels {
   "vaddph %%zmm27, %%zmm" #y ", %%zmm" #y "\n\t"                                              \
   "vpmovdw %%zmm" #x ", %%ymm" #x "\n\t"                                                      \
   "vpmovdw %%zmm" #y ", %%ymm" #y "\n\t"
-#define FC_NOEPI_ADD_ROW(x, y)                                                                \
-  "vaddph (%[p]), %%ymm" #x ", %%ymm" #x "\n\t"                                               \
-  "vaddph 32(%[p]), %%ymm" #y ", %%ymm" #y "\n\t"                                             \
-  "add %[ldc], %[p]\n\t"
-#define FC_NOEPI_STORE_ROW(x, y)                                                              \
-  "vmovdqu16 %%ymm" #x ", (%[c])\n\t"                                                         \
-  "vmovdqu16 %%ymm" #y ", 32(%[c])\n\t"                                                       \
-  "add %[ldc], %[c]\n\t"
+#define FC_NOEPI_ADD_ROW(x, y) FC_X86_12X2_ADD_ROW(x, y, "vaddph", "ymm", 32)
+#define FC_NOEPI_STORE_ROW(x, y) FC_X86_12X2_STORE_ROW(x, y, "vmovdqu16", "ymm", 32)
 
 void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a, int64_t as, const void* b, void* c,
                                 int64_t ldc, int accumulate) {
@@ -70,16 +64,8 @@ void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a, int64_t as, const voi
   asm volatile(
       FC_X86_12X2_KLOOP("vfmadd231ph")
       FC_X86_12X2_C_ROWS(FC_NOEPI_FOLD_ROW)
-      "test %[accumulate], %[accumulate]\n\t"
-      "jz 4f\n\t"
-      "mov %[c], %[p]\n\t"
-      FC_X86_12X2_C_ROWS(FC_NOEPI_ADD_ROW)
-      "4:\n\t"
-      FC_X86_12X2_C_ROWS(FC_NOEPI_STORE_ROW)
-      "vzeroupper\n\t"
-      : [a] "+r"(pa), [b] "+r"(pb), [c] "+r"(pc), [p] "=&r"(pf), [n] "=&r"(n)
-      : [k] "r"(pairs), [as] "r"(as_bytes), [ldc] "r"(ldc_bytes), [accumulate] "r"(acc)
-      : FC_X86_12X2_CLOBBERS, "cc", "memory");
+      FC_X86_12X2_ADD_STORE(FC_NOEPI_ADD_ROW, FC_NOEPI_STORE_ROW)
+      FC_X86_12X2_OPERANDS(pairs));
 }
 #undef FC_NOEPI_FOLD_ROW
 #undef FC_NOEPI_ADD_ROW

@@ -87,14 +87,8 @@ void f32_12x2_avx512(int64_t kc, const void* a, int64_t as, const void* b, void*
 // the intrinsics kernel with the same prefetch: 89 / 90 %).
 
 // One C row's add or store (C rows ldc bytes apart).
-#define FC_PF_ADD_ROW(x, y)                                                                   \
-  "vaddps (%[p]), %%zmm" #x ", %%zmm" #x "\n\t"                                               \
-  "vaddps 64(%[p]), %%zmm" #y ", %%zmm" #y "\n\t"                                             \
-  "add %[ldc], %[p]\n\t"
-#define FC_PF_STORE_ROW(x, y)                                                                 \
-  "vmovups %%zmm" #x ", (%[c])\n\t"                                                           \
-  "vmovups %%zmm" #y ", 64(%[c])\n\t"                                                         \
-  "add %[ldc], %[c]\n\t"
+#define FC_PF_ADD_ROW(x, y) FC_X86_12X2_ADD_ROW(x, y, "vaddps", "zmm", 64)
+#define FC_PF_STORE_ROW(x, y) FC_X86_12X2_STORE_ROW(x, y, "vmovups", "zmm", 64)
 
 void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                         int accumulate) {
@@ -106,19 +100,8 @@ void f32_12x2_pf_avx512(int64_t kc, const void* a, int64_t as, const void* b, vo
   const int64_t as_bytes = as * 4, ldc_bytes = ldc * 4, acc = accumulate;
   asm volatile(
       FC_X86_12X2_KLOOP("vfmadd231ps")
-      // accumulate: acc += C (rows ldc bytes apart, read through p); then C rows = acc
-      "test %[accumulate], %[accumulate]\n\t"
-      "jz 4f\n\t"
-      "mov %[c], %[p]\n\t"
-      FC_X86_12X2_C_ROWS(FC_PF_ADD_ROW)
-      "4:\n\t"
-      FC_X86_12X2_C_ROWS(FC_PF_STORE_ROW)
-      // Clean upper state for the caller's SSE code (the compiler does not know this
-      // asm used zmm registers, so it would not add the vzeroupper itself).
-      "vzeroupper\n\t"
-      : [a] "+r"(pa), [b] "+r"(pb), [c] "+r"(pc), [p] "=&r"(pf), [n] "=&r"(n)
-      : [k] "r"(kc), [as] "r"(as_bytes), [ldc] "r"(ldc_bytes), [accumulate] "r"(acc)
-      : FC_X86_12X2_CLOBBERS, "cc", "memory");
+      FC_X86_12X2_ADD_STORE(FC_PF_ADD_ROW, FC_PF_STORE_ROW)
+      FC_X86_12X2_OPERANDS(kc));
 }
 #undef FC_PF_ADD_ROW
 #undef FC_PF_STORE_ROW
