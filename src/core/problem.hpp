@@ -50,8 +50,10 @@ struct AttentionProblem {
   int tile_m = 0, tile_n = 0;  // CUDA: forced tile shape (0 = table)
 
   int64_t group() const { return heads / kv_heads; }
-  // A band mask (causal or a window) limits which keys a query sees.
-  bool banded() const { return causal || window_left >= 0 || window_right >= 0; }
+  // A local window (either side bounded); a band mask (causal or a window) limits which keys
+  // a query sees.
+  bool windowed() const { return window_left >= 0 || window_right >= 0; }
+  bool banded() const { return causal || windowed(); }
 };
 
 // softmax_v: O[M, d] = softmax(scale * S[M, L]) V[L, d]; S element (m, l) at

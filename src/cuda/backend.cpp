@@ -220,7 +220,7 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
-  const bool banded = p.banded(), windowed = p.window_left >= 0 || p.window_right >= 0;
+  const bool banded = p.banded(), windowed = p.windowed();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
   const int64_t sq = p.sq / nb << pack_shift, sk = p.sk / nb;
