@@ -55,6 +55,14 @@ struct Instance {
     const int tile_o = persistent ? block_m * row_bytes : 0;  // FwdSm90Traits::kTileO
     return arch == 90 ? tiles + tile_o + 8 * (2 + 4 * stages) + 1024 : tiles;  // FwdSm90Traits::kSmem
   }
+  // CTAs per SM (FwdSm90Traits::kCtasPerSm, mirrored): sm90 64-row tiles three where the
+  // shared memory of three fits and a consumer's 136 registers hold O, S and P with 32 to
+  // spare (hd64 64x64), else two; taller tiles and the sm80 rows (occupancy: their key) one.
+  int ctas_per_sm() const {
+    if (arch != 90 || block_m != 64) return 1;
+    const int regs = head_dim / 2 + block_n / 2 + block_n * 4 / (dtype == DType::e4m3 ? 32 : 16);
+    return 3 * (smem() + 1024) <= 233472 && 136 - regs >= 32 ? 3 : 2;
+  }
   bool runs_on(const DeviceInfo& d) const {
     return smem() <= d.smem_optin && (arch != 90 || (d.major == 9 && d.minor == 0));
   }
@@ -202,12 +210,19 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   128x128_s2_p 251.9 against 64x64_s2_p 249.6 TFLOP/s; flashcore_cuda_timing 291 vs
 //   282, causal S1024 406 vs 368; session 4 had taken 64 rows for any band mask); and
 //   wherever the taller tiles would leave SMs idle (B1 H8 S512 hd64: 6.7 vs 9.0 us for the
-//   sm80 family).
+//   sm80 family). hd64 with more than two 64-row items per SM takes the 64x64 tile that
+//   runs three CTAs per SM (session 18, H200, same-process rounds, f16, B 16384/S H32,
+//   against 64x128 (two per SM) or its persistent variant: S512 347 vs 329 TFLOP/s, causal
+//   204 vs 193; S1024 415 vs 399, causal 308 vs 281; S4096 491 vs 468, causal 436 vs 420;
+//   causal S8192 474 vs 456 for the 192-row tile, so hd64 takes 64-row tiles up to Sk <
+//   16384 under a band mask; bf16 alike). With few items (B1 H8 S512) the 64x128 tile's
+//   shorter key loop stays.
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
 //   rows; from S8192 they are the fastest).
-// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk <= 4096 and there
-//   are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
+// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk <= 4096 (the
+//   three-per-SM hd64 tile: Sk <= 1024; session 18: S1024 415 vs 402 TFLOP/s for the tile
+//   without, S2048 448 vs 456, S4096 438 vs 491) and there are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
 //   B32 hd64 1.15-1.18x, hd128 1.21-1.23x; --all-tiles, f16, vs the same tile without:
 //   S512 1.07-1.13x, S2048 hd64 causal 1.03x, hd128 1.02x and causal 1.06x; session 17,
 //   flashcore_cuda_timing only: hd128 S4096 647 vs 627 TFLOP/s, causal 560 vs 536, once
@@ -219,30 +234,35 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   they fit in one.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096;
+  constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096,
+                    kPersistentMaxSk3 = 1024;
   const bool banded = p.banded(), windowed = p.windowed();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
   const int64_t sq = p.sq / nb << pack_shift, sk = p.sk / nb;
   const int64_t heads = p.heads >> pack_shift;
   const Instance *tall = nullptr, *rows64 = nullptr;
+  // 64-row items; more than two per SM: a 64-row tile that runs three CTAs per SM (hd64
+  // 64x64) rather than the first 64-row row (two per SM, longer key tiles).
+  const int64_t items64 = (sq + 63) / 64 * heads * p.batch;
   for (const Instance& i : kInstances)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
     // builds its message: this runs on every call and walks the whole table.
     if (i.arch == 90 && !i.persistent && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
-        if (rows64 == nullptr) rows64 = &i;
+        if (rows64 == nullptr || (i.ctas_per_sm() > rows64->ctas_per_sm() && items64 > 2 * int64_t(dev.sms)))
+          rows64 = &i;
         continue;
       }
       if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? sk < kShortSk64 : windowed && sk < kShortSk;
+  const bool few_keys = p.d <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.
-  const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * (i->block_m == 64 ? 2 : 1); };
-  if (pick != nullptr && sk <= kPersistentMaxSk &&
+  const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * i->ctas_per_sm(); };
+  if (pick != nullptr && sk <= (pick->ctas_per_sm() > 2 ? kPersistentMaxSk3 : kPersistentMaxSk) &&
       (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
     for (const Instance& i : kInstances)
       if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&
@@ -294,7 +314,7 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
   const int64_t items = (rows + i.block_m - 1) / i.block_m * (p.heads >> pack_shift) * p.batch;
   const int64_t tiles = (sk + i.block_n - 1) / i.block_n;
   if (items < 1) return 1;
-  const int64_t ctas = int64_t(dev.sms) * (i.block_m == 64 && rows >= 64 && pack_shift == 0 ? 2 : 1);
+  const int64_t ctas = int64_t(dev.sms) * (rows >= 64 && pack_shift == 0 ? i.ctas_per_sm() : 1);
   const int64_t ns = std::min<int64_t>({ctas / items, tiles / 4, 16});
   return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64) ? int(ns) : 1;
 }

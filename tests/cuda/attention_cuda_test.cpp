@@ -509,9 +509,9 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 300;
     c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
-    if (D == 64 || D == 128) {  // Sk < 4096 and more items than resident CTAs: persistent
-      c.B = 3;
-      c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x128_s2_p" : "_128x128_s2_p");
+    if (D == 64 || D == 128) {  // Sk < 4096 (hd64: 1024) and more items than resident CTAs: persistent
+      c.B = 3;  // hd64: 792 items of 64 rows, more than two per SM: the three-per-SM 64x64 tile
+      c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x64_s2_p" : "_128x128_s2_p");
       run_case(c);
     }
   }
@@ -542,6 +542,19 @@ TEST_P(CudaSm90, DispatcherSelects) {
   run_case(c);
   c.causal = true;
   run_case(c);
+  c.B = 2;  // hd64 causal, Sk < 16384, more than two 64-row items per SM (266): 64x64, not persistent
+  c.H = c.Hkv = 133;
+  c.Sq = 64;
+  c.Sk = 8192;
+  c.exact_kernel = true;
+  c.expect_kernel = sm90 + "64_64x64_s2";
+  run_case(c);
+  c.exact_kernel = false;
+  c.expect_kernel = sm90 + "64_64x";
+  c.B = 1;
+  c.H = c.Hkv = 132;
+  c.Sq = 128;
+  c.Sk = 4096;
   c.causal = false;
   c.wl = 40;
   run_case(c);
@@ -590,10 +603,10 @@ TEST_P(CudaSm90, DispatcherSelects) {
     d.expect_kernel = sm90 + "128_64x64_s2+gqa4";
     run_case(d);
   }
-  {  // varlen: the rule reads the mean lengths (32 sequences of 512: 64-row persistent tiles)
+  {  // varlen: the rule reads the mean lengths (32 sequences of 512: 64-row persistent tiles, three per SM)
     std::vector<int32_t> cu(33);
     for (size_t i = 0; i < cu.size(); ++i) cu[i] = int32_t(512 * i);
-    varlen_case(dt, 64, "", 4, cu, cu, sm90 + "64_64x128_s2_p");
+    varlen_case(dt, 64, "", 4, cu, cu, sm90 + "64_64x64_s2_p");
   }
   c.exact_kernel = false;
   c.expect_kernel = "fwd_sm80_";
@@ -1054,7 +1067,7 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
   o3.poison();
   DevTensor dq3(q3), dout3(o3);
   const std::string k64 = sm90_key(DType::f16, 64);
-  for (const std::string& bad : {k64 + "+kv0", k64 + "+kv65", k64 + "+kvx", k64 + "+kv", std::string("fwd_sm90_f16_hd64_64x128_s2_p+kv2")}) {
+  for (const std::string& bad : {k64 + "+kv0", k64 + "+kv65", k64 + "+kvx", k64 + "+kv", std::string("fwd_sm90_f16_hd64_64x64_s2_p+kv2")}) {
     SCOPED_TRACE(bad);
     p.impl = bad.c_str();
     expect_refused(dq3.view(), dq3.view(), dq3.view(), dout3, o3, p, Status::unsupported, "params.impl");

@@ -110,13 +110,21 @@ struct FwdSm90Traits {
   // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only).
   static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ : 0;
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + kTileO + 8 * kBarriers + 1024;
-  // 64-row tiles (one consumer warpgroup) run two CTAs per SM, so one CTA's prologue,
-  // epilogue and softmax overlap the other's GEMMs; taller tiles one.
-  static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
-  // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of the
-  // CTA's share of the 64K-register file (multiples of 8).
+  // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of what the
+  // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
+  // for `ctas` CTAs per SM, a multiple of 8).
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = (65536 / kCtasPerSm / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int consumer_regs(int ctas) {
+    return ((65536 / ctas / kThreads / 8 * 8) * kThreads / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  }
+  // 64-row tiles (one consumer warpgroup) run several CTAs per SM, so one CTA's prologue,
+  // epilogue and softmax overlap the others' GEMMs: three where the shared memory of three
+  // fits and the consumer's registers (136) hold O, S and P with 32 to spare (hd64 with
+  // 64-key tiles), else two; taller tiles one.
+  static constexpr bool kThree = kConsumers == 1 && 3 * (kSmem + 1024) <= 233472 &&
+                                 consumer_regs(3) - (kHeadDim / 2 + kBlockN / 2 + kBlockN * 4 / (kFp8 ? 32 : 16)) >= 32;
+  static constexpr int kCtasPerSm = kConsumers > 1 ? 1 : kThree ? 3 : 2;
+  static constexpr int kConsumerRegs = consumer_regs(kCtasPerSm);
   // Ping-pong between the consumer warpgroups (FlashAttention-3's inter-warpgroup
   // schedule): each issues its GEMMs of a key tile only in its turn, handed round through
   // named barriers 1 .. kConsumers, so one warpgroup's softmax runs while another's GEMMs
@@ -131,7 +139,7 @@ struct FwdSm90Traits {
   // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100).
   static constexpr int kPRegs = kBlockN * 4 / (kFp8 ? 32 : 16);
   static constexpr bool kSpeculate =
-      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 48 : 32);
+      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
