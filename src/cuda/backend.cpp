@@ -52,8 +52,11 @@ struct Instance {
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
     const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
-    const int tile_o = persistent ? block_m * row_bytes : 0;  // FwdSm90Traits::kTileO
-    return arch == 90 ? tiles + tile_o + 8 * (2 + 4 * stages) + 1024 : tiles;  // FwdSm90Traits::kSmem
+    // FwdSm90Traits::kTileO: the persistent 16-bit kernels' O buffer, where it fits (else
+    // kOInQ: O staged in Q's buffer).
+    const int rest = 8 * (2 + 4 * stages) + 1024;
+    const int tile_o = persistent && dtype != DType::e4m3 && tiles + block_m * row_bytes + rest <= 232448 ? block_m * row_bytes : 0;
+    return arch == 90 ? tiles + tile_o + rest : tiles;  // FwdSm90Traits::kSmem
   }
   // CTAs per SM (FwdSm90Traits::kCtasPerSm, mirrored): sm90 64-row tiles three where the
   // shared memory of three fits and a consumer's 136 registers hold O, S and P with 32 to
@@ -228,14 +231,19 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   flashcore_cuda_timing only: hd128 S4096 647 vs 627 TFLOP/s, causal 560 vs 536, once
 //   the ping-pong turns ran on across items; from S8192 it lost in session 5:
 //   causal S16384 0.67x, the static order gives some CTAs the heaviest blocks).
-//   hd256 has none: its O buffer does not fit beside the ring, and without TMA stores the
-//   persistent hd256 kernel was no faster (0.98-1.02x).
+//   hd256's (session 18) stages O in Q's buffer (FwdSm90Traits::kOInQ: an O buffer of its
+//   own does not fit beside the ring; without TMA stores, session 5, it was no faster):
+//   up to Sk 4096 under a band mask, 512 without (H200, same-process rounds, B 16384/S H8,
+//   against the kernel without, f16 / bf16 TFLOP/s: causal S512 256 vs 249 / 262 vs 257,
+//   S1024 385 vs 370 / 388 vs 379, S2048 511 vs 490 / 524 vs 502, S4096 614 vs 591 / 627
+//   vs 606; without a mask S512 413 vs 412 / 418 vs 413, S1024 541 vs 548 / 473 vs 475,
+//   S2048 645 vs 664 / 655 vs 677).
 // - With GQA packing (gqa_pack_shift) the rows are Sq G per KV head; a 64-row tile where
 //   they fit in one.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096,
-                    kPersistentMaxSk3 = 1024;
+                    kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 512;
   const bool banded = p.banded(), windowed = p.windowed();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
@@ -262,7 +270,11 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.
   const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * i->ctas_per_sm(); };
-  if (pick != nullptr && sk <= (pick->ctas_per_sm() > 2 ? kPersistentMaxSk3 : kPersistentMaxSk) &&
+  const int64_t persistent_max_sk = pick == nullptr           ? 0
+                                    : pick->ctas_per_sm() > 2  ? kPersistentMaxSk3
+                                    : p.d > 128 && !banded     ? kPersistentMaxSk256
+                                                               : kPersistentMaxSk;
+  if (pick != nullptr && sk <= persistent_max_sk &&
       (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
     for (const Instance& i : kInstances)
       if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&

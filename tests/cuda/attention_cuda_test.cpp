@@ -509,9 +509,9 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 300;
     c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
-    if (D == 64 || D == 128) {  // Sk < 4096 (hd64: 1024) and more items than resident CTAs: persistent
+    if (D != 96) {  // Sk <= 4096 (hd64: 1024, hd256: 512 without a mask) and more items than resident CTAs: persistent
       c.B = 3;  // hd64: 792 items of 64 rows, more than two per SM: the three-per-SM 64x64 tile
-      c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x64_s2_p" : "_128x128_s2_p");
+      c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x64_s2_p" : D == 128 ? "_128x128_s2_p" : "_128x64_s2_p");
       run_case(c);
     }
   }

@@ -107,8 +107,13 @@ struct FwdSm90Traits {
   static constexpr int kBarriers = 2 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
-  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only).
-  static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ : 0;
+  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only), where that
+  // fits beside the ring (227 KiB per CTA). Where it does not (hd256), kOInQ: O is staged
+  // in Q's buffer, released to the producer (empty_q) only once the stores have read it
+  // out, and the producer issues the next item's first K/V tiles before its Q.
+  static constexpr bool kOInQ =
+      kPersistent && !kFp8 && 2 * kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024 > 232448;
+  static constexpr int kTileO = kPersistent && !kFp8 && !kOInQ ? kTileQ : 0;
   static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + kTileO + 8 * kBarriers + 1024;
   // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
@@ -134,12 +139,14 @@ struct FwdSm90Traits {
   // The speculative softmax (OnlineSoftmax::try_update) writes P_n while P_{n-1} V_{n-1}
   // still reads P_{n-1}: two P operands in registers (kPRegs each), taken where the
   // consumer's registers hold them beside O (kHeadDim / 2), S (kBlockN / 2) and 32 more
-  // (48 for the persistent item loop). With them, the 192-row hd64 tile (160 registers per
+  // (40 for the persistent item loop). With them, the 192-row hd64 tile (160 registers per
   // consumer, 0 left) spilled 348 bytes; the persistent hd128 128x128 one (48 left) spills
-  // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100).
+  // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100);
+  // the persistent hd64 64x64 one (40 left, three CTAs per SM) does not spill. Not with
+  // kOInQ: the persistent hd256 kernel (48 left) spilled inside its main loop with them.
   static constexpr int kPRegs = kBlockN * 4 / (kFp8 ? 32 : 16);
   static constexpr bool kSpeculate =
-      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
+      !kOInQ && kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
@@ -259,18 +266,25 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         const SeqInfo seq = seq_info(p, wi.b);
         if (wi.m0 >= seq.sq << shift) continue;
         {
-          // Q's buffer is free once the consumers' last S GEMM of the previous item retired.
-          if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
           const int hk = shift > 0 ? wi.h : wi.h / p.group;
           const TileRange tiles = kv_run(tile_range(band_mask(p, seq), wi.m0 >> shift,
                                                     (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
-          ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
-          // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
-          const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
-          const int q_c2 = shift > 0 ? int(seq.q_row0) + (wi.m0 >> shift) : wi.h;
+          auto load_q = [&] {
+            // Q's buffer is free once the consumers' last S GEMM of the previous item retired
+            // (Tr::kOInQ: and the O stores staged in it were read out).
+            if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
+            ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
+            // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
+            const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
+            const int q_c2 = shift > 0 ? int(seq.q_row0) + (wi.m0 >> shift) : wi.h;
 #pragma unroll
-          for (int c = 0; c < Tr::kColBlocks; ++c)
-            ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
+            for (int c = 0; c < Tr::kColBlocks; ++c)
+              ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
+          };
+          // Tr::kOInQ: the first (up to kStages) K/V tiles go before Q, while the last item's
+          // epilogue still holds Q's buffer.
+          const int q_after = Tr::kOInQ ? min(tiles.hi - tiles.lo, kStages) : 0;
+          if (q_after <= 0) load_q();
           for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
             const int stage = it % kStages;
             const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
@@ -294,6 +308,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                 ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64,
                                  int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
             }
+            if (n + 1 - tiles.lo == q_after) load_q();
           }
         }
         ++qi;
@@ -488,7 +503,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       } else {
         for (; n < tiles.hi; ++n, ++it) step(n, it, pa0, pa0);
       }
-      if constexpr (kPersistent) release(empty_q);  // every S of this item retired: Q's buffer is free
+      // Every S of this item retired: Q's buffer is free (Tr::kOInQ with TMA stores: once
+      // the epilogue's stores read O out of it, below).
+      if constexpr (kPersistent) {
+        if (!Tr::kOInQ || !p.o_tma) release(empty_q);
+      }
       auto last_pv = [&](const uint32_t (&pl)[kPK][4]) {
         const int prev = (it - 1) % kStages;
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
@@ -585,6 +604,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
             ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64, shift > 0 ? wi.h << shift : wi.m0 + 64 * cw,
                               shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h, int(seq.bb));
           ptx::tma_store_commit();
+          if constexpr (Tr::kOInQ) {  // O read out of Q's buffer: the four warps' release of empty_q
+            ptx::tma_store_wait_read();
+            ptx::mbar_arrive_n(empty_q, 4);
+          }
         }
       } else {
         store(static_cast<T*>(nullptr));
