@@ -25,9 +25,11 @@
 //     Epilogue: O through shared memory and TMA stores where the launcher could map O
 //     (p.o_tma: 16-bit, fixed-length batches): each consumer warpgroup writes its 64 rows
 //     into its own rows of Q's buffer (its last S GEMM has retired; kPersistent: of a
-//     buffer of their own, once the last item's stores read it) in the same swizzled
+//     buffer of their own, once the last item's stores read it, except where that buffer
+//     does not fit, hd256: kOInQ) in the same swizzled
 //     layout, and one thread stores them with cp.async.bulk.tensor (rows past Sq and
-//     columns past Dv are clipped by the map) without waiting for them. Otherwise
+//     columns past Dv are clipped by the map) without waiting for them (kOInQ: it waits
+//     for the read-out, then hands Q's buffer to the producer). Otherwise
 //     (parts/epilogue.cuh) O from registers. lse always from registers. On an H200 the
 //     TMA stores made the S = 512 hd256 rows 1.14x faster than register stores
 //     (docs/results/cuda-sm90-2026-11-22.md, session 5).
