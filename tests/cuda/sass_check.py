@@ -15,6 +15,12 @@
 # epilogue loop holds P V's only; the out-of-line retries of mbarrier waits jump back
 # unconditionally and would span unrelated code).
 # Prints one line per kernel; exit status 1 when any check fails or no kernel is found.
+#
+# Also reads nvdisasm's listing of a cubin (`nvdisasm -c x.cubin`, functions as
+# `.text.<name>:` labels, branches to `.L_x_<n>` labels), so a kernel's main loop can be
+# checked without a GPU: build one instance with `nvcc -cubin -gencode=arch=compute_90a,
+# code=sm_90a` and run nvdisasm (the nvidia-cuda-nvdisasm wheel has it where the toolkit
+# does not).
 import re
 import sys
 
@@ -22,6 +28,34 @@ import sys
 ss = re.compile(r"GMMA\.\S+ R\d+, gdesc\[")
 rs = re.compile(r"GMMA\.\S+ R\d+, R\d+, gdesc\[")
 text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
+
+
+def from_nvdisasm(text):
+    """nvdisasm's listing in cuobjdump's terms: `Function : <name>` headers and branch
+    targets as addresses (a label's address is that of the instruction after it)."""
+    lines, labels, pending = text.split("\n"), {}, []
+    for ln in lines:
+        m = re.match(r"^\s*(\.L_x_\d+):", ln)
+        if m:
+            pending.append(m.group(1))
+            continue
+        a = re.search(r"/\*([0-9a-f]{4,})\*/", ln)
+        if a:
+            for lab in pending:
+                labels[lab] = a.group(1)
+            pending = []
+    out = []
+    for ln in lines:
+        m = re.match(r"^\.text\.(\S+):\s*$", ln)
+        if m:
+            out.append("\n\tFunction : " + m.group(1))
+            continue
+        out.append(re.sub(r"`\((\.L_x_\d+)\)", lambda x: "0x" + labels.get(x.group(1), "0"), ln))
+    return "\n".join(out)
+
+
+if "Function : " not in text:
+    text = from_nvdisasm(text)
 funcs = re.split(r"\n\s*Function : ", text)[1:]
 bad = found = 0
 for f in funcs:

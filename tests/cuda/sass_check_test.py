@@ -59,6 +59,26 @@ for name, body, want in cases:
     ok = rc == want
     bad += not ok
     print(("ok   " if ok else "FAIL ") + f"{name}: rc {rc} (want {want}): {out.strip()}")
+
+
+def nvdisasm(body, name="_ZN9flashcore4cuda15fwd_sm90_kernelI6__halfLi64ELi64ELi64ELi2ELi1EEEv"):
+    """The same function as nvdisasm lists it: a .text label, branches to .L_x labels."""
+    lines = [f"\t.section\t.text.{name},\"ax\",@progbits", f".text.{name}:"]
+    for i, ins in enumerate(["MOV R1, c[0x0][0x28]"] + body + ["EXIT"]):
+        if ins == "LOOP":
+            lines.append(".L_x_7:")
+            ins = "NOP"
+        elif ins == "BACK":
+            ins = "@!P0 BRA `(.L_x_7)"
+        lines.append(f"        /*{0x10 * i:04x}*/                   {ins} ;")
+    return "\n".join(lines) + "\n"
+
+
+for name, body, want in [("nvdisasm listing", ["LOOP"] + tile() + ["BACK"], 0),
+                         ("nvdisasm listing, spill in the loop", ["LOOP"] + tile()[:7] + ["STL [R1], R2"] + tile()[7:] + ["BACK"], 1)]:
+    rc, out = run(nvdisasm(body))
+    bad += rc != want
+    print(("ok   " if rc == want else "FAIL ") + f"{name}: rc {rc} (want {want}): {out.strip()}")
 rc, out = run("no functions here\n")
 bad += rc != 1
 print(("ok   " if rc == 1 else "FAIL ") + f"empty input: rc {rc} (want 1)")
