@@ -14,7 +14,8 @@ and of the per-round ratios. Inputs: the same random values in each side's nativ
       [--rounds 5] [--iters 10] [--warm-ms 200] [--all-kernels]
 
 Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .).
-Prints one JSON line per shape: us and TFLOP/s per side, ratio = peer time / ours.
+Prints one JSON line per shape: us and TFLOP/s per side, ratio = peer time / ours, and the
+kernel the dispatcher chose for ours (ours_kernel).
 """
 import argparse
 import json
@@ -27,6 +28,18 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashcore
 
 SIDES = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+
+
+def kernel_of(q, k, v, causal):
+    """The kernel the dispatcher runs for this call (the name PhaseTimes reports, from one
+    more call through the C++ timing loop), or None where that call fails."""
+    try:
+        out = torch.empty_like(q)
+        return flashcore._core.attention_loop(q, k, v, out, None, 0.0, causal, -1, -1, 0, 0, None, None, 0,
+                                              None, torch.cuda.current_stream(q.device).cuda_stream,
+                                              False, 1)[1] or None
+    except Exception:  # noqa: BLE001 (a name is a nicety: never lose the row for it)
+        return None
 
 
 def event_median_us(fn, iters):
@@ -94,7 +107,8 @@ def main():
                     for n, fn in fns.items():
                         us[n].append(event_median_us(fn, args.iters))
                 flop = 4 * b * h * s * s * d / (2 if causal else 1)
-                row = {"dtype": args.dtype, "B": b, "H": h, "S": s, "D": d, "causal": causal}
+                row = {"dtype": args.dtype, "B": b, "H": h, "S": s, "D": d, "causal": causal,
+                       "ours_kernel": kernel_of(q, k, v, causal)}
                 for n, t in us.items():
                     row[n + "_us"] = round(statistics.median(t), 1)
                     row[n + "_tflops"] = round(flop / statistics.median(t) / 1e6, 1)
