@@ -113,10 +113,10 @@ struct FwdSm90Traits {
   // fits beside the ring (227 KiB per CTA). Where it does not (hd256), kOInQ: O is staged
   // in Q's buffer, released to the producer (empty_q) only once the stores have read it
   // out, and the producer issues the next item's first K/V tiles before its Q.
-  static constexpr bool kOInQ =
-      kPersistent && !kFp8 && 2 * kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024 > 232448;
+  static constexpr int kSmemNoO = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
+  static constexpr bool kOInQ = kPersistent && !kFp8 && kSmemNoO + kTileQ > 232448;
   static constexpr int kTileO = kPersistent && !kFp8 && !kOInQ ? kTileQ : 0;
-  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + kTileO + 8 * kBarriers + 1024;
+  static constexpr int kSmem = kSmemNoO + kTileO;
   // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
   // for `ctas` CTAs per SM, a multiple of 8).
@@ -128,8 +128,10 @@ struct FwdSm90Traits {
   // epilogue and softmax overlap the others' GEMMs: three where the shared memory of three
   // fits and the consumer's registers (136) hold O, S and P with 32 to spare (hd64 with
   // 64-key tiles), else two; taller tiles one.
+  // P's registers (one operand of kBlockN keys: 4 registers per 16 keys, 32 for fp8).
+  static constexpr int kPRegs = kBlockN * 4 / (kFp8 ? 32 : 16);
   static constexpr bool kThree = kConsumers == 1 && 3 * (kSmem + 1024) <= 233472 &&
-                                 consumer_regs(3) - (kHeadDim / 2 + kBlockN / 2 + kBlockN * 4 / (kFp8 ? 32 : 16)) >= 32;
+                                 consumer_regs(3) - (kHeadDim / 2 + kBlockN / 2 + kPRegs) >= 32;
   static constexpr int kCtasPerSm = kConsumers > 1 ? 1 : kThree ? 3 : 2;
   static constexpr int kConsumerRegs = consumer_regs(kCtasPerSm);
   // Ping-pong between the consumer warpgroups (FlashAttention-3's inter-warpgroup
@@ -146,7 +148,6 @@ struct FwdSm90Traits {
   // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100);
   // the persistent hd64 64x64 one (40 left, three CTAs per SM) does not spill. Not with
   // kOInQ: the persistent hd256 kernel (48 left) spilled inside its main loop with them.
-  static constexpr int kPRegs = kBlockN * 4 / (kFp8 ? 32 : 16);
   static constexpr bool kSpeculate =
       !kOInQ && kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
