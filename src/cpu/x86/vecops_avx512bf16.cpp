@@ -41,12 +41,12 @@ inline __m512 add_pair(__m512 sum, __m512i w) {
   return _mm512_dpbf16_ps(sum, (__m512bh)w, (__m512bh)_mm512_set1_epi16(0x3F80));
 }
 
-// kMode: 0 exp2 (exact for 16-bit P), 1 exp2_fast, 2 t itself (pack: no exponential, no sums).
+// kMode: 0 exp2 (exact for bf16 P), 1 exp2_fast, 2 t itself (pack: no exponential, no sums).
 template <int kMode>
 inline __m512 prob(__m512 cv, const float* t, __mmask16 m, __m512 cmv) {
   if constexpr (kMode == 2) return v::load(t, m);
   const __m512 x = _mm512_fmsub_ps(cv, v::load(t, m), cmv);
-  return kMode == 1 ? v::exp2_fast(x) : v::exp2_p16(x);  // P is bf16 (avx512.hpp)
+  return kMode == 1 ? v::exp2_fast(x) : v::exp2_pbf16(x);  // P is bf16 (avx512.hpp)
 }
 
 // k pairs: pair row r of query i is the 32-bit word d32[r * ldd + i].
