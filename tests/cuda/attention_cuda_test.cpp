@@ -853,11 +853,13 @@ TEST_P(CudaSm90, Varlen) {
 // More work items (query blocks x heads x batch) than SMs, so each persistent CTA walks
 // several, of different lengths (causal, Sq != Sk), with GQA and lse; and varlen with
 // many heads, where the items past a short sequence's end are skipped (every sm90 kernel,
-// the persistent "_p" ones being the point).
+// the persistent "_p" ones being the point). B = 3: 3 to 6 items per CTA on 132 SMs (2 with
+// B = 1), so each CTA's Q buffer, ring phases and ping-pong turns carry over several items.
 TEST_P(CudaSm90, PersistentManyItems) {
   FC_REQUIRE_SM90();
   for (const auto& key : all_sm90(GetParam())) {
     Case c = sm90_case(GetParam(), key);
+    c.B = 3;
     c.H = 64;
     c.Hkv = 16;
     c.Sq = 400;
