@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -67,34 +68,44 @@ const Probe kProbes[] = {
 #endif
 };
 
-double measure(const Probe& p, int threads) {
-  // Calibrate reps to ~2 ms per run on one thread, then take the best of kRuns runs with
-  // every thread looping at once (total flops / wall time). Best of many short runs, not
-  // a median of long ones: a ceiling is what the unit can do, and on a shared machine
-  // other processes only ever lower it; short runs are the likeliest to run undisturbed
-  // (a median of 20 ms runs taken under load once gave kernels at 175% of "peak").
-  constexpr double kRunSeconds = 0.002;
-  constexpr int kRuns = 41;
+// Repetitions of p's loop that take about `seconds` on one thread.
+long calibrate(const Probe& p, double seconds) {
   long reps = 100;
   for (;;) {
     const double t0 = now_seconds();
     p.loop(reps);
     const double dt = now_seconds() - t0;
-    if (dt > kRunSeconds / 4 || reps > (1L << 40)) {
-      reps = long(double(reps) * kRunSeconds / std::max(dt, 1e-9));
-      break;
-    }
+    if (dt > seconds / 4 || reps > (1L << 40)) return std::max(1L, long(double(reps) * seconds / std::max(dt, 1e-9)));
     reps *= 4;
   }
-  std::vector<double> gf;
-  for (int run = 0; run < kRuns; ++run) {
-    double flops = 0;
-    const double t0 = now_seconds();
+}
+
+// GFLOP/s of one run of p's loop on every thread at once (total flops / wall time).
+double run_once(const Probe& p, int threads, long reps) {
+  double flops = 0;
+  const double t0 = now_seconds();
 #pragma omp parallel num_threads(threads) reduction(+ : flops)
-    flops += p.loop(reps);
-    const double dt = now_seconds() - t0;
-    gf.push_back(flops / dt * 1e-9);
-  }
+  flops += p.loop(reps);
+  return flops / (now_seconds() - t0) * 1e-9;
+}
+
+const Probe* probe_for(const std::string& isa) {
+  for (const Probe& p : kProbes)
+    if (isa == p.isa && flashcore::cpu::isa_available(p.needs)) return &p;
+  return nullptr;
+}
+
+double measure(const Probe& p, int threads) {
+  // Calibrate reps to ~2 ms per run on one thread, then take the best of kRuns runs with
+  // every thread looping at once. Best of many short runs, not a median of long ones: a
+  // ceiling is what the unit can do, and on a shared machine other processes only ever
+  // lower it; short runs are the likeliest to run undisturbed (a median of 20 ms runs
+  // taken under load once gave kernels at 175% of "peak").
+  constexpr double kRunSeconds = 0.002;
+  constexpr int kRuns = 41;
+  const long reps = calibrate(p, kRunSeconds);
+  std::vector<double> gf;
+  for (int run = 0; run < kRuns; ++run) gf.push_back(run_once(p, threads, reps));
   return percentile(gf, 1.0);
 }
 
@@ -159,14 +170,27 @@ const Peak* peak_for_isa(const std::string& isa, int threads) {
   std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_pair(isa, threads);
   if (auto it = cache.find(key); it != cache.end()) return &it->second;
-  for (const Probe& p : kProbes) {
-    if (isa != p.isa || !flashcore::cpu::isa_available(p.needs)) continue;
-    Peak pk;
-    pk.name = std::string(p.isa) + "_" + p.what + "_" + std::to_string(threads) + "t";
-    pk.gflops = measure(p, threads);
-    return &cache.emplace(key, pk).first->second;
+  const Probe* p = probe_for(isa);
+  if (p == nullptr) return nullptr;
+  Peak pk;
+  pk.name = std::string(p->isa) + "_" + p->what + "_" + std::to_string(threads) + "t";
+  pk.gflops = measure(*p, threads);
+  return &cache.emplace(key, pk).first->second;
+}
+
+double peak_now(const std::string& isa, int threads, double seconds) {
+  static std::mutex mu;
+  static std::map<std::string, long> reps_per_ms;
+  const Probe* p = probe_for(isa);
+  if (p == nullptr) return NAN;
+  long per_ms;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = reps_per_ms.find(isa);
+    if (it == reps_per_ms.end()) it = reps_per_ms.emplace(isa, calibrate(*p, 0.001)).first;
+    per_ms = it->second;
   }
-  return nullptr;
+  return run_once(*p, threads, std::max(1L, long(double(per_ms) * seconds * 1e3)));
 }
 
 }  // namespace fcbench

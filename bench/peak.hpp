@@ -18,6 +18,10 @@ struct Peak {
 const Peak* peak_for_isa(const std::string& isa, int threads);
 std::vector<std::string> peak_isas();  // ISAs with a probe this CPU can run
 
+// One run of the ISA's peak loop on `threads` threads, about `seconds` long: GFLOP/s now,
+// for rows timed in pairs with it (NAN when no probe exists or the CPU lacks the ISA).
+double peak_now(const std::string& isa, int threads, double seconds);
+
 // Memory read bandwidth with `threads` threads (GB/s): the ceiling of decode rows, which
 // read K and V once. Best of a few passes over a buffer much larger than the caches.
 const Peak* mem_read_peak(int threads);
