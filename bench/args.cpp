@@ -33,7 +33,7 @@ void print_usage(const char* argv0) {
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
       "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
       "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
-      "  [--prepacked] [--vs-unpacked]\n"
+      "  [--prepacked] [--vs-unpacked] [--paired N]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
@@ -49,6 +49,8 @@ void print_usage(const char* argv0) {
       "(pack_softmax_v / pack_gemm_chain), which then time the packed call only; --vs-unpacked\n"
       "adds the unpacked call, calls interleaved, as a second row with the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
+      "--paired N (CPU): also N pairs of (the ISA's peak loop, calls), for a %% of peak against\n"
+      "the speed of the moment (GEMM-only rows: always, 21 pairs).\n"
       "--list prints the kernel keys; --peaks the measured FMA ceilings and memory read bandwidth.\n"
       "Exit status: 0 ok, 1 a row failed or missed its --check tolerance, 2 bad arguments.\n"
       "Suites: %s\n",
@@ -76,7 +78,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",
                     "--heads", "--kv-heads", "--seq-q", "--seq-k", "--head-dim", "--threads",
-                    "--iters", "--suite", "--seed", "--tile"})) {
+                    "--iters", "--suite", "--seed", "--tile", "--paired"})) {
       err = "unknown flag " + a;
       return false;
     }
@@ -111,6 +113,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     else if (a == "--head-dim") ok = number(c.head_dim, 1);
     else if (a == "--threads") ok = number(c.threads, 1);
     else if (a == "--iters") ok = number(c.iters, 1);
+    else if (a == "--paired") ok = number(c.paired, 1);
     else if (a == "--suite") opt.suite = v;
     else if (a == "--seed") { ok = number(opt.seed, 0); opt.seed_given = ok; }
     else if (a == "--tile") {

@@ -36,6 +36,7 @@ struct Config {
   bool prepacked = false;           // softmax-v / gemm-chain: V (B, C) packed once, outside the timed calls
   bool vs_unpacked = false;         // with prepacked: time the unpacked call alongside
   bool portable = false;            // force the portable kernels for this row (suites)
+  int paired = 0;                   // --paired N: N pairs of (peak loop, calls) for a paired % of peak (peak.hpp)
   std::string label;                // suite row name (empty for a single run)
 };
 
@@ -57,6 +58,7 @@ struct Result {
   double peak_gflops = NAN;
   int iters = 0;
   double p50_us = NAN, p90_us = NAN, gflops = NAN, pct_peak = NAN;
+  double pct_peak_paired = NAN;     // peak.hpp paired_pct: GEMM-only rows, or --paired N
   double rel_err = NAN, tol = NAN;
   bool check_ok = true;
   std::string check_subset;         // what part of the output the reference covered

@@ -193,4 +193,19 @@ double peak_now(const std::string& isa, int threads, double seconds) {
   return run_once(*p, threads, std::max(1L, long(double(per_ms) * seconds * 1e3)));
 }
 
+double paired_pct(const std::string& isa, int threads, double flops, double call_s,
+                  const std::function<void()>& call, int pairs) {
+  call_s = std::max(call_s, 1e-7);
+  const int calls = std::max(1, int(1e-3 / call_s));
+  std::vector<double> ratio;
+  for (int i = 0; i < pairs; ++i) {
+    const double peak = peak_now(isa, threads, calls * call_s);
+    if (!(peak > 0)) return NAN;
+    const double t0 = now_seconds();
+    for (int c = 0; c < calls; ++c) call();
+    ratio.push_back(flops * calls / (now_seconds() - t0) * 1e-9 / peak);
+  }
+  return ratio.empty() ? NAN : 100.0 * percentile(ratio, 0.5);
+}
+
 }  // namespace fcbench

@@ -3,6 +3,7 @@
 // the kernel that ran, at the thread count that ran.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@ std::vector<std::string> peak_isas();  // ISAs with a probe this CPU can run
 // One run of the ISA's peak loop on `threads` threads, about `seconds` long: GFLOP/s now,
 // for rows timed in pairs with it (NAN when no probe exists or the CPU lacks the ISA).
 double peak_now(const std::string& isa, int threads, double seconds);
+
+// The "paired" % of peak of a row: `pairs` times, the ISA's peak loop for ~max(call_s,
+// 1 ms), then as many calls of `call` (each `flops`, ~call_s long) for about as long; the
+// median over pairs of the calls' rate over the loop's. This host's speed moves by up to
+// 2x within minutes, while the start-up ceiling is the best of its runs. NAN without a
+// probe for the ISA.
+double paired_pct(const std::string& isa, int threads, double flops, double call_s,
+                  const std::function<void()>& call, int pairs);
 
 // Memory read bandwidth with `threads` threads (GB/s): the ceiling of decode rows, which
 // read K and V once. Best of a few passes over a buffer much larger than the caches.

@@ -86,6 +86,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     auto add = [&note](const std::string& s) { if (!s.empty()) note += (note.empty() ? "" : "; ") + s; };
     if (!std::isnan(r.gbps))
       add(fmt("%.1f GB/s", r.gbps) + fmt(" = %.0f%% of mem read", r.pct_mem) + fmt(" %.1f GB/s", r.mem_gbps));
+    if (!std::isnan(r.pct_peak_paired)) add(fmt("paired %.1f%% of peak", r.pct_peak_paired));
     if (!std::isnan(r.speedup_vs_naive)) add(fmt("%.1fx vs naive", r.speedup_vs_naive));
     if (c.prepacked) add(c.op == "softmax-v" ? "V pre-packed (not timed)" : "B, C pre-packed (not timed)");
     if (!std::isnan(r.speedup_vs_unpacked)) add(fmt("%.2fx vs unpacked", r.speedup_vs_unpacked));
@@ -139,6 +140,7 @@ void print_json(const Result& r) {
   kv("p90_us", json_num(r.p90_us));
   kv("gflops", json_num(r.gflops));
   kv("pct_peak", json_num(r.pct_peak));
+  if (!std::isnan(r.pct_peak_paired)) kv("pct_peak_paired", json_num(r.pct_peak_paired));
   kv("peak_name", r.peak_name.empty() ? "null" : json_str(r.peak_name));
   kv("peak_gflops", json_num(r.peak_gflops));
   if (c.check && r.error.empty()) {

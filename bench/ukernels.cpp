@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <memory>
 #include <vector>
 
@@ -138,27 +137,9 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
     r.pct_peak = 100.0 * r.gflops / pk->gflops;
   }
   r.note = "kc=" + std::to_string(kc) + (cfg.threads > 1 ? ", one copy per thread" : "");
-  // Paired: this host's speed moves by up to 2x within minutes, and the ceiling above is
-  // the best of its start-up runs; so the row is also timed against the peak loop run
-  // just before, kPairs times: ~1 ms of the loop, then ~1 ms of calls; the median of the
-  // calls' rate over the loop's (same threads) is the row's "paired" % of peak.
-  constexpr int kPairs = 21;
-  const double call_s = std::max(r.p50_us * 1e-6, 1e-7);
-  const int calls = std::max(1, int(1e-3 / call_s));
-  std::vector<double> ratio;
-  for (int i = 0; i < kPairs; ++i) {
-    const double peak = peak_now(flashcore::cpu::isa_name(k->isa), cfg.threads, calls * call_s);
-    if (!(peak > 0)) break;
-    const double t0 = now_seconds();
-    for (int c = 0; c < calls; ++c) call();
-    const double dt = now_seconds() - t0;
-    ratio.push_back(2.0 * double(rows * l * d) * cfg.threads * calls / dt * 1e-9 / peak);
-  }
-  if (!ratio.empty()) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, ", paired %.1f %% of peak", 100.0 * percentile(ratio, 0.5));
-    r.note += buf;
-  }
+  // Paired (peak.hpp): this host's speed moves within minutes; 21 pairs for every row.
+  r.pct_peak_paired = paired_pct(flashcore::cpu::isa_name(k->isa), cfg.threads, 2.0 * double(rows * l * d) * cfg.threads,
+                                 r.p50_us * 1e-6, call, 21);
 }
 
 }  // namespace fcbench
