@@ -222,10 +222,11 @@ void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
   const double to_us = 1e6 / (double(runs) * double(r.cfg.threads));
   r.phases = {true, sum.pack * to_us, sum.max_find * to_us, sum.exp_pack * to_us,
               sum.gemm * to_us, sum.normalize * to_us};
-  finish(r, isa_of_kernel(r.kernel));
+  const std::string isa = isa_of_kernel(r.kernel);
+  finish(r, isa);
   if (r.cfg.paired > 0)
-    r.pct_peak_paired = paired_pct(isa_of_kernel(r.kernel), r.cfg.threads, flop_count(r.cfg), r.p50_us * 1e-6,
-                                   [&] { call(nullptr); }, r.cfg.paired);
+    r.pct_peak_paired = paired_pct(isa, r.cfg.threads, flop_count(r.cfg), r.p50_us * 1e-6, [&] { call(nullptr); },
+                                   r.cfg.paired);
 }
 
 const char* impl_arg(const Config& c) { return c.impl == "auto" ? nullptr : c.impl.c_str(); }

@@ -130,16 +130,17 @@ void run_gemm_ukernel(Result& r, uint64_t seed) {
   r.strategy_ran = "gemm-only";
   r.cfg.seq_k = l;
   r.cfg.seq_q = rows;
-  r.gflops = 2.0 * double(rows * l * d) * cfg.threads / (r.p50_us * 1e-6) * 1e-9;
-  if (const Peak* pk = peak_for_isa(flashcore::cpu::isa_name(k->isa), cfg.threads)) {
+  const double flops = 2.0 * double(rows * l * d) * cfg.threads;
+  const std::string isa = flashcore::cpu::isa_name(k->isa);
+  r.gflops = flops / (r.p50_us * 1e-6) * 1e-9;
+  if (const Peak* pk = peak_for_isa(isa, cfg.threads)) {
     r.peak_name = pk->name;
     r.peak_gflops = pk->gflops;
     r.pct_peak = 100.0 * r.gflops / pk->gflops;
   }
   r.note = "kc=" + std::to_string(kc) + (cfg.threads > 1 ? ", one copy per thread" : "");
   // Paired (peak.hpp): this host's speed moves within minutes; 21 pairs for every row.
-  r.pct_peak_paired = paired_pct(flashcore::cpu::isa_name(k->isa), cfg.threads, 2.0 * double(rows * l * d) * cfg.threads,
-                                 r.p50_us * 1e-6, call, 21);
+  r.pct_peak_paired = paired_pct(isa, cfg.threads, flops, r.p50_us * 1e-6, call, 21);
 }
 
 }  // namespace fcbench

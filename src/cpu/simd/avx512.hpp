@@ -75,6 +75,15 @@ static inline __m512 exp2_exact(__m512 x) {
   return _mm512_scalef_ps(horner(f, kC), n);
 }
 
+// 2^x for a clamped x: n = round(x) by the 1.5 * 2^23 addition, 2^(x - n) by the
+// polynomial kC (Horner), 2^n by vscalefps (exp2_p16 and exp2_pbf16 below).
+template <int N>
+static inline __m512 exp2_rounded(__m512 x, const float (&kC)[N]) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
+  return _mm512_scalef_ps(horner(_mm512_sub_ps(x, n), kC), n);
+}
+
 // exact where P is stored in 16 bits (fp16 or bf16 P of the 16-bit kernels): a degree-4
 // fit, relative error 2.7e-6 with fp32 arithmetic, 180x below fp16's half ulp (2^-11) and
 // 1400x below bf16's, so the stored P is the correctly rounded exp2 except within 2.7e-6
@@ -83,14 +92,10 @@ static inline __m512 exp2_exact(__m512 x) {
 // is two port-0 uops). Sapphire Rapids host, 1 thread, a 256 x 256 tile's exp2 + sum:
 // 0.198 ns per value against 0.264 for exp2_exact (session 10 probe).
 static inline __m512 exp2_p16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), _mm512_set1_ps(128.0f));
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
-  const __m512 f = _mm512_sub_ps(x, n);
   static constexpr float kC[] = {9.5700970725210027e-3f, 5.5917863287911894e-2f,
                                  2.4024744976421386e-1f, 6.9312181440142462e-1f,
                                  9.9999926139192319e-1f};
-  return _mm512_scalef_ps(horner(f, kC), n);
+  return exp2_rounded(_mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), _mm512_set1_ps(128.0f)), kC);
 }
 
 // exact where P is stored in bf16 (8 significant bits; the bf16 kernels' P): a degree-3
@@ -99,12 +104,8 @@ static inline __m512 exp2_p16(__m512 x) {
 // most its rescale slack, 8, and a larger x still gives the right 2^x through vscalefps,
 // up to inf): 7 vector ops against exp2_p16's 10.
 static inline __m512 exp2_pbf16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-151.0f));
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
-  const __m512 f = _mm512_sub_ps(x, n);
   static constexpr float kC[] = {5.517147481e-2f, 2.426106781e-1f, 6.932609678e-1f, 9.999281168e-1f};
-  return _mm512_scalef_ps(horner(f, kC), n);
+  return exp2_rounded(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), kC);
 }
 
 // fast: degree-2 fit, relative error <= 1.8e-3 (~9 bits; the seeds' FEXPA is ~7 bits).
