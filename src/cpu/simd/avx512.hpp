@@ -56,71 +56,61 @@ static inline __m512 horner(__m512 f, const float (&c)[N]) {
   return p;
 }
 
-// exp2, both policies of core/exp2.hpp on 16 lanes. x = n + f with n = round(x),
-// f in [-0.5, 0.5]; 2^f by a polynomial; 2^n applied by vscalefps, which scales by an
-// integer power of two exactly, rounds subnormal results correctly and saturates to
-// 0 / inf, so no exponent-field arithmetic or two-step scaling is needed.
-//
-// exact: degree-6 fit (relative truncation error 1.9e-9): <= 2 ulp over the fp32 range.
-// The clamp to [-151, 128] maps -inf (a masked score) to -151 (2^-151 rounds to +0)
-// and also keeps f finite; a NaN input gives 0 (vmaxps returns its second operand).
-static inline __m512 exp2_exact(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), _mm512_set1_ps(128.0f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  static constexpr float kC[] = {1.5337569417518130e-4f, 1.3399860276460376e-3f,
-                                 9.6185195618845430e-3f, 5.5503289977903830e-2f,
-                                 2.4022646608459428e-1f, 6.9314720560033780e-1f,
-                                 1.0000000005920564f};
-  return _mm512_scalef_ps(horner(f, kC), n);
+// exp2 on 16 lanes, four accuracies. x = n + f with n = floor(x) and f = x - n in [0, 1)
+// from one vreduceps (round-down mode, 0 fraction bits); 2^f by a polynomial fitted on
+// [0, 1) (relative weight, Lawson iterations); 2^n applied by vscalefps, which multiplies
+// by 2^floor of its second operand, so x itself is passed. vscalefps scales exactly,
+// rounds subnormal results correctly and saturates to 0 / inf, and vreduceps maps +-inf
+// to 0, so only NaN needs a clamp: vmaxps(x, -151) sends it to -151 (vmaxps returns its
+// second operand), and 2^-151 rounds to +0, so NaN and -inf (a masked score) give 0.
+// Against the previous round-to-nearest form (n by vrndscaleps or the 1.5 * 2^23 shift,
+// f = x - n, the upper clamp) this saves 2-3 of 8-11 vector ops: Sapphire Rapids host,
+// 1 thread, exp2 of an L1-resident array, ns per value: exact 0.145 -> 0.103, exp2_p16
+// 0.130 -> 0.084, exp2_pbf16 0.110 -> 0.079 (session 20 probe), same errors.
+template <int N>
+static inline __m512 exp2_floored(__m512 x, const float (&kC)[N]) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-151.0f));
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  return _mm512_scalef_ps(horner(f, kC), x);
 }
 
-// 2^x for a clamped x: n = round(x) by the 1.5 * 2^23 addition, 2^(x - n) by the
-// polynomial kC (Horner), 2^n by vscalefps (exp2_p16 and exp2_pbf16 below).
-template <int N>
-static inline __m512 exp2_rounded(__m512 x, const float (&kC)[N]) {
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_add_ps(x, magic), magic);
-  return _mm512_scalef_ps(horner(_mm512_sub_ps(x, n), kC), n);
+// exact: degree 6 (truncation error 1.9e-9 relative): <= 2 ulp over the fp32 range
+// (1 ulp at worst on a 1/8192 grid of [-151.5, 128.5], subnormal results included).
+static inline __m512 exp2_exact(__m512 x) {
+  static constexpr float kC[] = {2.1701921469e-04f, 1.2439784217e-03f, 9.6788306833e-03f,
+                                 5.5483346981e-02f, 2.4022983521e-01f, 6.9314698392e-01f,
+                                 1.0000000019e+00f};
+  return exp2_floored(x, kC);
 }
 
 // exact where P is stored in 16 bits (fp16 or bf16 P of the 16-bit kernels): a degree-4
-// fit, relative error 2.7e-6 with fp32 arithmetic, 180x below fp16's half ulp (2^-11) and
-// 1400x below bf16's, so the stored P is the correctly rounded exp2 except within 2.7e-6
+// fit, relative error 2.6e-6 with fp32 arithmetic, 180x below fp16's half ulp (2^-11) and
+// 1400x below bf16's, so the stored P is the correctly rounded exp2 except within 2.6e-6
 // of a rounding tie, where it may be the other neighbour (1 ulp of the 16-bit type).
-// n = round(x) by the 1.5 * 2^23 addition (two adds on either FMA port, where vrndscaleps
-// is two port-0 uops). Sapphire Rapids host, 1 thread, a 256 x 256 tile's exp2 + sum:
-// 0.198 ns per value against 0.264 for exp2_exact (session 10 probe).
 static inline __m512 exp2_p16(__m512 x) {
-  static constexpr float kC[] = {9.5700970725210027e-3f, 5.5917863287911894e-2f,
-                                 2.4024744976421386e-1f, 6.9312181440142462e-1f,
-                                 9.9999926139192319e-1f};
-  return exp2_rounded(_mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), _mm512_set1_ps(128.0f)), kC);
+  static constexpr float kC[] = {1.3534167646e-02f, 5.2011461128e-02f, 2.4144275659e-01f,
+                                 6.9300383453e-01f, 1.0000025934e+00f};
+  return exp2_floored(x, kC);
 }
 
 // exact where P is stored in bf16 (8 significant bits; the bf16 kernels' P): a degree-3
-// fit, relative error 7.5e-5 with fp32 arithmetic, 26x below bf16's half ulp (2^-9), and
-// only the lower clamp (-inf and NaN give 0 as in exp2_p16; the softmax's arguments are at
-// most its rescale slack, 8, and a larger x still gives the right 2^x through vscalefps,
-// up to inf): 7 vector ops against exp2_p16's 10.
+// fit, relative error 7.5e-5 with fp32 arithmetic, 26x below bf16's half ulp (2^-9).
 static inline __m512 exp2_pbf16(__m512 x) {
-  static constexpr float kC[] = {5.517147481e-2f, 2.426106781e-1f, 6.932609678e-1f, 9.999281168e-1f};
-  return exp2_rounded(_mm512_max_ps(x, _mm512_set1_ps(-151.0f)), kC);
+  static constexpr float kC[] = {7.8024520041e-02f, 2.2606715913e-01f, 6.9583353922e-01f,
+                                 9.9992521862e-01f};
+  return exp2_floored(x, kC);
 }
 
-// fast: degree-2 fit, relative error <= 1.8e-3 (~9 bits; the seeds' FEXPA is ~7 bits).
-// Results below 2^-126 flush to zero, as in core::exp2_fast: the clamp to -127 gives
-// n = -127 and p * 2^-127 < 2^-126, which the final mask zeroes; this also avoids
-// producing subnormals (microcode assists on some Intel cores).
+// fast: degree-2 fit, relative error <= 1.8e-3 (1.7e-3; ~9 bits; the seeds' FEXPA is ~7
+// bits). As core::exp2_fast: x clamped to 127 above, results below 2^-126 (x < -126, and
+// NaN, whose comparison fails) flushed to zero, which also avoids producing subnormals
+// (microcode assists on some Intel cores).
 static inline __m512 exp2_fast(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  static constexpr float kC[] = {2.3783041826769766e-1f, 7.0339652313338260e-1f,
-                                 1.0005137006082232f};
-  const __m512 p = horner(f, kC);
-  const __mmask16 keep = _mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.5f), _CMP_GT_OQ);
-  return _mm512_maskz_scalef_ps(keep, p, n);
+  x = _mm512_min_ps(x, _mm512_set1_ps(127.0f));
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  static constexpr float kC[] = {3.3718941589e-01f, 6.5763629307e-01f, 1.0017247615e+00f};
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  return _mm512_maskz_scalef_ps(keep, horner(f, kC), x);
 }
 
 // fp32 -> fp16 (round to nearest even, F16C-class vcvtps2ph on zmm: AVX512F).
