@@ -199,9 +199,8 @@ struct Rows {
   const void* base;
   int64_t stride;
   DType dtype;
-  const void* row(int64_t r) const {
-    return at(base, r * stride, int64_t(dtype_size(dtype)));
-  }
+  int64_t es = int64_t(dtype_size(dtype));  // once, not per row (an out-of-line call)
+  const void* row(int64_t r) const { return at(base, r * stride, es); }
 };
 
 void store_row(const float* src, int64_t n, void* dst, int64_t dst_stride, DType t) {
@@ -653,8 +652,11 @@ int64_t chunk_for(const Geometry& g, int64_t k) {
 // layout pa: separate [kp][mr] blocks (xbs = kp * mr, xs = mr for k-major), or one wide
 // panel of ld columns read in place (xbs = pack_index(pa, 0, mr, ld), xs = ld).
 // Columns past the last whole panel (a trimmed block, live_rows) are set to 0.
+// mx, when given: the column max of T over the whole panels folded into mx[0, done) block
+// by block, each right after its last k chunk while it is in L1 (col_max over the finished
+// 64 KiB tile read it back from L2: bf16 B1 H8 S512 D64, 2 threads, ~8 % of the call).
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xbs, int64_t xs,
-            const char* ypanels, float* t, int64_t ldt) {
+            const char* ypanels, float* t, int64_t ldt, float* mx = nullptr) {
   const int64_t done = kp == 0 ? 0 : g.mq / g.nr * g.nr;  // kp = 0 (gemm_chain K1 = 0): T = 0
   if (done < g.mq)
     for (int64_t k = 0; k < kc; ++k) std::fill(t + k * ldt + done, t + k * ldt + g.mq, 0.0f);
@@ -663,11 +665,14 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
   prepare_gemm(g.gk->isa);
   for (int64_t k0 = 0; k0 < kp; k0 += kb) {
     const int64_t kl = std::min(kb, kp - k0);
+    const bool last = k0 + kl == kp;
     for (int64_t q = 0; q < g.mq / g.nr; ++q)
-      for (int64_t r = 0; r < kc / g.mr; ++r)
+      for (int64_t r = 0; r < kc / g.mr; ++r) {
+        float* c = t + r * g.mr * ldt + q * g.nr;
         gemm_call(g, kl, x + (r * xbs + pack_index(g.pa, k0, 0, xs)) * g.es, xs,
-                  ypanels + (q * kp * g.nr + pack_index(g.pb, k0, 0, g.nr)) * g.es,
-                  t + r * g.mr * ldt + q * g.nr, ldt, k0 > 0);
+                  ypanels + (q * kp * g.nr + pack_index(g.pb, k0, 0, g.nr)) * g.es, c, ldt, k0 > 0);
+        if (mx != nullptr && last) g.vec->col_max(g.mr, g.nr, c, ldt, mx + q * g.nr);
+      }
   }
 }
 
@@ -737,8 +742,9 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
 }
 
 // ---------------------------------------------------------------- softmax block
-// One query block through a strategy. `Scores` fills key tile [j0, j0+kc) as T[kc][mq]
-// (masked entries -inf) and gives the visible key range of the block.
+// One query block through a strategy. `Scores` (j0, kc, t, mx, phases, lap) fills key
+// tile [j0, j0+kc) as T[kc][mq] (masked entries -inf) and returns whether it also folded
+// the tile's column max into mx (given only where it may; softmax_block does it otherwise).
 // Rows of a block are segments of `seg` rows, one per head (a GQA block holds several
 // heads' queries; other blocks are one segment): row i is row i % seg of segment i / seg,
 // and the first `rows` rows of each segment exist (the rest is padding).
@@ -779,9 +785,12 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
     c = -c;
     scale = -scale;
   }
-  auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
-    raw_scores(j0, kc, t, phx, lapx);
+  // Fills tile t and folds its column max into mx: in stage 1 where the Scores callable
+  // can (it returns true), else here. (Not with flipped scores: their max is taken after.)
+  auto scores = [&](int64_t j0, int64_t kc, float* t, float* mx, Phases& phx, Lap& lapx) {
+    const bool fused = raw_scores(j0, kc, t, flip ? nullptr : mx, phx, lapx);
     if (flip) negate_scores(t, kc * mq);
+    if (!fused) g.vec->col_max(kc, mq, t, mq, mx);
   };
   int64_t t_begin = key_lo / g.kc, t_end = key_hi > key_lo ? (key_hi + g.kc - 1) / g.kc : t_begin;
   const int64_t ntiles = t_end - t_begin;
@@ -832,9 +841,8 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   if (strategy == Strategy::online) {
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t kc = tile_len(t);
-      scores(t * g.kc, kc, T, ph, lap);
       std::fill(tmax, tmax + mq, kNegInf);
-      g.vec->col_max(kc, mq, T, mq, tmax);
+      scores(t * g.kc, kc, T, tmax, ph, lap);
       // The reference max m[i] follows the tile max only past the slack (g.rescale_slack);
       // the first visible key always sets it (m = -inf before).
       bool rescale = false;
@@ -864,8 +872,7 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t kc = tile_len(t);
       float* tt = T + (t - t_begin) * g.kc * mq;
-      scores(t * g.kc, kc, tt, ph, lap);
-      g.vec->col_max(kc, mq, tt, mq, m);
+      scores(t * g.kc, kc, tt, m, ph, lap);
       lap.to(ph.max_find);
     }
     fold_max();
@@ -1191,7 +1198,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       lap.to(ph.pack);
 
       thread_local std::vector<float> kconv;
-      auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
+      auto scores = [&](int64_t j0, int64_t kc, float* t, float* mx, Phases& phx, Lap& lapx) {
+        const bool visible = j0 >= all_lo && j0 + kc <= all_hi;  // no key of the tile masked
         if (rows_mode) {
           for (int64_t kvi = 0; kvi < kvb; ++kvi) {
             int64_t xs = 0;
@@ -1201,10 +1209,10 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
           }
         } else {
           stage1(gb, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
-                 qpack.data(), t, gb.mq);
+                 qpack.data(), t, gb.mq, visible ? mx : nullptr);
         }
         lapx.to(phx.gemm);
-        if (j0 >= all_lo && j0 + kc <= all_hi) return;  // tile fully visible
+        if (visible) return !rows_mode && mx != nullptr;
         // Per key: skip the keys every row sees ([all_lo, all_hi)), blank the ones no row
         // sees (past Sk: the tile's padding to whole kernel tiles; the last tile of every
         // block has some), and test rows only on the rest (the causal or window band).
@@ -1221,6 +1229,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
           for (int64_t i = 0; i < gb.mq; ++i)
             if (j < lo[size_t(i)] || j >= hi[size_t(i)]) row[i] = kNegInf;
         }
+        return false;
       };
       auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
         if (!rows_mode) {
@@ -1337,7 +1346,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
     // Row by row: each score row is read in order and written down a column of T (in L1);
     // key by key, the first version, read the block's rows in step, one element of each
     // per key (M12 L32768, 1 thread, Zen 3 VM: 635 us of the 4.1 ms call).
-    auto scores = [&](int64_t j0, int64_t kc, float* t, Phases& phx, Lap& lapx) {
+    auto scores = [&](int64_t j0, int64_t kc, float* t, float*, Phases& phx, Lap& lapx) {
       const int64_t kv = std::max<int64_t>(0, std::min(kc, p.l - j0));  // keys before L
       for (int64_t i = 0; i < g.mq; ++i) {
         float* col = t + i;
@@ -1356,6 +1365,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
       }
       for (int64_t k = kv; k < kc; ++k) std::fill(t + k * g.mq, t + (k + 1) * g.mq, kNegInf);
       lapx.to(phx.max_find);
+      return false;
     };
     (void)ses;
     BlockOut out = block_out(qb);
