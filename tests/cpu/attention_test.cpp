@@ -185,6 +185,16 @@ TEST_P(AttentionKernelTest, ForcedKernelMatchesReference) {
     AttnFixture f(tall, DType::bf16, rng);
     f.check(Strategy::online, Exp2Mode::exact, 2, k.key, k.ab);
     f.check(Strategy::two_pass, Exp2Mode::fast, 1, k.key, k.ab);
+    // bf16 K read in place by stage 1 (pipelines.cpp, k_inplace: Sk a multiple of the key
+    // block, D of the k step): BSHD, BHSD and padded rows, GQA, causal with Sq != Sk.
+    for (int layout = 0; layout < 3; ++layout) {
+      SCOPED_TRACE("K in place, layout " + std::to_string(layout));
+      const AttnCase inplace{"forced_k_in_place", 2, 100, 320, 4, 2, 64, 64, layout != 1, -1, -1,
+                             layout == 1, layout == 2 ? 24 : 0};
+      AttnFixture fi(inplace, DType::bf16, rng);
+      int run = 0;
+      for (Strategy s : kStrategies) fi.check(s, Exp2Mode::exact, 1 + (run++ % 2), k.key, k.ab);
+    }
   }
 }
 

@@ -757,10 +757,10 @@ struct BlockOut {
   float* lse;       // lse of row 0 (stride 1 within a segment) or null
   int64_t seg;      // rows per segment
   int64_t o_hs = 0, lse_hs = 0;  // between segments (elements)
+  int64_t es = int64_t(dtype_size(o_type));
   bool valid(int64_t i) const { return i % seg < rows; }
   char* row(int64_t i) const {
-    return static_cast<char*>(o) +
-           ((i / seg) * o_hs + (i % seg) * o_stride) * int64_t(dtype_size(o_type));
+    return static_cast<char*>(o) + ((i / seg) * o_hs + (i % seg) * o_stride) * es;
   }
   float* lse_at(int64_t i) const { return lse + (i / seg) * lse_hs + i % seg; }
 };
@@ -1058,6 +1058,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     return cu ? std::make_pair(int64_t(cu[b]), int64_t(cu[b + 1] - cu[b])) : std::make_pair(int64_t(0), fixed);
   };
   const int64_t skp_max = round_up(std::max<int64_t>(p.sk, 1), g.key_align);
+  // Stage 1 reads K in place where the kernel's A layout is plain rows of the storage
+  // dtype (AMX: bf16 rows, any row stride) and no key block or k step needs padding: its
+  // packing was a copy (bf16 B1 H8 S512 D64, 2 threads: ~half of the K/V packing time).
+  const bool k_inplace = !rows_mode && !varlen && g.pa == Layout::rows && g.gk->ab == p.dtype &&
+                         kp == p.d && skp_max == p.sk;
   const int64_t group_bytes = rows_mode ? 0 : skp_max * (kp * g.es + dvp * g2.es);
   const int64_t chunk =
       rows_mode ? ngroups : std::max<int64_t>(1, int64_t(kPackBudgetBytes) / group_bytes);
@@ -1087,8 +1092,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
                          p.v.ss, p.dtype};
         const int64_t nblk = skp / g.mr;
         const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
-        pack_transposed(krows, sk, p.d, kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa,
-                        rowbuf.data());
+        if (!k_inplace)
+          pack_transposed(krows, sk, p.d, kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data());
         pack_panels(vrows, sk, p.dv, skp, g2.nr, kb0 * g.mr, kb1 * g.mr, vpack, g2.gk->ab, g2.pb,
                     rowbuf.data());
         lap.to(phases[size_t(omp_get_thread_num())].pack);
@@ -1208,8 +1213,12 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             cfg.rows->dot(kc, p.d, xr, xs, qy(kvi) + mqh * p.d, qy(kvi), mqh, t + kvi * mqh, g.mq);
           }
         } else {
-          stage1(gb, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
-                 qpack.data(), t, gb.mq, visible ? mx : nullptr);
+          if (k_inplace)
+            stage1(gb, kp, kc, kin + j0 * p.k.ss * es_in, g.mr * p.k.ss, p.k.ss, qpack.data(), t,
+                   gb.mq, visible ? mx : nullptr);
+          else
+            stage1(gb, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
+                   qpack.data(), t, gb.mq, visible ? mx : nullptr);
         }
         lapx.to(phx.gemm);
         if (visible) return !rows_mode && mx != nullptr;
