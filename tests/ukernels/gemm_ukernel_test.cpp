@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,85 @@ TEST(GemmUkernelAmx, TileStateOfOtherCode) {
   }
 #endif
 }
+
+// Panel forms (gemm_panels.inc): every row range against one B panel, as stage 1 calls
+// them, for each k within the panel's max_k, against a double reference; C beyond NR in
+// its stride untouched; the column max folded into mx (or mx null).
+struct PanelEntry {
+  const char* kernel;
+  const char* key;
+  cpu::GemmPanelFn fn;
+  int max_k;
+};
+#define FC_GEMM_PANEL(kernel_, key_, max_k_) PanelEntry{#kernel_, #key_, &cpu::ukernels::key_, max_k_},
+const PanelEntry kPanels[] = {
+#include "cpu/ukernels/gemm_panels.inc"
+};
+#undef FC_GEMM_PANEL
+
+class GemmPanelTest : public ::testing::TestWithParam<PanelEntry> {};
+
+TEST_P(GemmPanelTest, RowsAgainstOnePanel) {
+  const PanelEntry& p = GetParam();
+  const GemmEntry* k = nullptr;
+  for (const GemmEntry& e : kGemmKernels)
+    if (std::strcmp(e.key, p.kernel) == 0) k = &e;
+  ASSERT_NE(k, nullptr) << p.key << ": no kernel " << p.kernel;
+  ASSERT_EQ(k->a_layout, cpu::Layout::rows) << p.key;
+  // The dispatch table finds the same panel for the kernel.
+  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i)
+    if (cpu::gemm_ukernel(i).fn == k->fn) {
+      ASSERT_NE(cpu::gemm_panel(cpu::gemm_ukernel(i)), nullptr);
+      EXPECT_EQ(cpu::gemm_panel(cpu::gemm_ukernel(i))->fn, p.fn);
+    }
+  if (!cpu::isa_available(k->isa))
+    GTEST_SKIP() << p.key << " needs ISA " << cpu::isa_name(k->isa) << ", which this CPU lacks";
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t nr = k->nr;
+  for (int64_t kc = k->k_align; kc <= p.max_k; kc += k->k_align)
+    for (int64_t rows : {16, 48, 256})
+      for (bool with_max : {true, false}) {
+        SCOPED_TRACE("kc " + std::to_string(kc) + ", rows " + std::to_string(rows) + (with_max ? ", mx" : ""));
+        const int64_t as = kc + 5, ldc = nr + 7, kc2 = (kc + 1) / 2 * 2;
+        Buf a(k->ab, rows * as), b(k->ab, kc2 * nr), c(DType::f32, rows * ldc);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t kk = 0; kk < kc; ++kk) a.set(i * as + kk, rng.uniform(-2, 2));
+        for (int64_t kk = 0; kk < kc; ++kk)
+          for (int64_t j = 0; j < nr; ++j) b.set(cpu::pack_index(k->b_layout, kk, j, nr), rng.uniform(-2, 2));
+        std::vector<float> mx(static_cast<size_t>(nr)), mx0(static_cast<size_t>(nr));
+        for (int64_t j = 0; j < nr; ++j)
+          mx0[size_t(j)] = j % 5 == 0 ? -std::numeric_limits<float>::infinity() : float(rng.uniform(-4, 4));
+        mx = mx0;
+        const std::vector<uint8_t> before = c.bytes();
+        cpu::prepare_gemm(k->isa);
+        p.fn(kc, a.data(), as, rows, b.data(), static_cast<float*>(c.data()), ldc, with_max ? mx.data() : nullptr);
+        const std::vector<uint8_t> after = c.bytes();
+        std::vector<float> colmax = mx0;
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < nr; ++j) {
+            double want = 0.0, mag = 0.0;
+            for (int64_t kk = 0; kk < kc; ++kk) {
+              const double prod = a.get(i * as + kk) * b.get(cpu::pack_index(k->b_layout, kk, j, nr));
+              want += prod;
+              mag += std::abs(prod);
+            }
+            const double got = c.get(i * ldc + j);
+            ASSERT_TRUE(std::abs(got - want) <= double(kc + 2) * 0x1p-24 * mag + 1e-30)
+                << "C(" << i << ", " << j << "): got " << got << ", want " << want;
+            colmax[size_t(j)] = std::max(colmax[size_t(j)], float(got));
+          }
+          ASSERT_EQ(0, std::memcmp(&before[size_t(i * ldc + nr) * 4], &after[size_t(i * ldc + nr) * 4],
+                                   size_t(ldc - nr) * 4))
+              << "wrote row " << i << " beyond NR";
+        }
+        for (int64_t j = 0; j < nr; ++j)
+          ASSERT_EQ(mx[size_t(j)], with_max ? colmax[size_t(j)] : mx0[size_t(j)]) << "column max " << j;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Gemm, GemmPanelTest, ::testing::ValuesIn(kPanels),
+                         [](const auto& info) { return std::string(info.param.key); });
 
 // The list expanded here and the dispatch table are the same list.
 TEST(GemmUkernelList, MatchesDispatchTable) {

@@ -110,6 +110,12 @@ const GemmUkernel kGemm[] = {
 };
 #undef FC_GEMM_UKERNEL
 
+#define FC_GEMM_PANEL(kernel_, key_, max_k_) {&ukernels::kernel_, &ukernels::key_, max_k_},
+const GemmPanel kPanels[] = {
+#include "cpu/ukernels/gemm_panels.inc"
+};
+#undef FC_GEMM_PANEL
+
 #define FC_VECOPS(key_, isa_) &ukernels::key_,
 const VecOps* const kVec[] = {
 #include "cpu/ukernels/vecops.inc"
@@ -176,6 +182,11 @@ bool isa_available(Isa isa) {
 }
 
 int gemm_ukernel_count() { return int(sizeof(kGemm) / sizeof(kGemm[0])); }
+const GemmPanel* gemm_panel(const GemmUkernel& k) {
+  for (const GemmPanel& p : kPanels)
+    if (p.kernel == k.fn) return &p;
+  return nullptr;
+}
 const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }
 int vecops_count() { return int(sizeof(kVec) / sizeof(kVec[0])); }
 const VecOps& vecops(int i) { return *kVec[i]; }

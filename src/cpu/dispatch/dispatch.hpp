@@ -23,6 +23,8 @@ bool isa_available(Isa isa);
 // Every kernel this build compiled, available or not (tests and bench walk these).
 int gemm_ukernel_count();
 const GemmUkernel& gemm_ukernel(int i);
+// The panel form of kernel k (gemm_panels.inc), or null.
+const GemmPanel* gemm_panel(const GemmUkernel& k);
 int vecops_count();
 const VecOps& vecops(int i);
 int rowops_count();

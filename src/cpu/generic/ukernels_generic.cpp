@@ -84,6 +84,17 @@ void bf16_32x32_rows_generic(int64_t kc, const void* a, int64_t as, const void* 
   gemm_bf16<32, 32, Layout::rows>(kc, a, as, b, c, ldc, accumulate);
 }
 
+// Its panel form (gemm_panels.inc): 16-row blocks against the one B panel, each block's
+// column max folded in.
+void bf16_32x32_rows_generic_panel(int64_t kc, const void* a, int64_t as, int64_t rows, const void* b,
+                                   float* c, int64_t ldc, float* mx) {
+  for (int64_t i = 0; i < rows; i += 16) {
+    float* ci = c + i * ldc;
+    gemm_bf16<16, 32, Layout::rows>(kc, static_cast<const uint16_t*>(a) + i * as, as, b, ci, ldc, 0);
+    if (mx != nullptr) portable::col_max(16, 32, ci, ldc, mx);
+  }
+}
+
 FC_PORTABLE_CLONES void f32_4x16_generic(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                       int accumulate) {
   gemm_f32<4, 16>(kc, a, as, b, c, ldc, accumulate);

@@ -70,6 +70,21 @@ struct GemmUkernel {
   Layout b_layout;
 };
 
+// A kernel's panel form (optional; gemm_panels.inc): C[i][j] = sum_k A(k, i) B(k, j) for
+// rows i < rows (a multiple of 16) and the kernel's NR columns j, written (not added) as fp32
+// at c[i * ldc + j]; A in layout `rows` (row i at a + i * as), B one packed panel in the
+// kernel's B layout, kc <= max_k and a multiple of k_align. With mx not null,
+// mx[j] = max(mx[j], max_i C[i][j]). The unit holds the whole B panel while the rows stream
+// past it: AMX keeps kc <= 64 of B in four tiles, where the MR x NR kernel reloads B for
+// every 32 rows (attention's stage 1 at head dim 64: 2 k steps per call).
+using GemmPanelFn = void (*)(int64_t kc, const void* a, int64_t as, int64_t rows, const void* b, float* c,
+                             int64_t ldc, float* mx);
+struct GemmPanel {
+  GemmFn kernel;  // the MR x NR kernel it belongs to
+  GemmPanelFn fn;
+  int max_k;
+};
+
 // Vector operations of the softmax stages, over key-major tiles t[k * ldt + i]
 // (k < kc keys, i < mq queries, mq a multiple of the vector length).
 struct VecOps {
@@ -121,12 +136,15 @@ struct RowOps {
 // The kernel lists, expanded into declarations here and into tables in dispatch.
 #define FC_GEMM_UKERNEL(key, isa, ab, acc, mr, nr, k_align, a_layout, b_layout) \
   void key(int64_t, const void*, int64_t, const void*, void*, int64_t, int);
+#define FC_GEMM_PANEL(kernel, key, max_k) \
+  void key(int64_t, const void*, int64_t, int64_t, const void*, float*, int64_t, float*);
 #define FC_VECOPS(key, isa) \
   extern const VecOps key;
 #define FC_ROWOPS(key, isa) \
   extern const RowOps key;
 namespace ukernels {
 #include "cpu/ukernels/gemm.inc"
+#include "cpu/ukernels/gemm_panels.inc"
 #include "cpu/ukernels/vecops.inc"
 #include "cpu/ukernels/rowops.inc"
 #if defined(FC_BUILD_AMX)
@@ -134,6 +152,7 @@ void amx_configure_tiles();  // prepare_gemm(Isa::amx_bf16) (src/cpu/x86/gemm_bf
 #endif
 }  // namespace ukernels
 #undef FC_GEMM_UKERNEL
+#undef FC_GEMM_PANEL
 #undef FC_VECOPS
 #undef FC_ROWOPS
 

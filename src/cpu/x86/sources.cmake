@@ -29,8 +29,8 @@ set_source_files_properties(${_fc_x86_avx2_sources} PROPERTIES COMPILE_OPTIONS "
 # by the define (FC_BUILD_AVX512FP16 / FC_BUILD_AVX512BF16 / FC_BUILD_AMX), so a compiler
 # without a flag still builds the rest (-mavx512fp16: GCC >= 12, Clang >= 14;
 # -mavx512bf16: GCC >= 10, Clang >= 9; -mamx-tile -mamx-bf16: GCC >= 11, Clang >= 11).
-# The AMX TU has no vector code of its own; -mavx512f etc. only so <immintrin.h>'s AMX
-# headers sit beside the same baseline as the other x86 TUs.
+# The AMX TU's only vector code is the column max of its panel form (AVX-512F, which every
+# AMX CPU has); -mavx512f etc. also keep it on the same baseline as the other x86 TUs.
 include(${PROJECT_SOURCE_DIR}/cmake/IsaSources.cmake)
 fc_isa_sources(flashcore_obj flashcore_config INTERFACE FC_BUILD_AVX512FP16
   FLAGS ${_fc_x86_avx512} -mavx512fp16 SOURCES ${_fc_x86_dir}/gemm_f16_avx512fp16.cpp)
