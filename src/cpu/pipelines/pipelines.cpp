@@ -145,23 +145,10 @@ Arena& thread_arena() {
   return arena;
 }
 
-// Packed operands start on a cache line, so that every 64-byte row piece of a B panel
-// (NR fp32 = one or more zmm) is one aligned load, never a line split (measured ~2x on
-// AVX-512 GEMM-only with 16-byte aligned panels). The packers write every byte that is read.
-class PackBuf {
- public:
-  explicit PackBuf(size_t bytes)
-      : p_(static_cast<char*>(std::aligned_alloc(64, size_t(round_up(int64_t(bytes) + 1, 64))))) {
-    if (p_ == nullptr) throw std::bad_alloc();
-  }
-  PackBuf(const PackBuf&) = delete;
-  PackBuf& operator=(const PackBuf&) = delete;
-  ~PackBuf() { std::free(p_); }
-  char* data() const { return p_; }
-
- private:
-  char* p_;
-};
+// Packed operands start on a cache line (pack_slot, Arena::take, PackedOperands), so that
+// every 64-byte row piece of a B panel (NR fp32 = one or more zmm) is one aligned load,
+// never a line split (measured ~2x on AVX-512 GEMM-only with 16-byte aligned panels). The
+// packers write every byte that is read.
 
 // The large packed operands of one call (K/V, V, B and C), kept by the calling thread for
 // its next call (grow-only, like the per-thread arenas): fresh pages cost a fault and the
@@ -1174,32 +1161,37 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
 
       // Pack this block's queries: stage-1 B panels (Q^T, NR queries per panel), or for
       // the row ops fp32 [d][mq] followed by [mq][d].
-      PackBuf qpack(static_cast<size_t>(g.mq * kp * (rows_mode ? 2 * 4 : g.es)));
+      // (per-thread buffers kept across items and calls, as the arenas: four allocations
+      // per item were ~2 % of bf16 S512 D64 attention)
+      thread_local Arena item_arena;
+      item_arena.reset(static_cast<size_t>(g.mq * kp * (rows_mode ? 2 * 4 : g.es) + (kp + 64) * 4 + 2 * g.mq * 8 + 4 * 64));
+      char* const qpack = item_arena.take<char>(g.mq * kp * (rows_mode ? 2 * 4 : g.es));
       // decode: per kv head of the block, y = [d][mqh] then q = [mqh][d] (RowOps::dot)
-      auto qy = [&](int64_t kvi) { return reinterpret_cast<float*>(qpack.data()) + kvi * 2 * mqh * p.d; };
-      std::vector<float> rowbuf(static_cast<size_t>(kp + 64));
-      std::vector<int64_t> lo(static_cast<size_t>(g.mq)), hi(static_cast<size_t>(g.mq));
+      auto qy = [&](int64_t kvi) { return reinterpret_cast<float*>(qpack) + kvi * 2 * mqh * p.d; };
+      float* const rowbuf = item_arena.take<float>(kp + 64);
+      int64_t* const lo = item_arena.take<int64_t>(g.mq);
+      int64_t* const hi = item_arena.take<int64_t>(g.mq);
       if (rows_mode) {
         for (int64_t i = 0; i < g.mq; ++i) {
           if (x.out.valid(i)) {
             core::convert_row(at(p.q.data, x.bb * p.q.sb + (i / seg) * p.q.sh +
                                                (x.s0 + i % seg + (varlen ? p.cu_q[x.b] : 0)) * p.q.ss +
                                                x.h0 * p.q.sh, es_in),
-                              p.dtype, p.d, rowbuf.data());
+                              p.dtype, p.d, rowbuf);
           } else {
-            std::fill(rowbuf.begin(), rowbuf.begin() + p.d, 0.0f);
+            std::fill(rowbuf, rowbuf + p.d, 0.0f);
           }
           float* y = qy(i / mqh);
           const int64_t il = i % mqh;
-          for (int64_t e = 0; e < p.d; ++e) y[e * mqh + il] = rowbuf[size_t(e)];
-          std::copy(rowbuf.begin(), rowbuf.begin() + p.d, y + mqh * p.d + il * p.d);
+          for (int64_t e = 0; e < p.d; ++e) y[e * mqh + il] = rowbuf[e];
+          std::copy(rowbuf, rowbuf + p.d, y + mqh * p.d + il * p.d);
         }
       } else {
         const Rows qrows{at(p.q.data, x.bb * p.q.sb + ((varlen ? p.cu_q[x.b] : 0) + x.s0) * p.q.ss +
                                           x.h0 * p.q.sh, es_in),
                          p.q.ss, p.dtype};
-        pack_transposed(qrows, x.out.rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack.data(), g.gk->ab,
-                        g.pb, rowbuf.data());
+        pack_transposed(qrows, x.out.rows, p.d, kp, g.nr, 0, g.mq / g.nr, qpack, g.gk->ab,
+                        g.pb, rowbuf);
       }
       // The block's geometry: g and g2 with the rows this block computes (live_rows).
       Geometry gb = g, gb2 = g2;
@@ -1207,14 +1199,14 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       int64_t key_lo = sk, key_hi = 0, all_lo = 0, all_hi = sk;
       for (int64_t i = 0; i < gb.mq; ++i) {
         const bool v = x.out.valid(i);
-        lo[size_t(i)] = v ? mask.key_begin(x.s0 + i % seg, sk) : 0;
-        hi[size_t(i)] = v ? mask.key_end(x.s0 + i % seg, sk) : sk;
-        if (v && hi[size_t(i)] > lo[size_t(i)]) {
-          key_lo = std::min(key_lo, lo[size_t(i)]);
-          key_hi = std::max(key_hi, hi[size_t(i)]);
+        lo[i] = v ? mask.key_begin(x.s0 + i % seg, sk) : 0;
+        hi[i] = v ? mask.key_end(x.s0 + i % seg, sk) : sk;
+        if (v && hi[i] > lo[i]) {
+          key_lo = std::min(key_lo, lo[i]);
+          key_hi = std::max(key_hi, hi[i]);
         }
-        all_lo = std::max(all_lo, lo[size_t(i)]);
-        all_hi = std::min(all_hi, hi[size_t(i)]);
+        all_lo = std::max(all_lo, lo[i]);
+        all_hi = std::min(all_hi, hi[i]);
       }
       lap.to(ph.pack);
 
@@ -1230,11 +1222,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
           }
         } else {
           if (k_inplace)
-            stage1(gb, kp, kc, kin + j0 * p.k.ss * es_in, g.mr * p.k.ss, p.k.ss, qpack.data(), t,
+            stage1(gb, kp, kc, kin + j0 * p.k.ss * es_in, g.mr * p.k.ss, p.k.ss, qpack, t,
                    gb.mq, visible ? mx : nullptr);
           else
             stage1(gb, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
-                   qpack.data(), t, gb.mq, visible ? mx : nullptr);
+                   qpack, t, gb.mq, visible ? mx : nullptr);
         }
         lapx.to(phx.gemm);
         if (visible) return !rows_mode && mx != nullptr;
@@ -1252,7 +1244,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             continue;
           }
           for (int64_t i = 0; i < gb.mq; ++i)
-            if (j < lo[size_t(i)] || j >= hi[size_t(i)]) row[i] = kNegInf;
+            if (j < lo[i] || j >= hi[i]) row[i] = kNegInf;
         }
         return false;
       };
@@ -1646,7 +1638,7 @@ namespace flashcore {
 PackedOperands::State::State(Op op_, DType dtype_, const cpu::GemmUkernel* kernel_, int64_t d0,
                              int64_t d1, int64_t d2, size_t bytes_)
     : op(op_), dtype(dtype_), kernel(kernel_), dims{d0, d1, d2}, data(nullptr), bytes(bytes_) {
-  // Whole cache lines (see PackBuf); at least one, so that data is never null.
+  // Whole cache lines (see pack_slot); at least one, so that data is never null.
   data = static_cast<char*>(std::aligned_alloc(64, size_t(cpu::round_up(int64_t(bytes) + 1, 64))));
   if (data == nullptr) throw std::bad_alloc();
 }
