@@ -61,15 +61,15 @@ static inline __m512 horner(__m512 f, const float (&c)[N]) {
 // [0, 1) (relative weight, Lawson iterations); 2^n applied by vscalefps, which multiplies
 // by 2^floor of its second operand, so x itself is passed. vscalefps scales exactly,
 // rounds subnormal results correctly and saturates to 0 / inf, and vreduceps maps +-inf
-// to 0, so only NaN needs a clamp: vmaxps(x, -151) sends it to -151 (vmaxps returns its
-// second operand), and 2^-151 rounds to +0, so NaN and -inf (a masked score) give 0.
-// Against the previous round-to-nearest form (n by vrndscaleps or the 1.5 * 2^23 shift,
-// f = x - n, the upper clamp) this saves 2-3 of 8-11 vector ops: Sapphire Rapids host,
-// 1 thread, exp2 of an L1-resident array, ns per value: exact 0.145 -> 0.103, exp2_p16
-// 0.130 -> 0.084, exp2_pbf16 0.110 -> 0.079 (session 20 probe), same errors.
+// to 0, so no clamp is needed: -inf (a masked score) and x < -150 give +0, x >= 128 inf,
+// NaN stays NaN (as core::exp2_exact; the clamp vmaxps(x, -151) of the previous form
+// turned it into 0). Against that form (n by vrndscaleps or the 1.5 * 2^23 shift,
+// f = x - n, the clamps) this saves 3-4 of 8-11 vector ops: Sapphire Rapids host, 1
+// thread, exp2 of an L1-resident array, ns per value: exact 0.145 -> 0.103, exp2_p16
+// 0.130 -> 0.084, exp2_pbf16 0.110 -> 0.079 with the clamp still in (session 20 probe),
+// same errors.
 template <int N>
 static inline __m512 exp2_floored(__m512 x, const float (&kC)[N]) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-151.0f));
   const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   return _mm512_scalef_ps(horner(f, kC), x);
 }
@@ -102,14 +102,15 @@ static inline __m512 exp2_pbf16(__m512 x) {
 }
 
 // fast: degree-2 fit, relative error <= 1.8e-3 (1.7e-3; ~9 bits; the seeds' FEXPA is ~7
-// bits). As core::exp2_fast: x clamped to 127 above, results below 2^-126 (x < -126, and
-// NaN, whose comparison fails) flushed to zero, which also avoids producing subnormals
-// (microcode assists on some Intel cores).
+// bits). As core::exp2_fast: x clamped to 127 above, results below 2^-126 (x < -126)
+// flushed to zero, which also avoids producing subnormals (microcode assists on some
+// Intel cores), NaN kept (vminps returns its second operand for a NaN, and the unordered
+// comparison keeps the lane).
 static inline __m512 exp2_fast(__m512 x) {
-  x = _mm512_min_ps(x, _mm512_set1_ps(127.0f));
+  x = _mm512_min_ps(_mm512_set1_ps(127.0f), x);
   const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   static constexpr float kC[] = {3.3718941589e-01f, 6.5763629307e-01f, 1.0017247615e+00f};
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);
   return _mm512_maskz_scalef_ps(keep, horner(f, kC), x);
 }
 
