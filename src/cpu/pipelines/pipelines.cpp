@@ -1078,7 +1078,8 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     // split into parts so that one large group still uses every thread.
     const int64_t parts =
         rows_mode ? 0 : std::max<int64_t>(1, (nthreads + (g1 - g0) - 1) / (g1 - g0));
-#pragma omp parallel for schedule(dynamic) num_threads(nthreads) collapse(2)
+    // (contiguous runs of groups per thread: see the items loop below)
+#pragma omp parallel for schedule(static) num_threads(nthreads) collapse(2)
     for (int64_t gi = g0; gi < g1; ++gi) {
       for (int64_t part = 0; part < parts; ++part) {
         Lap lap(timed);
@@ -1142,13 +1143,12 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       return x;
     };
 
-#pragma omp parallel for schedule(dynamic) num_threads(nthreads)
-    for (int64_t it2 = 0; it2 < items * nsplit; ++it2) {
+    auto run_item = [&](int64_t it2) {
       const int64_t it = it2 / nsplit, part = it2 % nsplit;
       Phases& ph = phases[size_t(omp_get_thread_num())];
       Lap lap(timed);
       const Item x = locate(it);
-      if (x.out.rows <= 0) continue;
+      if (x.out.rows <= 0) return;
       const int64_t sk = x.sk;
       const int64_t skp = round_up(std::max<int64_t>(sk, 1), g.key_align);
       // (the row ops pack nothing: `packed` is null there, and so are these)
@@ -1272,6 +1272,23 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       }
       softmax_block(gb2, strategy, p.exp2, c, p.scale, scores, key_lo, key_hi, pv, skp, dvp,
                     out, timed, ph);
+    };
+    // Items of equal cost (no mask band, one sequence length) go out in contiguous runs,
+    // the groups' runs of the packing loop above: each thread then reads the Q, K, V and O
+    // rows of the same heads as in the previous call, still in its L2 (bf16 B1 H8 S512
+    // D64, 2 threads, alternated: 1114-1143 -> 1207-1244 GFLOP/s against taking them in
+    // turn). Causal, windowed and varlen items differ in cost: taken in turn.
+    const int64_t total = items * nsplit;
+    const bool even = !varlen && !p.causal && !p.windowed();
+#pragma omp parallel num_threads(nthreads)
+    {
+      if (even) {
+        const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        for (int64_t it2 = total * id / nt; it2 < total * (id + 1) / nt; ++it2) run_item(it2);
+      } else {
+#pragma omp for schedule(dynamic)
+        for (int64_t it2 = 0; it2 < total; ++it2) run_item(it2);
+      }
     }
     if (nsplit > 1) {
       Lap lap(timed);
