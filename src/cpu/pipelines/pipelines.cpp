@@ -185,7 +185,7 @@ const char* at(const void* base, int64_t elems, int64_t es) {
 struct Rows {
   const void* base;
   int64_t stride;
-  DType dtype;
+  DType dtype = DType::f32;  // (es below reads it)
   int64_t es = int64_t(dtype_size(dtype));  // once, not per row (an out-of-line call)
   const void* row(int64_t r) const { return at(base, r * stride, es); }
 };
@@ -751,7 +751,7 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
 struct BlockOut {
   void* o;          // output row 0 of the block
   int64_t o_stride; // between output rows of a segment (elements)
-  DType o_type;
+  DType o_type = DType::f32;  // (es below reads it, also in a default-constructed one)
   int64_t rows;     // valid rows per segment (<= seg)
   int64_t dv;
   float* lse;       // lse of row 0 (stride 1 within a segment) or null
