@@ -1164,8 +1164,9 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
       // (per-thread buffers kept across items and calls, as the arenas: four allocations
       // per item were ~2 % of bf16 S512 D64 attention)
       thread_local Arena item_arena;
-      item_arena.reset(static_cast<size_t>(g.mq * kp * (rows_mode ? 2 * 4 : g.es) + (kp + 64) * 4 + 2 * g.mq * 8 + 4 * 64));
-      char* const qpack = item_arena.take<char>(g.mq * kp * (rows_mode ? 2 * 4 : g.es));
+      const int64_t qbytes = g.mq * kp * (rows_mode ? 2 * 4 : g.es);
+      item_arena.reset(static_cast<size_t>(qbytes + (kp + 64) * 4 + 2 * g.mq * 8 + 4 * 64));
+      char* const qpack = item_arena.take<char>(qbytes);
       // decode: per kv head of the block, y = [d][mqh] then q = [mqh][d] (RowOps::dot)
       auto qy = [&](int64_t kvi) { return reinterpret_cast<float*>(qpack) + kvi * 2 * mqh * p.d; };
       float* const rowbuf = item_arena.take<float>(kp + 64);
@@ -1221,12 +1222,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
             cfg.rows->dot(kc, p.d, xr, xs, qy(kvi) + mqh * p.d, qy(kvi), mqh, t + kvi * mqh, g.mq);
           }
         } else {
-          if (k_inplace)
-            stage1(gb, kp, kc, kin + j0 * p.k.ss * es_in, g.mr * p.k.ss, p.k.ss, qpack, t,
-                   gb.mq, visible ? mx : nullptr);
-          else
-            stage1(gb, kp, kc, kpack + j0 * kp * g.es, kp * g.mr, block_ld(g.pa, kp, g.mr),
-                   qpack, t, gb.mq, visible ? mx : nullptr);
+          // K's blocks: rows of the caller's tensor (k_inplace) or the packed blocks
+          const char* kx = k_inplace ? kin + j0 * p.k.ss * es_in : kpack + j0 * kp * g.es;
+          const int64_t kxs = k_inplace ? p.k.ss : block_ld(g.pa, kp, g.mr);
+          stage1(gb, kp, kc, kx, k_inplace ? g.mr * p.k.ss : kp * g.mr, kxs, qpack, t, gb.mq,
+                 visible ? mx : nullptr);
         }
         lapx.to(phx.gemm);
         if (visible) return !rows_mode && mx != nullptr;
@@ -1390,13 +1390,17 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
     // per key (M12 L32768, 1 thread, Zen 3 VM: 635 us of the 4.1 ms call).
     auto scores = [&](int64_t j0, int64_t kc, float* t, float*, Phases& phx, Lap& lapx) {
       const int64_t kv = std::max<int64_t>(0, std::min(kc, p.l - j0));  // keys before L
-      int64_t i = 0;
+      // Rows [0, rdone) x keys [0, kdone) by the transposes below, the rest by the
+      // element loop after them.
+      int64_t rdone = 0, kdone = 0;
 #if defined(__SSE2__)
       // Contiguous score rows, 4 valid rows at a time: 4 x 4 register transposes, one 16-byte
       // store per 4 queries of a key (the element-wise column writes took 206 of 1116 us:
       // M12 L32768 d256 fp16 three-pass, f16_12x2_noepi4, 1 thread, V pre-packed).
-      if (p.s_sl == 1)
-        for (; i + 4 <= rows; i += 4) {
+      if (p.s_sl == 1) {
+        rdone = rows / 4 * 4;
+        kdone = kv / 4 * 4;
+        for (int64_t i = 0; i < rdone; i += 4) {
           const int64_t base = (i0 + i) * p.s_sm + j0;
           auto row4 = [&](int64_t q, int64_t k) {
             if (p.s_dtype == DType::i32)
@@ -1404,8 +1408,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
                   reinterpret_cast<const __m128i*>(static_cast<const int32_t*>(p.s) + base + q * p.s_sm + k)));
             return _mm_loadu_ps(static_cast<const float*>(p.s) + base + q * p.s_sm + k);
           };
-          int64_t k = 0;
-          for (; k + 4 <= kv; k += 4) {
+          for (int64_t k = 0; k < kdone; k += 4) {
             __m128 r0 = row4(0, k), r1 = row4(1, k), r2 = row4(2, k), r3 = row4(3, k);
             _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
             _mm_storeu_ps(t + k * g.mq + i, r0);
@@ -1413,26 +1416,23 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
             _mm_storeu_ps(t + (k + 2) * g.mq + i, r2);
             _mm_storeu_ps(t + (k + 3) * g.mq + i, r3);
           }
-          for (; k < kv; ++k)
-            for (int64_t q = 0; q < 4; ++q)
-              t[k * g.mq + i + q] = p.s_dtype == DType::i32
-                                        ? float(static_cast<const int32_t*>(p.s)[base + q * p.s_sm + k])
-                                        : static_cast<const float*>(p.s)[base + q * p.s_sm + k];
         }
+      }
 #endif
-      for (; i < g.mq; ++i) {
+      for (int64_t i = 0; i < g.mq; ++i) {
         float* col = t + i;
         if (i >= rows) {
           for (int64_t k = 0; k < kv; ++k) col[k * g.mq] = 0.0f;
           continue;
         }
+        const int64_t k0 = i < rdone ? kdone : 0;
         const int64_t base = (i0 + i) * p.s_sm + j0 * p.s_sl;
         if (p.s_dtype == DType::i32) {
           const int32_t* src = static_cast<const int32_t*>(p.s) + base;
-          for (int64_t k = 0; k < kv; ++k) col[k * g.mq] = float(src[k * p.s_sl]);
+          for (int64_t k = k0; k < kv; ++k) col[k * g.mq] = float(src[k * p.s_sl]);
         } else {
           const float* src = static_cast<const float*>(p.s) + base;
-          for (int64_t k = 0; k < kv; ++k) col[k * g.mq] = src[k * p.s_sl];
+          for (int64_t k = k0; k < kv; ++k) col[k * g.mq] = src[k * p.s_sl];
         }
       }
       for (int64_t k = kv; k < kc; ++k) std::fill(t + k * g.mq, t + (k + 1) * g.mq, kNegInf);
