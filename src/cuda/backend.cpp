@@ -46,6 +46,7 @@ struct Instance {
   int head_dim, block_m, block_n, warps, stages;
   LaunchFn fn;
   bool persistent = false;  // sm90 "_p" rows: persistent CTAs (a static list of items each)
+  bool vt_in = false;       // sm90 e4m3 "_vt" rows: V^T made in the kernel (no pre-pass)
   // Dynamic shared memory: Q tile + kStages K and V tiles, rows padded to a multiple of
   // 128 bytes (common/swizzle.cuh; the sm90 tiles are 128-byte column blocks), sm90 also
   // its mbarriers and 1024 bytes of alignment slack (FwdSm90Traits::kSmem).
@@ -54,7 +55,8 @@ struct Instance {
     const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
     // FwdSm90Traits::kTileO: the persistent 16-bit kernels' O buffer, where it fits (else
     // kOInQ: O staged in Q's buffer).
-    const int rest = 8 * (2 + 4 * stages) + 1024;
+    // _vt rows: + the 32 KiB raw-V ring and its mbarriers (FwdSm90Traits::kVtIn).
+    const int rest = 8 * (2 + 4 * stages + (vt_in ? 2 * (32768 / (64 * row_bytes)) : 0)) + 1024 + (vt_in ? 32768 : 0);
     const int tile_o = persistent && dtype != DType::e4m3 && tiles + block_m * row_bytes + rest <= 232448 ? block_m * row_bytes : 0;
     return arch == 90 ? tiles + tile_o + rest : tiles;  // FwdSm90Traits::kSmem
   }
@@ -75,7 +77,7 @@ struct Instance {
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32, dtype_e4m3 = DType::e4m3;
 const Instance kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, 80, dtype_##dt, hd, bm, bn, wp, st, key},
-#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps != 0},
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps == 1, ps == 2},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
@@ -456,11 +458,12 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
             cudaStream_t stream) {
   const bool fp8 = p.dtype == DType::e4m3, split = f.kv_splits > 1;
   const int64_t vt_blocks = p.cu_q != nullptr ? 1 : p.batch;  // varlen: one [Hkv][Dv][vt_sk] block
-  const size_t vt_bytes = fp8 ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
+  const bool prepass = fp8 && !inst.vt_in;
+  const size_t vt_bytes = prepass ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
   const size_t rows = split ? size_t(f.o_rows() * p.heads) : 0;
   const size_t o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4, ml_bytes = split ? size_t(f.kv_splits) * rows * 8 : 0;
   char* ws = nullptr;
-  const char* ws_name = fp8 ? "e4m3 V^T" : "KV-split";
+  const char* ws_name = prepass ? "e4m3 V^T" : "KV-split";
   if (vt_bytes + o_bytes + ml_bytes > 0) {
     const cudaError_t ea = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&ws), vt_bytes + o_bytes + ml_bytes,
                                                    workspace_pool(dev.id), stream);
@@ -468,7 +471,7 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
   }
   cudaError_t e = cudaSuccess;
   const char* what = inst.key;
-  if (fp8) {
+  if (prepass) {
     f.vt = ws;
     e = transpose_v_fp8(f, ws, f.vt_sk, stream);
     what = "the e4m3 V^T pre-pass";
@@ -540,7 +543,10 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   //   1.08x the 128-row tile (causal 1.11x), S2048 1.06x (causal 1.13x), causal S8192
   //   1.04x; without a mask at S8192 and either way at S16384 the 128-row tiles are as fast
   //   or faster (docs/results/cuda-sm90-fp8-2026-11-22.md, session 13); and the 128-key
-  //   one wherever GQA-packed rows fit one 64-row tile (decode);
+  //   one wherever GQA-packed rows fit one 64-row tile (decode); where every (packed) row
+  //   of a head fits one 64-row tile, the tile's "_vt" row (V^T made in the kernel, no
+  //   pre-pass reading and writing V once more: H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 94
+  //   us, Sk16384 593 -> 340; session 21), else the rows without;
   // - else the first taller row whose key tile is at most a quarter of the keys (128-key
   //   tiles always qualify; the last taller row when none does).
   constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384;
@@ -552,12 +558,17 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
            i.smem() <= dev.smem_optin;
   };
-  const Instance *inst = nullptr, *tall = nullptr, *fallback = nullptr;
+  const bool one_tile = sq << pack_shift <= 64;
+  const Instance *inst = nullptr, *inst_vt = nullptr, *tall = nullptr, *fallback = nullptr;
   bool any = false;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
       any = true;
       if (!takes(i)) continue;
+      if (i.vt_in) {
+        if (one_tile && inst_vt == nullptr && i.block_n == want64) inst_vt = &i;
+        continue;
+      }
       if (i.block_m == 64) {
         if (inst == nullptr && i.block_n == want64) inst = &i;
         if (fallback == nullptr) fallback = &i;
@@ -566,6 +577,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
       fallback = &i;
       if (tall == nullptr && i.block_n <= std::max<int64_t>(128, sk_mean / 4)) tall = &i;
     }
+  if (inst_vt != nullptr) inst = inst_vt;
   if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
   int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count
   if (p.impl != nullptr && p.impl[0] != '\0') {

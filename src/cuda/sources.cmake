@@ -43,7 +43,7 @@ file(MAKE_DIRECTORY ${_fc_inst_dir})
 # launch_fwd_<family>_<type, head dim, tile fields...>, appended to the list <out_var>,
 # and its registry line FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...)
 # appended to _fc_enabled. Keys: fwd_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages>
-# unless 2], fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p when persistent].
+# unless 2], fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p when persistent, _vt for fp8's V^T in the kernel].
 function(_fc_instances family out_var)
   string(TOLOWER ${family} fam)
   file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc rows REGEX "^FC_${family}_FWD\\(")
@@ -75,6 +75,8 @@ function(_fc_instances family out_var)
       set(key fwd_${fam}_${dt}_hd${hd}_${bm}x${bn}_s${st})
       if(ps EQUAL 1)
         set(key ${key}_p)
+      elseif(ps EQUAL 2)
+        set(key ${key}_vt)
       endif()
     endif()
     list(REMOVE_AT args 1)  # the registry takes the dtype key, not the C++ type

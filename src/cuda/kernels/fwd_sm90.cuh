@@ -90,9 +90,12 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPersistent>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
 struct FwdSm90Traits {
   static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+  // kVariant (the instance row's last column): 0 plain, 1 persistent ("_p"), 2 (fp8, 64-row
+  // tiles) V^T made in the kernel ("_vt", kVtIn below).
+  static constexpr bool kPersistent = kVariant == 1;
   static constexpr int kElem = int(sizeof(T));
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kPLog2 = kFp8 ? kFp8PLog2 : 0;  // P stored as e4m3(2^kPLog2 P)
@@ -106,21 +109,35 @@ struct FwdSm90Traits {
   static constexpr int kColBlocks = (kHeadDim + kColElems - 1) / kColElems;
   static constexpr int kTileQ = kBlockM * kColBlocks * 128;
   static constexpr int kTileKV = kBlockN * kColBlocks * 128;
-  static constexpr int kBarriers = 2 + 4 * kStages;  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q
+  // fp8's V^T made in the kernel (kVtIn, the "_vt" rows): the producer's TMA thread brings V
+  // itself in sub-tiles of 64 keys (one 8 KiB 128-byte-swizzled box per column block) into
+  // a ring of kRawSlots slots (32 KiB), and the producer's other three warps (kVtWarps)
+  // write each one, transposed and in fp8_vt_key's order, as one 64-key column block of the
+  // V^T stage, in the layout the V^T workspace's TMA gives (64-byte rows, 64-byte swizzle).
+  // Without it the pre-pass (vt_fp8.cu) writes V^T to a workspace that TMA reads. The
+  // transposing warps keep up with a memory-bound kernel (decode: B32 H32/8 Sk4096 D128,
+  // 163 -> 94 us on an H200) but not with the tensor cores: 128-row tiles ran 0.45-0.6x of
+  // the pre-pass's speed from S2048 (docs/results/cuda-sm90-fp8-2026-11-22.md, session 21).
+  static constexpr int kVtWarps = 3;
+  static constexpr int kRawSub = 64 * kColBlocks * 128;
+  static constexpr int kRawBytes = 32768, kRawSlots = kRawBytes / kRawSub;
+  static constexpr bool kVtIn = kVariant == 2;
+  static constexpr int kBarriers = 2 + 4 * kStages + (kVtIn ? 2 * kRawSlots : 0);  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q[, raw_full[], raw_empty[]]
+  static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
   // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only), where that
   // fits beside the ring (227 KiB per CTA). Where it does not (hd256), kOInQ: O is staged
   // in Q's buffer, released to the producer (empty_q) only once the stores have read it
   // out, and the producer issues the next item's first K/V tiles before its Q.
-  static constexpr int kSmemNoO = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
+  static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
   static constexpr bool kOInQ = kPersistent && !kFp8 && kSmemNoO + kTileQ > 232448;
   static constexpr int kTileO = kPersistent && !kFp8 && !kOInQ ? kTileQ : 0;
   static constexpr int kSmem = kSmemNoO + kTileO;
   // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
   // for `ctas` CTAs per SM, a multiple of 8).
-  static constexpr int kProducerRegs = 24;
+  static constexpr int kProducerRegs = kVtIn ? 40 : 24;  // kVtIn: the transposing warps'
   static constexpr int consumer_regs(int ctas) {
     return ((65536 / ctas / kThreads / 8 * 8) * kThreads / 128 - kProducerRegs) / kConsumers / 8 * 8;
   }
@@ -152,19 +169,21 @@ struct FwdSm90Traits {
       !kOInQ && kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
+  static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 40 registers)");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");
   static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory of the SM (228 KiB)");
 };
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPersistent>
-__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>::kThreads,
-                                  FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>::kCtasPerSm)
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+__global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>::kThreads,
+                                  FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>::kCtasPerSm)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                     const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_o,
                     const FwdParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
+  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
+  constexpr bool kPersistent = Tr::kPersistent;
   constexpr int kNF = kBlockN / 8, kDF = kHeadDim / 8, kPK = kBlockN / MmaOps<T>::kPVKeys;
   constexpr int kKS = kHeadDim * Tr::kElem / 32;  // Q K^T k-steps of 32 bytes (real columns only)
 
@@ -172,13 +191,16 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sQ = (ptx::smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t sK = sQ + Tr::kTileQ;
   const uint32_t sV = sK + kStages * Tr::kTileKV;
-  const uint32_t sO = Tr::kTileO > 0 ? sV + kStages * Tr::kTileKV : sQ;
-  const uint32_t bar_q = sV + kStages * Tr::kTileKV + Tr::kTileO;
+  const uint32_t sRaw = sV + kStages * Tr::kTileKV;  // Tr::kVtIn: V's 64-key sub-tiles
+  const uint32_t sO = Tr::kTileO > 0 ? sRaw : sQ;
+  const uint32_t bar_q = sRaw + (Tr::kVtIn ? Tr::kRawBytes : 0) + Tr::kTileO;
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
   auto full_v = [&](int s) { return bar_q + 8u * (1 + kStages + s); };
   auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
   auto empty_v = [&](int s) { return bar_q + 8u * (1 + 3 * kStages + s); };
   const uint32_t empty_q = bar_q + 8u * (1 + 4 * kStages);
+  auto raw_full = [&](int s) { return bar_q + 8u * (2 + 4 * kStages + s); };
+  auto raw_empty = [&](int s) { return bar_q + 8u * (2 + 4 * kStages + Tr::kRawSlots + s); };
 
   // kPersistent: as many CTAs as fit on the SMs at once, each walking a static list of
   // work items: in round r, CTA c takes item w = r G + c for even r and r G + G - 1 - c
@@ -247,9 +269,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     ptx::mbar_init(empty_q, 4 * Tr::kConsumers);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(full_k(s), 1);
-      ptx::mbar_init(full_v(s), 1);
+      ptx::mbar_init(full_v(s), Tr::kVtIn ? Tr::kVtWarps : 1);
       ptx::mbar_init(empty_k(s), 4 * Tr::kConsumers);  // one arrival per consumer warp
       ptx::mbar_init(empty_v(s), 4 * Tr::kConsumers);
+    }
+    if constexpr (Tr::kVtIn) {
+      for (int s = 0; s < Tr::kRawSlots; ++s) {
+        ptx::mbar_init(raw_full(s), 1);
+        ptx::mbar_init(raw_empty(s), Tr::kVtWarps);
+      }
     }
     ptx::mbar_init_fence();
   }
@@ -263,7 +291,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::tma_prefetch_desc(&tm_q);
       ptx::tma_prefetch_desc(&tm_k);
       ptx::tma_prefetch_desc(&tm_v);
-      int it = 0, qi = 0;  // K/V tiles and items so far: ring stages and phases
+      int it = 0, qi = 0, rs = 0;  // K/V tiles, items and (kVtIn) V sub-tiles so far: ring stages and phases
       Item wi;
       for (int r = 0; round_item(r, wi); ++r) {
         const SeqInfo seq = seq_info(p, wi.b);
@@ -297,6 +325,21 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
             for (int c = 0; c < Tr::kColBlocks; ++c)
               ptx::tma_load_4d(sK + off + c * kBlockN * 128, &tm_k, full_k(stage), c * Tr::kColElems,
                                int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
+            if constexpr (Tr::kVtIn) {
+              // V's sub-tiles of 64 keys into the raw ring, once the transposing warps
+              // released the slot's previous one (they wait for the V^T stage themselves).
+              for (int j = 0; j < kBlockN / 64; ++j, ++rs) {
+                const int slot = rs % Tr::kRawSlots;
+                if (rs >= Tr::kRawSlots) ptx::mbar_wait(raw_empty(slot), ((rs / Tr::kRawSlots) - 1) & 1);
+                ptx::mbar_arrive_expect_tx(raw_full(slot), Tr::kRawSub);
+#pragma unroll
+                for (int c = 0; c < Tr::kColBlocks; ++c)
+                  ptx::tma_load_4d(sRaw + slot * Tr::kRawSub + c * 64 * 128, &tm_v, raw_full(slot), c * Tr::kColElems,
+                                   int(seq.k_row0) + n * kBlockN + 64 * j, hk, int(seq.bb));
+              }
+              if (n + 1 - tiles.lo == q_after) load_q();
+              continue;
+            }
             if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
             ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
             if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
@@ -315,6 +358,64 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           }
         }
         ++qi;
+      }
+    } else if (Tr::kVtIn && threadIdx.x >= 32) {
+      // The transposing warps (Tr::kVtIn): per K/V tile, once the consumers released its V^T
+      // stage, each 64-key sub-tile of V from the raw ring becomes column block j of the
+      // stage. A unit is one warp's 16 keys (a 16-byte piece of every V^T row) by 32
+      // columns: lane (t, m) reads the 4-byte words of keys 16 W + 2t + {0, 1, 8, 9} at
+      // columns 4q .. 4q + 3 (q = 2 (m % 4) + m / 4 of the unit's 8 column groups), which
+      // fp8_vt_key puts at positions 16 W + 4t .. 4t + 3 of V^T rows 4q .. 4q + 3, transposes
+      // them with byte permutes and stores the 4 words, rotated by m % 4 rows so that every
+      // load and store of the warp touches 32 distinct banks (checked by hand for both
+      // swizzles). The writes are the generic proxy's: each lane fences them for the async
+      // proxy (wgmma) before its warp arrives.
+      // Not persistent: the CTA's one item.
+      const int tw = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
+      const int t = lane % 4, m = lane / 4, q = 2 * (m % 4) + m / 4, rot = m % 4;
+      const uint32_t r0 = rot, r1 = (rot + 1) % 4;
+      // Byte selectors of the first permute (second: sel ^ 0x2222, rows rot + 2, rot + 3).
+      const uint32_t sel = r0 | (4 + r0) << 4 | r1 << 8 | (4 + r1) << 12;
+      // This lane's parts of the addresses: loads of keys 16 w + 2t (+ 1 and + 9: the
+      // swizzle's low bit flips) at byte 4 (q % 4) of 16-byte chunk (2 g + q / 4) ^ key % 8
+      // (g: the unit's 32-column group); stores at byte 4t of V^T rows 4q + (rot + i) % 4.
+      const uint32_t ld_lane = (2 * t * 128 + 4 * (q % 4)) | ((q / 4) ^ (2 * t)) << 4;
+      constexpr int kUnits = 4 * 4 * Tr::kColBlocks;  // (w, g, column block) per sub-tile
+      const SeqInfo seq = seq_info(p, own.b);
+      const TileRange tiles = kv_run(tile_range(band_mask(p, seq), own.m0 >> shift,
+                                                (min(own.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
+      constexpr int kSub = kBlockN / 64;  // sub-tiles per K/V tile
+      const int subs = (tiles.hi - tiles.lo) * kSub;
+#pragma unroll 1
+      for (int rs = 0; rs < subs; ++rs) {  // sub-tile rs of tile it
+        const int it = rs / kSub, stage = it % kStages, slot = rs % Tr::kRawSlots;
+        if (rs % kSub == 0 && it >= kStages) ptx::mbar_wait(empty_v(stage), ((it / kStages) - 1) & 1);
+        ptx::mbar_wait(raw_full(slot), (rs / Tr::kRawSlots) & 1);
+        const uint32_t src = sRaw + slot * Tr::kRawSub, dst = sV + stage * Tr::kTileKV + (rs % kSub) * kHeadDim * 64 + 4 * t;
+#pragma unroll 1
+        for (int u = tw; u < kUnits; u += Tr::kVtWarps) {
+          const uint32_t w = u % 4, g = (u / 4) % 4, cb = u / 16;
+          const uint32_t a0 = src + cb * 64 * 128 + w * 16 * 128 + (ld_lane ^ (g << 5)), a1 = a0 ^ 16;
+          const uint32_t a = ptx::lds32(a0), b = ptx::lds32(a1 + 128), c = ptx::lds32(a0 + 8 * 128),
+                         d = ptx::lds32(a1 + 9 * 128);
+          const uint32_t lo_ab = __byte_perm(a, b, sel), hi_ab = __byte_perm(a, b, sel ^ 0x2222);
+          const uint32_t lo_cd = __byte_perm(c, d, sel), hi_cd = __byte_perm(c, d, sel ^ 0x2222);
+          const uint32_t row0 = cb * 128 + 32 * g + 4 * q;  // V^T rows (head-dim columns) row0 .. row0 + 3
+          auto st = [&](int i, uint32_t v) {
+            const uint32_t row = row0 + ((sel + i) & 3);  // sel & 3 = rot
+            ptx::sts32(dst + row * 64 + ((w ^ ((row >> 1) & 3)) << 4), v);
+          };
+          st(0, __byte_perm(lo_ab, lo_cd, 0x5410));
+          st(1, __byte_perm(lo_ab, lo_cd, 0x7632));
+          st(2, __byte_perm(hi_ab, hi_cd, 0x5410));
+          st(3, __byte_perm(hi_ab, hi_cd, 0x7632));
+        }
+        ptx::fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+          ptx::mbar_arrive(raw_empty(slot));
+          if (rs % kSub == kSub - 1) ptx::mbar_arrive(full_v(stage));
+        }
       }
     }
   } else {
@@ -629,9 +730,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 // kHeadDim), then the launch on the caller's stream. Varlen: the maps cover the packed
 // tensors ([1][total][H][D]); a sequence's tiles start at its first row, and rows of the
 // next sequence that a tile reaches are masked (keys) or not stored (queries).
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPersistent>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
 cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
-  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
+  using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
+  constexpr bool kPersistent = Tr::kPersistent;
   if (p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int kv_heads = p.heads / p.group;
@@ -648,14 +750,15 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   CUtensorMap tq, tk, tv;
   cudaError_t e;
   if (g > 1 && (g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
-  if constexpr (Tr::kFp8) {  // V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes (varlen: b = 1)
-    if (p.vt == nullptr) return cudaErrorInvalidValue;
+  if constexpr (Tr::kFp8) {  // V itself (Tr::kVtIn: 64-key boxes), or V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes (varlen: b = 1)
+    if (!Tr::kVtIn && p.vt == nullptr) return cudaErrorInvalidValue;
     e = g > 1 ? make_tma_8bit_4d(&tq, p.q, p.d, p.heads, rows_q, nb, p.q_sh, p.q_ss, p.q_sb, g, 128, kBlockM / g)
               : make_tma_8bit_4d(&tq, p.q, p.d, rows_q, p.heads, nb, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess) e = make_tma_8bit_4d(&tk, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
-      e = make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk, kv_heads * p.dv * p.vt_sk,
-                           kHeadDim, 64);
+      e = Tr::kVtIn ? make_tma_8bit_4d(&tv, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, 64)
+                    : make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk,
+                                       kv_heads * p.dv * p.vt_sk, kHeadDim, 64);
   } else {
     e = row_map(&tq, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
@@ -673,7 +776,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
     // Fixed-length batches (p.o_tma implies it): rows_q and nb are then Sq and B.
     kp.o_tma = p.o_tma && !varlen && row_map(&to, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
   }
-  auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kPersistent>;
+  auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
   static std::atomic<uint64_t> smem_done{0};
   e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
