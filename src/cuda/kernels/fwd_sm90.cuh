@@ -116,7 +116,7 @@ struct FwdSm90Traits {
   // V^T stage, in the layout the V^T workspace's TMA gives (64-byte rows, 64-byte swizzle).
   // Without it the pre-pass (vt_fp8.cu) writes V^T to a workspace that TMA reads. The
   // transposing warps keep up with a memory-bound kernel (decode: B32 H32/8 Sk4096 D128,
-  // 163 -> 94 us on an H200) but not with the tensor cores: 128-row tiles ran 0.45-0.6x of
+  // 163 -> 80 us on an H200) but not with the tensor cores: 128-row tiles ran 0.45-0.6x of
   // the pre-pass's speed from S2048 (docs/results/cuda-sm90-fp8-2026-11-22.md, session 21).
   static constexpr int kVtWarps = 3;
   static constexpr int kRawSub = 64 * kColBlocks * 128;
