@@ -367,10 +367,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // columns 4q .. 4q + 3 (q = 2 (m % 4) + m / 4 of the unit's 8 column groups), which
       // fp8_vt_key puts at positions 16 W + 4t .. 4t + 3 of V^T rows 4q .. 4q + 3, transposes
       // them with byte permutes and stores the 4 words, rotated by m % 4 rows so that every
-      // load and store of the warp touches 32 distinct banks (checked by hand for both
-      // swizzles). The writes are the generic proxy's: each lane fences them for the async
-      // proxy (wgmma) before its warp arrives.
-      // Not persistent: the CTA's one item.
+      // load and store of the warp touches 32 distinct banks (a host-side enumeration of
+      // both swizzles checked that, and the bytes' placement against the pre-pass's layout).
+      // The writes are the generic proxy's: each lane fences them for the async proxy
+      // (wgmma) before its warp arrives. Not persistent (kVariant 2): the CTA's one item.
       const int tw = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
       const int t = lane % 4, m = lane / 4, q = 2 * (m % 4) + m / 4, rot = m % 4;
       const uint32_t r0 = rot, r1 = (rot + 1) % 4;
