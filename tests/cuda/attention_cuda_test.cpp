@@ -462,6 +462,11 @@ std::string sm90_missing() {
     if (!why.empty()) { GTEST_SKIP() << why << ": sm90 test skipped"; } \
   } while (0)
 
+// Kernel-key variants: "_p" persistent, "_vt" fp8 V^T made in the kernel.
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // The sm90 keys of this build for a dtype with their head dims (table order: the first
 // of a head dim is the dispatcher's choice), or for one head dim.
 std::vector<std::pair<std::string, int64_t>> sm90_keys(DType dt, int64_t hd = 0) {
@@ -751,7 +756,7 @@ TEST_P(CudaSm90, KvSplits) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
   for (const auto& key : all_sm90(dt)) {
-    if (key.first.size() > 2 && key.first.compare(key.first.size() - 2, 2, "_p") == 0) continue;
+    if (has_suffix(key.first, "_p")) continue;
     Case c = sm90_case(dt, key);
     c.exact_kernel = true;
     auto run_kv = [&](int n, const std::string& packed = "") {
@@ -1120,7 +1125,7 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool f
   const int64_t want64 = few_rows ? 128 : banded ? (Sk < 16384 ? 192 : 0) : (Sk < 8192 ? 128 : 0);
   std::string tall, last_tall, first64;
   for (const auto& k : sm90_keys(DType::e4m3, D)) {
-    if (k.first.size() > 3 && k.first.compare(k.first.size() - 3, 3, "_vt") == 0) continue;  // fp8_expected
+    if (has_suffix(k.first, "_vt")) continue;  // fp8_expected
     const size_t x = k.first.rfind('x'), u = k.first.rfind('_', x);
     const int64_t m = std::stoll(k.first.substr(u + 1)), n = std::stoll(k.first.substr(x + 1));
     if (m == 64) {

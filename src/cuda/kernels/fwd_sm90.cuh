@@ -134,7 +134,7 @@ struct FwdSm90Traits {
   static constexpr bool kOInQ = kPersistent && !kFp8 && kSmemNoO + kTileQ > 232448;
   static constexpr int kTileO = kPersistent && !kFp8 && !kOInQ ? kTileQ : 0;
   static constexpr int kSmem = kSmemNoO + kTileO;
-  // setmaxnreg: the producer keeps 24 registers, the consumers share the rest of what the
+  // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
   // for `ctas` CTAs per SM, a multiple of 8).
   static constexpr int kProducerRegs = kVtIn ? 40 : 24;  // kVtIn: the transposing warps'
@@ -237,6 +237,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     }
     return r;
   };
+  // An item's key tiles: its band of the sequence's keys (with splits, its split's run).
+  auto item_tiles = [&](const Item& w, const SeqInfo& seq) {
+    return kv_run(tile_range(band_mask(p, seq), w.m0 >> shift, (min(w.m0 + kBlockM, seq.sq << shift) - 1) >> shift,
+                             seq.sk, kBlockN));
+  };
   // With splits, kv_combine.cu's launch (a programmatic dependent) may begin at once: it
   // waits for this grid's completion and memory (griddepcontrol.wait) before it reads.
   if constexpr (kCanSplit) {
@@ -298,8 +303,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         if (wi.m0 >= seq.sq << shift) continue;
         {
           const int hk = shift > 0 ? wi.h : wi.h / p.group;
-          const TileRange tiles = kv_run(tile_range(band_mask(p, seq), wi.m0 >> shift,
-                                                    (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
+          const TileRange tiles = item_tiles(wi, seq);
           auto load_q = [&] {
             // Q's buffer is free once the consumers' last S GEMM of the previous item retired
             // (Tr::kOInQ: and the O stores staged in it were read out).
@@ -337,22 +341,21 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                   ptx::tma_load_4d(sRaw + slot * Tr::kRawSub + c * 64 * 128, &tm_v, raw_full(slot), c * Tr::kColElems,
                                    int(seq.k_row0) + n * kBlockN + 64 * j, hk, int(seq.bb));
               }
-              if (n + 1 - tiles.lo == q_after) load_q();
-              continue;
-            }
-            if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
-            ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
-            if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
-              const int vt0 = p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, wi.b)) : 0;
-#pragma unroll
-              for (int c = 0; c < kBlockN / 64; ++c)
-                ptx::tma_load_4d(sV + off + c * kHeadDim * 64, &tm_v, full_v(stage), vt0 + n * kBlockN + c * 64, 0, hk,
-                                 int(seq.bb));
             } else {
+              if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
+              ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
+              if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
+                const int vt0 = p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, wi.b)) : 0;
 #pragma unroll
-              for (int c = 0; c < Tr::kColBlocks; ++c)
-                ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64,
-                                 int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
+                for (int c = 0; c < kBlockN / 64; ++c)
+                  ptx::tma_load_4d(sV + off + c * kHeadDim * 64, &tm_v, full_v(stage), vt0 + n * kBlockN + c * 64, 0,
+                                   hk, int(seq.bb));
+              } else {
+#pragma unroll
+                for (int c = 0; c < Tr::kColBlocks; ++c)
+                  ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64,
+                                   int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
+              }
             }
             if (n + 1 - tiles.lo == q_after) load_q();
           }
@@ -382,8 +385,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       const uint32_t ld_lane = (2 * t * 128 + 4 * (q % 4)) | ((q / 4) ^ (2 * t)) << 4;
       constexpr int kUnits = 4 * 4 * Tr::kColBlocks;  // (w, g, column block) per sub-tile
       const SeqInfo seq = seq_info(p, own.b);
-      const TileRange tiles = kv_run(tile_range(band_mask(p, seq), own.m0 >> shift,
-                                                (min(own.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
+      const TileRange tiles = item_tiles(own, seq);
       constexpr int kSub = kBlockN / 64;  // sub-tiles per K/V tile
       const int subs = (tiles.hi - tiles.lo) * kSub;
 #pragma unroll 1
@@ -441,8 +443,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     for (int r = 0, qi = 0; round_item(r, wi); ++r) {  // qi: items so far
       const SeqInfo seq = seq_info(p, wi.b);
       if (wi.m0 >= seq.sq << shift) continue;
-      const TileRange tiles = kv_run(tile_range(band_mask(p, seq), wi.m0 >> shift,
-                                                (min(wi.m0 + kBlockM, seq.sq << shift) - 1) >> shift, seq.sk, kBlockN));
+      const TileRange tiles = item_tiles(wi, seq);
       // This lane's (packed) rows: row0, row0 + 8; their queries are row >> shift.
       const int row0 = wi.m0 + 64 * cw + 16 * warp + g;
       const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
