@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "cuda/kernels/params.hpp"
 #include "flashcore/flashcore.hpp"
 
 namespace {
@@ -862,15 +863,21 @@ TEST_P(CudaSm90, Varlen) {
 // B = 1), so each CTA's Q buffer, ring phases and ping-pong turns carry over several items.
 TEST_P(CudaSm90, PersistentManyItems) {
   FC_REQUIRE_SM90();
+  // Causal with Sq < Sk (key tiles per item vary: odd and even counts), without a mask
+  // (three per item), and causal with Sq > Sk (early rows see no key: the items do not run
+  // into each other, fwd_sm90.cuh's cross_ok).
+  const int shapes[3][3] = {{400, 500, 1}, {300, 333, 0}, {500, 400, 1}};
   for (const auto& key : all_sm90(GetParam())) {
-    Case c = sm90_case(GetParam(), key);
-    c.B = 3;
-    c.H = 64;
-    c.Hkv = 16;
-    c.Sq = 400;
-    c.Sk = 500;
-    c.causal = true;
-    run_case(c);
+    for (const auto& sh : shapes) {
+      Case c = sm90_case(GetParam(), key);
+      c.B = 3;
+      c.H = 64;
+      c.Hkv = 16;
+      c.Sq = sh[0];
+      c.Sk = sh[1];
+      c.causal = sh[2] != 0;
+      run_case(c);
+    }
     varlen_case(GetParam(), key.second, key.first, 64);
   }
 }
@@ -1576,6 +1583,27 @@ TEST(CudaFp8Errors, RefusedBeforeLaunch) {
     EXPECT_NE(std::string(e.what()).find("q: dtype e4m3"), std::string::npos) << e.what();
   }
   EXPECT_EQ(oh.snapshot(), before) << "output was written";
+}
+
+// The sm90 persistent kernels' item decode (params.hpp FastDiv), host form (the device form
+// differs only in __umulhi): every divisor the decode can meet up to 4096 against plain
+// division at the ends of the range and on random numerators, then random divisors.
+TEST(CudaHost, FastDiv) {
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  auto check = [&](int d) {
+    const flashcore::cuda::FastDiv f(d);
+    for (int n : {0, 1, d - 1, d, d + 1, INT32_MAX - 1, INT32_MAX}) {
+      if (n < 0) continue;
+      ASSERT_EQ(f(n), n / d) << n << " / " << d;
+    }
+    for (int i = 0; i < 64; ++i) {
+      const int n = int(rng.integer(0, INT32_MAX));
+      ASSERT_EQ(f(n), n / d) << n << " / " << d;
+    }
+  };
+  for (int d = 1; d <= 4096; ++d) check(d);
+  for (int i = 0; i < 4096; ++i) check(int(rng.integer(1, INT32_MAX)));
 }
 
 TEST(CudaKernels, Listed) {

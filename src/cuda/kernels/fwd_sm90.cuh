@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     int m0, h, b;
   };
   auto item = [&](int w) {
-    const int hb = w / n_mb;
-    return Item{(n_mb - 1 - w % n_mb) * kBlockM, hb % item_heads, hb / item_heads};
+    const int hb = p.div_mb(w), b = p.div_heads(hb);
+    return Item{(n_mb - 1 - (w - hb * n_mb)) * kBlockM, hb - b * item_heads, b};
   };
   // KV splits (p.kv_splits; not persistent): CTA x takes split x % ns of query block
   // x / ns, the split's run of the item's key tiles (kv_run).
@@ -785,6 +785,8 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // SMs at once (or one per item, when there are fewer).
   // GQA packing: Sq G rows of each KV head.
   const int n_mb = ((p.sq << p.pack_shift) + kBlockM - 1) / kBlockM, item_heads = p.heads >> p.pack_shift;
+  kp.div_mb = FastDiv(n_mb);
+  kp.div_heads = FastDiv(item_heads);
   // KV splits: kv_splits CTAs per item (not persistent).
   if (p.kv_splits > 1 && (kPersistent || p.part_o == nullptr || p.part_ml == nullptr))
     return cudaErrorInvalidValue;

@@ -7,6 +7,30 @@
 
 namespace flashcore::cuda {
 
+// n / d for 0 <= n < 2^31 by a multiply-high, an add and a shift, d >= 1 fixed on the host:
+// with s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1, n / d = (mulhi(n, m) + n) >> s
+// (the round-up method for division by invariant integers; Granlund and Montgomery, PLDI
+// 1994). The sm90 persistent kernels decode an item number into (query block, head, batch)
+// at every item, on the consumers' path between two items (~730 cycles for the decode and
+// the item's set-up with two divisions by run-time divisors in a clock64 trace;
+// docs/results/cuda-sm90-2026-11-22.md, session 22).
+struct FastDiv {
+  uint32_t d = 1, m = 1, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(int div) : d(uint32_t(div < 1 ? 1 : div)) {  // (0: no item to decode)
+    while ((uint64_t(1) << s) < d) ++s;
+    m = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << s) - d) / d + 1);
+  }
+  __host__ __device__ int operator()(int n) const {
+#ifdef __CUDA_ARCH__
+    const uint32_t hi = __umulhi(uint32_t(n), m);
+#else
+    const uint32_t hi = uint32_t((uint64_t(uint32_t(n)) * m) >> 32);
+#endif
+    return int((hi + uint32_t(n)) >> s);
+  }
+};
+
 struct FwdParams {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -25,6 +49,7 @@ struct FwdParams {
   const int32_t* cu_k = nullptr;
   int total_q = 0, total_k = 0;   // varlen: rows of the packed Q and K/V tensors (TMA bounds)
   int sms = 0;                    // the device's SMs (the sm90 kernels' persistent grid)
+  FastDiv div_mb, div_heads;      // sm90 (launcher): by the query blocks per head, the item heads
   bool o_tma = false;             // sm90: O may be (launcher) / is (kernel) written by TMA stores (tm_o)
   int pack_shift = 0;             // sm90, 16-bit: log2 of the query heads packed per KV head (GQA), or 0
   int window_left = -1, window_right = -1;  // band mask (causal folded into right = 0)
