@@ -1475,10 +1475,11 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
 //            padded rows of E are computed in vain: M = 256 with 12x2 is two blocks of 128
 //            computing 132 rows each in stage 2, where blocks of lcm(MR, NR) = 96 made
 //            both stages compute 288)
-// The B tile is copied, not re-blocked: row k of B's columns [j0, j0+kc) becomes row k of one
-// wide panel ([K1][ldb] k-major), and stage 1 reads key block r at column r*MR of it with
-// A stride ldb (ukernel.hpp allows any A stride): whole rows copied with vector moves
-// instead of 48-byte pieces scattered into [K1][MR] blocks.
+// The B tile of an unpacked call is copied, not re-blocked: row k of B's columns [j0, j0+kc)
+// becomes row k of one wide panel ([K1][ldb] k-major), and stage 1 reads key block r at
+// column r*MR of it with A stride ldb (ukernel.hpp allows any A stride): whole rows copied
+// with vector moves instead of 48-byte pieces scattered into [K1][MR] blocks. Pre-packed B
+// tiles are such blocks (chain_layout).
 //
 // B and C in one kernel's layout, K2 tile by K2 tile (ktiles of kc keys; the last one
 // ends at k2p, padded with zeros): per tile t, B's columns [t*kc, t*kc+kc) as one
@@ -1488,11 +1489,20 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
 // each tile into its thread's buffers just before the tile's GEMMs (it stays in L2).
 struct ChainLayout {
   int64_t k1p, k2p, np, kc, ktiles;
+  int64_t xw;  // B tile: columns per packed panel (kc: one panel; MR: key blocks, see below)
   size_t btile, ctile;
   size_t b_offset(int64_t t) const { return size_t(t) * btile; }
   size_t c_offset(int64_t t) const { return size_t(ktiles) * btile + size_t(t) * ctile; }
 };
-ChainLayout chain_layout(const GemmUkernel& k, int64_t k1, int64_t k2, int64_t n) {
+// Pre-packed B tiles of the fp32 k-major kernels are [K1][MR] key blocks instead of one
+// wide panel: stage 1 then reads each block as one contiguous run, not MR elements of rows
+// kc apart. The pre-packed tiles come from memory at every call (16 MiB at K2 = 8192), where
+// the contiguous blocks ran the fp32 12x2 kernel at 76-78 % of the paired peak instead of
+// 69-73 (2 threads; docs/results/cpu-x86-2026-11-26.md, session 22). Not for fp16 (half
+// the bytes: 68-72 % either way), nor for unpacked calls, whose per-call packing into
+// blocks costs ~15 % more than the wide copy with no gain at the L2-resident tiles
+// (68.8-70.4 -> 67.6-70.5 %).
+ChainLayout chain_layout(const GemmUkernel& k, int64_t k1, int64_t k2, int64_t n, bool prepacked) {
   ChainLayout c;
   const size_t es = dtype_size(k.ab);
   c.kc = round_up(kChainKeyTile, key_align_of(k));
@@ -1500,6 +1510,7 @@ ChainLayout chain_layout(const GemmUkernel& k, int64_t k1, int64_t k2, int64_t n
   c.k2p = round_up(std::max<int64_t>(k2, 1), key_align_of(k));
   c.np = round_up(n, k.nr);
   c.ktiles = k2 == 0 ? 0 : (c.k2p + c.kc - 1) / c.kc;  // K2 = 0: nothing to pack (E = 0)
+  c.xw = prepacked && k.a_layout == Layout::kmajor && es == 4 ? k.mr : c.kc;
   c.btile = size_t(c.k1p * c.kc) * es;
   c.ctile = size_t(c.kc * c.np) * es;
   return c;
@@ -1515,7 +1526,7 @@ void pack_chain_tile(const core::GemmChainProblem& p, const GemmUkernel& k, cons
   const int64_t cols = std::min(lay.kc, p.k2 - j0);   // >= 1: j0 < k2p - key_align < k2
   // B's columns [j0, j0+cols) as one panel; columns past them are zero.
   const Rows bt{at(p.b, j0, es), p.b_sk, p.dtype};
-  pack_panels(bt, p.k1, cols, lay.k1p, lay.kc, 0, lay.k1p, btile, k.ab, k.a_layout, rowbuf);
+  pack_panels(bt, p.k1, cols, lay.k1p, lay.xw, 0, lay.k1p, btile, k.ab, k.a_layout, rowbuf);
   const Rows ct{at(p.c, j0 * p.c_sk, es), p.c_sk, p.dtype};
   pack_panels(ct, cols, p.n, kc, k.nr, 0, kc, ctile, k.ab, k.b_layout, rowbuf);
 }
@@ -1525,7 +1536,7 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
   const CpuConfig cfg = select_kernels(p.dtype, packed ? packed->kernel->key : p.impl);
   Geometry g = make_geometry(cfg, p.m, true);
   const int nthreads = resolve_threads(p.threads);
-  const ChainLayout lay = chain_layout(*g.gk, p.k1, p.k2, p.n);
+  const ChainLayout lay = chain_layout(*g.gk, p.k1, p.k2, p.n, packed != nullptr);
   const int64_t k1p = lay.k1p, k2p = lay.k2p, np = lay.np;
   const bool timed = times != nullptr;
   std::vector<Phases> phases(static_cast<size_t>(nthreads));
@@ -1567,8 +1578,8 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
   const int64_t nsplit = std::min<int64_t>(nthreads / gcd(ngroups, nthreads), ktiles);
   std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * mq2 * np : 0));
   // The B tile as one panel of ldb columns in the kernel's A layout (see above).
-  const int64_t ldb = block_ld(g.pa, k1p, g.kc);
-  const int64_t xbs = pack_index(g.pa, 0, g.mr, ldb);
+  const int64_t ldb = block_ld(g.pa, k1p, lay.xw);
+  const int64_t xbs = lay.xw == g.mr ? k1p * g.mr : pack_index(g.pa, 0, g.mr, ldb);
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
   for (int64_t item = 0; item < ngroups * nsplit; ++item) {
     const int64_t grp = item / nsplit, split = item % nsplit;
@@ -1671,7 +1682,7 @@ std::shared_ptr<const PackedOperands::State> pack_softmax_v(const core::SoftmaxV
 
 std::shared_ptr<const PackedOperands::State> pack_gemm_chain(const core::GemmChainProblem& p) {
   const GemmUkernel& k = *select_kernels(p.dtype, p.impl).gemm;
-  const ChainLayout lay = chain_layout(k, p.k1, p.k2, p.n);
+  const ChainLayout lay = chain_layout(k, p.k1, p.k2, p.n, true);
   auto st = std::make_shared<PackedOperands::State>(PackedOperands::State::Op::gemm_chain, p.dtype,
                                                     &k, p.k1, p.k2, p.n,
                                                     size_t(lay.ktiles) * (lay.btile + lay.ctile));
