@@ -864,8 +864,8 @@ TEST_P(CudaSm90, Varlen) {
 TEST_P(CudaSm90, PersistentManyItems) {
   FC_REQUIRE_SM90();
   // Causal with Sq < Sk (key tiles per item vary: odd and even counts), without a mask
-  // (three per item), and causal with Sq > Sk (early rows see no key: the items do not run
-  // into each other, fwd_sm90.cuh's cross_ok).
+  // (three per item), and causal with Sq > Sk (the first query rows see no key: items
+  // without key tiles among a CTA's items).
   const int shapes[3][3] = {{400, 500, 1}, {300, 333, 0}, {500, 400, 1}};
   for (const auto& key : all_sm90(GetParam())) {
     for (const auto& sh : shapes) {
@@ -1593,9 +1593,10 @@ TEST(CudaHost, FastDiv) {
   FC_TRACE_SEED(rng);
   auto check = [&](int d) {
     const flashcore::cuda::FastDiv f(d);
-    for (int n : {0, 1, d - 1, d, d + 1, INT32_MAX - 1, INT32_MAX}) {
-      if (n < 0) continue;
-      ASSERT_EQ(f(n), n / d) << n << " / " << d;
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(d) - 1, int64_t(d), int64_t(d) + 1, int64_t(INT32_MAX) - 1,
+                      int64_t(INT32_MAX)}) {
+      if (n > INT32_MAX) continue;
+      ASSERT_EQ(f(int(n)), int(n) / d) << n << " / " << d;
     }
     for (int i = 0; i < 64; ++i) {
       const int n = int(rng.integer(0, INT32_MAX));

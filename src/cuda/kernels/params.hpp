@@ -15,11 +15,12 @@ namespace flashcore::cuda {
 // the item's set-up with two divisions by run-time divisors in a clock64 trace;
 // docs/results/cuda-sm90-2026-11-22.md, session 22).
 struct FastDiv {
-  uint32_t d = 1, m = 1, s = 0;
+  uint32_t m = 1, s = 0;  // (the default divides by 1)
   FastDiv() = default;
-  explicit FastDiv(int div) : d(uint32_t(div < 1 ? 1 : div)) {  // (0: no item to decode)
+  explicit FastDiv(int div) {
+    const uint64_t d = div < 1 ? 1 : uint64_t(div);  // (0: no item to decode)
     while ((uint64_t(1) << s) < d) ++s;
-    m = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << s) - d) / d + 1);
+    m = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << s) - d) / d + 1);  // < 2^32: 2^(s-1) < d
   }
   __host__ __device__ int operator()(int n) const {
 #ifdef __CUDA_ARCH__
