@@ -545,8 +545,8 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   //   or faster (docs/results/cuda-sm90-fp8-2026-11-22.md, session 13); and the 128-key
   //   one wherever GQA-packed rows fit one 64-row tile (decode); where every (packed) row
   //   of a head fits one 64-row tile, the tile's "_vt" row (V^T made in the kernel, no
-  //   pre-pass reading and writing V once more: H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 94
-  //   us, Sk16384 593 -> 340; session 21), else the rows without;
+  //   pre-pass reading and writing V once more: H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 80
+  //   us, Sk16384 593 -> 295; session 21), else the rows without;
   // - else the first taller row whose key tile is at most a quarter of the keys (128-key
   //   tiles always qualify; the last taller row when none does).
   constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384;

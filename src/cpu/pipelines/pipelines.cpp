@@ -1577,7 +1577,8 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
   const int64_t ktiles = lay.ktiles;
   const int64_t nsplit = std::min<int64_t>(nthreads / gcd(ngroups, nthreads), ktiles);
   std::vector<float> partial(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * mq2 * np : 0));
-  // The B tile as one panel of ldb columns in the kernel's A layout (see above).
+  // The B tile in the kernel's A layout (see above): one panel of ldb columns, key block r
+  // at column r MR, or (pre-packed fp32, chain_layout) blocks of k1p x MR, ldb = MR.
   const int64_t ldb = block_ld(g.pa, k1p, lay.xw);
   const int64_t xbs = lay.xw == g.mr ? k1p * g.mr : pack_index(g.pa, 0, g.mr, ldb);
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)

@@ -129,8 +129,8 @@ static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float
   }
 }
 
-[[maybe_unused]] static void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_t ldd,
-                 DType dst_type, Layout layout) {
+[[maybe_unused]] static void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst,
+                                  int64_t ldd, DType dst_type, Layout layout) {
   if (layout != Layout::kmajor)
     exp2_pack_indexed<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, dst_type, layout, nullptr);
   else
