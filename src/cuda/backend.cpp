@@ -53,11 +53,15 @@ struct Instance {
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
     const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
-    // FwdSm90Traits::kTileO: the persistent 16-bit kernels' O buffer, where it fits (else
-    // kOInQ: O staged in Q's buffer).
+    // FwdSm90Traits::kTileO: the persistent 16-bit kernels' O buffer, all of O where it
+    // fits, else half of it or one column block (kOPasses).
     // _vt rows: + the 32 KiB raw-V ring and its mbarriers (FwdSm90Traits::kVtIn).
     const int rest = 8 * (2 + 4 * stages + (vt_in ? 2 * (32768 / (64 * row_bytes)) : 0)) + 1024 + (vt_in ? 32768 : 0);
-    const int tile_o = persistent && dtype != DType::e4m3 && tiles + block_m * row_bytes + rest <= 232448 ? block_m * row_bytes : 0;
+    const int col_blocks = row_bytes / 128, o_bytes = block_m * row_bytes;
+    const int o_passes = tiles + o_bytes + rest <= 232448                         ? 1
+                         : col_blocks % 2 == 0 && tiles + o_bytes / 2 + rest <= 232448 ? 2
+                                                                                   : col_blocks;
+    const int tile_o = persistent && dtype != DType::e4m3 ? o_bytes / o_passes : 0;
     return arch == 90 ? tiles + tile_o + rest : tiles;  // FwdSm90Traits::kSmem
   }
   // CTAs per SM (FwdSm90Traits::kCtasPerSm, mirrored): sm90 64-row tiles three where the
@@ -233,19 +237,19 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   flashcore_cuda_timing only: hd128 S4096 647 vs 627 TFLOP/s, causal 560 vs 536, once
 //   the ping-pong turns ran on across items; from S8192 it lost in session 5:
 //   causal S16384 0.67x, the static order gives some CTAs the heaviest blocks).
-//   hd256's (session 18) stages O in Q's buffer (FwdSm90Traits::kOInQ: an O buffer of its
-//   own does not fit beside the ring; without TMA stores, session 5, it was no faster):
-//   up to Sk 4096 under a band mask, 512 without (H200, same-process rounds, B 16384/S H8,
-//   against the kernel without, f16 / bf16 TFLOP/s: causal S512 256 vs 249 / 262 vs 257,
-//   S1024 385 vs 370 / 388 vs 379, S2048 511 vs 490 / 524 vs 502, S4096 614 vs 591 / 627
-//   vs 606; without a mask S512 413 vs 412 / 418 vs 413, S1024 541 vs 548 / 473 vs 475,
-//   S2048 645 vs 664 / 655 vs 677).
+//   hd256's (session 18; its O goes out in two halves through a buffer of half O's size
+//   since session 23, FwdSm90Traits::kOPasses, where it was staged in Q's buffer before):
+//   up to Sk 4096 under a band mask, 2048 without (H200, session 23, flashcore_cuda_timing
+//   --all-tiles, 3 rounds, B 16384/S H8, against the kernel without, f16 / bf16 TFLOP/s:
+//   S1024 579 vs 565 / 604 vs 585, S2048 643 vs 635 / 669 vs 657; session 18, O in Q's
+//   buffer, causal S512 256 vs 249 / 262 vs 257, S1024 385 vs 370 / 388 vs 379, S2048
+//   511 vs 490 / 524 vs 502, S4096 614 vs 591 / 627 vs 606).
 // - With GQA packing (gqa_pack_shift) the rows are Sq G per KV head; a 64-row tile where
 //   they fit in one.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096,
-                    kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 512;
+                    kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
   const bool banded = p.banded(), windowed = p.windowed();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;

@@ -501,7 +501,8 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // either family. Hopper tiles: 64 rows (two CTAs per SM) where the keys are few (hd64:
 // Sk < 8192; hd128: band mask and Sk < 1024) or the taller
 // tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
-// variant ("_p") where Sk < 4096 and there are more items than resident CTAs.
+// variant ("_p") where Sk <= 4096 (hd64's three-per-SM tile: 1024; hd256 without a mask:
+// 2048) and there are more items than resident CTAs.
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
@@ -515,7 +516,7 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 300;
     c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
-    if (D != 96) {  // Sk <= 4096 (hd64: 1024, hd256: 512 without a mask) and more items than resident CTAs: persistent
+    if (D != 96) {  // Sk <= 4096 (hd64: 1024, hd256: 2048 without a mask) and more items than resident CTAs: persistent
       c.B = 3;  // hd64: 792 items of 64 rows, more than two per SM: the three-per-SM 64x64 tile
       c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x64_s2_p" : D == 128 ? "_128x128_s2_p" : "_128x64_s2_p");
       run_case(c);
@@ -534,6 +535,13 @@ TEST_P(CudaSm90, DispatcherSelects) {
     run_case(c);
     c.Sk = 4097;
     c.expect_kernel = sm90 + "128_128x128_s2";
+    run_case(c);
+    c.D = 256;  // hd256 without a mask: persistent up to Sk <= 2048
+    c.Sk = 2048;
+    c.expect_kernel = sm90 + "256_128x64_s2_p";
+    run_case(c);
+    c.Sk = 2049;
+    c.expect_kernel = sm90 + "256_128x64_s2";
     run_case(c);
   }
   Case c;

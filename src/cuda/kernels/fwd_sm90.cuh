@@ -25,11 +25,10 @@
 //     Epilogue: O through shared memory and TMA stores where the launcher could map O
 //     (p.o_tma: 16-bit, fixed-length batches): each consumer warpgroup writes its 64 rows
 //     into its own rows of Q's buffer (its last S GEMM has retired; kPersistent: of a
-//     buffer of their own, once the last item's stores read it, except where that buffer
-//     does not fit, hd256: kOInQ) in the same swizzled
-//     layout, and one thread stores them with cp.async.bulk.tensor (rows past Sq and
-//     columns past Dv are clipped by the map) without waiting for them (kOInQ: it waits
-//     for the read-out, then hands Q's buffer to the producer). Otherwise
+//     buffer of their own, once the last item's stores read it; hd256: half of O at a
+//     time, kOPasses) in the same swizzled layout, and one thread stores them with
+//     cp.async.bulk.tensor (rows past Sq and columns past Dv are clipped by the map)
+//     without waiting for them. Otherwise
 //     (parts/epilogue.cuh) O from registers. lse always from registers. On an H200 the
 //     TMA stores made the S = 512 hd256 rows 1.14x faster than register stores
 //     (docs/results/cuda-sm90-2026-11-22.md, session 5).
@@ -126,13 +125,17 @@ struct FwdSm90Traits {
   static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
-  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only), where that
-  // fits beside the ring (227 KiB per CTA). Where it does not (hd256), kOInQ: O is staged
-  // in Q's buffer, released to the producer (empty_q) only once the stores have read it
-  // out, and the producer issues the next item's first K/V tiles before its Q.
+  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only), as much of O
+  // as fits beside the ring (227 KiB per CTA): where all of it does not (hd256), O goes out
+  // in kOPasses passes of kColBlocks / kOPasses column blocks through one buffer, each
+  // pass once the last one's stores read it. (Until session 23 hd256 staged O in Q's
+  // buffer, which the producer could refill only once the stores had read O out of it: the
+  // next item's first S waited for that and for Q's load; docs/results/cuda-sm90-2026-11-22.md.)
   static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
-  static constexpr bool kOInQ = kPersistent && !kFp8 && kSmemNoO + kTileQ > 232448;
-  static constexpr int kTileO = kPersistent && !kFp8 && !kOInQ ? kTileQ : 0;
+  static constexpr int kOPasses = !kPersistent || kFp8 || kSmemNoO + kTileQ <= 232448         ? 1
+                                  : kColBlocks % 2 == 0 && kSmemNoO + kTileQ / 2 <= 232448 ? 2
+                                                                                            : kColBlocks;
+  static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ / kOPasses : 0;
   static constexpr int kSmem = kSmemNoO + kTileO;
   // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
@@ -164,15 +167,16 @@ struct FwdSm90Traits {
   // consumer, 0 left) spilled 348 bytes; the persistent hd128 128x128 one (48 left) spills
   // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100);
   // the persistent hd64 64x64 one (40 left, three CTAs per SM) does not spill. Not with
-  // kOInQ: the persistent hd256 kernel (48 left) spilled inside its main loop with them.
+  // kOPasses > 1: the persistent hd256 kernel (48 left) spilled inside its main loop with them.
   static constexpr bool kSpeculate =
-      !kOInQ && kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
+      kOPasses == 1 && kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 40 registers)");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");
-  static_assert(kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory of the SM (228 KiB)");
+  static_assert(kCtasPerSm * (kSmem + 1024) <= 233472 && kSmem <= 232448, "shared memory (228 KiB per SM, 227 per CTA)");
+  static_assert(kColBlocks % kOPasses == 0, "O's passes: whole column blocks");
 };
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
@@ -305,8 +309,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           const int hk = shift > 0 ? wi.h : wi.h / p.group;
           const TileRange tiles = item_tiles(wi, seq);
           auto load_q = [&] {
-            // Q's buffer is free once the consumers' last S GEMM of the previous item retired
-            // (Tr::kOInQ: and the O stores staged in it were read out).
+            // Q's buffer is free once the consumers' last S GEMM of the previous item retired.
             if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
             ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
             // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
@@ -316,10 +319,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
             for (int c = 0; c < Tr::kColBlocks; ++c)
               ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
           };
-          // Tr::kOInQ: the first (up to kStages) K/V tiles go before Q, while the last item's
-          // epilogue still holds Q's buffer.
-          const int q_after = Tr::kOInQ ? min(tiles.hi - tiles.lo, kStages) : 0;
-          if (q_after <= 0) load_q();
+          load_q();
           for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
             const int stage = it % kStages;
             const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
@@ -357,7 +357,6 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                                    int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
               }
             }
-            if (n + 1 - tiles.lo == q_after) load_q();
           }
         }
         ++qi;
@@ -608,11 +607,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       } else {
         for (; n < tiles.hi; ++n, ++it) step(n, it, pa0, pa0);
       }
-      // Every S of this item retired: Q's buffer is free (Tr::kOInQ with TMA stores: once
-      // the epilogue's stores read O out of it, below).
-      if constexpr (kPersistent) {
-        if (!Tr::kOInQ || !p.o_tma) release(empty_q);
-      }
+      // Every S of this item retired: Q's buffer is free.
+      if constexpr (kPersistent) release(empty_q);
       auto last_pv = [&](const uint32_t (&pl)[kPK][4]) {
         const int prev = (it - 1) % kStages;
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
@@ -681,37 +677,51 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         // O / l into this warpgroup's rows of Q's buffer (kPersistent: of sO, once the last
         // item's boxes were read out of it) in Q's swizzled layout (16-byte chunk c of local
         // row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
-        // registers; then one thread stores the kColBlocks boxes of 64 rows.
+        // registers; then one thread stores the boxes of 64 rows, kPassBlocks column blocks
+        // per pass (Tr::kOPasses: the buffer holds that many; each pass after the first
+        // waits until the last one's stores read it).
+        constexpr int kPassBlocks = Tr::kColBlocks / Tr::kOPasses, kPassDF = kDF / Tr::kOPasses;
         const uint32_t base = sO + cw * 64 * 128;
-        if constexpr (kPersistent) {
-          if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();
+        // One stmatrix x4 per two 8-column fragments: matrices (df, rows g), (df, rows g + 8),
+        // (df + 1, g), (df + 1, g + 8); lane 8 j + i gives row i of matrix j, local row
+        // lr = 16 warp + i + 8 (j % 2) (so lr % 8 == i), 16-byte chunk (df % 8 + j / 2) ^ i
+        // = (df % 8) ^ c with c = (j / 2) ^ i (df even). A quarter of the store instructions
+        // of one 32-bit store per fragment pair: the S512 hd128 rows 1.00-1.02x (H200).
+        const int j = lane / 8, i = lane % 8, c = (j / 2) ^ i;
+        const uint32_t lane_base = base + (16 * warp + i + 8 * (j % 2)) * 128;
+        const float inv0 = sm.l[0] > 0.f ? 1.f / sm.l[0] : 0.f, inv1 = sm.l[1] > 0.f ? 1.f / sm.l[1] : 0.f;
+#pragma unroll
+        for (int ps = 0; ps < Tr::kOPasses; ++ps) {
+          if (kPersistent || ps > 0) {
+            if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();
+            ptx::named_bar_sync(kBarEpilogue + cw, 128);
+          }
+#pragma unroll
+          for (int df = ps * kPassDF; df < (ps + 1) * kPassDF; df += 2)
+            ptx::stmatrix_x4(lane_base + (df / 8 - ps * kPassBlocks) * kBlockM * 128 + (((df % 8) ^ c) << 4),
+                             ptx::pack2<T>(acc[0][df][0] * inv0, acc[0][df][1] * inv0),
+                             ptx::pack2<T>(acc[0][df][2] * inv1, acc[0][df][3] * inv1),
+                             ptx::pack2<T>(acc[0][df + 1][0] * inv0, acc[0][df + 1][1] * inv0),
+                             ptx::pack2<T>(acc[0][df + 1][2] * inv1, acc[0][df + 1][3] * inv1));
+          if (ps == 0) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              // Packed row prow is query prow >> shift of head (h << shift) | (prow & (G - 1))
+              // (unpacked: query prow of head h).
+              const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (wi.h << shift) | (prow & ((1 << shift) - 1));
+              if (p.lse != nullptr && t == 0 && qrow < seq.sq)
+                p.lse[seq.bb * p.lse_sb + hq * p.lse_sh + seq.q_row0 + qrow] = row_lse(sm.m[half], sm.l[half]);
+            }
+          }
+          ptx::fence_proxy_async();
           ptx::named_bar_sync(kBarEpilogue + cw, 128);
-        }
+          if (threadIdx.x % 128 == 0) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int lr = 16 * warp + g + 8 * half;  // local row; lr % 8 == g
-          const float inv = sm.l[half] > 0.f ? 1.f / sm.l[half] : 0.f;
-#pragma unroll
-          for (int df = 0; df < kDF; ++df)
-            ptx::sts32(base + (df / 8) * kBlockM * 128 + lr * 128 + (((df % 8) ^ g) << 4) + 4 * t,
-                       ptx::pack2<T>(acc[0][df][2 * half] * inv, acc[0][df][2 * half + 1] * inv));
-          // Packed row prow is query prow >> shift of head (h << shift) | (prow & (G - 1))
-          // (unpacked: query prow of head h).
-          const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (wi.h << shift) | (prow & ((1 << shift) - 1));
-          if (p.lse != nullptr && t == 0 && qrow < seq.sq)
-            p.lse[seq.bb * p.lse_sb + hq * p.lse_sh + seq.q_row0 + qrow] = row_lse(sm.m[half], sm.l[half]);
-        }
-        ptx::fence_proxy_async();
-        ptx::named_bar_sync(kBarEpilogue + cw, 128);
-        if (threadIdx.x % 128 == 0) {
-#pragma unroll
-          for (int c = 0; c < Tr::kColBlocks; ++c)
-            ptx::tma_store_4d(&tm_o, base + c * kBlockM * 128, c * 64, shift > 0 ? wi.h << shift : wi.m0 + 64 * cw,
-                              shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h, int(seq.bb));
-          ptx::tma_store_commit();
-          if constexpr (Tr::kOInQ) {  // O read out of Q's buffer: the four warps' release of empty_q
-            ptx::tma_store_wait_read();
-            ptx::mbar_arrive_n(empty_q, 4);
+            for (int cb = ps * kPassBlocks; cb < (ps + 1) * kPassBlocks; ++cb)
+              ptx::tma_store_4d(&tm_o, base + (cb - ps * kPassBlocks) * kBlockM * 128, cb * 64,
+                                shift > 0 ? wi.h << shift : wi.m0 + 64 * cw, shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h,
+                                int(seq.bb));
+            ptx::tma_store_commit();
           }
         }
       } else {
