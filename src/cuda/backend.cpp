@@ -54,14 +54,11 @@ struct Instance {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
     const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
     // FwdSm90Traits::kTileO: the persistent 16-bit kernels' O buffer, all of O where it
-    // fits, else half of it or one column block (kOPasses).
+    // fits, else half of it (kOPasses).
     // _vt rows: + the 32 KiB raw-V ring and its mbarriers (FwdSm90Traits::kVtIn).
     const int rest = 8 * (2 + 4 * stages + (vt_in ? 2 * (32768 / (64 * row_bytes)) : 0)) + 1024 + (vt_in ? 32768 : 0);
-    const int col_blocks = row_bytes / 128, o_bytes = block_m * row_bytes;
-    const int o_passes = tiles + o_bytes + rest <= 232448                         ? 1
-                         : col_blocks % 2 == 0 && tiles + o_bytes / 2 + rest <= 232448 ? 2
-                                                                                   : col_blocks;
-    const int tile_o = persistent && dtype != DType::e4m3 ? o_bytes / o_passes : 0;
+    const int o_bytes = block_m * row_bytes;
+    const int tile_o = persistent && dtype != DType::e4m3 ? (tiles + o_bytes + rest <= 232448 ? o_bytes : o_bytes / 2) : 0;
     return arch == 90 ? tiles + tile_o + rest : tiles;  // FwdSm90Traits::kSmem
   }
   // CTAs per SM (FwdSm90Traits::kCtasPerSm, mirrored): sm90 64-row tiles three where the

@@ -125,16 +125,14 @@ struct FwdSm90Traits {
   static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
-  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only), as much of O
-  // as fits beside the ring (227 KiB per CTA): where all of it does not (hd256), O goes out
-  // in kOPasses passes of kColBlocks / kOPasses column blocks through one buffer, each
-  // pass once the last one's stores read it. (Until session 23 hd256 staged O in Q's
+  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only): all of O where
+  // that fits beside the ring (227 KiB per CTA), else (hd256) half of it, O going out in
+  // kOPasses = 2 passes of half its column blocks, the second once the first's stores read
+  // the buffer (kSmem's static_assert says when half does not fit either). (Until session 23 hd256 staged O in Q's
   // buffer, which the producer could refill only once the stores had read O out of it: the
   // next item's first S waited for that and for Q's load; docs/results/cuda-sm90-2026-11-22.md.)
   static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
-  static constexpr int kOPasses = !kPersistent || kFp8 || kSmemNoO + kTileQ <= 232448         ? 1
-                                  : kColBlocks % 2 == 0 && kSmemNoO + kTileQ / 2 <= 232448 ? 2
-                                                                                            : kColBlocks;
+  static constexpr int kOPasses = !kPersistent || kFp8 || kSmemNoO + kTileQ <= 232448 ? 1 : 2;
   static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ / kOPasses : 0;
   static constexpr int kSmem = kSmemNoO + kTileO;
   // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
@@ -308,18 +306,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         {
           const int hk = shift > 0 ? wi.h : wi.h / p.group;
           const TileRange tiles = item_tiles(wi, seq);
-          auto load_q = [&] {
-            // Q's buffer is free once the consumers' last S GEMM of the previous item retired.
-            if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
-            ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
-            // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
-            const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
-            const int q_c2 = shift > 0 ? int(seq.q_row0) + (wi.m0 >> shift) : wi.h;
+          // Q, once the consumers' last S GEMM of the previous item retired (its buffer free).
+          if (kPersistent && qi > 0) ptx::mbar_wait(empty_q, (qi - 1) & 1);
+          ptx::mbar_arrive_expect_tx(bar_q, Tr::kTileQ);
+          // Packed: heads G hk .., queries m0 / G .. (Q's map is ordered {D, H, S, B}).
+          const int q_c1 = shift > 0 ? wi.h << shift : int(seq.q_row0) + wi.m0;
+          const int q_c2 = shift > 0 ? int(seq.q_row0) + (wi.m0 >> shift) : wi.h;
 #pragma unroll
-            for (int c = 0; c < Tr::kColBlocks; ++c)
-              ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
-          };
-          load_q();
+          for (int c = 0; c < Tr::kColBlocks; ++c)
+            ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
           for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
             const int stage = it % kStages;
             const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
