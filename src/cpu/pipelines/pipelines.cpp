@@ -69,12 +69,18 @@ constexpr float kRescaleSlack = 8.0f;
 // this many blocks or more, so that the packing (B and C once per group) stays small next
 // to the GEMMs.
 constexpr int64_t kChainMinGroupBlocks = 8;
-// gemm_chain: query blocks of at most this many rows (rounded up to NR), and the K2 tile
-// (rounded up to MR). Measured on the 2-core AVX-512 VM (docs/results/cpu-x86-2026-11-22.md):
-// 128 x 120 against 256 x 264: B and C tiles of 120 KiB and a 62 KiB intermediate leave
-// room in a 1 MiB L2 for both blocks' A panels and partial E.
+// gemm_chain: query blocks of at most this many rows (rounded up to NR), and the K2 tile:
+// as many keys as make a row of this many bytes of the kernel's operand dtype (rounded up
+// to MR), 120 fp32 keys, 240 fp16/bf16. Measured on the 2-core AVX-512 VM (docs/results/
+// cpu-x86-2026-11-22.md): 128 x 120 against 256 x 264 (fp32): B and C tiles of 120 KiB
+// and a 62 KiB intermediate leave room in a 1 MiB L2 for both blocks' A panels and
+// partial E. 16-bit operands at 240 keys (the same bytes; Sapphire Rapids host, 2 threads,
+// session 24): fp16 noepi 75 -> 79-80 % of peak pre-packed, 68 -> 70 % unpacked; bf16 AMX
+// (256 keys) 2100-2200 -> 2530 GFLOP/s pre-packed: the fp16 kernels add each call's fp16
+// tile into fp32 and the AMX kernel stores its C tiles, once per key tile. fp32 at 240
+// keys measured 0.98-1.0x of 120.
 constexpr int64_t kChainQueryBlock = 128;
-constexpr int64_t kChainKeyTile = 120;
+constexpr int64_t kChainKeyTileBytes = 480;
 // Attention takes the decode path (row ops, K/V read in place) when the query rows of one
 // GQA group, group * Sq, are at most this many.
 constexpr int64_t kDecodeRows = 32;
@@ -83,6 +89,7 @@ constexpr int64_t kDecodeRows = 32;
 constexpr int64_t kDecodeBlockRows = 64;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
 int64_t lcm(int64_t a, int64_t b) { return a / gcd(a, b) * b; }
 
@@ -626,6 +633,21 @@ int64_t chunk_for(const Geometry& g, int64_t k) {
   return std::max<int64_t>(1, round_up((k + n - 1) / n, g.gk->k_align));
 }
 
+// A run of bytes brought into L2 by software prefetches, `lines` cache lines after each
+// micro-kernel call of the stages it is given to (gemm_chain: the next K2 tile of a
+// pre-packed B and C, during this tile's GEMMs). The pre-packed tiles come from memory at
+// every call (16 MiB at K2 = 8192), and the hardware prefetchers left the kernels waiting
+// for them: Sapphire Rapids host, fp32, 1 thread 77-79 -> 85 % of peak; 2 threads, paired
+// % of peak 78-80 -> 84-86 (docs/results/cpu-x86-2026-11-26.md, session 24).
+struct Prefetch {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  int64_t lines = 0;
+  void step() {
+    for (int64_t i = 0; i < lines && p < end; ++i, p += 64) __builtin_prefetch(p, 0, 2);
+  }
+};
+
 // Both stages keep one B panel resident in L1 while the A operand streams past it
 // (B-stationary): per k step a kernel reads NR elements of B but only MR of A, so B is the
 // stream worth keeping. The k range is cut into chunks of kb (g.kb) rows so that a B panel
@@ -645,7 +667,8 @@ int64_t chunk_for(const Geometry& g, int64_t k) {
 // by block, each right after its last k chunk while it is in L1 (col_max over the finished
 // 64 KiB tile read it back from L2: bf16 B1 H8 S512 D64, 2 threads, ~8 % of the call).
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xbs, int64_t xs,
-            const char* ypanels, float* t, int64_t ldt, float* mx = nullptr) {
+            const char* ypanels, float* t, int64_t ldt, float* mx = nullptr,
+            Prefetch* pf = nullptr) {
   const int64_t done = kp == 0 ? 0 : g.mq / g.nr * g.nr;  // kp = 0 (gemm_chain K1 = 0): T = 0
   if (done < g.mq)
     for (int64_t k = 0; k < kc; ++k) std::fill(t + k * ldt + done, t + k * ldt + g.mq, 0.0f);
@@ -657,9 +680,11 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
   // (session 20; stage 1 had taken ~170 us per thread against stage 2's ~106).
   if (g.panel != nullptr && kp <= g.panel->max_k && g.pa == Layout::rows && xbs == g.mr * xs &&
       kc % 16 == 0) {
-    for (int64_t q = 0; q < g.mq / g.nr; ++q)
+    for (int64_t q = 0; q < g.mq / g.nr; ++q) {
       g.panel->fn(kp, x, xs, kc, ypanels + q * kp * g.nr * g.es, t + q * g.nr, ldt,
                   mx != nullptr ? mx + q * g.nr : nullptr);
+      if (pf != nullptr) pf->step();
+    }
     return;
   }
   const int64_t kb = chunk_for(g, kp);
@@ -671,6 +696,7 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
         float* c = t + r * g.mr * ldt + q * g.nr;
         gemm_call(g, kl, x + (r * xbs + pack_index(g.pa, k0, 0, xs)) * g.es, xs,
                   ypanels + (q * kp * g.nr + pack_index(g.pb, k0, 0, g.nr)) * g.es, c, ldt, k0 > 0);
+        if (pf != nullptr) pf->step();
         if (mx != nullptr && last) g.vec->col_max(g.mr, g.nr, c, ldt, mx + q * g.nr);
       }
   }
@@ -679,7 +705,7 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
 // stage 2: O[mq][dvp] += P^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel). P holds
 // kc keys x mq queries in layout pa with leading dimension ldp (see softmax_block).
 void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const char* vpanels,
-            int64_t rp, int64_t j0, int64_t dvp, float* o) {
+            int64_t rp, int64_t j0, int64_t dvp, float* o, Prefetch* pf = nullptr) {
   const int64_t kb = chunk_for(g, kc);
   prepare_gemm(g.gk->isa);
   for (int64_t k0 = 0; k0 < kc; k0 += kb) {
@@ -696,6 +722,7 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
       gemm_call(g, kl, p + pack_index(g.pa, k0, i0, ldp) * g.es, ldp,
                 vpanels + (c * rp * g.nr + pack_index(g.pb, j0 + k0, 0, g.nr)) * g.es,
                 o + i0 * dvp + c * g.nr, dvp, 1);
+      if (pf != nullptr) pf->step();
     }
   }
 }
@@ -1485,14 +1512,16 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
 // ends at k2p, padded with zeros): per tile t, B's columns [t*kc, t*kc+kc) as one
 // [k1p][kc] panel in the kernel's A layout (btile bytes), and C's rows of the tile as
 // np / NR panels of [tile length][NR] in its B layout (ctile bytes). A pre-packed
-// object holds every tile's B panel, then every tile's C panels; the unpacked call packs
-// each tile into its thread's buffers just before the tile's GEMMs (it stays in L2).
+// object holds tile after tile, each its B panel then its C panels: one run of bytes
+// that the call prefetches into L2 during the tile before (Prefetch below); the unpacked
+// call packs each tile into its thread's buffers just before the tile's GEMMs (it stays
+// in L2).
 struct ChainLayout {
   int64_t k1p, k2p, np, kc, ktiles;
   int64_t xw;  // B tile: columns per packed panel (kc: one panel; MR: key blocks, see below)
   size_t btile, ctile;
-  size_t b_offset(int64_t t) const { return size_t(t) * btile; }
-  size_t c_offset(int64_t t) const { return size_t(ktiles) * btile + size_t(t) * ctile; }
+  size_t b_offset(int64_t t) const { return size_t(t) * (btile + ctile); }
+  size_t c_offset(int64_t t) const { return b_offset(t) + btile; }
 };
 // Pre-packed B tiles of the fp32 k-major kernels are [K1][MR] key blocks instead of one
 // wide panel: stage 1 then reads each block as one contiguous run, not MR elements of rows
@@ -1505,7 +1534,7 @@ struct ChainLayout {
 ChainLayout chain_layout(const GemmUkernel& k, int64_t k1, int64_t k2, int64_t n, bool prepacked) {
   ChainLayout c;
   const size_t es = dtype_size(k.ab);
-  c.kc = round_up(kChainKeyTile, key_align_of(k));
+  c.kc = round_up(kChainKeyTileBytes / int64_t(es), key_align_of(k));
   c.k1p = round_up(k1, k.k_align);
   c.k2p = round_up(std::max<int64_t>(k2, 1), key_align_of(k));
   c.np = round_up(n, k.nr);
@@ -1621,9 +1650,20 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
         pack_chain_tile(p, *g.gk, lay, t, bbuf, cbuf, rowbuf.data());
         lap.to(ph.pack);
       }
+      // A pre-packed call prefetches the next tile over this tile's micro-kernel calls.
+      Prefetch pf;
+      if (packed != nullptr && t + 1 < jt1) {
+        // (chunk_for: ceil(k / kb) chunks of k)
+        const int64_t calls = nb * (ceil_div(k1p, g.kb) * (g.mq / g.nr) * (kc / g.mr) +
+                                    ceil_div(kc, g2.kb) * (mq2 / g.mr) * (np / g.nr));
+        pf.p = packed->data + lay.b_offset(t + 1);
+        pf.end = pf.p + lay.btile + lay.ctile;
+        pf.lines = ceil_div(int64_t(lay.btile + lay.ctile) / 64, calls);
+      }
       for (int64_t qb = qb0; qb < qb1; ++qb) {
         // Intermediate tile (A B)^T[kc][mq2], consumed at once by the second GEMM.
-        stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2);
+        stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2, nullptr,
+               &pf);
         lap.to(ph.gemm);
         // As the second GEMM's A operand: T itself for fp32 k-major kernels, else T
         // converted into the kernel's dtype and layout (leading dimension ldp).
@@ -1640,7 +1680,7 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
           pt = P;
           lap.to(ph.exp_pack);
         }
-        stage2(g2, kc, pt, ldp, ctile, kc, 0, np, E(qb));
+        stage2(g2, kc, pt, ldp, ctile, kc, 0, np, E(qb), &pf);
         lap.to(ph.gemm);
       }
     }
