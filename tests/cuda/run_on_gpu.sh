@@ -45,7 +45,9 @@ if has smoke; then
   # A short first look at the Hopper kernels: a hang (mbarrier phases) or wrong results
   # end the batch here instead of burning the other stages' time.
   stamp smoke
-  timeout 150 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaSm90.Small/*:Cuda/CudaSm90.DispatcherSelects/*' > "$LOG/smoke.log" 2>&1
+  # (Not DispatcherSelects: its fp64 references on 132-head shapes take ~170 s per dtype in a
+  # build with every head dim; the tests stage runs it.)
+  timeout 150 $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaSm90.Small/*' > "$LOG/smoke.log" 2>&1
   rc=$?; echo "smoke rc=$rc" | tee -a "$LOG/smoke.log"
   if [ $rc -ne 0 ]; then grep -E "FAILED|Failure|rel_err|Which is|Expected|kernel |Value of" "$LOG/smoke.log" | head -40; stamp stopped; exit 1; fi
 fi
