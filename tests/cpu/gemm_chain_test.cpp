@@ -89,11 +89,14 @@ TEST_P(GemmChainKernelTest, ForcedKernelMatchesReference) {
   FC_SKIP_UNLESS_RUNNABLE(k);
   Rng rng;
   FC_TRACE_SEED(rng);
-  for (DType dt : kStorageTypes) {
-    SCOPED_TRACE("storage " + name(dt));
-    GcFixture f({"forced", 37, 50, 290, 41, 2}, dt, rng);
-    f.check(2, k.key, k.ab);
-  }
+  // K1 = 50: stage 1 in one kernel call per tile (an fp16-accumulating kernel writes its
+  // fp16 tiles straight into the second GEMM's operand); K1 = 300: in k chunks.
+  for (DType dt : kStorageTypes)
+    for (int64_t k1 : {50, 300}) {
+      SCOPED_TRACE("storage " + name(dt) + ", K1 " + std::to_string(k1));
+      GcFixture f({"forced", 37, k1, 290, 41, 2}, dt, rng);
+      f.check(2, k.key, k.ab);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, GemmChainKernelTest, ::testing::Range(0, fc::cpu::gemm_ukernel_count()),

@@ -1,7 +1,8 @@
 // One test per softmax vector-op set, generated from vecops.inc like the GEMM tests:
 // col_max, exp2_pack into f32 / f16 / bf16 in both exp2 modes (with -inf scores and
 // fully masked columns), exp2_pack into the bf16 kernels' P layouts (k pairs, rows),
-// pack (the same layouts without the exponential), scale_rows and add_f16_tile, each against the portable bodies or exact conversions.
+// pack (the same layouts without the exponential), scale_rows, add_f16_tile and f16_tile_as,
+// each against the portable bodies or exact conversions.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -289,6 +290,31 @@ TEST_P(VecOpsTest, AddF16Tile) {
           }
       }
     }
+}
+
+// An fp16 C tile as a GEMM's A operand (its rows as k) in every layout: each element at
+// its pack_index, bits unchanged; the destination's other elements (the padding columns
+// of ld > nr, the rows layout's k past mr) stay untouched.
+TEST_P(VecOpsTest, F16TileAs) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (cpu::Layout layout : {cpu::Layout::kmajor, cpu::Layout::kpairs, cpu::Layout::rows})
+    for (int64_t mr : {2, 12, 32})
+      for (int64_t nr : {16, 32, 64}) {
+        SCOPED_TRACE("layout " + std::string(cpu::layout_name(layout)) + ", mr " + std::to_string(mr) +
+                     ", nr " + std::to_string(nr));
+        const int64_t ld = layout == cpu::Layout::rows ? mr + 3 : nr + 5;
+        std::vector<uint16_t> tile(static_cast<size_t>(mr * nr));
+        for (uint16_t& x : tile) x = uint16_t(rng.uniform(0, 65535));
+        const int64_t rows = layout == cpu::Layout::rows ? nr : mr;
+        std::vector<uint16_t> dst(static_cast<size_t>(rows * ld + 2 * ld + 64));
+        for (uint16_t& x : dst) x = uint16_t(rng.uniform(0, 65535));
+        std::vector<uint16_t> want = dst;
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t j = 0; j < nr; ++j) want[size_t(cpu::pack_index(layout, i, j, ld))] = tile[size_t(i * nr + j)];
+        ops().f16_tile_as(mr, nr, tile.data(), dst.data(), ld, layout);
+        ASSERT_EQ(dst, want);
+      }
 }
 
 // Finished output rows (O / l in the output dtype): every value class (normal, results in

@@ -129,12 +129,16 @@ FC_PORTABLE_CLONES void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* til
                                      int accumulate) {
   portable::add_f16_tile(mr, nr, tile, c, ldc, accumulate);
 }
+FC_PORTABLE_CLONES void f16_tile_as(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst,
+                                    int64_t ld, Layout layout) {
+  portable::f16_tile_as(mr, nr, tile, dst, ld, layout);
+}
 FC_PORTABLE_CLONES void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
   portable::store_row(row, n, scale, dst, dt);
 }
 }  // namespace
 
 const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
-                               store_row};
+                               f16_tile_as, store_row};
 
 }  // namespace flashcore::cpu::ukernels

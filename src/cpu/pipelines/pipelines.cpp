@@ -663,12 +663,17 @@ struct Prefetch {
 // layout pa: separate [kp][mr] blocks (xbs = kp * mr, xs = mr for k-major), or one wide
 // panel of ld columns read in place (xbs = pack_index(pa, 0, mr, ld), xs = ld).
 // Columns past the last whole panel (a trimmed block, live_rows) are set to 0.
+// f16_out, when given (an acc-f16 kernel, kp within one call: gemm_call's step): T is not
+// written; each C tile goes from the kernel's fp16 tile straight into the second GEMM's A
+// operand, f16_out in the kernel's A layout (leading dimension ldo), by vec->f16_tile_as.
+// The same fp16 values as T's fp32 converted back (gemm_chain, fp16 noepi, 2 threads:
+// 787-794 -> 817-834 GFLOP/s, the T pass and the fp16 tile's widening gone; session 24).
 // mx, when given: the column max of T over the whole panels folded into mx[0, done) block
 // by block, each right after its last k chunk while it is in L1 (col_max over the finished
 // 64 KiB tile read it back from L2: bf16 B1 H8 S512 D64, 2 threads, ~8 % of the call).
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xbs, int64_t xs,
             const char* ypanels, float* t, int64_t ldt, float* mx = nullptr,
-            Prefetch* pf = nullptr) {
+            Prefetch* pf = nullptr, uint16_t* f16_out = nullptr, int64_t ldo = 0) {
   const int64_t done = kp == 0 ? 0 : g.mq / g.nr * g.nr;  // kp = 0 (gemm_chain K1 = 0): T = 0
   if (done < g.mq)
     for (int64_t k = 0; k < kc; ++k) std::fill(t + k * ldt + done, t + k * ldt + g.mq, 0.0f);
@@ -685,6 +690,18 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
                   mx != nullptr ? mx + q * g.nr : nullptr);
       if (pf != nullptr) pf->step();
     }
+    return;
+  }
+  if (f16_out != nullptr) {
+    thread_local std::vector<uint16_t> tile;
+    tile.resize(static_cast<size_t>(g.mr * g.nr));
+    for (int64_t q = 0; q < g.mq / g.nr; ++q)
+      for (int64_t r = 0; r < kc / g.mr; ++r) {
+        g.gk->fn(kp, x + r * xbs * g.es, xs, ypanels + q * kp * g.nr * g.es, tile.data(), g.nr, 0);
+        g.vec->f16_tile_as(g.mr, g.nr, tile.data(), f16_out + pack_index(g.pa, r * g.mr, q * g.nr, ldo),
+                           ldo, g.pa);
+        if (pf != nullptr) pf->step();
+      }
     return;
   }
   const int64_t kb = chunk_for(g, kp);
@@ -1610,6 +1627,11 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
   // at column r MR, or (pre-packed fp32, chain_layout) blocks of k1p x MR, ldb = MR.
   const int64_t ldb = block_ld(g.pa, k1p, lay.xw);
   const int64_t xbs = lay.xw == g.mr ? k1p * g.mr : pack_index(g.pa, 0, g.mr, ldb);
+  // An acc-f16 kernel whose stage 1 is one call per C tile (gemm_call's fp16 chunk) writes
+  // its fp16 tiles into P itself (stage1's f16_out).
+  const bool f16_direct = g.gk->acc == DType::f16 && g.gk->ab == DType::f16 && k1p > 0 &&
+                          k1p <= round_up(kKeyTile, g.gk->k_align) &&
+                          (g.pa != Layout::kpairs || g.mr % 2 == 0);
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
   for (int64_t item = 0; item < ngroups * nsplit; ++item) {
     const int64_t grp = item / nsplit, split = item % nsplit;
@@ -1629,8 +1651,9 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
       return nsplit > 1 ? partial.data() + (qb * nsplit + split) * mq2 * np
                         : Eown + (qb - qb0) * mq2 * np;
     };
-    // Stage 1 writes T's first mq columns; the padding columns up to mq2 stay zero.
+    // Stage 1 writes T's (or P's) first mq columns; the padding columns up to mq2 stay zero.
     std::fill(T, T + g.kc * mq2, 0.0f);
+    if (f16_direct) std::memset(P, 0, size_t(g.kc * mq2 * g.es));
     std::vector<float> rowbuf(static_cast<size_t>(std::max({k1p, g.kc, np}) + 64));
     for (int64_t qb = qb0; qb < qb1; ++qb) {
       std::fill(E(qb), E(qb) + mq2 * np, 0.0f);
@@ -1661,20 +1684,21 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
         pf.lines = ceil_div(int64_t(lay.btile + lay.ctile) / 64, calls);
       }
       for (int64_t qb = qb0; qb < qb1; ++qb) {
-        // Intermediate tile (A B)^T[kc][mq2], consumed at once by the second GEMM.
-        stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2, nullptr,
-               &pf);
-        lap.to(ph.gemm);
-        // As the second GEMM's A operand: T itself for fp32 k-major kernels, else T
-        // converted into the kernel's dtype and layout (leading dimension ldp).
+        // Intermediate tile (A B)^T[kc][mq2], consumed at once by the second GEMM: T itself
+        // for fp32 k-major kernels, the kernel's fp16 tiles straight into P (f16_direct),
+        // else T converted into the kernel's dtype and layout (leading dimension ldp).
         const char* pt = reinterpret_cast<const char*>(T);
-        int64_t ldp = mq2;
-        if (g.gk->ab != DType::f32 || g.pa != Layout::kmajor) {
+        int64_t ldp = g.pa == Layout::rows ? g.kc : mq2;
+        stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2, nullptr,
+               &pf, f16_direct ? reinterpret_cast<uint16_t*>(P) : nullptr, ldp);
+        lap.to(ph.gemm);
+        if (f16_direct) {
+          pt = P;
+        } else if (g.gk->ab != DType::f32 || g.pa != Layout::kmajor) {
           if (g.pa == Layout::kmajor) {
             for (int64_t k = 0; k < kc; ++k)
               store_row(T + k * mq2, mq2, P + k * mq2 * g.es, 1, g.gk->ab);
           } else {
-            ldp = g.pa == Layout::rows ? g.kc : mq2;
             g.vec->pack(kc, mq2, T, mq2, P, ldp, g.gk->ab, g.pa);
           }
           pt = P;

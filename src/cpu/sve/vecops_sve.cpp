@@ -131,11 +131,14 @@ void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_
 void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
   portable::store_row(row, n, scale, dst, dt);
 }
+void f16_tile_as(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst, int64_t ld, Layout layout) {
+  portable::f16_tile_as(mr, nr, tile, dst, ld, layout);
+}
 
 }  // namespace
 }  // namespace flashcore::cpu::sve
 
 namespace flashcore::cpu::ukernels {
 const VecOps vecops_sve = {"vecops_sve", Isa::sve, &sve::col_max, &sve::exp2_pack, &sve::pack,
-                           &sve::scale_rows, &sve::add_f16_tile, &sve::store_row};
+                           &sve::scale_rows, &sve::add_f16_tile, &sve::f16_tile_as, &sve::store_row};
 }  // namespace flashcore::cpu::ukernels

@@ -110,6 +110,11 @@ struct VecOps {
   // tile[i * nr + j] (fp16 bits; i < mr, j < nr, nr a multiple of 16).
   void (*add_f16_tile)(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
                        int accumulate);
+  // An acc-f16 kernel's C tile (fp16 bits, tile[i * nr + j], i < mr, j < nr) stored as the
+  // A operand of a GEMM with the tile's rows as its k: dst[pack_index(layout, i, j, ld)]
+  // (kpairs: mr even). gemm_chain's intermediate when stage 1 is one call per C tile.
+  void (*f16_tile_as)(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst, int64_t ld,
+                      Layout layout);
   // A finished output row: dst[j] = row[j] * scale stored as dt (f32, f16 or bf16, round to
   // nearest even, as core::store_from_f32), j < n, any n >= 0.
   void (*store_row)(const float* row, int64_t n, float scale, void* dst, DType dt);

@@ -146,6 +146,12 @@ static void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c,
     }
 }
 
+[[maybe_unused]] static void f16_tile_as(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst,
+                                         int64_t ld, Layout layout) {
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j) dst[pack_index(layout, i, j, ld)] = tile[i * nr + j];
+}
+
 static void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
   switch (dt) {
     case DType::f16: {

@@ -165,6 +165,25 @@ void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_
     }
 }
 
+// k pairs by vpermt2w: rows 2p and 2p+1 (32 fp16 each per step) interleaved into the 64
+// values of pair row p; other layouts and column tails by the portable loop.
+void f16_tile_as(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst, int64_t ld, Layout layout) {
+  if (layout != Layout::kpairs || nr % 32 != 0) {
+    ukernels::vecops_generic.f16_tile_as(mr, nr, tile, dst, ld, layout);
+    return;
+  }
+  // Word w of the result: row 2p's word w / 2 (index w / 2) or row 2p+1's (32 + w / 2).
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
+                                      39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int64_t i = 0; i < mr; i += 2, tile += 2 * nr, dst += 2 * ld)
+    for (int64_t j = 0; j < nr; j += 32) {
+      const __m512i a = _mm512_loadu_si512(tile + j), b = _mm512_loadu_si512(tile + nr + j);
+      _mm512_storeu_si512(dst + 2 * j, _mm512_permutex2var_epi16(a, lo, b));
+      _mm512_storeu_si512(dst + 2 * j + 32, _mm512_permutex2var_epi16(a, hi, b));
+    }
+}
+
 // 16 lanes at a time: f16 by vcvtps2ph, bf16 by the integer rounding of core::f32_to_bf16
 // (NaN kept quiet the same way); other dtypes by the portable ops.
 void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
@@ -209,9 +228,9 @@ void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_
 }  // namespace
 
 const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
-                              store_row};
+                              f16_tile_as, store_row};
 // AVX512-FP16 CPUs have AVX-512F: the same ops serve the f16 kernels.
 const VecOps vecops_avx512fp16 = {"vecops_avx512fp16", Isa::avx512fp16, col_max, exp2_pack, pack,
-                                  scale_rows, add_f16_tile, store_row};
+                                  scale_rows, add_f16_tile, f16_tile_as, store_row};
 
 }  // namespace flashcore::cpu::ukernels

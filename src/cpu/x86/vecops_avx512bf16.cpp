@@ -170,6 +170,9 @@ void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha)
 void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc, int accumulate) {
   vecops_avx512.add_f16_tile(mr, nr, tile, c, ldc, accumulate);
 }
+void f16_tile_as(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst, int64_t ld, Layout layout) {
+  vecops_avx512.f16_tile_as(mr, nr, tile, dst, ld, layout);
+}
 void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
   vecops_avx512.store_row(row, n, scale, dst, dt);
 }
@@ -177,8 +180,8 @@ void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
 }  // namespace
 
 const VecOps vecops_avx512bf16 = {"vecops_avx512bf16", Isa::avx512bf16, col_max, exp2_pack, pack,
-                                  scale_rows, add_f16_tile, store_row};
+                                  scale_rows, add_f16_tile, f16_tile_as, store_row};
 const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
-                           store_row};
+                           f16_tile_as, store_row};
 
 }  // namespace flashcore::cpu::ukernels
