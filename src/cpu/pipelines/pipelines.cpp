@@ -56,7 +56,10 @@ constexpr int64_t kTargetQueryBlock = 64;
 constexpr int64_t kRowsQueryBlock = 256;
 constexpr int64_t kRowsStreamBytes = int64_t(1) << 20;
 constexpr size_t kPackBudgetBytes = size_t(64) << 20;
-constexpr int64_t kL1PanelBytes = 16 << 10;
+// The B panel chunk a micro-kernel call keeps in L1 takes what L1D leaves beside this
+// many bytes (the A strip streaming past, C, the stack), and at least this many: half of a
+// 32 KiB L1D, 32 KiB of Sapphire Rapids' 48 (l1_panel_bytes).
+constexpr int64_t kL1ReserveBytes = 16 << 10;
 constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
 // online: the running reference max moves only when a tile's max passes it by more than
 // this (in log2 units, so P <= 2^8 until then), FlashAttention-4's conditional rescaling.
@@ -520,6 +523,21 @@ int64_t key_align_of(const GemmUkernel& k) { return lcm(k.mr, k.k_align); }
 // K and V of its group; 0 where blocks read nothing large).
 // The fields of g that follow its GEMM kernel: tile, operand dtype and layouts, vector ops,
 // k chunk and the online strategy's rescale slack.
+// L1D less kL1ReserveBytes, at least kL1ReserveBytes (the L1D size unknown: that). Sapphire
+// Rapids host (48 KiB), session 24: fp32 K1 = 256 in one call per C tile of gemm_chain's
+// stage 1 instead of two 128-k chunks, pre-packed M256 K2 8192 on 2 threads 1.02x (p50
+// medians of 5 alternated rounds, 426.0 against 418.0 GFLOP/s); attention S4096 D128
+// fp32 and fp16, 2 threads: unchanged within the noise.
+int64_t l1_panel_bytes() {
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+  static const int64_t b =
+      std::max<int64_t>(kL1ReserveBytes, std::max<long>(0, sysconf(_SC_LEVEL1_DCACHE_SIZE)) - kL1ReserveBytes);
+  return b;
+#else
+  return kL1ReserveBytes;
+#endif
+}
+
 void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.gk = gk;
   g.vec = vec;
@@ -532,8 +550,8 @@ void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.key = gk->key;
   g.panel = gemm_panel(*gk);
   g.rescale_slack = gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
-  // A B panel chunk of kb x NR operands fills at most kL1PanelBytes (half a 32 KiB L1D).
-  g.kb = std::max<int64_t>(gk->k_align, kL1PanelBytes / (g.nr * g.es) / gk->k_align * gk->k_align);
+  // A B panel chunk of kb x NR operands fills at most l1_panel_bytes().
+  g.kb = std::max<int64_t>(gk->k_align, l1_panel_bytes() / (g.nr * g.es) / gk->k_align * gk->k_align);
 }
 
 // The per-core L2 size the OS reports (0 if unknown: no cap below).
