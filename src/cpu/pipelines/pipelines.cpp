@@ -669,7 +669,7 @@ struct Prefetch {
 // Both stages keep one B panel resident in L1 while the A operand streams past it
 // (B-stationary): per k step a kernel reads NR elements of B but only MR of A, so B is the
 // stream worth keeping. The k range is cut into chunks of kb (g.kb) rows so that a B panel
-// chunk (kb x NR) takes at most half of a 32 KiB L1D. On AVX-512 (docs/results/
+// chunk (kb x NR) takes at most l1_panel_bytes() of L1D. On AVX-512 (docs/results/
 // cpu-x86-2026-11-22.md) it measured equal to the A-stationary order within the noise
 // (GEMM-only 89.0% vs 87.9% of peak); it is kept for the smaller L1 footprint.
 //
