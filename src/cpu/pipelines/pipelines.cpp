@@ -519,10 +519,6 @@ struct Geometry {
 // second GEMM's A operand) and whole k steps of the kernel.
 int64_t key_align_of(const GemmUkernel& k) { return lcm(k.mr, k.k_align); }
 
-// stream_bytes: what every query block reads of the other operands (attention: the packed
-// K and V of its group; 0 where blocks read nothing large).
-// The fields of g that follow its GEMM kernel: tile, operand dtype and layouts, vector ops,
-// k chunk and the online strategy's rescale slack.
 // L1D less kL1ReserveBytes, at least kL1ReserveBytes (the L1D size unknown: that). Sapphire
 // Rapids host (48 KiB), session 24: fp32 K1 = 256 in one call per C tile of gemm_chain's
 // stage 1 instead of two 128-k chunks, pre-packed M256 K2 8192 on 2 threads 1.02x (p50
@@ -538,6 +534,10 @@ int64_t l1_panel_bytes() {
 #endif
 }
 
+// stream_bytes: what every query block reads of the other operands (attention: the packed
+// K and V of its group; 0 where blocks read nothing large).
+// The fields of g that follow its GEMM kernel: tile, operand dtype and layouts, vector ops,
+// k chunk and the online strategy's rescale slack.
 void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.gk = gk;
   g.vec = vec;
@@ -1645,10 +1645,10 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
   // at column r MR, or (pre-packed fp32, chain_layout) blocks of k1p x MR, ldb = MR.
   const int64_t ldb = block_ld(g.pa, k1p, lay.xw);
   const int64_t xbs = lay.xw == g.mr ? k1p * g.mr : pack_index(g.pa, 0, g.mr, ldb);
-  // An acc-f16 kernel whose stage 1 is one call per C tile (gemm_call's fp16 chunk) writes
-  // its fp16 tiles into P itself (stage1's f16_out).
+  // An acc-f16 kernel whose stage 1 is one call per C tile (one k chunk of stage1, one
+  // fp16 chunk of gemm_call) writes its fp16 tiles into P itself (stage1's f16_out).
   const bool f16_direct = g.gk->acc == DType::f16 && g.gk->ab == DType::f16 && k1p > 0 &&
-                          k1p <= round_up(kKeyTile, g.gk->k_align) &&
+                          k1p <= std::min(g.kb, round_up(kKeyTile, g.gk->k_align)) &&
                           (g.pa != Layout::kpairs || g.mr % 2 == 0);
 #pragma omp parallel for schedule(dynamic) num_threads(nthreads)
   for (int64_t item = 0; item < ngroups * nsplit; ++item) {
