@@ -275,6 +275,51 @@ TEST_P(GemmPanelTest, RowsAgainstOnePanel) {
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmPanelTest, ::testing::ValuesIn(kPanels),
                          [](const auto& info) { return std::string(info.param.key); });
 
+// Tail kernels (gemm_tails.inc): each a listed kernel with its main kernel's NR, ISA,
+// dtypes, layouts and k_align and fewer rows, found by the dispatch table; kernels not
+// listed there have none. (Each tail kernel's product is checked as a kernel of the list
+// above; the pipelines' use of it by tests/cpu's forced-kernel gemm_chain cases.)
+struct TailEntry {
+  const char* kernel;
+  const char* tail;
+};
+#define FC_GEMM_TAIL(kernel_, tail_) TailEntry{#kernel_, #tail_},
+const TailEntry kTails[] = {
+    TailEntry{nullptr, nullptr},
+#include "cpu/ukernels/gemm_tails.inc"
+};
+#undef FC_GEMM_TAIL
+
+TEST(GemmTail, SameTileShapeFewerRows) {
+  auto find = [](const char* key) -> const cpu::GemmUkernel* {
+    for (int i = 0; i < cpu::gemm_ukernel_count(); ++i)
+      if (std::strcmp(cpu::gemm_ukernel(i).key, key) == 0) return &cpu::gemm_ukernel(i);
+    return nullptr;
+  };
+  int listed = 0;
+  for (const TailEntry& t : kTails) {
+    if (t.kernel == nullptr) continue;
+    SCOPED_TRACE(std::string(t.kernel) + " -> " + t.tail);
+    const cpu::GemmUkernel* k = find(t.kernel);
+    const cpu::GemmUkernel* tk = find(t.tail);
+    ASSERT_NE(k, nullptr);
+    ASSERT_NE(tk, nullptr);
+    EXPECT_EQ(cpu::gemm_tail(*k), tk);
+    EXPECT_EQ(tk->nr, k->nr);
+    EXPECT_EQ(tk->isa, k->isa);
+    EXPECT_EQ(tk->ab, k->ab);
+    EXPECT_EQ(tk->acc, k->acc);
+    EXPECT_EQ(tk->k_align, k->k_align);
+    EXPECT_EQ(tk->a_layout, k->a_layout);
+    EXPECT_EQ(tk->b_layout, k->b_layout);
+    EXPECT_LT(tk->mr, k->mr);
+    ++listed;
+  }
+  int with_tail = 0;
+  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) with_tail += cpu::gemm_tail(cpu::gemm_ukernel(i)) != nullptr;
+  EXPECT_EQ(with_tail, listed);
+}
+
 // The list expanded here and the dispatch table are the same list.
 TEST(GemmUkernelList, MatchesDispatchTable) {
   ASSERT_EQ(cpu::gemm_ukernel_count(), int(std::size(kGemmKernels)));

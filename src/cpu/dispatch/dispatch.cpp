@@ -116,6 +116,16 @@ const GemmPanel kPanels[] = {
 };
 #undef FC_GEMM_PANEL
 
+struct GemmTail {
+  GemmFn kernel, tail;
+};
+#define FC_GEMM_TAIL(kernel_, tail_) {&ukernels::kernel_, &ukernels::tail_},
+const GemmTail kTails[] = {
+    {nullptr, nullptr},  // (a build without x86 kernels lists no tail)
+#include "cpu/ukernels/gemm_tails.inc"
+};
+#undef FC_GEMM_TAIL
+
 #define FC_VECOPS(key_, isa_) &ukernels::key_,
 const VecOps* const kVec[] = {
 #include "cpu/ukernels/vecops.inc"
@@ -185,6 +195,13 @@ int gemm_ukernel_count() { return int(sizeof(kGemm) / sizeof(kGemm[0])); }
 const GemmPanel* gemm_panel(const GemmUkernel& k) {
   for (const GemmPanel& p : kPanels)
     if (p.kernel == k.fn) return &p;
+  return nullptr;
+}
+const GemmUkernel* gemm_tail(const GemmUkernel& k) {
+  for (const GemmTail& t : kTails)
+    if (t.kernel != nullptr && t.kernel == k.fn)
+      for (const GemmUkernel& g : kGemm)
+        if (g.fn == t.tail) return &g;
   return nullptr;
 }
 const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }

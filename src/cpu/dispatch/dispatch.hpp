@@ -25,6 +25,8 @@ int gemm_ukernel_count();
 const GemmUkernel& gemm_ukernel(int i);
 // The panel form of kernel k (gemm_panels.inc), or null.
 const GemmPanel* gemm_panel(const GemmUkernel& k);
+// The tail kernel of kernel k (gemm_tails.inc), or null.
+const GemmUkernel* gemm_tail(const GemmUkernel& k);
 int vecops_count();
 const VecOps& vecops(int i);
 int rowops_count();

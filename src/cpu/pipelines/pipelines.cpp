@@ -509,6 +509,7 @@ struct Geometry {
   Layout pb = Layout::kmajor;  // the kernel's B layout: Q panels, V panels, gemm_chain's C
   const char* key;      // what ran, for PhaseTimes
   const GemmPanel* panel = nullptr;  // the kernel's panel form (stage 1 at small k), or null
+  const GemmUkernel* tail = nullptr;  // its tail kernel (a row range's last rows), or null
   // online: how far (log2 units of exp2's argument) a tile's max may pass the running
   // reference max before O and l are rescaled to it (see softmax_block); 0 for kernels
   // that accumulate in fp16, whose <= 256-term sums must keep P <= 1.
@@ -549,6 +550,7 @@ void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.pb = gk->b_layout;
   g.key = gk->key;
   g.panel = gemm_panel(*gk);
+  g.tail = gemm_tail(*gk);
   g.rescale_slack = gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
   // A B panel chunk of kb x NR operands fills at most l1_panel_bytes().
   g.kb = std::max<int64_t>(gk->k_align, l1_panel_bytes() / (g.nr * g.es) / gk->k_align * gk->k_align);
@@ -627,19 +629,21 @@ Geometry make_rows_geometry(const CpuConfig& cfg, int64_t rows) {
 // seed 000's noepi kernels, chosen only through `impl`) writes an fp16 tile, k chunk by k
 // chunk of at most kKeyTile, and each chunk is added into the fp32 tile: fp16 sums stay
 // within 256 products (no overflow while |A B| terms stay under 255), fp32 across chunks.
+// k: the kernel when not g's own (its tail kernel: same NR, dtypes and layouts).
 void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const char* b, float* c,
-               int64_t ldc, int accumulate) {
-  if (g.gk->acc == DType::f32) {
-    g.gk->fn(kc, a, as, b, c, ldc, accumulate);
+               int64_t ldc, int accumulate, const GemmUkernel* k = nullptr) {
+  if (k == nullptr) k = g.gk;
+  if (k->acc == DType::f32) {
+    k->fn(kc, a, as, b, c, ldc, accumulate);
     return;
   }
   thread_local std::vector<uint16_t> tile;
-  tile.resize(static_cast<size_t>(g.mr * g.nr));
-  const int64_t step = round_up(kKeyTile, g.gk->k_align);
+  tile.resize(static_cast<size_t>(k->mr * g.nr));
+  const int64_t step = round_up(kKeyTile, k->k_align);
   for (int64_t k0 = 0; k0 < kc; k0 += step) {
-    g.gk->fn(std::min(step, kc - k0), a + pack_index(g.pa, k0, 0, as) * g.es, as,
-             b + pack_index(g.pb, k0, 0, g.nr) * g.es, tile.data(), g.nr, 0);
-    g.vec->add_f16_tile(g.mr, g.nr, tile.data(), c, ldc, accumulate || k0 > 0);
+    k->fn(std::min(step, kc - k0), a + pack_index(g.pa, k0, 0, as) * g.es, as,
+          b + pack_index(g.pb, k0, 0, g.nr) * g.es, tile.data(), g.nr, 0);
+    g.vec->add_f16_tile(k->mr, g.nr, tile.data(), c, ldc, accumulate || k0 > 0);
   }
 }
 
@@ -738,7 +742,9 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
 }
 
 // stage 2: O[mq][dvp] += P^T x V panels (rows [j0, j0+kc) of each [rp][nr] panel). P holds
-// kc keys x mq queries in layout pa with leading dimension ldp (see softmax_block).
+// kc keys x mq queries in layout pa with leading dimension ldp (see softmax_block). When mq
+// is not a multiple of MR, the last row block reads P and writes O up to the next multiple
+// (padding the caller provides), or runs g's tail kernel if its rows fit that.
 void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const char* vpanels,
             int64_t rp, int64_t j0, int64_t dvp, float* o, Prefetch* pf = nullptr) {
   const int64_t kb = chunk_for(g, kc);
@@ -754,9 +760,10 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
     const int64_t nc = dvp / g.nr, ni = (g.mq + g.mr - 1) / g.mr;
     for (int64_t u = 0; u < nc * ni; ++u) {
       const int64_t c = rows_outer ? u % nc : u / ni, i0 = (rows_outer ? u / nc : u % ni) * g.mr;
+      const bool tail = g.tail != nullptr && g.mq - i0 <= g.tail->mr;
       gemm_call(g, kl, p + pack_index(g.pa, k0, i0, ldp) * g.es, ldp,
                 vpanels + (c * rp * g.nr + pack_index(g.pb, j0 + k0, 0, g.nr)) * g.es,
-                o + i0 * dvp + c * g.nr, dvp, 1);
+                o + i0 * dvp + c * g.nr, dvp, 1, tail ? g.tail : nullptr);
       if (pf != nullptr) pf->step();
     }
   }
@@ -1616,13 +1623,13 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
     return;
   }
   // Query blocks: as few as blocks of at most kChainQueryBlock rows allow, of equal size,
-  // rounded up to NR (stage 1); stage 2 runs mq2 = mq rounded up to MR rows.
+  // rounded up to NR (stage 1); stage 2 runs mq rows (its last row block on the tail kernel
+  // where it fits, else on mq2 = mq rounded up to MR rows: T's and E's padding).
   g.kc = lay.kc;
   const int64_t nblocks0 = (p.m + kChainQueryBlock - 1) / kChainQueryBlock;
   g.mq = round_up((p.m + nblocks0 - 1) / nblocks0, g.nr);
   const int64_t mq2 = round_up(g.mq, g.mr);
-  Geometry g2 = g;
-  g2.mq = mq2;
+  const Geometry g2 = g;
   // K2 tiles outside the query blocks: a work item is (group of query blocks, range of K2
   // tiles). Per tile it packs that tile of B and of C (stage-2 panels, [kc][NR]) into its
   // thread's buffers, then runs every block of its group on them, so B and C are read from

@@ -21,20 +21,25 @@
   "vbroadcastss " #off A ", %%zmm" #bc "\n\t"                                                 \
   FMA " %%zmm24, %%zmm" #bc ", %%zmm" #x "\n\t"                                               \
   FMA " %%zmm25, %%zmm" #bc ", %%zmm" #y "\n\t"
-#define FC_X86_12X2_STEP(FMA, A)                                                              \
+// (8X2: the first 8 rows, the tail kernels' tile for a block's last rows.)
+#define FC_X86_8X2_STEP(FMA, A)                                                               \
   FC_X86_12X2_ROW(FMA, 0, A, 26, 0, 1) FC_X86_12X2_ROW(FMA, 4, A, 27, 2, 3)                   \
   FC_X86_12X2_ROW(FMA, 8, A, 26, 4, 5) FC_X86_12X2_ROW(FMA, 12, A, 27, 6, 7)                  \
   FC_X86_12X2_ROW(FMA, 16, A, 26, 8, 9) FC_X86_12X2_ROW(FMA, 20, A, 27, 10, 11)               \
-  FC_X86_12X2_ROW(FMA, 24, A, 26, 12, 13) FC_X86_12X2_ROW(FMA, 28, A, 27, 14, 15)             \
+  FC_X86_12X2_ROW(FMA, 24, A, 26, 12, 13) FC_X86_12X2_ROW(FMA, 28, A, 27, 14, 15)
+#define FC_X86_12X2_STEP(FMA, A)                                                              \
+  FC_X86_8X2_STEP(FMA, A)                                                                     \
   FC_X86_12X2_ROW(FMA, 32, A, 26, 16, 17) FC_X86_12X2_ROW(FMA, 36, A, 27, 18, 19)             \
   FC_X86_12X2_ROW(FMA, 40, A, 26, 20, 21) FC_X86_12X2_ROW(FMA, 44, A, 27, 22, 23)
-// The accumulators' register pairs (x, y) of the 12 C rows, for an epilogue's row macro.
+// The accumulators' register pairs (x, y) of the 12 (8) C rows, for an epilogue's row macro.
+#define FC_X86_8X2_C_ROWS(ROW)                                                                \
+  ROW(0, 1) ROW(2, 3) ROW(4, 5) ROW(6, 7) ROW(8, 9) ROW(10, 11) ROW(12, 13) ROW(14, 15)
 #define FC_X86_12X2_C_ROWS(ROW)                                                               \
-  ROW(0, 1) ROW(2, 3) ROW(4, 5) ROW(6, 7) ROW(8, 9) ROW(10, 11) ROW(12, 13) ROW(14, 15)        \
-  ROW(16, 17) ROW(18, 19) ROW(20, 21) ROW(22, 23)
+  FC_X86_8X2_C_ROWS(ROW) ROW(16, 17) ROW(18, 19) ROW(20, 21) ROW(22, 23)
 
-// acc = 0, then k steps; ends at local label 3 with the sums in zmm0-23.
-#define FC_X86_12X2_KLOOP(FMA)                                                                \
+// acc = 0, then k steps of STEP (FC_X86_12X2_STEP or FC_X86_8X2_STEP); ends at local label
+// 3 with the sums in zmm0-23 (zmm0-15 for 8 rows).
+#define FC_X86_KLOOP(FMA, STEP)                                                               \
   "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"                                                         \
   "vmovaps %%zmm0, %%zmm1\n\t"  "vmovaps %%zmm0, %%zmm2\n\t"  "vmovaps %%zmm0, %%zmm3\n\t"    \
   "vmovaps %%zmm0, %%zmm4\n\t"  "vmovaps %%zmm0, %%zmm5\n\t"  "vmovaps %%zmm0, %%zmm6\n\t"    \
@@ -52,10 +57,10 @@
   "1:\n\t"                                                                                    \
   "vmovups 0(%[b]), %%zmm24\n\t"  "vmovups 64(%[b]), %%zmm25\n\t"                             \
   "prefetcht0 (%[p])\n\t"                                                                     \
-  FC_X86_12X2_STEP(FMA, "(%[a])")                                                             \
+  STEP(FMA, "(%[a])")                                                                         \
   "vmovups 128(%[b]), %%zmm24\n\t"  "vmovups 192(%[b]), %%zmm25\n\t"                          \
   "prefetcht0 (%[p], %[as], 1)\n\t"                                                           \
-  FC_X86_12X2_STEP(FMA, "(%[a], %[as], 1)")                                                   \
+  STEP(FMA, "(%[a], %[as], 1)")                                                               \
   "add $256, %[b]\n\t"                                                                        \
   "lea (%[a], %[as], 2), %[a]\n\t"                                                            \
   "lea (%[p], %[as], 2), %[p]\n\t"                                                            \
@@ -66,7 +71,7 @@
   "test $1, %[k]\n\t"                                                                         \
   "jz 3f\n\t"                                                                                 \
   "vmovups (%[b]), %%zmm24\n\t"  "vmovups 64(%[b]), %%zmm25\n\t"                              \
-  FC_X86_12X2_STEP(FMA, "(%[a])")                                                             \
+  STEP(FMA, "(%[a])")                                                                         \
   "3:\n\t"
 
 // One C row's add (from [p]) or store (to [c]) for an epilogue's row macro: registers x and y
@@ -80,17 +85,18 @@
   MOV " %%" REG #y ", " #HALF "(%[c])\n\t"                                                    \
   "add %[ldc], %[c]\n\t"
 
-// The end of both kernels: with [accumulate] != 0, ADD_ROW adds each C row (read through
+// The end of the kernels: with [accumulate] != 0, ADD_ROW adds each C row (read through
 // [p], rows [ldc] bytes apart) into its accumulators; then STORE_ROW stores each row at [c].
+// C_ROWS: FC_X86_12X2_C_ROWS or FC_X86_8X2_C_ROWS.
 // vzeroupper: the compiler does not know the statement used zmm registers, so it would not
 // clean the upper state for the caller's SSE code itself.
-#define FC_X86_12X2_ADD_STORE(ADD_ROW, STORE_ROW)                                             \
+#define FC_X86_ADD_STORE(C_ROWS, ADD_ROW, STORE_ROW)                                          \
   "test %[accumulate], %[accumulate]\n\t"                                                     \
   "jz 4f\n\t"                                                                                 \
   "mov %[c], %[p]\n\t"                                                                        \
-  FC_X86_12X2_C_ROWS(ADD_ROW)                                                                 \
+  C_ROWS(ADD_ROW)                                                                             \
   "4:\n\t"                                                                                    \
-  FC_X86_12X2_C_ROWS(STORE_ROW)                                                               \
+  C_ROWS(STORE_ROW)                                                                           \
   "vzeroupper\n\t"
 
 // The statement's operands: the caller's pa, pb, pc (A, B, C pointers), pf and n (scratch),

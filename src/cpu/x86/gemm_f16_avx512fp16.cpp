@@ -52,21 +52,27 @@ namespace flashcore::cpu::ukernels {
 #define FC_NOEPI_ADD_ROW(x, y) FC_X86_12X2_ADD_ROW(x, y, "vaddph", "ymm", 32)
 #define FC_NOEPI_STORE_ROW(x, y) FC_X86_12X2_STORE_ROW(x, y, "vmovdqu16", "ymm", 32)
 
-void f16_12x2_noepi4_avx512fp16(int64_t kc, const void* a, int64_t as, const void* b, void* c,
-                                int64_t ldc, int accumulate) {
-  const char* pa = static_cast<const char*>(a);  // pair words, as per pair row
-  const char* pb = static_cast<const char*>(b);
-  char* pc = static_cast<char*>(c);
-  const char* pf;  // the prefetch address; then C's rows for the adds
-  int64_t n;       // iterations of two pair steps
-  // kc is even (k_align 2: the packing pads an odd k with a zero pair partner).
-  const int64_t pairs = kc / 2, as_bytes = as * 4, ldc_bytes = ldc * 2, acc = accumulate;
-  asm volatile(
-      FC_X86_12X2_KLOOP("vfmadd231ph")
-      FC_X86_12X2_C_ROWS(FC_NOEPI_FOLD_ROW)
-      FC_X86_12X2_ADD_STORE(FC_NOEPI_ADD_ROW, FC_NOEPI_STORE_ROW)
-      FC_X86_12X2_OPERANDS(pairs));
-}
+// f16_8x2_noepi4_avx512fp16: its first 8 rows, the tail kernel of a row range that leaves
+// 1-8 rows after whole 12-row blocks (gemm_tails.inc).
+// kc is even (k_align 2: the packing pads an odd k with a zero pair partner); A is read as
+// pair words, as per pair row.
+#define FC_NOEPI_KERNEL(name, STEP, C_ROWS)                                                   \
+  void name(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,       \
+            int accumulate) {                                                                 \
+    const char* pa = static_cast<const char*>(a);                                             \
+    const char* pb = static_cast<const char*>(b);                                             \
+    char* pc = static_cast<char*>(c);                                                         \
+    const char* pf; /* the prefetch address; then C's rows for the adds */                    \
+    int64_t n;      /* iterations of two pair steps */                                        \
+    const int64_t pairs = kc / 2, as_bytes = as * 4, ldc_bytes = ldc * 2, acc = accumulate;   \
+    asm volatile(FC_X86_KLOOP("vfmadd231ph", STEP)                                            \
+                 C_ROWS(FC_NOEPI_FOLD_ROW)                                                    \
+                 FC_X86_ADD_STORE(C_ROWS, FC_NOEPI_ADD_ROW, FC_NOEPI_STORE_ROW)               \
+                 FC_X86_12X2_OPERANDS(pairs));                                                \
+  }
+FC_NOEPI_KERNEL(f16_12x2_noepi4_avx512fp16, FC_X86_12X2_STEP, FC_X86_12X2_C_ROWS)
+FC_NOEPI_KERNEL(f16_8x2_noepi4_avx512fp16, FC_X86_8X2_STEP, FC_X86_8X2_C_ROWS)
+#undef FC_NOEPI_KERNEL
 #undef FC_NOEPI_FOLD_ROW
 #undef FC_NOEPI_ADD_ROW
 #undef FC_NOEPI_STORE_ROW
