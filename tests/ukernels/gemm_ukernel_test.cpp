@@ -320,6 +320,69 @@ TEST(GemmTail, SameTileShapeFewerRows) {
   EXPECT_EQ(with_tail, listed);
 }
 
+// fp32-C forms (gemm_c32.inc): bit for bit the kernel's fp16 tile widened and stored or
+// added into an fp32 C (as add_f16_tile does), for k from one pair to the fp16 chunk
+// (256), padded A and C strides; C beyond NR untouched; found by the dispatch table.
+struct C32Entry {
+  const char* kernel;
+  const char* key;
+  cpu::GemmFn fn;
+};
+#define FC_GEMM_C32(kernel_, key_) C32Entry{#kernel_, #key_, &cpu::ukernels::key_},
+const C32Entry kC32[] = {
+    C32Entry{nullptr, nullptr, nullptr},
+#include "cpu/ukernels/gemm_c32.inc"
+};
+#undef FC_GEMM_C32
+
+TEST(GemmC32, MatchesTileAddedInFp32) {
+  int listed = 0;
+  for (const C32Entry& e : kC32) {
+    if (e.kernel == nullptr) continue;
+    ++listed;
+    SCOPED_TRACE(e.key);
+    const GemmEntry* k = nullptr;
+    for (const GemmEntry& g : kGemmKernels)
+      if (std::strcmp(g.key, e.kernel) == 0) k = &g;
+    ASSERT_NE(k, nullptr) << "no kernel " << e.kernel;
+    ASSERT_EQ(k->acc, DType::f16);
+    for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) {
+      if (cpu::gemm_ukernel(i).fn == k->fn) {
+        EXPECT_EQ(cpu::gemm_c32(cpu::gemm_ukernel(i)), e.fn);
+      }
+    }
+    if (!cpu::isa_available(k->isa)) continue;
+    Rng rng;
+    FC_TRACE_SEED(rng);
+    const int64_t mr = k->mr, nr = k->nr, as = mr + 3, ldc = nr + 5;
+    for (int64_t kc : {int64_t(k->k_align), int64_t(2 * k->k_align + 6), int64_t(120), int64_t(256)})
+      for (int accumulate : {0, 1}) {
+        SCOPED_TRACE("kc " + std::to_string(kc) + (accumulate ? ", accumulate" : ", init"));
+        Buf a(k->ab, kc * as), b(k->ab, kc * nr), tile(DType::f16, mr * nr);
+        for (int64_t kk = 0; kk < kc; ++kk) {
+          for (int64_t i = 0; i < mr; ++i) a.set(cpu::pack_index(k->a_layout, kk, i, as), rng.uniform(-1, 1));
+          for (int64_t j = 0; j < nr; ++j) b.set(cpu::pack_index(k->b_layout, kk, j, nr), rng.uniform(-1, 1));
+        }
+        std::vector<float> c(static_cast<size_t>(mr * ldc));
+        for (float& x : c) x = float(rng.uniform(-4, 4));
+        std::vector<float> want = c;
+        k->fn(kc, a.data(), as, b.data(), tile.data(), nr, 0);
+        const uint16_t* t = static_cast<const uint16_t*>(tile.data());
+        for (int64_t i = 0; i < mr; ++i)
+          for (int64_t j = 0; j < nr; ++j) {
+            const float v = fc::core::f16_to_f32(t[i * nr + j]);
+            float& w = want[size_t(i * ldc + j)];
+            w = accumulate ? w + v : v;
+          }
+        e.fn(kc, a.data(), as, b.data(), c.data(), ldc, accumulate);
+        ASSERT_EQ(0, std::memcmp(c.data(), want.data(), c.size() * sizeof(float)));
+      }
+  }
+  int with_form = 0;
+  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) with_form += cpu::gemm_c32(cpu::gemm_ukernel(i)) != nullptr;
+  EXPECT_EQ(with_form, listed);
+}
+
 // The list expanded here and the dispatch table are the same list.
 TEST(GemmUkernelList, MatchesDispatchTable) {
   ASSERT_EQ(cpu::gemm_ukernel_count(), int(std::size(kGemmKernels)));

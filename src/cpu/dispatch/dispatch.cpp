@@ -126,6 +126,16 @@ const GemmTail kTails[] = {
 };
 #undef FC_GEMM_TAIL
 
+struct GemmC32 {
+  GemmFn kernel, form;
+};
+#define FC_GEMM_C32(kernel_, form_) {&ukernels::kernel_, &ukernels::form_},
+const GemmC32 kC32[] = {
+    {nullptr, nullptr},  // (a build without AVX512-FP16 kernels lists none)
+#include "cpu/ukernels/gemm_c32.inc"
+};
+#undef FC_GEMM_C32
+
 #define FC_VECOPS(key_, isa_) &ukernels::key_,
 const VecOps* const kVec[] = {
 #include "cpu/ukernels/vecops.inc"
@@ -202,6 +212,11 @@ const GemmUkernel* gemm_tail(const GemmUkernel& k) {
     if (t.kernel != nullptr && t.kernel == k.fn)
       for (const GemmUkernel& g : kGemm)
         if (g.fn == t.tail) return &g;
+  return nullptr;
+}
+GemmFn gemm_c32(const GemmUkernel& k) {
+  for (const GemmC32& c : kC32)
+    if (c.kernel != nullptr && c.kernel == k.fn) return c.form;
   return nullptr;
 }
 const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }

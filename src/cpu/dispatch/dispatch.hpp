@@ -27,6 +27,8 @@ const GemmUkernel& gemm_ukernel(int i);
 const GemmPanel* gemm_panel(const GemmUkernel& k);
 // The tail kernel of kernel k (gemm_tails.inc), or null.
 const GemmUkernel* gemm_tail(const GemmUkernel& k);
+// The fp32-C form of fp16-summing kernel k (gemm_c32.inc), or null.
+GemmFn gemm_c32(const GemmUkernel& k);
 int vecops_count();
 const VecOps& vecops(int i);
 int rowops_count();

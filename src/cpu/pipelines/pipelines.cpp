@@ -510,6 +510,7 @@ struct Geometry {
   const char* key;      // what ran, for PhaseTimes
   const GemmPanel* panel = nullptr;  // the kernel's panel form (stage 1 at small k), or null
   const GemmUkernel* tail = nullptr;  // its tail kernel (a row range's last rows), or null
+  GemmFn c32 = nullptr, tail_c32 = nullptr;  // their fp32-C forms (acc-f16 kernels), or null
   // online: how far (log2 units of exp2's argument) a tile's max may pass the running
   // reference max before O and l are rescaled to it (see softmax_block); 0 for kernels
   // that accumulate in fp16, whose <= 256-term sums must keep P <= 1.
@@ -551,6 +552,8 @@ void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.key = gk->key;
   g.panel = gemm_panel(*gk);
   g.tail = gemm_tail(*gk);
+  g.c32 = gemm_c32(*gk);
+  g.tail_c32 = g.tail != nullptr ? gemm_c32(*g.tail) : nullptr;
   g.rescale_slack = gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
   // A B panel chunk of kb x NR operands fills at most l1_panel_bytes().
   g.kb = std::max<int64_t>(gk->k_align, l1_panel_bytes() / (g.nr * g.es) / gk->k_align * gk->k_align);
@@ -637,9 +640,16 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
     k->fn(kc, a, as, b, c, ldc, accumulate);
     return;
   }
+  const int64_t step = round_up(kKeyTile, k->k_align);
+  // The kernel's fp32-C form where it has one: each chunk's sums added straight into C.
+  if (const GemmFn c32 = k == g.gk ? g.c32 : g.tail_c32) {
+    for (int64_t k0 = 0; k0 < kc; k0 += step)
+      c32(std::min(step, kc - k0), a + pack_index(g.pa, k0, 0, as) * g.es, as,
+          b + pack_index(g.pb, k0, 0, g.nr) * g.es, c, ldc, accumulate || k0 > 0);
+    return;
+  }
   thread_local std::vector<uint16_t> tile;
   tile.resize(static_cast<size_t>(k->mr * g.nr));
-  const int64_t step = round_up(kKeyTile, k->k_align);
   for (int64_t k0 = 0; k0 < kc; k0 += step) {
     k->fn(std::min(step, kc - k0), a + pack_index(g.pa, k0, 0, as) * g.es, as,
           b + pack_index(g.pb, k0, 0, g.nr) * g.es, tile.data(), g.nr, 0);

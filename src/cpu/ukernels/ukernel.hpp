@@ -143,6 +143,8 @@ struct RowOps {
   void key(int64_t, const void*, int64_t, const void*, void*, int64_t, int);
 #define FC_GEMM_PANEL(kernel, key, max_k) \
   void key(int64_t, const void*, int64_t, int64_t, const void*, float*, int64_t, float*);
+#define FC_GEMM_C32(kernel, key) \
+  void key(int64_t, const void*, int64_t, const void*, void*, int64_t, int);
 #define FC_VECOPS(key, isa) \
   extern const VecOps key;
 #define FC_ROWOPS(key, isa) \
@@ -150,6 +152,7 @@ struct RowOps {
 namespace ukernels {
 #include "cpu/ukernels/gemm.inc"
 #include "cpu/ukernels/gemm_panels.inc"
+#include "cpu/ukernels/gemm_c32.inc"
 #include "cpu/ukernels/vecops.inc"
 #include "cpu/ukernels/rowops.inc"
 #if defined(FC_BUILD_AMX)
@@ -158,6 +161,7 @@ void amx_configure_tiles();  // prepare_gemm(Isa::amx_bf16) (src/cpu/x86/gemm_bf
 }  // namespace ukernels
 #undef FC_GEMM_UKERNEL
 #undef FC_GEMM_PANEL
+#undef FC_GEMM_C32
 #undef FC_VECOPS
 #undef FC_ROWOPS
 

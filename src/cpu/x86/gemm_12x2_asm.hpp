@@ -85,6 +85,10 @@
   MOV " %%" REG #y ", " #HALF "(%[c])\n\t"                                                    \
   "add %[ldc], %[c]\n\t"
 
+// An fp32 C row's add and store (the fp32 kernel; the fp16 kernels' fp32-C forms).
+#define FC_X86_F32_ADD_ROW(x, y) FC_X86_12X2_ADD_ROW(x, y, "vaddps", "zmm", 64)
+#define FC_X86_F32_STORE_ROW(x, y) FC_X86_12X2_STORE_ROW(x, y, "vmovups", "zmm", 64)
+
 // The end of the kernels: with [accumulate] != 0, ADD_ROW adds each C row (read through
 // [p], rows [ldc] bytes apart) into its accumulators; then STORE_ROW stores each row at [c].
 // C_ROWS: FC_X86_12X2_C_ROWS or FC_X86_8X2_C_ROWS.
@@ -98,6 +102,20 @@
   "4:\n\t"                                                                                    \
   C_ROWS(STORE_ROW)                                                                           \
   "vzeroupper\n\t"
+
+// A kernel function `name` (the GemmFn signature) whose asm statement is BODY: K steps
+// (kc, or kc / 2 k pairs), C elements of C_BYTES bytes.
+#define FC_X86_12X2_KERNEL(name, K, C_BYTES, BODY)                                            \
+  void name(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,       \
+            int accumulate) {                                                                 \
+    const char* pa = static_cast<const char*>(a);                                             \
+    const char* pb = static_cast<const char*>(b);                                             \
+    char* pc = static_cast<char*>(c);                                                         \
+    const char* pf; /* the prefetch address; then C's rows for the adds */                    \
+    int64_t n;      /* iterations of two steps */                                             \
+    const int64_t as_bytes = as * 4, ldc_bytes = ldc * (C_BYTES), acc = accumulate;           \
+    asm volatile(BODY FC_X86_12X2_OPERANDS(K));                                               \
+  }
 
 // The statement's operands: the caller's pa, pb, pc (A, B, C pointers), pf and n (scratch),
 // as_bytes, ldc_bytes and acc (accumulate), and K, the number of steps; zmm0-27 clobbered

@@ -57,22 +57,29 @@ namespace flashcore::cpu::ukernels {
 // kc is even (k_align 2: the packing pads an odd k with a zero pair partner); A is read as
 // pair words, as per pair row.
 #define FC_NOEPI_KERNEL(name, STEP, C_ROWS)                                                   \
-  void name(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,       \
-            int accumulate) {                                                                 \
-    const char* pa = static_cast<const char*>(a);                                             \
-    const char* pb = static_cast<const char*>(b);                                             \
-    char* pc = static_cast<char*>(c);                                                         \
-    const char* pf; /* the prefetch address; then C's rows for the adds */                    \
-    int64_t n;      /* iterations of two pair steps */                                        \
-    const int64_t pairs = kc / 2, as_bytes = as * 4, ldc_bytes = ldc * 2, acc = accumulate;   \
-    asm volatile(FC_X86_KLOOP("vfmadd231ph", STEP)                                            \
-                 C_ROWS(FC_NOEPI_FOLD_ROW)                                                    \
-                 FC_X86_ADD_STORE(C_ROWS, FC_NOEPI_ADD_ROW, FC_NOEPI_STORE_ROW)               \
-                 FC_X86_12X2_OPERANDS(pairs));                                                \
-  }
+  FC_X86_12X2_KERNEL(name, kc / 2, 2,                                                         \
+                     FC_X86_KLOOP("vfmadd231ph", STEP) C_ROWS(FC_NOEPI_FOLD_ROW)              \
+                     FC_X86_ADD_STORE(C_ROWS, FC_NOEPI_ADD_ROW, FC_NOEPI_STORE_ROW))
 FC_NOEPI_KERNEL(f16_12x2_noepi4_avx512fp16, FC_X86_12X2_STEP, FC_X86_12X2_C_ROWS)
 FC_NOEPI_KERNEL(f16_8x2_noepi4_avx512fp16, FC_X86_8X2_STEP, FC_X86_8X2_C_ROWS)
 #undef FC_NOEPI_KERNEL
+
+// The fp32-C forms (gemm_c32.inc): the same k loop and fold, the fp16 sums widened
+// (vcvtph2ps) and added into (accumulate) or stored as an fp32 C, ldc in fp32 elements.
+// The values of the noepi kernel's fp16 tile added into fp32 by VecOps::add_f16_tile,
+// without the tile's store and reload.
+#define FC_C32_WIDEN_ROW(x, y)                                                                \
+  "vcvtph2ps %%ymm" #x ", %%zmm" #x "\n\t"                                                    \
+  "vcvtph2ps %%ymm" #y ", %%zmm" #y "\n\t"
+#define FC_C32_KERNEL(name, STEP, C_ROWS)                                                     \
+  FC_X86_12X2_KERNEL(name, kc / 2, 4,                                                         \
+                     FC_X86_KLOOP("vfmadd231ph", STEP) C_ROWS(FC_NOEPI_FOLD_ROW)              \
+                     C_ROWS(FC_C32_WIDEN_ROW)                                                 \
+                     FC_X86_ADD_STORE(C_ROWS, FC_X86_F32_ADD_ROW, FC_X86_F32_STORE_ROW))
+FC_C32_KERNEL(f16_12x2_noepi4_c32_avx512fp16, FC_X86_12X2_STEP, FC_X86_12X2_C_ROWS)
+FC_C32_KERNEL(f16_8x2_noepi4_c32_avx512fp16, FC_X86_8X2_STEP, FC_X86_8X2_C_ROWS)
+#undef FC_C32_KERNEL
+#undef FC_C32_WIDEN_ROW
 #undef FC_NOEPI_FOLD_ROW
 #undef FC_NOEPI_ADD_ROW
 #undef FC_NOEPI_STORE_ROW

@@ -85,31 +85,16 @@ void f32_12x2_avx512(int64_t kc, const void* a, int64_t as, const void* b, void*
 // block; % of the FMA loop measured in the same process): stage 1 87.5 -> 93.4 %,
 // stage 2 85.3 -> 94.3 % (assembly with one k step per iteration and no prefetch: 88 / 90 %;
 // the intrinsics kernel with the same prefetch: 89 / 90 %).
-
-// One C row's add or store (C rows ldc bytes apart).
-#define FC_PF_ADD_ROW(x, y) FC_X86_12X2_ADD_ROW(x, y, "vaddps", "zmm", 64)
-#define FC_PF_STORE_ROW(x, y) FC_X86_12X2_STORE_ROW(x, y, "vmovups", "zmm", 64)
-
+//
 // f32_8x2_pf_avx512: its first 8 rows, the tail kernel of a row range that leaves 1-8
 // rows after whole 12-row blocks (gemm_tails.inc).
 #define FC_PF_KERNEL(name, STEP, C_ROWS)                                                      \
-  void name(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,       \
-            int accumulate) {                                                                 \
-    const char* pa = static_cast<const char*>(a);                                             \
-    const char* pb = static_cast<const char*>(b);                                             \
-    char* pc = static_cast<char*>(c);                                                         \
-    const char* pf; /* the prefetch address; then C's rows for the adds */                    \
-    int64_t n;      /* iterations of two k steps */                                           \
-    const int64_t as_bytes = as * 4, ldc_bytes = ldc * 4, acc = accumulate;                   \
-    asm volatile(FC_X86_KLOOP("vfmadd231ps", STEP)                                            \
-                 FC_X86_ADD_STORE(C_ROWS, FC_PF_ADD_ROW, FC_PF_STORE_ROW)                     \
-                 FC_X86_12X2_OPERANDS(kc));                                                   \
-  }
+  FC_X86_12X2_KERNEL(name, kc, 4,                                                             \
+                     FC_X86_KLOOP("vfmadd231ps", STEP)                                        \
+                     FC_X86_ADD_STORE(C_ROWS, FC_X86_F32_ADD_ROW, FC_X86_F32_STORE_ROW))
 FC_PF_KERNEL(f32_12x2_pf_avx512, FC_X86_12X2_STEP, FC_X86_12X2_C_ROWS)
 FC_PF_KERNEL(f32_8x2_pf_avx512, FC_X86_8X2_STEP, FC_X86_8X2_C_ROWS)
 #undef FC_PF_KERNEL
-#undef FC_PF_ADD_ROW
-#undef FC_PF_STORE_ROW
 void f32_8x3_avx512(int64_t kc, const void* a, int64_t as, const void* b, void* c, int64_t ldc,
                     int accumulate) {
   gemm<8, 3>(kc, a, as, b, c, ldc, accumulate);
