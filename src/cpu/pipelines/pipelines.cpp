@@ -630,8 +630,9 @@ Geometry make_rows_geometry(const CpuConfig& cfg, int64_t rows) {
 
 // One micro-kernel call into an fp32 C tile. A kernel that accumulates in fp16 (acc f16:
 // seed 000's noepi kernels, chosen only through `impl`) writes an fp16 tile, k chunk by k
-// chunk of at most kKeyTile, and each chunk is added into the fp32 tile: fp16 sums stay
-// within 256 products (no overflow while |A B| terms stay under 255), fp32 across chunks.
+// chunk of at most kKeyTile, and each chunk is added into the fp32 tile (by the kernel's
+// fp32-C form where it has one, gemm_c32.inc): fp16 sums stay within 256 products (no
+// overflow while |A B| terms stay under 255), fp32 across chunks.
 // k: the kernel when not g's own (its tail kernel: same NR, dtypes and layouts).
 void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const char* b, float* c,
                int64_t ldc, int accumulate, const GemmUkernel* k = nullptr) {
