@@ -1640,7 +1640,6 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
   const int64_t nblocks0 = (p.m + kChainQueryBlock - 1) / kChainQueryBlock;
   g.mq = round_up((p.m + nblocks0 - 1) / nblocks0, g.nr);
   const int64_t mq2 = round_up(g.mq, g.mr);
-  const Geometry g2 = g;
   // K2 tiles outside the query blocks: a work item is (group of query blocks, range of K2
   // tiles). Per tile it packs that tile of B and of C (stage-2 panels, [kc][NR]) into its
   // thread's buffers, then runs every block of its group on them, so B and C are read from
@@ -1714,7 +1713,7 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
       if (packed != nullptr && t + 1 < jt1) {
         // (chunk_for: ceil(k / kb) chunks of k)
         const int64_t calls = nb * (ceil_div(k1p, g.kb) * (g.mq / g.nr) * (kc / g.mr) +
-                                    ceil_div(kc, g2.kb) * (mq2 / g.mr) * (np / g.nr));
+                                    ceil_div(kc, g.kb) * (mq2 / g.mr) * (np / g.nr));
         pf.p = packed->data + lay.b_offset(t + 1);
         pf.end = pf.p + lay.btile + lay.ctile;
         pf.lines = ceil_div(int64_t(lay.btile + lay.ctile) / 64, calls);
@@ -1724,7 +1723,7 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
         // for fp32 k-major kernels, the kernel's fp16 tiles straight into P (f16_direct),
         // else T converted into the kernel's dtype and layout (leading dimension ldp).
         const char* pt = reinterpret_cast<const char*>(T);
-        int64_t ldp = g.pa == Layout::rows ? g.kc : mq2;
+        const int64_t ldp = g.pa == Layout::rows ? g.kc : mq2;
         stage1(g, k1p, kc, btile, xbs, ldb, apack + (qb - qb0) * g.mq * k1p * g.es, T, mq2, nullptr,
                &pf, f16_direct ? reinterpret_cast<uint16_t*>(P) : nullptr, ldp);
         lap.to(ph.gemm);
@@ -1740,7 +1739,7 @@ void gemm_chain(const core::GemmChainProblem& p, const PackedOperands::State* pa
           pt = P;
           lap.to(ph.exp_pack);
         }
-        stage2(g2, kc, pt, ldp, ctile, kc, 0, np, E(qb), &pf);
+        stage2(g, kc, pt, ldp, ctile, kc, 0, np, E(qb), &pf);
         lap.to(ph.gemm);
       }
     }

@@ -128,9 +128,10 @@ struct FwdSm90Traits {
   // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only): all of O where
   // that fits beside the ring (227 KiB per CTA), else (hd256) half of it, O going out in
   // kOPasses = 2 passes of half its column blocks, the second once the first's stores read
-  // the buffer (kSmem's static_assert says when half does not fit either). (Until session 23 hd256 staged O in Q's
-  // buffer, which the producer could refill only once the stores had read O out of it: the
-  // next item's first S waited for that and for Q's load; docs/results/cuda-sm90-2026-11-22.md.)
+  // the buffer (kSmem's static_assert says when half does not fit either). (Until session
+  // 23 hd256 staged O in Q's buffer, which the producer could refill only once the stores
+  // had read O out of it: the next item's first S waited for that and for Q's load;
+  // docs/results/cuda-sm90-2026-11-22.md.)
   static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
   static constexpr int kOPasses = !kPersistent || kFp8 || kSmemNoO + kTileQ <= 232448 ? 1 : 2;
   static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ / kOPasses : 0;
