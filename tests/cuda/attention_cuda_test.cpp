@@ -13,12 +13,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "cuda/kernels/item_order.hpp"
 #include "cuda/kernels/params.hpp"
 #include "flashcore/flashcore.hpp"
 
@@ -904,6 +907,9 @@ TEST_P(CudaSm90, Varlen) {
 // many heads, where the items past a short sequence's end are skipped (every sm90 kernel,
 // the persistent "_p" ones being the point). B = 3: 3 to 6 items per CTA on 132 SMs (2 with
 // B = 1), so each CTA's Q buffer, ring phases and ping-pong turns carry over several items.
+// The persistent kernels' causal rows run again under the other item numberings
+// (FLASHCORE_SM90_ITEM_GROUP forces the group: 4, and all 192 head-batches, where the rule
+// takes 1 here): each (query block, head) is computed once, whatever the items' order.
 TEST_P(CudaSm90, PersistentManyItems) {
   FC_REQUIRE_SM90();
   // Causal with Sq < Sk (key tiles per item vary: odd and even counts), without a mask
@@ -911,16 +917,21 @@ TEST_P(CudaSm90, PersistentManyItems) {
   // without key tiles among a CTA's items).
   const int shapes[3][3] = {{400, 500, 1}, {300, 333, 0}, {500, 400, 1}};
   for (const auto& key : all_sm90(GetParam())) {
-    for (const auto& sh : shapes) {
-      Case c = sm90_case(GetParam(), key);
-      c.B = 3;
-      c.H = 64;
-      c.Hkv = 16;
-      c.Sq = sh[0];
-      c.Sk = sh[1];
-      c.causal = sh[2] != 0;
-      run_case(c);
-    }
+    for (const auto& sh : shapes)
+      for (const char* group : {"", "4", "192"}) {
+        if (group[0] != '\0' && (sh[2] == 0 || !has_suffix(key.first, "_p"))) continue;
+        SCOPED_TRACE(std::string("item group ") + (group[0] != '\0' ? group : "(the rule)"));
+        Case c = sm90_case(GetParam(), key);
+        c.B = 3;
+        c.H = 64;
+        c.Hkv = 16;
+        c.Sq = sh[0];
+        c.Sk = sh[1];
+        c.causal = sh[2] != 0;
+        if (group[0] != '\0') setenv("FLASHCORE_SM90_ITEM_GROUP", group, 1);
+        run_case(c);
+        unsetenv("FLASHCORE_SM90_ITEM_GROUP");
+      }
     varlen_case(GetParam(), key.second, key.first, 64);
   }
 }
@@ -1648,6 +1659,69 @@ TEST(CudaHost, FastDiv) {
   };
   for (int d = 1; d <= 4096; ++d) check(d);
   for (int i = 0; i < 4096; ++i) check(int(rng.integer(1, INT32_MAX)));
+}
+
+// The persistent kernels' item numbering (params.hpp ItemOrder) and its choice per launch
+// (item_order.hpp): every group size that divides the head-batches numbers each (query
+// block, head-batch) exactly once, group 1 is one head's blocks after another and every
+// group's blocks come heaviest first; the choice keeps group 1 without a band mask and where
+// it balances, takes every head's last block first where group 1 would load some CTAs with
+// heavy blocks round after round, and never picks the worse balanced of the two.
+TEST(CudaHost, PersistentItemOrder) {
+  using flashcore::cuda::ItemOrder;
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  for (int t = 0; t < 200; ++t) {
+    const int n_mb = int(rng.integer(1, 70)), hbs = int(rng.integer(1, 40));
+    std::vector<int> divisors;
+    for (int g = 1; g <= hbs; ++g)
+      if (hbs % g == 0) divisors.push_back(g);
+    const int g = divisors[size_t(rng.integer(0, int64_t(divisors.size()) - 1))];
+    const ItemOrder order(g, n_mb);
+    std::vector<int> seen(size_t(n_mb * hbs), 0);
+    int last_blk = -1;
+    for (int w = 0; w < n_mb * hbs; ++w) {
+      int blk, hb;
+      order.decode(w, n_mb, blk, hb);
+      ASSERT_TRUE(blk >= 0 && blk < n_mb && hb >= 0 && hb < hbs) << w << " of " << n_mb << " x " << hbs << ", group " << g;
+      ++seen[size_t(blk * hbs + hb)];
+      if (g == 1) {
+        ASSERT_TRUE(hb == w / n_mb && blk == w % n_mb) << w;
+      }
+      if (w % (g * n_mb) != 0) {
+        ASSERT_GE(blk, last_blk) << "blocks out of order within a group at item " << w;
+      }
+      last_blk = blk;
+    }
+    for (int v : seen) ASSERT_EQ(v, 1) << n_mb << " x " << hbs << ", group " << g;
+  }
+  using flashcore::cuda::persistent_item_group;
+  flashcore::core::BandMask none, causal;
+  causal.right = 0;
+  // Cost per block index (counted from the last) under causal Sq = Sk, block_m 128.
+  auto costs = [](int n_mb, int bn) {
+    std::vector<int64_t> c(static_cast<size_t>(n_mb));
+    for (int blk = 0; blk < n_mb; ++blk) c[size_t(blk)] = 1 + ((n_mb - blk) * 128 + bn - 1) / bn;
+    return c;
+  };
+  EXPECT_EQ(persistent_item_group(none, 8192, 8192, 0, 128, 64, 16, 132), 1);
+  // H200, session 25: f16 hd256 B2 H8 S8192 causal (128x64 tiles): 513 TFLOP/s with group 1,
+  // 631 with every head's last block first; hd128 B4 H16 S4096 (128x128): 575 against 517.
+  EXPECT_EQ(persistent_item_group(causal, 8192, 8192, 0, 128, 64, 16, 132), 16);
+  EXPECT_EQ(persistent_item_group(causal, 4096, 4096, 0, 128, 128, 64, 132), 1);
+  for (int t = 0; t < 50; ++t) {
+    const int n_mb = int(rng.integer(2, 130)), hbs = int(rng.integer(2, 64)), bn = rng.integer(0, 1) ? 64 : 128;
+    const int ctas = int(rng.integer(2, 264));
+    const int g = persistent_item_group(causal, n_mb * 128, n_mb * 128, 0, 128, bn, hbs, ctas);
+    ASSERT_TRUE(g == 1 || g == hbs) << g;
+    const auto c = costs(n_mb, bn);
+    if (int64_t(n_mb) * hbs <= ctas) {
+      EXPECT_EQ(g, 1) << "one round";
+      continue;
+    }
+    const double b1 = flashcore::cuda::item_balance(c, hbs, 1, ctas), ball = flashcore::cuda::item_balance(c, hbs, hbs, ctas);
+    EXPECT_GE(g == 1 ? b1 : ball, std::max(b1, ball) - 0.03) << n_mb << " x " << hbs << " on " << ctas;
+  }
 }
 
 TEST(CudaKernels, Listed) {

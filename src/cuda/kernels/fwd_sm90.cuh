@@ -80,6 +80,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/tma_host.hpp"
+#include "cuda/kernels/item_order.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/operands.cuh"
@@ -208,10 +209,12 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   // kPersistent: as many CTAs as fit on the SMs at once, each walking a static list of
   // work items: in round r, CTA c takes item w = r G + c for even r and r G + G - 1 - c
   // for odd r (G = gridDim.x; a snake order), until w >= items. Item w is (query block,
-  // head, batch), query blocks fastest and in descending order within a head, so the CTAs
-  // at work at one time share a few heads' K and V in L2 and each head's heaviest (latest,
-  // causal) blocks come first; the snake pairs a CTA's heavy item of one round with a
-  // light one in the next. Producer and consumers compute the same list, so nothing is
+  // head, batch) as p.order numbers them (params.hpp ItemOrder; the launcher's choice,
+  // item_order.hpp): one head's query blocks after another, the heaviest (latest, causal)
+  // first, so the CTAs at work at one time share a few heads' K and V in L2 and the snake
+  // pairs a CTA's heavy item of one round with a light one in the next; or, under a band
+  // mask where that order would load some CTAs with heavy items round after round, every
+  // head's last block first, then every head's next one. Producer and consumers compute the same list, so nothing is
   // handed over between them; the producer runs ahead into the next item (its Q once the
   // consumers released the last one's, empty_q; K/V into free stages) while the consumers
   // finish the current one. (Measured on an H200 against a dynamic scheduler with an
@@ -225,8 +228,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     int m0, h, b;
   };
   auto item = [&](int w) {
-    const int hb = p.div_mb(w), b = p.div_heads(hb);
-    return Item{(n_mb - 1 - (w - hb * n_mb)) * kBlockM, hb - b * item_heads, b};
+    int blk, hb;
+    p.order.decode(w, n_mb, blk, hb);
+    const int b = p.div_heads(hb);
+    return Item{(n_mb - 1 - blk) * kBlockM, hb - b * item_heads, b};
   };
   // KV splits (p.kv_splits; not persistent): CTA x takes split x % ns of query block
   // x / ns, the split's run of the item's key tiles (kv_run).
@@ -791,7 +796,6 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // SMs at once (or one per item, when there are fewer).
   // GQA packing: Sq G rows of each KV head.
   const int n_mb = ((p.sq << p.pack_shift) + kBlockM - 1) / kBlockM, item_heads = p.heads >> p.pack_shift;
-  kp.div_mb = FastDiv(n_mb);
   kp.div_heads = FastDiv(item_heads);
   // KV splits: kv_splits CTAs per item (not persistent).
   if (p.kv_splits > 1 && (kPersistent || p.part_o == nullptr || p.part_ml == nullptr))
@@ -801,6 +805,9 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
     const int64_t items = int64_t(n_mb) * item_heads * p.batch;
     const int64_t ctas = std::min<int64_t>(items, int64_t(p.sms > 0 ? p.sms : 132) * Tr::kCtasPerSm);
     if (items > INT32_MAX - ctas) return cudaErrorInvalidValue;  // 32-bit item numbers
+    kp.order = ItemOrder(persistent_item_group(band_of(p), p.sq, p.sk, p.pack_shift, kBlockM, kBlockN,
+                                               item_heads * p.batch, int(ctas), forced_item_group()),
+                         n_mb);
     grid = dim3(static_cast<unsigned>(ctas));
   }
   kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(tq, tk, tv, to, kp);

@@ -32,6 +32,24 @@ struct FastDiv {
   }
 };
 
+// The sm90 persistent kernels' item numbering. Items are (query block, head, batch); with
+// hb = b Hi + h (Hi: the item heads) they come in groups of `group` consecutive hb, and
+// within a group query block slowest, the heaviest (last) block first, hb fastest: item w
+// has block index blk (query block n_mb - 1 - blk) and head-batch hb. group 1 is one head
+// after another, each from its last block down; group B Hi is every head's last block,
+// then every head's next, and so on (item_order.hpp chooses).
+struct ItemOrder {
+  FastDiv div_items, div_group;  // by group * n_mb, by group
+  int group = 1;
+  ItemOrder() = default;
+  ItemOrder(int g, int n_mb) : div_items(g * n_mb), div_group(g), group(g) {}
+  __host__ __device__ void decode(int w, int n_mb, int& blk, int& hb) const {
+    const int gi = div_items(w), j = w - gi * group * n_mb;
+    blk = div_group(j);
+    hb = gi * group + (j - blk * group);
+  }
+};
+
 struct FwdParams {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -50,7 +68,8 @@ struct FwdParams {
   const int32_t* cu_k = nullptr;
   int total_q = 0, total_k = 0;   // varlen: rows of the packed Q and K/V tensors (TMA bounds)
   int sms = 0;                    // the device's SMs (the sm90 kernels' persistent grid)
-  FastDiv div_mb, div_heads;      // sm90 (launcher): by the query blocks per head, the item heads
+  ItemOrder order;                // sm90 persistent (launcher): the items' numbering
+  FastDiv div_heads;              // sm90 (launcher): by the item heads
   bool o_tma = false;             // sm90: O may be (launcher) / is (kernel) written by TMA stores (tm_o)
   int pack_shift = 0;             // sm90, 16-bit: log2 of the query heads packed per KV head (GQA), or 0
   int window_left = -1, window_right = -1;  // band mask (causal folded into right = 0)
