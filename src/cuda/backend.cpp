@@ -226,7 +226,12 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 // - Otherwise the first row of at least 128 rows whose grid covers the SMs, skipping rows
 //   taller than 128 under a band mask with Sk < 4096 (causal S2048: 421 vs 406 us for 64
 //   rows; from S8192 they are the fastest).
-// - The chosen tile's persistent variant ("_p"; hd64 and hd128) where Sk <= 4096 (the
+// - The chosen tile's persistent variant ("_p") where Sk <= 8192 under a band mask, else
+//   Sk <= 16384 (hd256: 2048), since session 25 (the items' order chosen per launch,
+//   kernels/item_order.hpp; H200, flashcore_cuda_timing --all-tiles, 3 rounds, f16 TFLOP/s
+//   against the tile without: hd128 S8192 680 vs 651, causal 616 vs 607, S16384 686 vs 668,
+//   causal 635 vs 646; hd256 causal S8192 618 vs 607, S16384 668 vs 693, S4096 without a
+//   mask 662 vs 669). Before: Sk <= 4096 (the
 //   three-per-SM hd64 tile: Sk <= 1024; session 18: S1024 415 vs 402 TFLOP/s for the tile
 //   without, S2048 448 vs 456, S4096 438 vs 491) and there are more items than resident CTAs (session 5, same call vs session 4's kernels: S512
 //   B32 hd64 1.15-1.18x, hd128 1.21-1.23x; --all-tiles, f16, vs the same tile without:
@@ -245,8 +250,8 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
 //   they fit in one.
 const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev, int pack_shift) {
   if (p.tile_m != 0) return nullptr;
-  constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 4096,
-                    kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
+  constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 16384,
+                    kPersistentMaxSkBanded = 8192, kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
   const bool banded = p.banded(), windowed = p.windowed();
   // Varlen: the mean lengths (p.sq and p.sk are the packed tensors' totals there).
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
@@ -273,10 +278,11 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
   const Instance* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   // Persistent CTAs only help where there are more items than CTAs resident at once.
   const auto resident = [&](const Instance* i) { return int64_t(dev.sms) * i->ctas_per_sm(); };
-  const int64_t persistent_max_sk = pick == nullptr           ? 0
-                                    : pick->ctas_per_sm() > 2  ? kPersistentMaxSk3
-                                    : p.d > 128 && !banded     ? kPersistentMaxSk256
-                                                               : kPersistentMaxSk;
+  const int64_t persistent_max_sk = pick == nullptr          ? 0
+                                    : pick->ctas_per_sm() > 2 ? kPersistentMaxSk3
+                                    : banded                  ? kPersistentMaxSkBanded
+                                    : p.d > 128               ? kPersistentMaxSk256
+                                                              : kPersistentMaxSk;
   if (pick != nullptr && sk <= persistent_max_sk &&
       (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
     for (const Instance& i : kInstances)
@@ -322,6 +328,13 @@ int gqa_pack_shift(const core::AttentionProblem& p, int64_t sq) {
 // (2 splits of 64 tiles), B8 H32/8 Sq16 Sk4096 (packed rows fill the 64-row tile) 2
 // splits 53.3, 4 splits 57.6, unsplit ~56.9.
 bool kv_splittable(const Instance& i) { return i.arch == 90 && !i.persistent; }
+
+// A forced key's "+kv<N>" (kv_splits > 1) on a kernel that takes no splits.
+void check_forced_splits(const char* impl, int kv_splits, const Instance& i) {
+  if (kv_splits > 1 && !kv_splittable(i))
+    throw_error(Status::unsupported,
+                std::string("params.impl: '") + impl + "': KV splits run on the sm90 kernels without '_p'");
+}
 int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, const Instance& i, int pack_shift,
                    const DeviceInfo& dev) {
   if (!kv_splittable(i)) return 1;
@@ -549,8 +562,18 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   //   pre-pass reading and writing V once more: H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 80
   //   us, Sk16384 593 -> 295; session 21), else the rows without;
   // - else the first taller row whose key tile is at most a quarter of the keys (128-key
-  //   tiles always qualify; the last taller row when none does).
-  constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384;
+  //   tiles always qualify; the last taller row when none does);
+  // - but before the 64-row rule, the taller row's persistent variant ("_p") where its
+  //   items outnumber the SMs and the keys are at most kFp8PersistentMaxSk (hd256 without a
+  //   band mask: kFp8PersistentMaxSk256). H200, session 25, flashcore_cuda_timing --all-tiles,
+  //   3 rounds, TFLOP/s: hd128 128x192_s3_p against the 64-row tiles the rule took before,
+  //   S512 410 vs 390 (causal 230 vs 226), S2048 739 vs 672 (558 vs 522), S4096 830 vs 792
+  //   (673 vs 638), causal S8192 807 vs 737; against 128x192_s3 at S8192 906 vs 890 and at
+  //   S16384 935 vs 955 (causal 870 vs 859); hd256 128x128_s2_p against 128x128_s2: S512
+  //   478 vs 450 (283 vs 256), S4096 1083 vs 1073 (888 vs 837), S8192 1167 vs 1178 (causal
+  //   1017 vs 993), causal S16384 1132 vs 1152.
+  constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384, kFp8PersistentMaxSk = 8192,
+                    kFp8PersistentMaxSk256 = 4096;
   const bool banded = p.banded();
   const int want64 = pack_shift > 0 && sq << pack_shift <= 64 ? 128
                      : banded ? (sk_mean < kFp8BandedTallSk ? 192 : 0)
@@ -565,7 +588,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
       any = true;
-      if (!takes(i)) continue;
+      if (!takes(i) || i.persistent) continue;  // persistent rows: below, as the taller row's variant
       if (i.vt_in) {
         if (one_tile && inst_vt == nullptr && i.block_n == want64) inst_vt = &i;
         continue;
@@ -579,6 +602,13 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
       if (tall == nullptr && i.block_n <= std::max<int64_t>(128, sk_mean / 4)) tall = &i;
     }
   if (inst_vt != nullptr) inst = inst_vt;
+  if (!one_tile && tall != nullptr &&
+      sk_mean <= (p.d > 128 && !banded ? kFp8PersistentMaxSk256 : kFp8PersistentMaxSk) &&
+      ((sq << pack_shift) + tall->block_m - 1) / tall->block_m * (p.heads >> pack_shift) * p.batch > dev.sms)
+    for (const Instance& i : kInstances)
+      if (i.arch == 90 && i.dtype == DType::e4m3 && i.persistent && i.head_dim == tall->head_dim &&
+          i.block_m == tall->block_m && i.block_n == tall->block_n && i.stages == tall->stages && takes(i))
+        inst = &i;
   if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
   int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count
   if (p.impl != nullptr && p.impl[0] != '\0') {
@@ -588,6 +618,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
     if (inst == nullptr || !takes(*inst))
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not an e4m3 kernel of this build for D = " +
                                            std::to_string(p.d) + ", Dv = " + std::to_string(p.dv));
+    check_forced_splits(p.impl, kv_splits, *inst);
   }
   if (!any)
     throw_error(Status::unsupported, "q: dtype e4m3 has no CUDA kernel in this build (FLASHCORE_CUDA_DTYPES, "
@@ -670,9 +701,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
     std::string key;
     kv_splits = forced_key(p.impl, &key);
     inst = find_key(key.c_str());
-    if (kv_splits > 1 && inst != nullptr && !kv_splittable(*inst))
-      throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                           "': KV splits run on the sm90 kernels without '_p'");
+    if (inst != nullptr) check_forced_splits(p.impl, kv_splits, *inst);
     if (inst != nullptr && inst->arch == 90) {
       const std::string why = sm90_refusal(p, *inst, dev);
       if (!why.empty())

@@ -536,8 +536,8 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // either family. Hopper tiles: 64 rows (two CTAs per SM) where the keys are few (hd64:
 // Sk < 8192; hd128: band mask and Sk < 1024) or the taller
 // tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
-// variant ("_p") where Sk <= 4096 (hd64's three-per-SM tile: 1024; hd256 without a mask:
-// 2048) and there are more items than resident CTAs.
+// variant ("_p") where Sk <= 16384 without a band mask (hd256: 2048), Sk <= 8192 with one
+// (hd64's three-per-SM tile: 1024) and there are more items than resident CTAs.
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
@@ -552,30 +552,39 @@ TEST_P(CudaSm90, DispatcherSelects) {
     c.Sk = 300;
     c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x" : "_128x");
     run_case(c);
-    if (D != 96) {  // Sk <= 4096 (hd64: 1024, hd256: 2048 without a mask) and more items than resident CTAs: persistent
+    if (D != 96) {  // Sk within the bounds above and more items than resident CTAs: persistent
       c.B = 3;  // hd64: 792 items of 64 rows, more than two per SM: the three-per-SM 64x64 tile
       c.expect_kernel = sm90 + std::to_string(D) + (D == 64 ? "_64x64_s2_p" : D == 128 ? "_128x128_s2_p" : "_128x64_s2_p");
       run_case(c);
     }
   }
-  {  // hd128 without a mask: persistent up to Sk <= 4096, then the one-item-per-CTA kernel
-    Case c;
+  {  // hd128 without a mask: persistent up to Sk <= 16384, then the one-item-per-CTA kernel
+    Case c;  // 4 query blocks x 34 heads: 136 items, more than 132 SMs
     c.dtype = dt;
     c.sample_heads = true;
     c.D = 128;
-    c.B = 2;
-    c.H = c.Hkv = 132;
-    c.Sq = 128;
-    c.Sk = 4096;
+    c.H = c.Hkv = 34;
+    c.Sq = 512;
+    c.Sk = 16384;
     c.expect_kernel = sm90 + "128_128x128_s2_p";
     c.exact_kernel = true;
     run_case(c);
-    c.Sk = 4097;
+    c.Sk = 16385;
     c.expect_kernel = sm90 + "128_128x128_s2";
     run_case(c);
-    c.D = 256;  // hd256 without a mask: persistent up to Sk <= 2048
-    c.Sk = 2048;
+    c.causal = true;  // with a band mask: up to Sk <= 8192
+    c.Sk = 8192;
+    c.expect_kernel = sm90 + "128_128x128_s2_p";
+    run_case(c);
+    c.Sk = 8193;
+    c.expect_kernel = sm90 + "128_128x128_s2";
+    run_case(c);
+    c.D = 256;  // hd256: the same with a band mask
+    c.Sk = 8192;
     c.expect_kernel = sm90 + "256_128x64_s2_p";
+    run_case(c);
+    c.causal = false;  // without one: up to Sk <= 2048
+    c.Sk = 2048;
     run_case(c);
     c.Sk = 2049;
     c.expect_kernel = sm90 + "256_128x64_s2";
@@ -1181,22 +1190,34 @@ struct Fp8Case {
 // when none; backend.cpp attention_fp8): the first 64-row key ("_64x<n>_") with n = 128
 // (GQA-packed rows that fit one 64-row tile: few_rows), 192 (banded, Sk < 16384) or 128
 // (no mask, Sk < 8192) where the build has one; else the first taller key whose key tile
-// is at most max(128, Sk / 4), else the last taller one.
-std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool few_rows = false) {
+// is at most max(128, Sk / 4), else the last taller one. Before the 64-row rule, that
+// taller key's persistent variant ("_p") where its items (items(128): the count of 128-row
+// work items; null or 0: not considered) outnumber the SMs and Sk <= 8192 (hd256 without a
+// band mask: 4096).
+std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool few_rows = false,
+                    const std::function<int64_t(int64_t)>& items = nullptr) {
   const int64_t want64 = few_rows ? 128 : banded ? (Sk < 16384 ? 192 : 0) : (Sk < 8192 ? 128 : 0);
-  std::string tall, last_tall, first64;
-  for (const auto& k : sm90_keys(DType::e4m3, D)) {
-    if (has_suffix(k.first, "_vt")) continue;  // fp8_expected
+  std::string tall, last_tall, first64, key64;
+  const auto keys = sm90_keys(DType::e4m3, D);
+  for (const auto& k : keys) {
+    if (has_suffix(k.first, "_vt") || has_suffix(k.first, "_p")) continue;  // fp8_expected; below
     const size_t x = k.first.rfind('x'), u = k.first.rfind('_', x);
     const int64_t m = std::stoll(k.first.substr(u + 1)), n = std::stoll(k.first.substr(x + 1));
     if (m == 64) {
-      if (n == want64) return k.first;
+      if (key64.empty() && n == want64) key64 = k.first;
       if (first64.empty()) first64 = k.first;
       continue;
     }
     if (tall.empty() && n <= std::max<int64_t>(128, Sk / 4)) tall = k.first;
     last_tall = k.first;
   }
+  int sms = 0, dev = 0;
+  if (items != nullptr && !tall.empty() && Sk <= (D > 128 && !banded ? 4096 : 8192) &&
+      cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && items(128) > sms)
+    for (const auto& k : keys)
+      if (k.first == tall + "_p") return k.first;
+  if (!key64.empty()) return key64;
   return !tall.empty() ? tall : !last_tall.empty() ? last_tall : first64;
 }
 
@@ -1210,7 +1231,9 @@ std::string fp8_expected(const Fp8Case& c) {
   if (c.Sq < 64 && g >= 2 && g <= 64 && (g & (g - 1)) == 0)
     while ((int64_t(1) << shift) < g) ++shift;
   const int64_t rows = c.Sq << shift;
-  std::string key = fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0, shift > 0 && rows <= 64);
+  std::string key =
+      fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0, shift > 0 && rows <= 64,
+              [&](int64_t bm) { return rows <= 64 ? 0 : (rows + bm - 1) / bm * (c.H >> shift) * c.B; });
   const size_t x = key.rfind('x'), u = key.rfind('_', x);
   const int64_t bm = std::stoll(key.substr(u + 1)), bn = std::stoll(key.substr(x + 1));
   // A head's rows in one 64-row tile: the tile's "_vt" row (V^T made in the kernel) where built.
@@ -1474,6 +1497,7 @@ TEST_P(CudaFp8, GqaPackedAndKvSplits) {
     c.Sq = 1;
     c.Sk = 1000;
     auto run = [&](const std::string& splits, const std::string& packed) {
+      if (!splits.empty() && has_suffix(key, "_p")) return;  // persistent kernels take no splits
       c.impl = key + splits;
       c.expect = key + packed + splits;
       run_fp8(c);
@@ -1539,7 +1563,8 @@ TEST(CudaFp8, Varlen) {
   FC_REQUIRE_SM90();
   for (const auto& [key, d] : all_fp8()) {
     varlen_case(DType::e4m3, d, key, 4, kVarlenQ, kVarlenK, key, 2);
-    varlen_case(DType::e4m3, d, key + "+kv5", 8, {0, 1, 2, 3, 4}, {0, 1, 130, 1025, 2000}, key + "+gqa4+kv5", 3);
+    if (!has_suffix(key, "_p"))  // persistent kernels take no splits
+      varlen_case(DType::e4m3, d, key + "+kv5", 8, {0, 1, 2, 3, 4}, {0, 1, 130, 1025, 2000}, key + "+gqa4+kv5", 3);
     varlen_case(DType::e4m3, d, key, 8, {0, 1, 4, 4, 37, 38}, {0, 300, 301, 900, 1000, 1700}, key + "+gqa4");
   }
   for (int64_t D : {128, 256})
@@ -1625,6 +1650,14 @@ TEST(CudaFp8Errors, RefusedBeforeLaunch) {
   AttentionParams pk;
   pk.impl = f16key.c_str();
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pk, Status::unsupported, "params.impl");
+  for (const auto& k : sm90_keys(DType::e4m3, 128))  // a persistent e4m3 kernel takes no KV splits
+    if (has_suffix(k.first, "_p")) {
+      const std::string split = k.first + "+kv2";
+      pk.impl = split.c_str();
+      expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pk, Status::unsupported,
+                     "KV splits run on the sm90 kernels without '_p'");
+      break;
+    }
   // e4m3 on the CPU (host tensors): the CPU backend has no fp8 kernels.
   HostTensor oh(DType::f16, {1, 64, 2, 128});
   oh.poison();
