@@ -214,12 +214,13 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   // first, so the CTAs at work at one time share a few heads' K and V in L2 and the snake
   // pairs a CTA's heavy item of one round with a light one in the next; or, under a band
   // mask where that order would load some CTAs with heavy items round after round, every
-  // head's last block first, then every head's next one. Producer and consumers compute the same list, so nothing is
-  // handed over between them; the producer runs ahead into the next item (its Q once the
-  // consumers released the last one's, empty_q; K/V into free stages) while the consumers
-  // finish the current one. (Measured on an H200 against a dynamic scheduler with an
-  // atomic counter, whose item handoff through shared memory racecheck could not follow:
-  // docs/results/cuda-sm90-2026-11-22.md.) The launcher keeps items + G below 2^31.
+  // head's last block first, then every head's next one. Producer and consumers compute
+  // the same list, so nothing is handed over between them; the producer runs ahead into
+  // the next item (its Q once the consumers released the last one's, empty_q; K/V into
+  // free stages) while the consumers finish the current one. (Measured on an H200 against
+  // a dynamic scheduler with an atomic counter, whose item handoff through shared memory
+  // racecheck could not follow: docs/results/cuda-sm90-2026-11-22.md.) The launcher keeps
+  // items + G below 2^31.
   constexpr uint32_t kBarEpilogue = 8;  // + cw: the TMA-store epilogue of consumer cw (128 threads)
   // Packed rows per sequence: Sq, or Sq G (GQA packing); an item's head is then its KV head.
   const int shift = p.pack_shift, item_heads = p.heads >> shift;
