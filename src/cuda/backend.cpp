@@ -203,6 +203,15 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
   return {};
 }
 
+// The persistent ("_p") row of sm90 tile t: same dtype, head dim, tile and stages; or null.
+const Instance* persistent_variant(const Instance& t) {
+  for (const Instance& i : kInstances)
+    if (i.arch == 90 && i.persistent && i.dtype == t.dtype && i.head_dim == t.head_dim && i.block_m == t.block_m &&
+        i.block_n == t.block_n && i.stages == t.stages)
+      return &i;
+  return nullptr;
+}
+
 // The Hopper kernel for this problem when the device is 9.0 and it qualifies (table
 // order = preference), else nullptr: the sm80 family runs it. A forced tile stays with
 // the sm80 family. Measured on an H200 (docs/results/cuda-sm90-2026-11-22.md, session 4):
@@ -285,10 +294,7 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
                                                               : kPersistentMaxSk;
   if (pick != nullptr && sk <= persistent_max_sk &&
       (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
-    for (const Instance& i : kInstances)
-      if (i.persistent && i.dtype == pick->dtype && i.head_dim == pick->head_dim && i.block_m == pick->block_m &&
-          i.block_n == pick->block_n && i.stages == pick->stages && sm90_refusal(p, i, dev).empty())
-        return &i;
+    if (const Instance* v = persistent_variant(*pick); v != nullptr && sm90_refusal(p, *v, dev).empty()) return v;
   return pick;
 }
 
@@ -605,10 +611,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   if (!one_tile && tall != nullptr &&
       sk_mean <= (p.d > 128 && !banded ? kFp8PersistentMaxSk256 : kFp8PersistentMaxSk) &&
       ((sq << pack_shift) + tall->block_m - 1) / tall->block_m * (p.heads >> pack_shift) * p.batch > dev.sms)
-    for (const Instance& i : kInstances)
-      if (i.arch == 90 && i.dtype == DType::e4m3 && i.persistent && i.head_dim == tall->head_dim &&
-          i.block_m == tall->block_m && i.block_n == tall->block_n && i.stages == tall->stages && takes(i))
-        inst = &i;
+    if (const Instance* v = persistent_variant(*tall); v != nullptr && takes(*v)) inst = v;
   if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
   int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count
   if (p.impl != nullptr && p.impl[0] != '\0') {

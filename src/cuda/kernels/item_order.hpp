@@ -22,14 +22,6 @@
 
 namespace flashcore::cuda {
 
-inline core::BandMask band_of(const FwdParams& p) {
-  core::BandMask m;
-  m.left = p.window_left;
-  m.right = p.window_right;
-  m.offset = int64_t(p.sk) - p.sq;
-  return m;
-}
-
 // Mean CTA load over the slowest CTA's (1: even) for ItemOrder(group, n_mb), item costs
 // cost[blk] (blk: the block index counted from the last), hbs head-batches, ctas CTAs.
 inline double item_balance(const std::vector<int64_t>& cost, int hbs, int group, int ctas) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/variants/mask.hpp"
+
 namespace flashcore::cuda {
 
 // n / d for 0 <= n < 2^31 by a multiply-high, an add and a shift, d >= 1 fixed on the host:
@@ -99,6 +101,17 @@ struct FwdParams {
   // part_o / part_ml is o_rows() H rows.
   __host__ __device__ int64_t o_rows() const { return cu_q != nullptr ? int64_t(total_q) : int64_t(batch) * sq; }
 };
+
+// The band mask of a sequence of sq queries and sk keys (causal folded into right = 0):
+// the kernels' per sequence (parts/seq_mask.cuh), the persistent launcher's for its
+// schedule (item_order.hpp).
+FC_HD core::BandMask band_mask(const FwdParams& p, int sq, int sk) {
+  core::BandMask m;
+  m.left = p.window_left;
+  m.right = p.window_right;
+  m.offset = int64_t(sk) - sq;
+  return m;
+}
 
 // Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the
 // tensors, starting at row q_row0 (k_row0) along s; varlen packs all sequences in

@@ -30,11 +30,7 @@ __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int b) {
 }
 
 __device__ __forceinline__ core::BandMask band_mask(const FwdParams& p, const SeqInfo& s) {
-  core::BandMask m;
-  m.left = p.window_left;
-  m.right = p.window_right;
-  m.offset = int64_t(s.sk) - s.sq;
-  return m;
+  return band_mask(p, s.sq, s.sk);
 }
 
 // Which key tiles of width bn a block of query rows [m0, m_last] must visit: [lo, hi);
