@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -1191,11 +1190,10 @@ struct Fp8Case {
 // (GQA-packed rows that fit one 64-row tile: few_rows), 192 (banded, Sk < 16384) or 128
 // (no mask, Sk < 8192) where the build has one; else the first taller key whose key tile
 // is at most max(128, Sk / 4), else the last taller one. Before the 64-row rule, that
-// taller key's persistent variant ("_p") where its items (items(128): the count of 128-row
-// work items; null or 0: not considered) outnumber the SMs and Sk <= 8192 (hd256 without a
-// band mask: 4096).
+// taller key's persistent variant ("_p") where its 128-row work items (items128; 0: not
+// considered) outnumber the device's sms and Sk <= 8192 (hd256 without a band mask: 4096).
 std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool few_rows = false,
-                    const std::function<int64_t(int64_t)>& items = nullptr) {
+                    int64_t items128 = 0, int64_t sms = 0) {
   const int64_t want64 = few_rows ? 128 : banded ? (Sk < 16384 ? 192 : 0) : (Sk < 8192 ? 128 : 0);
   std::string tall, last_tall, first64, key64;
   const auto keys = sm90_keys(DType::e4m3, D);
@@ -1211,10 +1209,7 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool f
     if (tall.empty() && n <= std::max<int64_t>(128, Sk / 4)) tall = k.first;
     last_tall = k.first;
   }
-  int sms = 0, dev = 0;
-  if (items != nullptr && !tall.empty() && Sk <= (D > 128 && !banded ? 4096 : 8192) &&
-      cudaGetDevice(&dev) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && items(128) > sms)
+  if (items128 > sms && !tall.empty() && Sk <= (D > 128 && !banded ? 4096 : 8192))
     for (const auto& k : keys)
       if (k.first == tall + "_p") return k.first;
   if (!key64.empty()) return key64;
@@ -1231,18 +1226,17 @@ std::string fp8_expected(const Fp8Case& c) {
   if (c.Sq < 64 && g >= 2 && g <= 64 && (g & (g - 1)) == 0)
     while ((int64_t(1) << shift) < g) ++shift;
   const int64_t rows = c.Sq << shift;
-  std::string key =
-      fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0, shift > 0 && rows <= 64,
-              [&](int64_t bm) { return rows <= 64 ? 0 : (rows + bm - 1) / bm * (c.H >> shift) * c.B; });
+  int sms = 0, dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  std::string key = fp8_key(c.D, c.Sk, c.causal || c.wl >= 0 || c.wr >= 0, shift > 0 && rows <= 64,
+                            rows <= 64 ? 0 : (rows + 127) / 128 * (c.H >> shift) * c.B, sms);
   const size_t x = key.rfind('x'), u = key.rfind('_', x);
   const int64_t bm = std::stoll(key.substr(u + 1)), bn = std::stoll(key.substr(x + 1));
   // A head's rows in one 64-row tile: the tile's "_vt" row (V^T made in the kernel) where built.
   if (bm == 64 && rows <= 64)
     for (const auto& k : sm90_keys(DType::e4m3, c.D))
       if (k.first == key + "_vt") key = k.first;
-  int sms = 0, dev = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   const int64_t items = (rows + bm - 1) / bm * (c.H >> shift) * c.B, tiles = (c.Sk + bn - 1) / bn;
   const int64_t ctas = int64_t(sms) * (bm == 64 && rows >= 64 && shift == 0 ? 2 : 1);
   const int64_t ns = std::min<int64_t>({ctas / items, tiles / 4, 16});
