@@ -36,7 +36,7 @@ cudaError_t kv_combine(const FwdParams&, bool bf16, cudaStream_t);              
 namespace {
 
 struct DeviceInfo {
-  int id = -1, major = 0, minor = 0, smem_optin = 0, sms = 0;
+  int id = -1, major = 0, minor = 0, smem_optin = 0, sms = 0, l2_bytes = 0;
 };
 
 struct Instance {
@@ -105,6 +105,7 @@ DeviceInfo device_info(bool require_sm80) {
     if (e == cudaSuccess)
       e = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.id);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, d.id);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, d.id);
     if (e == cudaSuccess) cached = d;
   }
   if (e != cudaSuccess) {
@@ -399,7 +400,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
 }
 
 // The kernels' parameters for a checked problem (sq, sk: the longest sequences).
-FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, int sms) {
+FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceInfo& dev) {
   const core::BandMask band = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
   FwdParams f;
   f.q = p.q.data; f.k = p.k.data; f.v = p.v.data; f.o = p.o; f.lse = p.lse;
@@ -413,7 +414,8 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, in
   f.d = int(p.d); f.dv = int(p.dv);
   f.cu_q = p.cu_q; f.cu_k = p.cu_k;
   f.total_q = int(p.sq); f.total_k = int(p.sk);  // varlen: the packed tensors' rows
-  f.sms = sms;
+  f.sms = dev.sms;
+  f.l2_bytes = dev.l2_bytes;
   f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
   f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
   f.scale_log2 = p.scale * 1.4426950408889634f;
@@ -642,7 +644,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   check_kernel_limits(p);
 
-  FwdParams f = fwd_params(p, sq, sk, dev.sms);
+  FwdParams f = fwd_params(p, sq, sk, dev);
   f.scale_log2 *= p.q_descale * p.k_descale;
   f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
@@ -731,7 +733,7 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   }
   const bool simt = inst == nullptr;  // f32 only: pick throws for 16-bit
 
-  FwdParams f = fwd_params(p, sq, sk, dev.sms);
+  FwdParams f = fwd_params(p, sq, sk, dev);
   f.pack_shift = inst != nullptr && inst->arch == 90 ? pack_shift : 0;
   f.o_tma = o_tma;
   if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, sq, sk, *inst, f.pack_shift, dev);

@@ -1731,23 +1731,42 @@ TEST(CudaHost, PersistentItemOrder) {
     for (int blk = 0; blk < n_mb; ++blk) c[size_t(blk)] = 1 + ((n_mb - blk) * 128 + bn - 1) / bn;
     return c;
   };
-  EXPECT_EQ(persistent_item_group(none, 8192, 8192, 0, 128, 64, 16, 132), 1);
+  using flashcore::cuda::widest_item_group;
+  constexpr int64_t kKiB = 1024, kL2 = 50 * kKiB * kKiB;  // H100 / H200
+  const int64_t kv_hd128_s8192 = 8192 * 256 * 2;         // K and V bytes of one head, f16
+  EXPECT_EQ(persistent_item_group(none, 8192, 8192, 0, 128, 64, 16, 132, 2 * kv_hd128_s8192, kL2), 1);
   // H200, session 25: f16 hd256 B2 H8 S8192 causal (128x64 tiles): 513 TFLOP/s with group 1,
   // 631 with every head's last block first; hd128 B4 H16 S4096 (128x128): 575 against 517.
-  EXPECT_EQ(persistent_item_group(causal, 8192, 8192, 0, 128, 64, 16, 132), 16);
-  EXPECT_EQ(persistent_item_group(causal, 4096, 4096, 0, 128, 128, 64, 132), 1);
+  EXPECT_EQ(persistent_item_group(causal, 8192, 8192, 0, 128, 64, 16, 132, 2 * kv_hd128_s8192, kL2), 16);
+  EXPECT_EQ(persistent_item_group(causal, 4096, 4096, 0, 128, 128, 64, 132, kv_hd128_s8192 / 2, kL2), 1);
+  // The widest group: B Hi where it fits the CTAs (a head's next block in the same round) or
+  // its K and V half of L2; else the largest divisor that does. H100, session 26: f16 hd64
+  // B32 H32 S512 causal (64x64, 3 CTAs per SM) ran 248 us with group 1024, 135 with group 1.
+  EXPECT_EQ(widest_item_group(32, 132, 2 * kv_hd128_s8192, kL2), 32);
+  EXPECT_EQ(widest_item_group(1024, 396, 512 * 128 * 2, kL2), 256);
+  EXPECT_EQ(widest_item_group(1024, 396, 512 * 128 * 2, 0), 256);
+  EXPECT_EQ(widest_item_group(1024, 100, 4 * kKiB, kL2), 1024);  // 4 MiB of K and V in all
+  EXPECT_EQ(widest_item_group(7, 4, 0, 0), 1);
+  const int g512 = persistent_item_group(causal, 512, 512, 0, 64, 64, 1024, 396, 512 * 128 * 2, kL2);
+  EXPECT_TRUE(g512 == 1 || g512 == 256) << g512;
   for (int t = 0; t < 50; ++t) {
     const int n_mb = int(rng.integer(2, 130)), hbs = int(rng.integer(2, 64)), bn = rng.integer(0, 1) ? 64 : 128;
     const int ctas = int(rng.integer(2, 264));
-    const int g = persistent_item_group(causal, n_mb * 128, n_mb * 128, 0, 128, bn, hbs, ctas);
-    ASSERT_TRUE(g == 1 || g == hbs) << g;
+    const int64_t kv = rng.integer(1, 8) * kKiB * kKiB;
+    const int wide = widest_item_group(hbs, ctas, kv, kL2);
+    int widest = 1;  // by search
+    for (int d = 1; d <= hbs; ++d)
+      if (hbs % d == 0 && (d <= ctas || d * kv <= kL2 / 2)) widest = d;
+    ASSERT_EQ(wide, widest) << hbs << " head-batches on " << ctas << " CTAs, " << kv << " bytes";
+    const int g = persistent_item_group(causal, n_mb * 128, n_mb * 128, 0, 128, bn, hbs, ctas, kv, kL2);
+    ASSERT_TRUE(g == 1 || g == wide) << g;
     const auto c = costs(n_mb, bn);
     if (int64_t(n_mb) * hbs <= ctas) {
       EXPECT_EQ(g, 1) << "one round";
       continue;
     }
-    const double b1 = flashcore::cuda::item_balance(c, hbs, 1, ctas), ball = flashcore::cuda::item_balance(c, hbs, hbs, ctas);
-    EXPECT_GE(g == 1 ? b1 : ball, std::max(b1, ball) - 0.03) << n_mb << " x " << hbs << " on " << ctas;
+    const double b1 = flashcore::cuda::item_balance(c, hbs, 1, ctas), bw = flashcore::cuda::item_balance(c, hbs, wide, ctas);
+    EXPECT_GE(g == 1 ? b1 : bw, std::max(b1, bw) - 0.03) << n_mb << " x " << hbs << " on " << ctas;
   }
 }
 

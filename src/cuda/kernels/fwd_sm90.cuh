@@ -806,8 +806,10 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
     const int64_t items = int64_t(n_mb) * item_heads * p.batch;
     const int64_t ctas = std::min<int64_t>(items, int64_t(p.sms > 0 ? p.sms : 132) * Tr::kCtasPerSm);
     if (items > INT32_MAX - ctas) return cudaErrorInvalidValue;  // 32-bit item numbers
+    const int64_t kv_bytes = int64_t(p.sk) * (p.d + p.dv) * int64_t(sizeof(T));
     kp.order = ItemOrder(persistent_item_group(band_mask(p, p.sq, p.sk), p.sq, p.sk, p.pack_shift, kBlockM, kBlockN,
-                                               item_heads * p.batch, int(ctas), forced_item_group()),
+                                               item_heads * p.batch, int(ctas), kv_bytes, p.l2_bytes,
+                                               forced_item_group()),
                          n_mb);
     grid = dim3(static_cast<unsigned>(ctas));
   }

@@ -70,6 +70,7 @@ struct FwdParams {
   const int32_t* cu_k = nullptr;
   int total_q = 0, total_k = 0;   // varlen: rows of the packed Q and K/V tensors (TMA bounds)
   int sms = 0;                    // the device's SMs (the sm90 kernels' persistent grid)
+  int l2_bytes = 0;               // the device's L2 (the sm90 persistent launcher's item order), or 0
   ItemOrder order;                // sm90 persistent (launcher): the items' numbering
   FastDiv div_heads;              // sm90 (launcher): by the item heads
   bool o_tma = false;             // sm90: O may be (launcher) / is (kernel) written by TMA stores (tm_o)
