@@ -542,6 +542,11 @@ TEST_P(CudaSm90, DispatcherSelects) {
   const DType dt = GetParam();
   const std::string sm90 = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd";
   for (int64_t D : {64, 96, 128, 256}) {
+    if (keys_by_prefix(sm90, false, D).empty()) {  // a partial build (FLASHCORE_CUDA_HDIMS)
+      std::printf("DispatcherSelects: no %s%lld kernel in this build, head dim skipped\n", sm90.c_str(),
+                  static_cast<long long>(D));
+      continue;
+    }
     Case c;
     c.dtype = dt;
     c.sample_heads = true;
