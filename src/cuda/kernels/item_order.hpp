@@ -95,10 +95,10 @@ inline int persistent_item_group(const core::BandMask& m, int sq, int sk, int sh
   const Key key{m.left, m.right, m.offset, sq, sk, shift, block_m, block_n, hbs, ctas, wide};
   if (last_group > 0 && key == last) return last_group;
   std::vector<int64_t> cost(static_cast<size_t>(n_mb));
-  for (int64_t blk = 0; blk < n_mb; ++blk) {
+  for (int64_t blk = 0; blk < n_mb; ++blk) {  // the kernel's key tiles of the block (fwd_sm90.cuh item_tiles)
     const int64_t m0 = (n_mb - 1 - blk) * block_m, m1 = std::min(m0 + block_m, rows) - 1;
-    const int64_t kb = m.key_begin(m0 >> shift, sk), ke = m.key_end(m1 >> shift, sk);
-    cost[size_t(blk)] = 1 + (ke > kb ? (ke + block_n - 1) / block_n - kb / block_n : 0);
+    const TileRange r = tile_range(m, int(m0 >> shift), int(m1 >> shift), sk, block_n);
+    cost[size_t(blk)] = 1 + (r.hi - r.lo);
   }
   const int group = item_balance(cost, hbs, 1, ctas) >= item_balance(cost, hbs, wide, ctas) - 0.03 ? 1 : wide;
   last = key;

@@ -114,6 +114,25 @@ FC_HD core::BandMask band_mask(const FwdParams& p, int sq, int sk) {
   return m;
 }
 
+// Which key tiles of width bn a block of query rows [m0, m_last] must visit: [lo, hi);
+// and whether tile n needs the element mask (it is cut by the band or by Sk). Used by the
+// kernels and by the persistent launcher's item costs (item_order.hpp).
+struct TileRange {
+  int lo, hi;
+  int full_lo, full_hi;  // tiles in [full_lo, full_hi) need no mask
+};
+FC_HD TileRange tile_range(const core::BandMask& m, int m0, int m_last, int sk, int bn) {
+  TileRange r;
+  const int kb = int(m.key_begin(m0, sk)), ke = int(m.key_end(m_last, sk));
+  r.lo = kb / bn;
+  r.hi = ke > kb ? (ke + bn - 1) / bn : r.lo;
+  // Every row of the block sees [key_begin(m_last), key_end(m0)).
+  const int fb = int(m.key_begin(m_last, sk)), fe = int(m.key_end(m0, sk));
+  r.full_lo = (fb + bn - 1) / bn;
+  r.full_hi = fe / bn;
+  return r;
+}
+
 // Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the
 // tensors, starting at row q_row0 (k_row0) along s; varlen packs all sequences in
 // batch entry 0 and reads the rows and lengths from the prefix sums.

@@ -33,25 +33,6 @@ __device__ __forceinline__ core::BandMask band_mask(const FwdParams& p, const Se
   return band_mask(p, s.sq, s.sk);
 }
 
-// Which key tiles of width bn a block of query rows [m0, m_last] must visit: [lo, hi);
-// and whether tile n needs the element mask (it is cut by the band or by Sk).
-struct TileRange {
-  int lo, hi;
-  int full_lo, full_hi;  // tiles in [full_lo, full_hi) need no mask
-};
-__device__ __forceinline__ TileRange tile_range(const core::BandMask& m, int m0, int m_last, int sk,
-                                                int bn) {
-  TileRange r;
-  const int kb = int(m.key_begin(m0, sk)), ke = int(m.key_end(m_last, sk));
-  r.lo = kb / bn;
-  r.hi = ke > kb ? (ke + bn - 1) / bn : r.lo;
-  // Every row of the block sees [key_begin(m_last), key_end(m0)).
-  const int fb = int(m.key_begin(m_last, sk)), fe = int(m.key_end(m0, sk));
-  r.full_lo = (fb + bn - 1) / bn;
-  r.full_hi = fe / bn;
-  return r;
-}
-
 // The band in int32 for the inner loops (BandMask::visible's rule, applied by mask_scores).
 struct Band32 {
   int left, right, offset, sk;
