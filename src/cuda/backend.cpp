@@ -69,6 +69,9 @@ struct Instance {
     const int regs = head_dim / 2 + block_n / 2 + block_n * 4 / (dtype == DType::e4m3 ? 32 : 16);
     return 3 * (smem() + 1024) <= 233472 && 136 - regs >= 32 ? 3 : 2;
   }
+  // Work items (one CTA each, or a persistent CTA's turn): query blocks of `rows` rows
+  // (packed rows under GQA packing) times `heads` (item heads) times `batch`.
+  int64_t items(int64_t rows, int64_t heads, int64_t batch) const { return (rows + block_m - 1) / block_m * heads * batch; }
   bool runs_on(const DeviceInfo& d) const {
     return smem() <= d.smem_optin && (arch != 90 || (d.major == 9 && d.minor == 0));
   }
@@ -199,7 +202,7 @@ std::string sm90_refusal(const core::AttentionProblem& p, const Instance& i, con
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
   if (i.smem() > dev.smem_optin) return "needs more shared memory than this device has";
-  if (i.persistent && (p.sq + i.block_m - 1) / i.block_m * p.heads * p.batch > INT32_MAX - 2 * int64_t(dev.sms))
+  if (i.persistent && i.items(p.sq, p.heads, p.batch) > INT32_MAX - 2 * int64_t(dev.sms))
     return "numbers its work items (query blocks x heads x batch) in 32 bits";
   return {};
 }
@@ -281,7 +284,7 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
         continue;
       }
       if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
-      if ((sq + i.block_m - 1) / i.block_m * heads * p.batch >= dev.sms) tall = &i;
+      if (i.items(sq, heads, p.batch) >= dev.sms) tall = &i;
     }
   const bool few_keys = p.d <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
@@ -293,8 +296,7 @@ const Instance* pick_sm90(const core::AttentionProblem& p, const DeviceInfo& dev
                                     : banded                  ? kPersistentMaxSkBanded
                                     : p.d > 128               ? kPersistentMaxSk256
                                                               : kPersistentMaxSk;
-  if (pick != nullptr && sk <= persistent_max_sk &&
-      (sq + pick->block_m - 1) / pick->block_m * heads * p.batch > resident(pick))
+  if (pick != nullptr && sk <= persistent_max_sk && pick->items(sq, heads, p.batch) > resident(pick))
     if (const Instance* v = persistent_variant(*pick); v != nullptr && sm90_refusal(p, *v, dev).empty()) return v;
   return pick;
 }
@@ -346,7 +348,7 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
                    const DeviceInfo& dev) {
   if (!kv_splittable(i)) return 1;
   const int64_t rows = sq << pack_shift;
-  const int64_t items = (rows + i.block_m - 1) / i.block_m * (p.heads >> pack_shift) * p.batch;
+  const int64_t items = i.items(rows, p.heads >> pack_shift, p.batch);
   const int64_t tiles = (sk + i.block_n - 1) / i.block_n;
   if (items < 1) return 1;
   const int64_t ctas = int64_t(dev.sms) * (rows >= 64 && pack_shift == 0 ? i.ctas_per_sm() : 1);
@@ -384,7 +386,7 @@ const Instance* pick(const core::AttentionProblem& p, int hd, int64_t sq, int64_
     if (i.smem() > dev.smem_optin) continue;
     if (first == nullptr) {
       first = &i;
-      const bool few_ctas = (sq + i.block_m - 1) / i.block_m * p.heads * p.batch < dev.sms;
+      const bool few_ctas = i.items(sq, p.heads, p.batch) < dev.sms;
       if (p.tile_m != 0 || (!few_ctas && !(banded && sk < kBandedLongSk))) return first;
     } else if (i.block_m < first->block_m) {
       return &i;  // smaller query blocks: more SMs at work, less diagonal waste
@@ -612,7 +614,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   if (inst_vt != nullptr) inst = inst_vt;
   if (!one_tile && tall != nullptr &&
       sk_mean <= (p.d > 128 && !banded ? kFp8PersistentMaxSk256 : kFp8PersistentMaxSk) &&
-      ((sq << pack_shift) + tall->block_m - 1) / tall->block_m * (p.heads >> pack_shift) * p.batch > dev.sms)
+      tall->items(sq << pack_shift, p.heads >> pack_shift, p.batch) > dev.sms)
     if (const Instance* v = persistent_variant(*tall); v != nullptr && takes(*v)) inst = v;
   if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
   int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count
