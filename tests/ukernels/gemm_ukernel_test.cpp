@@ -275,36 +275,46 @@ TEST_P(GemmPanelTest, RowsAgainstOnePanel) {
 INSTANTIATE_TEST_SUITE_P(Gemm, GemmPanelTest, ::testing::ValuesIn(kPanels),
                          [](const auto& info) { return std::string(info.param.key); });
 
-// Tail kernels (gemm_tails.inc): each a listed kernel with its main kernel's NR, ISA,
-// dtypes, layouts and k_align and fewer rows, found by the dispatch table; kernels not
-// listed there have none. (Each tail kernel's product is checked as a kernel of the list
-// above; the pipelines' use of it by tests/cpu's forced-kernel gemm_chain cases.)
-struct TailEntry {
+// Tail kernels (gemm_tails.inc) and stream forms (gemm_streams.inc): each a listed kernel
+// with its main kernel's NR, ISA, dtypes, layouts and k_align, found by the dispatch table
+// (a tail with fewer rows, a stream form with the same); kernels not listed there have
+// none. (Each one's product is checked as a kernel of the list above; the pipelines' use
+// of tails by tests/cpu's forced-kernel gemm_chain cases, of stream forms by its
+// pre-packed few-row softmax_v cases.)
+struct PairEntry {
   const char* kernel;
-  const char* tail;
+  const char* other;
 };
-#define FC_GEMM_TAIL(kernel_, tail_) TailEntry{#kernel_, #tail_},
-const TailEntry kTails[] = {
-    TailEntry{nullptr, nullptr},
+#define FC_GEMM_TAIL(kernel_, tail_) PairEntry{#kernel_, #tail_},
+const PairEntry kTails[] = {
+    PairEntry{nullptr, nullptr},
 #include "cpu/ukernels/gemm_tails.inc"
 };
 #undef FC_GEMM_TAIL
+#define FC_GEMM_STREAM(kernel_, form_) PairEntry{#kernel_, #form_},
+const PairEntry kStreams[] = {
+    PairEntry{nullptr, nullptr},
+#include "cpu/ukernels/gemm_streams.inc"
+};
+#undef FC_GEMM_STREAM
 
-TEST(GemmTail, SameTileShapeFewerRows) {
+template <size_t N>
+void check_pairs(const PairEntry (&table)[N], const cpu::GemmUkernel* (*lookup)(const cpu::GemmUkernel&),
+                 bool fewer_rows) {
   auto find = [](const char* key) -> const cpu::GemmUkernel* {
     for (int i = 0; i < cpu::gemm_ukernel_count(); ++i)
       if (std::strcmp(cpu::gemm_ukernel(i).key, key) == 0) return &cpu::gemm_ukernel(i);
     return nullptr;
   };
   int listed = 0;
-  for (const TailEntry& t : kTails) {
+  for (const PairEntry& t : table) {
     if (t.kernel == nullptr) continue;
-    SCOPED_TRACE(std::string(t.kernel) + " -> " + t.tail);
+    SCOPED_TRACE(std::string(t.kernel) + " -> " + t.other);
     const cpu::GemmUkernel* k = find(t.kernel);
-    const cpu::GemmUkernel* tk = find(t.tail);
+    const cpu::GemmUkernel* tk = find(t.other);
     ASSERT_NE(k, nullptr);
     ASSERT_NE(tk, nullptr);
-    EXPECT_EQ(cpu::gemm_tail(*k), tk);
+    EXPECT_EQ(lookup(*k), tk);
     EXPECT_EQ(tk->nr, k->nr);
     EXPECT_EQ(tk->isa, k->isa);
     EXPECT_EQ(tk->ab, k->ab);
@@ -312,12 +322,34 @@ TEST(GemmTail, SameTileShapeFewerRows) {
     EXPECT_EQ(tk->k_align, k->k_align);
     EXPECT_EQ(tk->a_layout, k->a_layout);
     EXPECT_EQ(tk->b_layout, k->b_layout);
-    EXPECT_LT(tk->mr, k->mr);
+    if (fewer_rows)
+      EXPECT_LT(tk->mr, k->mr);
+    else
+      EXPECT_EQ(tk->mr, k->mr);
     ++listed;
   }
-  int with_tail = 0;
-  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) with_tail += cpu::gemm_tail(cpu::gemm_ukernel(i)) != nullptr;
-  EXPECT_EQ(with_tail, listed);
+  int with = 0;
+  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) with += lookup(cpu::gemm_ukernel(i)) != nullptr;
+  EXPECT_EQ(with, listed);
+}
+
+TEST(GemmTail, SameTileShapeFewerRows) { check_pairs(kTails, cpu::gemm_tail, true); }
+
+TEST(GemmStream, SameTileShape) {
+  check_pairs(kStreams, cpu::gemm_stream, false);
+  // A stream form knows itself as one; its chunk is whole k steps with an A strip of at
+  // most 32 KiB (at least one k step).
+  for (int i = 0; i < cpu::gemm_ukernel_count(); ++i) {
+    const cpu::GemmUkernel& k = cpu::gemm_ukernel(i);
+    const cpu::GemmUkernel* f = cpu::gemm_stream(k);
+    EXPECT_FALSE(cpu::is_gemm_stream_form(k) && f != nullptr) << k.key;
+    if (f == nullptr) continue;
+    EXPECT_TRUE(cpu::is_gemm_stream_form(*f)) << f->key;
+    const int64_t kc = cpu::gemm_stream_chunk(*f);
+    EXPECT_EQ(kc % f->k_align, 0) << f->key;
+    EXPECT_LE(kc * f->mr * int64_t(flashcore::dtype_size(f->ab)), 32768) << f->key;
+    EXPECT_GT(2 * kc * f->mr * int64_t(flashcore::dtype_size(f->ab)), 32768) << f->key;
+  }
 }
 
 // fp32-C forms (gemm_c32.inc): bit for bit the kernel's fp16 tile widened and stored or

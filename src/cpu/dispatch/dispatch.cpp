@@ -1,5 +1,6 @@
 #include "cpu/dispatch/dispatch.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -116,21 +117,26 @@ const GemmPanel kPanels[] = {
 };
 #undef FC_GEMM_PANEL
 
-struct GemmTail {
-  GemmFn kernel, tail;
+// A kernel and the kernel a table pairs with it (its tail, stream form or fp32-C form).
+struct KernelPair {
+  GemmFn kernel, other;
 };
 #define FC_GEMM_TAIL(kernel_, tail_) {&ukernels::kernel_, &ukernels::tail_},
-const GemmTail kTails[] = {
+const KernelPair kTails[] = {
     {nullptr, nullptr},  // (a build without x86 kernels lists no tail)
 #include "cpu/ukernels/gemm_tails.inc"
 };
 #undef FC_GEMM_TAIL
 
-struct GemmC32 {
-  GemmFn kernel, form;
+#define FC_GEMM_STREAM(kernel_, form_) {&ukernels::kernel_, &ukernels::form_},
+const KernelPair kStreams[] = {
+    {nullptr, nullptr},  // (a build without AMX kernels lists none)
+#include "cpu/ukernels/gemm_streams.inc"
 };
+#undef FC_GEMM_STREAM
+
 #define FC_GEMM_C32(kernel_, form_) {&ukernels::kernel_, &ukernels::form_},
-const GemmC32 kC32[] = {
+const KernelPair kC32[] = {
     {nullptr, nullptr},  // (a build without AVX512-FP16 kernels lists none)
 #include "cpu/ukernels/gemm_c32.inc"
 };
@@ -170,6 +176,16 @@ bool holds_exactly(DType kernel_ab, DType storage) {
   return kernel_ab == storage || kernel_ab == DType::f32;
 }
 
+// The kernel a KernelPair table pairs with k, or null.
+template <size_t N>
+const GemmUkernel* paired_kernel(const KernelPair (&table)[N], const GemmUkernel& k) {
+  for (const KernelPair& t : table)
+    if (t.kernel != nullptr && t.kernel == k.fn)
+      for (const GemmUkernel& g : kGemm)
+        if (g.fn == t.other) return &g;
+  return nullptr;
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -207,16 +223,21 @@ const GemmPanel* gemm_panel(const GemmUkernel& k) {
     if (p.kernel == k.fn) return &p;
   return nullptr;
 }
-const GemmUkernel* gemm_tail(const GemmUkernel& k) {
-  for (const GemmTail& t : kTails)
-    if (t.kernel != nullptr && t.kernel == k.fn)
-      for (const GemmUkernel& g : kGemm)
-        if (g.fn == t.tail) return &g;
-  return nullptr;
+const GemmUkernel* gemm_tail(const GemmUkernel& k) { return paired_kernel(kTails, k); }
+const GemmUkernel* gemm_stream(const GemmUkernel& k) { return paired_kernel(kStreams, k); }
+bool is_gemm_stream_form(const GemmUkernel& k) {
+  for (const KernelPair& t : kStreams)
+    if (t.other != nullptr && t.other == k.fn) return true;
+  return false;
+}
+int64_t gemm_stream_chunk(const GemmUkernel& k) {
+  constexpr int64_t kStripBytes = 32768;
+  const int64_t es = int64_t(dtype_size(k.ab));
+  return std::max<int64_t>(k.k_align, kStripBytes / (k.mr * es) / k.k_align * k.k_align);
 }
 GemmFn gemm_c32(const GemmUkernel& k) {
-  for (const GemmC32& c : kC32)
-    if (c.kernel != nullptr && c.kernel == k.fn) return c.form;
+  for (const KernelPair& c : kC32)
+    if (c.kernel != nullptr && c.kernel == k.fn) return c.other;
   return nullptr;
 }
 const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }

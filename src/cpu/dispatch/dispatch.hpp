@@ -27,6 +27,13 @@ const GemmUkernel& gemm_ukernel(int i);
 const GemmPanel* gemm_panel(const GemmUkernel& k);
 // The tail kernel of kernel k (gemm_tails.inc), or null.
 const GemmUkernel* gemm_tail(const GemmUkernel& k);
+// The stream form of kernel k (gemm_streams.inc: B loads that hint no reuse, for a B panel
+// one row block reads once), or null; whether k is some kernel's stream form; and the k
+// rows per call of a stream form: its A strip (MR rows of them) within 32 KiB, which stays
+// in L1 across the panels while B streams past (AMX: 512 keys).
+const GemmUkernel* gemm_stream(const GemmUkernel& k);
+bool is_gemm_stream_form(const GemmUkernel& k);
+int64_t gemm_stream_chunk(const GemmUkernel& k);
 // The fp32-C form of fp16-summing kernel k (gemm_c32.inc), or null.
 GemmFn gemm_c32(const GemmUkernel& k);
 int vecops_count();

@@ -510,6 +510,7 @@ struct Geometry {
   const char* key;      // what ran, for PhaseTimes
   const GemmPanel* panel = nullptr;  // the kernel's panel form (stage 1 at small k), or null
   const GemmUkernel* tail = nullptr;  // its tail kernel (a row range's last rows), or null
+  const GemmUkernel* stream = nullptr;  // its stream form (stage 2 with one row block), or null
   GemmFn c32 = nullptr, tail_c32 = nullptr;  // their fp32-C forms (acc-f16 kernels), or null
   // online: how far (log2 units of exp2's argument) a tile's max may pass the running
   // reference max before O and l are rescaled to it (see softmax_block); 0 for kernels
@@ -552,6 +553,7 @@ void set_kernel(Geometry& g, const GemmUkernel* gk, const VecOps* vec) {
   g.key = gk->key;
   g.panel = gemm_panel(*gk);
   g.tail = gemm_tail(*gk);
+  g.stream = gemm_stream(*gk);
   g.c32 = gemm_c32(*gk);
   g.tail_c32 = g.tail != nullptr ? gemm_c32(*g.tail) : nullptr;
   g.rescale_slack = gk->acc == DType::f32 ? kRescaleSlack : 0.0f;
@@ -658,11 +660,12 @@ void gemm_call(const Geometry& g, int64_t kc, const char* a, int64_t as, const c
   }
 }
 
-// The k chunk for a range of k rows: at most g.kb, the chunks of equal size (a multiple of
-// k_align), so that no short tail chunk pays a C-tile load and store for a few k steps
-// (gemm_chain's 264-key tile was 128 + 128 + 8 with kb = 128).
-int64_t chunk_for(const Geometry& g, int64_t k) {
-  const int64_t n = (k + g.kb - 1) / g.kb;
+// The k chunk for a range of k rows: at most kb (g.kb), the chunks of equal size (a
+// multiple of k_align), so that no short tail chunk pays a C-tile load and store for a few
+// k steps (gemm_chain's 264-key tile was 128 + 128 + 8 with kb = 128).
+int64_t chunk_for(const Geometry& g, int64_t k, int64_t kb = 0) {
+  if (kb == 0) kb = g.kb;
+  const int64_t n = (k + kb - 1) / kb;
   return std::max<int64_t>(1, round_up((k + n - 1) / n, g.gk->k_align));
 }
 
@@ -756,9 +759,12 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
 // kc keys x mq queries in layout pa with leading dimension ldp (see softmax_block). When mq
 // is not a multiple of MR, the last row block reads P and writes O up to the next multiple
 // (padding the caller provides), or runs g's tail kernel if its rows fit that.
+// One row block (mq <= MR) reads each V panel once: the kernel's stream form, where it has
+// one, runs each panel's k range in chunks of gemm_stream_chunk (its A strip stays in L1).
 void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const char* vpanels,
             int64_t rp, int64_t j0, int64_t dvp, float* o, Prefetch* pf = nullptr) {
-  const int64_t kb = chunk_for(g, kc);
+  const bool once = g.stream != nullptr && g.mq <= g.mr;
+  const int64_t kb = once ? chunk_for(g, kc, gemm_stream_chunk(*g.stream)) : chunk_for(g, kc);
   prepare_gemm(g.gk->isa);
   for (int64_t k0 = 0; k0 < kc; k0 += kb) {
     const int64_t kl = std::min(kb, kc - k0);
@@ -774,7 +780,7 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
       const bool tail = g.tail != nullptr && g.mq - i0 <= g.tail->mr;
       gemm_call(g, kl, p + pack_index(g.pa, k0, i0, ldp) * g.es, ldp,
                 vpanels + (c * rp * g.nr + pack_index(g.pb, j0 + k0, 0, g.nr)) * g.es,
-                o + i0 * dvp + c * g.nr, dvp, 1, tail ? g.tail : nullptr);
+                o + i0 * dvp + c * g.nr, dvp, 1, tail ? g.tail : once ? g.stream : nullptr);
       if (pf != nullptr) pf->step();
     }
   }

@@ -64,7 +64,15 @@ constexpr TileConfig kConfig = make_config();
 //   ilpf       il, and the cache lines of the next k step's A and B prefetched into L1 at
 //              the start of each step (the operands of one call stream from L2: 32 KiB at
 //              kc = 256, the stage-2 P rows and V panel).
-template <bool kInterleave, bool kPrefetch>
+// and a fourth, the stream form of the plain kernel (gemm_streams.inc):
+//   t1         il with B's tiles loaded by TILELOADDT1, the load that hints the data will
+//              not be reused: for a B panel that one row block reads once (stage 2 with a
+//              single block of MR query rows, the GEMM-only row), so the V lines streaming
+//              from L2 do not push the A strip out of L1. Probe (session 27, 1 thread,
+//              M 32, L 512, d 256, one call per panel): 57 % -> 66-68 % of the tile peak;
+//              where a second row block reads the same panel (stage 1's resident Q panel,
+//              attention's 64-row blocks) the hint makes it come back from L2 (session 26).
+template <bool kInterleave, bool kPrefetch, bool kStreamB = false>
 __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int64_t as,
                                                 const void* b_, void* c_, int64_t ldc,
                                                 int accumulate) {
@@ -100,9 +108,15 @@ __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int6
     }
     if (kInterleave) {
       _tile_loadd(4, a + ao, a_ld);
-      _tile_loadd(6, b + bo, b_ld);
+      if (kStreamB)
+        _tile_stream_loadd(6, b + bo, b_ld);
+      else
+        _tile_loadd(6, b + bo, b_ld);
       _tile_dpbf16ps(0, 4, 6);
-      _tile_loadd(7, b + bo + kTileBytes, b_ld);
+      if (kStreamB)
+        _tile_stream_loadd(7, b + bo + kTileBytes, b_ld);
+      else
+        _tile_loadd(7, b + bo + kTileBytes, b_ld);
       _tile_dpbf16ps(1, 4, 7);
       _tile_loadd(5, a1 + ao, a_ld);
       _tile_dpbf16ps(2, 5, 6);
@@ -207,6 +221,10 @@ void bf16_32x32_il_amx(int64_t kc, const void* a, int64_t as, const void* b, voi
 void bf16_32x32_ilpf_amx(int64_t kc, const void* a, int64_t as, const void* b, void* c,
                          int64_t ldc, int accumulate) {
   gemm<true, true>(kc, a, as, b, c, ldc, accumulate);
+}
+void bf16_32x32_t1_amx(int64_t kc, const void* a, int64_t as, const void* b, void* c,
+                       int64_t ldc, int accumulate) {
+  gemm<true, false, true>(kc, a, as, b, c, ldc, accumulate);
 }
 
 }  // namespace flashcore::cpu::ukernels
