@@ -45,10 +45,6 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r) : "r"(addr));
   return r;
 }
-// One 32-bit shared-memory store.
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
 
 // D = A(16x16, row) * B(16x8, col) + D, fp32 accumulators. Fragment ownership (lane l,
 // g = l/4, t = l%4): a = {(g,2t..), (g+8,2t..), (g,2t+8..), (g+8,2t+8..)},

@@ -117,7 +117,10 @@ struct FwdSm90Traits {
   // Without it the pre-pass (vt_fp8.cu) writes V^T to a workspace that TMA reads. The
   // transposing warps keep up with a memory-bound kernel (decode: B32 H32/8 Sk4096 D128,
   // 163 -> 80 us on an H200) but not with the tensor cores: 128-row tiles ran 0.45-0.6x of
-  // the pre-pass's speed from S2048 (docs/results/cuda-sm90-fp8-2026-11-22.md, session 21).
+  // the pre-pass's speed from S2048 (docs/results/cuda-sm90-fp8-2026-11-22.md, session 21),
+  // and 0.70-0.80x with session 27's ldmatrix / stmatrix transposer and a 64 KiB ring (at
+  // hd256 two stages leave the transposer one tile's time between a stage's release and
+  // its P V).
   static constexpr int kVtWarps = 3;
   static constexpr int kRawSub = 64 * kColBlocks * 128;
   static constexpr int kRawBytes = 32768, kRawSlots = kRawBytes / kRawSub;
@@ -366,58 +369,61 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     } else if (Tr::kVtIn && threadIdx.x >= 32) {
       // The transposing warps (Tr::kVtIn): per K/V tile, once the consumers released its V^T
       // stage, each 64-key sub-tile of V from the raw ring becomes column block j of the
-      // stage. A unit is one warp's 16 keys (a 16-byte piece of every V^T row) by 32
-      // columns: lane (t, m) reads the 4-byte words of keys 16 W + 2t + {0, 1, 8, 9} at
-      // columns 4q .. 4q + 3 (q = 2 (m % 4) + m / 4 of the unit's 8 column groups), which
-      // fp8_vt_key puts at positions 16 W + 4t .. 4t + 3 of V^T rows 4q .. 4q + 3, transposes
-      // them with byte permutes and stores the 4 words, rotated by m % 4 rows so that every
-      // load and store of the warp touches 32 distinct banks (a host-side enumeration of
-      // both swizzles checked that, and the bytes' placement against the pre-pass's layout).
-      // The writes are the generic proxy's: each lane fences them for the async proxy
-      // (wgmma) before its warp arrives. Not persistent (kVariant 2): the CTA's one item.
+      // stage. A unit is 32 keys (half h of the sub-tile) by 16 columns (group j16): one
+      // ldmatrix.x4.trans reads it as four 8 x 8 matrices of 16-bit pairs (matrix m: keys
+      // 32 h + 8 m .. + 7, lane L giving the row of key 32 h + L, at its 16-byte chunk
+      // c16 ^ (key % 8) of the 128-byte-swizzled row), so that lane (jj = L / 4, t = L % 4)
+      // holds, for the column pair 2 jj, 2 jj + 1 of the group, keys 8 m + 2t and 8 m + 2t + 1
+      // (bytes: key 2t col 2jj, key 2t col 2jj+1, key 2t+1 col 2jj, key 2t+1 col 2jj+1).
+      // Two byte permutes of matrices (0, 1) make the words of V^T rows 2 jj and 2 jj + 1 at
+      // k positions 4t .. 4t + 3 (keys 2t, 2t + 1, 8 + 2t, 9 + 2t: fp8_vt_key's order), two of
+      // (2, 3) those at 16 + 4t ..; one stmatrix.x4 writes the four 8 x 16-byte matrices into
+      // the stage's 64-byte-swizzled rows (chunk w of row d at w ^ ((d >> 1) & 3)). Lanes
+      // jj >= 4 swap which of their two rows goes to matrices 0/1 and which to 2/3, so each
+      // matrix has four even and four odd rows: 32 distinct banks for every store phase (with
+      // even rows only, rows jj and jj + 4 met on the same banks). The writes are the generic
+      // proxy's: each lane fences them for the async proxy (wgmma) before its warp arrives.
+      // Not persistent (kVariant 2): the CTA's one item. Session 27 replaced the 4-byte
+      // loads, permutes and stores of session 21 (~50 instructions per 16 bytes per lane)
+      // with this: decode B32 H32/8 Sk16384 D128 (H200) 281-300 -> 267-270 us, Sk4096
+      // 78-80 -> 75-79; the 128-row tiles with it still ran 0.70-0.80x of the pre-pass
+      // (docs/results/cuda-sm90-fp8-2026-11-22.md, session 27).
       const int tw = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
-      const int t = lane % 4, m = lane / 4, q = 2 * (m % 4) + m / 4, rot = m % 4;
-      const uint32_t r0 = rot, r1 = (rot + 1) % 4;
-      // Byte selectors of the first permute (second: sel ^ 0x2222, rows rot + 2, rot + 3).
-      const uint32_t sel = r0 | (4 + r0) << 4 | r1 << 8 | (4 + r1) << 12;
-      // This lane's parts of the addresses: loads of keys 16 w + 2t (+ 1 and + 9: the
-      // swizzle's low bit flips) at byte 4 (q % 4) of 16-byte chunk (2 g + q / 4) ^ key % 8
-      // (g: the unit's 32-column group); stores at byte 4t of V^T rows 4q + (rot + i) % 4.
-      const uint32_t ld_lane = (2 * t * 128 + 4 * (q % 4)) | ((q / 4) ^ (2 * t)) << 4;
-      constexpr int kUnits = 4 * 4 * Tr::kColBlocks;  // (w, g, column block) per sub-tile
+      const int jj = lane / 4, mi = lane / 8, ri = lane % 8;
+      const uint32_t sel_a = jj < 4 ? 0x6420u : 0x7531u, sel_b = sel_a ^ 0x1111u;
+      // This lane's stmatrix row: matrix mi's row ri: V^T row 2 ri + parity, chunk 2 h + (mi & 1).
+      const int par = (mi < 2) == (ri >= 4) ? 1 : 0;
+      const uint32_t st_row = uint32_t(2 * ri + par) * 64, st_w = uint32_t(mi & 1), st_sw = uint32_t(ri & 3);
+      const uint32_t ld_row = uint32_t(lane) * 128, ld_sw = uint32_t(lane & 7);
+      constexpr int kSub = kBlockN / 64;               // sub-tiles per K/V tile
+      constexpr int kUnits = 2 * (kHeadDim / 16);      // (h, j16) per sub-tile
       const SeqInfo seq = seq_info(p, own.b);
       const TileRange tiles = item_tiles(own, seq);
-      constexpr int kSub = kBlockN / 64;  // sub-tiles per K/V tile
-      const int subs = (tiles.hi - tiles.lo) * kSub;
 #pragma unroll 1
-      for (int rs = 0; rs < subs; ++rs) {  // sub-tile rs of tile it
-        const int it = rs / kSub, stage = it % kStages, slot = rs % Tr::kRawSlots;
-        if (rs % kSub == 0 && it >= kStages) ptx::mbar_wait(empty_v(stage), ((it / kStages) - 1) & 1);
-        ptx::mbar_wait(raw_full(slot), (rs / Tr::kRawSlots) & 1);
-        const uint32_t src = sRaw + slot * Tr::kRawSub, dst = sV + stage * Tr::kTileKV + (rs % kSub) * kHeadDim * 64 + 4 * t;
+      for (int it = 0, rs = 0; it < tiles.hi - tiles.lo; ++it) {  // K/V tile it, sub-tiles rs of the raw ring
+        const int stage = it % kStages;
+        if (it >= kStages) ptx::mbar_wait(empty_v(stage), ((it / kStages) - 1) & 1);
 #pragma unroll 1
-        for (int u = tw; u < kUnits; u += Tr::kVtWarps) {
-          const uint32_t w = u % 4, g = (u / 4) % 4, cb = u / 16;
-          const uint32_t a0 = src + cb * 64 * 128 + w * 16 * 128 + (ld_lane ^ (g << 5)), a1 = a0 ^ 16;
-          const uint32_t a = ptx::lds32(a0), b = ptx::lds32(a1 + 128), c = ptx::lds32(a0 + 8 * 128),
-                         d = ptx::lds32(a1 + 9 * 128);
-          const uint32_t lo_ab = __byte_perm(a, b, sel), hi_ab = __byte_perm(a, b, sel ^ 0x2222);
-          const uint32_t lo_cd = __byte_perm(c, d, sel), hi_cd = __byte_perm(c, d, sel ^ 0x2222);
-          const uint32_t row0 = cb * 128 + 32 * g + 4 * q;  // V^T rows (head-dim columns) row0 .. row0 + 3
-          auto st = [&](int i, uint32_t v) {
-            const uint32_t row = row0 + ((sel + i) & 3);  // sel & 3 = rot
-            ptx::sts32(dst + row * 64 + ((w ^ ((row >> 1) & 3)) << 4), v);
-          };
-          st(0, __byte_perm(lo_ab, lo_cd, 0x5410));
-          st(1, __byte_perm(lo_ab, lo_cd, 0x7632));
-          st(2, __byte_perm(hi_ab, hi_cd, 0x5410));
-          st(3, __byte_perm(hi_ab, hi_cd, 0x7632));
-        }
-        ptx::fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) {
-          ptx::mbar_arrive(raw_empty(slot));
-          if (rs % kSub == kSub - 1) ptx::mbar_arrive(full_v(stage));
+        for (int j = 0; j < kSub; ++j, ++rs) {
+          const int slot = rs % Tr::kRawSlots;
+          ptx::mbar_wait(raw_full(slot), (rs / Tr::kRawSlots) & 1);
+          const uint32_t src = sRaw + slot * Tr::kRawSub, dst = sV + stage * Tr::kTileKV + j * kHeadDim * 64;
+#pragma unroll 2
+          for (int u = tw; u < kUnits; u += Tr::kVtWarps) {
+            const uint32_t h = u & 1, j16 = u >> 1, cb = j16 / 8, c16 = j16 % 8;
+            uint32_t v[4];
+            ptx::ldmatrix_x4_trans(v, src + cb * 64 * 128 + h * 32 * 128 + ld_row + ((c16 ^ ld_sw) << 4));
+            const uint32_t w = 2 * h + st_w;
+            ptx::stmatrix_x4(dst + j16 * 16 * 64 + st_row + ((w ^ st_sw) << 4), __byte_perm(v[0], v[1], sel_a),
+                             __byte_perm(v[2], v[3], sel_a), __byte_perm(v[0], v[1], sel_b),
+                             __byte_perm(v[2], v[3], sel_b));
+          }
+          ptx::fence_proxy_async();
+          __syncwarp();
+          if (lane == 0) {
+            ptx::mbar_arrive(raw_empty(slot));
+            if (j == kSub - 1) ptx::mbar_arrive(full_v(stage));
+          }
         }
       }
     }
