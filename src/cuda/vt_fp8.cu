@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx.cuh"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/fp8.hpp"
 
@@ -24,12 +25,22 @@ static_assert(kFp8VtKeyAlign % kKeys == 0 && kKeys % 32 == 0 && kKeys * kCols ==
 // Block (kSub key tiles, column tile) of KV head blockIdx.y, sequence blockIdx.z; 256
 // threads, each loads one 16-byte piece of a V row per tile (all kSub loads issued before
 // any is used, whole 128-byte rows of V: one 16-byte load per thread in flight and 64-byte
-// pieces of the rows left the pass at ~46 % of the H200's DRAM bandwidth) and stores one
-// 16-byte piece of a V^T row per tile. Key tiles count from the sequence's start; those
-// past its stretch of the block are skipped (block-uniform).
+// pieces of the rows left the pass at ~46 % of the H200's DRAM bandwidth), transposes the
+// tiles in shared memory (below), and stores one 16-byte piece of a V^T row per tile. Until
+// session 27 each thread gathered its piece with 16 byte loads from V's tile; the transpose
+// by ldmatrix and byte permutes into a transposed tile made the e4m3 grid's S512 rows
+// 1.03-1.04x faster (H200) and a pre-pass decode call (B32 H32/8 Sk16384 D128) 597-599 ->
+// 545-553 us; storing the permuted words straight to global memory instead (16 bytes per
+// row per instruction) was slower than the byte gathers. Key tiles count from the
+// sequence's start; those past its stretch of the block are skipped (block-uniform).
 __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t* __restrict__ vt, int64_t sk_pad,
                                                      int col_tiles) {
-  __shared__ __align__(16) uint8_t tile[kSub][kKeys][kCols + kPad];
+  // The block's buffer: first its kSub tiles of V ([kSub][kKeys][kCols + kPad], rows
+  // 144 bytes apart), then the same tiles transposed ([kSub][kCols][kKeys + kPad]).
+  __shared__ __align__(16) uint8_t buf[kSub * kCols * (kKeys + kPad)];
+  static_assert(kSub * kKeys * (kCols + kPad) <= sizeof(buf), "V's tiles fit the buffer");
+  auto tile = reinterpret_cast<uint8_t(*)[kKeys][kCols + kPad]>(buf);
+  auto tile_t = reinterpret_cast<uint8_t(*)[kCols][kKeys + kPad]>(buf);
   const int key_block = blockIdx.x / col_tiles, col_tile = blockIdx.x % col_tiles;
   const int hk = blockIdx.y, b = blockIdx.z;
   const int k0 = key_block * kSub * kKeys, c0 = col_tile * kCols;
@@ -60,6 +71,30 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
     for (int s = 0; s < kSub; ++s) *reinterpret_cast<uint4*>(&tile[s][r][c]) = x[s];
   }
   __syncthreads();
+  {
+    // Warp w transposes columns 16 w .. 16 w + 15 of every tile (as the kernel's transposer
+    // does, fwd_sm90.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
+    // gives lane (jj, t) keys 8 m + 2t, 8 m + 2t + 1 of column pair 2 jj, 2 jj + 1 (matrix
+    // m); four byte permutes make that pair's two V^T rows at k positions 4t .. 4t + 3 and
+    // 16 + 4t .. (fp8_vt_key's order). All tiles are read before any is overwritten; lanes
+    // jj >= 4 write their odd row first (ra / rb), which puts a warp's 32 stores of one word
+    // in 32 distinct banks (rows 48 bytes apart).
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, jj = lane / 4, t = lane % 4;
+    const uint32_t sel_a = jj < 4 ? 0x6420u : 0x7531u, sel_b = sel_a ^ 0x1111u;
+    const int ra = 16 * warp + 2 * jj + (jj < 4 ? 0 : 1), rb = ra ^ 1;
+    uint32_t v[kSub][4];
+#pragma unroll
+    for (int s = 0; s < kSub; ++s) ptx::ldmatrix_x4_trans(v[s], ptx::smem_addr(&tile[s][lane][16 * warp]));
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kSub; ++s) {
+      *reinterpret_cast<uint32_t*>(&tile_t[s][ra][4 * t]) = __byte_perm(v[s][0], v[s][1], sel_a);
+      *reinterpret_cast<uint32_t*>(&tile_t[s][ra][16 + 4 * t]) = __byte_perm(v[s][2], v[s][3], sel_a);
+      *reinterpret_cast<uint32_t*>(&tile_t[s][rb][4 * t]) = __byte_perm(v[s][0], v[s][1], sel_b);
+      *reinterpret_cast<uint32_t*>(&tile_t[s][rb][16 + 4 * t]) = __byte_perm(v[s][2], v[s][3], sel_b);
+    }
+  }
+  __syncthreads();
   // Row r of a V^T tile = column c0 + r of V; bytes c .. c + 15 = k positions k0 + c ..
   const int r = threadIdx.x / 2, c = (threadIdx.x % 2) * 16;  // 128 rows of 2 pieces
   const int col = c0 + r;
@@ -69,15 +104,7 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
 #pragma unroll
   for (int s = 0; s < kSub; ++s) {
     if (k0 + s * kKeys >= stretch) break;  // stretch: a multiple of kKeys
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t x = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) x |= uint32_t(tile[s][fp8_vt_key(c + 4 * i + j)][r]) << (8 * j);
-      w[i] = x;
-    }
-    *reinterpret_cast<uint4*>(dst + s * kKeys) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(dst + s * kKeys) = *reinterpret_cast<const uint4*>(&tile_t[s][r][c]);
   }
 }
 
