@@ -76,11 +76,10 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
     // does, fwd_sm90.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
     // gives lane (jj, t) keys 8 m + 2t, 8 m + 2t + 1 of column pair 2 jj, 2 jj + 1 (matrix
     // m); four byte permutes make that pair's two V^T rows at k positions 4t .. 4t + 3 and
-    // 16 + 4t .. (fp8_vt_key's order). All tiles are read before any is overwritten; lanes
+    // 16 + 4t .. (fp8_vt_words). All tiles are read before any is overwritten; lanes
     // jj >= 4 write their odd row first (ra / rb), which puts a warp's 32 stores of one word
     // in 32 distinct banks (rows 48 bytes apart).
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, jj = lane / 4, t = lane % 4;
-    const uint32_t sel_a = jj < 4 ? 0x6420u : 0x7531u, sel_b = sel_a ^ 0x1111u;
     const int ra = 16 * warp + 2 * jj + (jj < 4 ? 0 : 1), rb = ra ^ 1;
     uint32_t v[kSub][4];
 #pragma unroll
@@ -88,10 +87,12 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < kSub; ++s) {
-      *reinterpret_cast<uint32_t*>(&tile_t[s][ra][4 * t]) = __byte_perm(v[s][0], v[s][1], sel_a);
-      *reinterpret_cast<uint32_t*>(&tile_t[s][ra][16 + 4 * t]) = __byte_perm(v[s][2], v[s][3], sel_a);
-      *reinterpret_cast<uint32_t*>(&tile_t[s][rb][4 * t]) = __byte_perm(v[s][0], v[s][1], sel_b);
-      *reinterpret_cast<uint32_t*>(&tile_t[s][rb][16 + 4 * t]) = __byte_perm(v[s][2], v[s][3], sel_b);
+      uint32_t w[4];
+      fp8_vt_words(v[s], jj, w);
+      *reinterpret_cast<uint32_t*>(&tile_t[s][ra][4 * t]) = w[0];
+      *reinterpret_cast<uint32_t*>(&tile_t[s][ra][16 + 4 * t]) = w[1];
+      *reinterpret_cast<uint32_t*>(&tile_t[s][rb][4 * t]) = w[2];
+      *reinterpret_cast<uint32_t*>(&tile_t[s][rb][16 + 4 * t]) = w[3];
     }
   }
   __syncthreads();

@@ -377,8 +377,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // (bytes: key 2t col 2jj, key 2t col 2jj+1, key 2t+1 col 2jj, key 2t+1 col 2jj+1).
       // Two byte permutes of matrices (0, 1) make the words of V^T rows 2 jj and 2 jj + 1 at
       // k positions 4t .. 4t + 3 (keys 2t, 2t + 1, 8 + 2t, 9 + 2t: fp8_vt_key's order), two of
-      // (2, 3) those at 16 + 4t ..; one stmatrix.x4 writes the four 8 x 16-byte matrices into
-      // the stage's 64-byte-swizzled rows (chunk w of row d at w ^ ((d >> 1) & 3)). Lanes
+      // (2, 3) those at 16 + 4t .. (fp8_vt_words); one stmatrix.x4 writes the four 8 x
+      // 16-byte matrices into the stage's 64-byte-swizzled rows (chunk w of row d at
+      // w ^ ((d >> 1) & 3)). Lanes
       // jj >= 4 swap which of their two rows goes to matrices 0/1 and which to 2/3, so each
       // matrix has four even and four odd rows: 32 distinct banks for every store phase (with
       // even rows only, rows jj and jj + 4 met on the same banks). The writes are the generic
@@ -390,7 +391,6 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // (docs/results/cuda-sm90-fp8-2026-11-22.md, session 27).
       const int tw = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
       const int jj = lane / 4, mi = lane / 8, ri = lane % 8;
-      const uint32_t sel_a = jj < 4 ? 0x6420u : 0x7531u, sel_b = sel_a ^ 0x1111u;
       // This lane's stmatrix row: matrix mi's row ri: V^T row 2 ri + parity, chunk 2 h + (mi & 1).
       const int par = (mi < 2) == (ri >= 4) ? 1 : 0;
       const uint32_t st_row = uint32_t(2 * ri + par) * 64, st_w = uint32_t(mi & 1), st_sw = uint32_t(ri & 3);
@@ -413,10 +413,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
             const uint32_t h = u & 1, j16 = u >> 1, cb = j16 / 8, c16 = j16 % 8;
             uint32_t v[4];
             ptx::ldmatrix_x4_trans(v, src + cb * 64 * 128 + h * 32 * 128 + ld_row + ((c16 ^ ld_sw) << 4));
+            uint32_t wd[4];
+            fp8_vt_words(v, jj, wd);
             const uint32_t w = 2 * h + st_w;
-            ptx::stmatrix_x4(dst + j16 * 16 * 64 + st_row + ((w ^ st_sw) << 4), __byte_perm(v[0], v[1], sel_a),
-                             __byte_perm(v[2], v[3], sel_a), __byte_perm(v[0], v[1], sel_b),
-                             __byte_perm(v[2], v[3], sel_b));
+            ptx::stmatrix_x4(dst + j16 * 16 * 64 + st_row + ((w ^ st_sw) << 4), wd[0], wd[1], wd[2], wd[3]);
           }
           ptx::fence_proxy_async();
           __syncwarp();

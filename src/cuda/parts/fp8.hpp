@@ -11,6 +11,8 @@
 // within 16 -> key 8h + 2t + b), written by the pre-pass, read as is by the kernel.
 #pragma once
 
+#include <cstdint>
+
 namespace flashcore::cuda {
 
 // Key stored at k position l of V^T (the permutation repeats every 32 keys).
@@ -30,6 +32,21 @@ constexpr bool fp8_vt_order_is_ldmatrix_order() {
   return true;
 }
 static_assert(fp8_vt_order_is_ldmatrix_order(), "the transposers' byte permutes assume fp8_vt_key's order");
+
+#if defined(__CUDACC__)
+// The transposers' byte permutes. v: ldmatrix.x4.trans of 32 keys x 16 columns read as
+// 16-bit pairs (lane (jj, t) = (lane / 4, lane % 4) holds keys 8 m + 2t, 8 m + 2t + 1 of
+// columns 2 jj, 2 jj + 1 in v[m]). w[0], w[1]: k positions 4t .. 4t + 3 and 16 + 4t .. of
+// V^T row 2 jj + (jj >= 4); w[2], w[3]: the same of the pair's other row (lanes jj >= 4
+// take their odd row first, which the callers use to spread a store phase over the banks).
+__device__ __forceinline__ void fp8_vt_words(const uint32_t (&v)[4], int jj, uint32_t (&w)[4]) {
+  const uint32_t sel_a = jj < 4 ? 0x6420u : 0x7531u, sel_b = sel_a ^ 0x1111u;
+  w[0] = __byte_perm(v[0], v[1], sel_a);
+  w[1] = __byte_perm(v[2], v[3], sel_a);
+  w[2] = __byte_perm(v[0], v[1], sel_b);
+  w[3] = __byte_perm(v[2], v[3], sel_b);
+}
+#endif
 
 // P (in [0, 2^kFp8Slack] after the running-max subtraction: OnlineSoftmax's lazy
 // rescaling lets it pass 1 by that slack) is stored as e4m3(P * 2^kFp8PLog2), the power of
