@@ -46,6 +46,13 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return r;
 }
 
+// One 128-bit shared-memory load (addr 16-byte aligned).
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 r;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
+  return r;
+}
+
 // D = A(16x16, row) * B(16x8, col) + D, fp32 accumulators. Fragment ownership (lane l,
 // g = l/4, t = l%4): a = {(g,2t..), (g+8,2t..), (g,2t+8..), (g+8,2t+8..)},
 // b = {(k=2t.., n=g), (k=2t+8.., n=g)}, d = {(g,2t), (g,2t+1), (g+8,2t), (g+8,2t+1)}.
@@ -102,6 +109,19 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
   __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
   return *reinterpret_cast<uint32_t*>(&h);
 }
+
+// pack2 as a function object: of a type known at compile time (PackAs), or of f16 / bf16
+// chosen at run time (Pack16: the fp8 kernels' output, one copy of their epilogue for both).
+template <typename T>
+struct PackAs {
+  __device__ __forceinline__ uint32_t operator()(float x, float y) const { return pack2<T>(x, y); }
+};
+struct Pack16 {
+  bool bf16;
+  __device__ __forceinline__ uint32_t operator()(float x, float y) const {
+    return bf16 ? pack2<__nv_bfloat16>(x, y) : pack2<__half>(x, y);
+  }
+};
 
 // Stores two adjacent output elements (p 4-byte aligned): one 32-bit store of the
 // packed pair for 16-bit storage, two for fp32.

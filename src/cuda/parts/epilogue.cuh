@@ -19,11 +19,13 @@ __device__ __forceinline__ float row_lse(float m, float l) {
 // Rows row0 and row0 + 8 of the tile. GQA packing (sm90, shift = log2 G > 0): packed row r
 // is query r >> shift of head offset r & (G - 1), so go and glse point at the item's first
 // head and the head strides o_sh, lse_sh place the row; shift 0: row r is query r.
-template <typename T, int kDF>
+// 16-bit T: pairs converted by pack (ptx::PackAs<T>, or ptx::Pack16 for a type chosen at
+// run time; T then only sizes the elements).
+template <typename T, int kDF, typename Pack = ptx::PackAs<T>>
 __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const float* m, const float* l,
                                              T* go, int64_t o_ss, float* glse,
                                              int row0, int sq, int dv, int t, int shift = 0, int64_t o_sh = 0,
-                                             int64_t lse_sh = 0) {
+                                             int64_t lse_sh = 0, Pack pack = {}) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int prow = row0 + half * 8, row = prow >> shift, hoff = prow & ((1 << shift) - 1);
@@ -33,7 +35,12 @@ __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const f
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;
-      if (col < dv) ptx::store2<T>(orow + col, acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
+      if (col < dv) {
+        if constexpr (sizeof(T) == 2)
+          *reinterpret_cast<uint32_t*>(orow + col) = pack(acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
+        else
+          ptx::store2<T>(orow + col, acc[df][2 * half] * inv, acc[df][2 * half + 1] * inv);
+      }
     }
     if (glse != nullptr && t == 0) glse[row + hoff * lse_sh] = row_lse(m[half], l[half]);
   }
