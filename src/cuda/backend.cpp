@@ -650,6 +650,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   f.scale_log2 *= p.q_descale * p.k_descale;
   f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
+  f.o_tma = o_tma_mappable(p);
   f.q_descale_heads = p.q_descale_heads;
   f.k_descale_heads = p.k_descale_heads;
   f.v_descale_heads = p.v_descale_heads;

@@ -920,6 +920,8 @@ TEST_P(CudaSm90, Varlen) {
 // many heads, where the items past a short sequence's end are skipped (every sm90 kernel,
 // the persistent "_p" ones being the point). B = 3: 3 to 6 items per CTA on 132 SMs (2 with
 // B = 1), so each CTA's Q buffer, ring phases and ping-pong turns carry over several items.
+// An output TMA cannot map (4-byte aligned rows) and varlen batches (sequences' rows
+// copied out by the threads) on every kernel too.
 // The persistent kernels' causal rows run again under the other item numberings
 // (FLASHCORE_SM90_ITEM_GROUP forces the group: 4, and all 192 head-batches, where the rule
 // takes 1 here): each (query block, head) is computed once, whatever the items' order.
@@ -945,6 +947,17 @@ TEST_P(CudaSm90, PersistentManyItems) {
         run_case(c);
         unsetenv("FLASHCORE_SM90_ITEM_GROUP");
       }
+    // O rows 4-byte aligned only: no TMA map; the rows copied out of shared memory by the
+    // threads (4-byte pieces), item after item in the persistent kernels.
+    Case c = sm90_case(GetParam(), key);
+    c.B = 3;
+    c.H = 64;
+    c.Hkv = 16;
+    c.Sq = 500;
+    c.Sk = 400;
+    c.causal = true;
+    c.out_pad = 2;
+    run_case(c);
     varlen_case(GetParam(), key.second, key.first, 64);
   }
 }
@@ -1172,6 +1185,7 @@ struct Fp8Case {
   int64_t wl = -1, wr = -1;
   bool bhsd = false;
   int64_t pad = 0;  // elements after every row (multiples of 16 keep rows 16-byte aligned)
+  int64_t out_pad = -1;  // the output's, when >= 0 (else pad)
   float qd = 1.f, kd = 1.f, vd = 1.f;
   // Per-head factors (AttentionParams::*_descale_heads), drawn per (batch, KV head) from
   // [lo, hi] for q and k (v: [0.1, 2]); 0 = none.
@@ -1184,7 +1198,7 @@ struct Fp8Case {
     return "e4m3->" + fctest::name(out) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
            (causal ? " causal" : "") + " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" +
-           (bhsd ? " bhsd" : "") + " descale " + std::to_string(qd) + "/" + std::to_string(kd) + "/" +
+           (bhsd ? " bhsd" : "") + (out_pad >= 0 ? " out_pad " + std::to_string(out_pad) : "") + " descale " + std::to_string(qd) + "/" + std::to_string(kd) + "/" +
            std::to_string(vd) + (heads_hi > 0.f ? " per-head [" + std::to_string(heads_lo) + "," +
                                                       std::to_string(heads_hi) + "]" : "") + " " + impl;
   }
@@ -1255,7 +1269,8 @@ void run_fp8(const Fp8Case& c) {
   FC_TRACE_SEED(rng);
   const std::vector<int> order = c.bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{};
   HostTensor q(DType::e4m3, {c.B, c.Sq, c.H, c.D}, order, c.pad), k(DType::e4m3, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad),
-      v(DType::e4m3, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad), o(c.out, {c.B, c.Sq, c.H, c.D}, order, c.pad);
+      v(DType::e4m3, {c.B, c.Sk, c.Hkv, c.D}, order, c.pad),
+      o(c.out, {c.B, c.Sq, c.H, c.D}, order, c.out_pad >= 0 ? c.out_pad : c.pad);
   q.fill_uniform(rng, -c.range, c.range);
   k.fill_uniform(rng, -c.range, c.range);
   v.fill_uniform(rng, -c.range, c.range);
@@ -1477,6 +1492,48 @@ TEST_P(CudaFp8, EveryKernel) {
     c.Sq = c.Sk = 2100;
     c.causal = false;
     run_fp8(c);
+  }
+}
+
+// O's two stores on every e4m3 kernel (forced by key): TMA stores from shared memory where
+// O's rows are 16-byte aligned (the kernels with a staging buffer: all but the 64x192 and
+// _vt tiles) and from registers where they are not (out_pad 2: 4-byte rows); several
+// items per head with the last tile's rows past Sq (clipped by the map), BHSD padded rows,
+// GQA packed short queries, causal Sq != Sk.
+TEST_P(CudaFp8, OutputStores) {
+  FC_REQUIRE_SM90();
+  for (const auto& [key, d] : all_fp8()) {
+    for (int64_t out_pad : {int64_t(-1), int64_t(2)}) {
+      Fp8Case c;
+      c.out = GetParam();
+      c.impl = key;
+      c.D = d;
+      c.out_pad = out_pad;
+      c.B = 2;
+      c.H = 3;
+      c.Hkv = 3;
+      c.Sq = 333;
+      c.Sk = 450;
+      c.causal = true;
+      run_fp8(c);
+      c.bhsd = true;
+      c.pad = 16;
+      c.causal = false;
+      c.Sq = 200;
+      c.Sk = 200;
+      run_fp8(c);
+      c = Fp8Case{};  // GQA packed: 8 query heads of a KV head, 5 queries each
+      c.out = GetParam();
+      c.impl = key;
+      c.expect = key + "+gqa8";
+      c.D = d;
+      c.out_pad = out_pad;
+      c.H = 16;
+      c.Hkv = 2;
+      c.Sq = 5;
+      c.Sk = 300;
+      run_fp8(c);
+    }
   }
 }
 

@@ -23,15 +23,18 @@
 //     warpgroups take turns issuing their GEMMs (named barriers), so one's softmax also
 //     runs under the others' GEMMs.
 //     Epilogue: O through shared memory and TMA stores where the launcher could map O
-//     (p.o_tma: 16-bit, fixed-length batches): each consumer warpgroup writes its 64 rows
-//     into its own rows of Q's buffer (its last S GEMM has retired; kPersistent: of a
+//     (p.o_tma: fixed-length batches): each consumer warpgroup writes its 64 rows into its
+//     own rows of Q's buffer (its last S GEMM has retired; kPersistent and fp8: of a
 //     buffer of their own, once the last item's stores read it; hd256: half of O at a
-//     time, kOPasses) in the same swizzled layout, and one thread stores them with
+//     time, kOPasses) in the 16-bit swizzled layout, and one thread stores them with
 //     cp.async.bulk.tensor (rows past Sq and columns past Dv are clipped by the map)
-//     without waiting for them. Otherwise
-//     (parts/epilogue.cuh) O from registers. lse always from registers. On an H200 the
-//     TMA stores made the S = 512 hd256 rows 1.14x faster than register stores
-//     (docs/results/cuda-sm90-2026-11-22.md, session 5).
+//     without waiting for them. Otherwise (varlen, O not 16-byte aligned) the 16-bit
+//     kernels' threads copy the rows out of that buffer (16-byte pieces along a row),
+//     and the fp8 ones, like the two fp8 tiles without a staging buffer (64x192, _vt),
+//     store O from registers (parts/epilogue.cuh). lse always from registers. On an H200
+//     the TMA stores made the 16-bit S = 512 hd256 rows 1.14x faster than register stores
+//     (docs/results/cuda-sm90-2026-11-22.md, session 5), the fp8 rows 1.0-1.3x (session
+//     28: hd256 S512 1.25-1.31x), and the row copies the 16-bit ones 1.01-1.06x.
 //
 // Shared memory: every tile is stored as kHeadDim / 64 column blocks of [rows][64]
 // elements, 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r at
@@ -129,16 +132,25 @@ struct FwdSm90Traits {
   static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
-  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit O only): all of O where
+  // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit kernels): all of O where
   // that fits beside the ring (227 KiB per CTA), else (hd256) half of it, O going out in
   // kOPasses = 2 passes of half its column blocks, the second once the first's stores read
   // the buffer (kSmem's static_assert says when half does not fit either). (Until session
   // 23 hd256 staged O in Q's buffer, which the producer could refill only once the stores
   // had read O out of it: the next item's first S waited for that and for Q's load;
   // docs/results/cuda-sm90-2026-11-22.md.)
+  // fp8 (16-bit O, twice Q's bytes) stages O in a buffer of its own in every variant, all of
+  // it or half (kOPasses) where that fits the CTA's share (one CTA per SM for two consumers,
+  // two for one), else (the 64x192 and _vt tiles) kOTma is false and the registers store O.
   static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
-  static constexpr int kOPasses = !kPersistent || kFp8 || kSmemNoO + kTileQ <= 232448 ? 1 : 2;
-  static constexpr int kTileO = kPersistent && !kFp8 ? kTileQ / kOPasses : 0;
+  static constexpr int kOColBlocks = (kHeadDim + 63) / 64;   // O's 64-column blocks (16-bit)
+  static constexpr int kOBytes = kBlockM * kOColBlocks * 128;  // kTileQ, or 2 kTileQ for fp8
+  static constexpr int kFp8SmemCap = kConsumers > 1 ? 232448 : 233472 / 2 - 1024;
+  static constexpr int kOPassesFp8 = kSmemNoO + kOBytes <= kFp8SmemCap ? 1 : 2;
+  static constexpr bool kOTma = !kFp8 || kSmemNoO + kOBytes / kOPassesFp8 <= kFp8SmemCap;
+  static constexpr int kOPasses = kFp8 ? (kOTma ? kOPassesFp8 : 1)
+                                       : (!kPersistent || kSmemNoO + kTileQ <= 232448 ? 1 : 2);
+  static constexpr int kTileO = (kFp8 ? kOTma : kPersistent) ? kOBytes / kOPasses : 0;
   static constexpr int kSmem = kSmemNoO + kTileO;
   // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
@@ -179,7 +191,7 @@ struct FwdSm90Traits {
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");
   static_assert(kCtasPerSm * (kSmem + 1024) <= 233472 && kSmem <= 232448, "shared memory (228 KiB per SM, 227 per CTA)");
-  static_assert(kColBlocks % kOPasses == 0, "O's passes: whole column blocks");
+  static_assert(kOColBlocks % kOPasses == 0, "O's passes: whole column blocks");
 };
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
@@ -199,8 +211,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sK = sQ + Tr::kTileQ;
   const uint32_t sV = sK + kStages * Tr::kTileKV;
   const uint32_t sRaw = sV + kStages * Tr::kTileKV;  // Tr::kVtIn: V's 64-key sub-tiles
-  const uint32_t sO = Tr::kTileO > 0 ? sRaw : sQ;
-  const uint32_t bar_q = sRaw + (Tr::kVtIn ? Tr::kRawBytes : 0) + Tr::kTileO;
+  const uint32_t sObuf = sRaw + (Tr::kVtIn ? Tr::kRawBytes : 0);
+  const uint32_t sO = Tr::kTileO > 0 ? sObuf : sQ;  // O's staging (TMA stores, row copies)
+  const uint32_t bar_q = sObuf + Tr::kTileO;
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
   auto full_v = [&](int s) { return bar_q + 8u * (1 + kStages + s); };
   auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
@@ -666,29 +679,39 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // The item's first query head (packed: the first of its KV head's G heads).
       const int h0 = wi.h << shift;
       float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h0 * p.lse_sh + seq.q_row0;
-      auto store = [&](auto* type) {  // O in the output's type
-        using O = std::remove_pointer_t<decltype(type)>;
+      // O's elements (16-bit: T, or for fp8 f16 / bf16 as asked, one epilogue for both with
+      // the conversion chosen at run time) and their conversion.
+      using O = std::conditional_t<Tr::kFp8, __half, T>;
+      const auto pack = [&] {
+        if constexpr (Tr::kFp8)
+          return ptx::Pack16{p.out_bf16};
+        else
+          return ptx::PackAs<T>{};
+      }();
+      auto store = [&] {  // from registers (kernels without a staging buffer)
         O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h0 * p.o_sh;
         // Packed rows on their own call: with the head stride in the one call, ptxas moved
         // two of the persistent hd128 kernels' spills into the main loop (sass_check).
         if (shift > 0)
-          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
+          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh,
+                               pack);
         else
-          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t);
+          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, 0, 0, 0, pack);
       };
-      if constexpr (Tr::kFp8) {  // f16 or bf16 from registers
-        if (p.out_bf16)
-          store(static_cast<__nv_bfloat16*>(nullptr));
-        else
-          store(static_cast<__half*>(nullptr));
-      } else if (p.o_tma) {
-        // O / l into this warpgroup's rows of Q's buffer (kPersistent: of sO, once the last
-        // item's boxes were read out of it) in Q's swizzled layout (16-byte chunk c of local
-        // row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
-        // registers; then one thread stores the boxes of 64 rows, kPassBlocks column blocks
-        // per pass (Tr::kOPasses: the buffer holds that many; each pass after the first
-        // waits until the last one's stores read it).
-        constexpr int kPassBlocks = Tr::kColBlocks / Tr::kOPasses, kPassDF = kDF / Tr::kOPasses;
+      // Through shared memory (Tr::kOTma): O / l into this warpgroup's rows of sO (16-bit,
+      // one item per CTA: Q's buffer; persistent or fp8: a buffer of its own, once the last
+      // item's rows were read out of it) in Q's 16-bit swizzled layout (16-byte chunk c of
+      // local row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
+      // registers; then either one thread stores the boxes of 64 rows by TMA (tma: the
+      // launcher mapped O) or the warpgroup's threads copy the rows out, 16 bytes per
+      // thread and copy, consecutive threads along a row (4-byte stores where O's base or
+      // strides are not 16-byte aligned), skipping rows past the sequence's end (varlen,
+      // the last block) and columns past Dv (16-bit kernels; in place of the register
+      // stores' scattered 4-byte pieces: 1.01-1.06x, session 28). kPassBlocks column
+      // blocks per pass (Tr::kOPasses: the buffer holds that many; each pass after the
+      // first, and the next item's first, waits until the last one's rows were read out).
+      auto store_smem = [&](bool tma) {
+        constexpr int kPassBlocks = Tr::kOColBlocks / Tr::kOPasses, kPassDF = kDF / Tr::kOPasses;
         const uint32_t base = sO + cw * 64 * 128;
         // One stmatrix x4 per two 8-column fragments: matrices (df, rows g), (df, rows g + 8),
         // (df + 1, g), (df + 1, g + 8); lane 8 j + i gives row i of matrix j, local row
@@ -698,19 +721,20 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         const int j = lane / 8, i = lane % 8, c = (j / 2) ^ i;
         const uint32_t lane_base = base + (16 * warp + i + 8 * (j % 2)) * 128;
         const float inv0 = sm.l[0] > 0.f ? 1.f / sm.l[0] : 0.f, inv1 = sm.l[1] > 0.f ? 1.f / sm.l[1] : 0.f;
+        const int tw = threadIdx.x % 128;
 #pragma unroll
         for (int ps = 0; ps < Tr::kOPasses; ++ps) {
           if (kPersistent || ps > 0) {
-            if (threadIdx.x % 128 == 0) ptx::tma_store_wait_read();
+            if (tw == 0) ptx::tma_store_wait_read();
             ptx::named_bar_sync(kBarEpilogue + cw, 128);
           }
 #pragma unroll
           for (int df = ps * kPassDF; df < (ps + 1) * kPassDF; df += 2)
             ptx::stmatrix_x4(lane_base + (df / 8 - ps * kPassBlocks) * kBlockM * 128 + (((df % 8) ^ c) << 4),
-                             ptx::pack2<T>(acc[0][df][0] * inv0, acc[0][df][1] * inv0),
-                             ptx::pack2<T>(acc[0][df][2] * inv1, acc[0][df][3] * inv1),
-                             ptx::pack2<T>(acc[0][df + 1][0] * inv0, acc[0][df + 1][1] * inv0),
-                             ptx::pack2<T>(acc[0][df + 1][2] * inv1, acc[0][df + 1][3] * inv1));
+                             pack(acc[0][df][0] * inv0, acc[0][df][1] * inv0),
+                             pack(acc[0][df][2] * inv1, acc[0][df][3] * inv1),
+                             pack(acc[0][df + 1][0] * inv0, acc[0][df + 1][1] * inv0),
+                             pack(acc[0][df + 1][2] * inv1, acc[0][df + 1][3] * inv1));
           if (ps == 0) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
@@ -721,20 +745,52 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                 p.lse[seq.bb * p.lse_sb + hq * p.lse_sh + seq.q_row0 + qrow] = row_lse(sm.m[half], sm.l[half]);
             }
           }
-          ptx::fence_proxy_async();
-          ptx::named_bar_sync(kBarEpilogue + cw, 128);
-          if (threadIdx.x % 128 == 0) {
+          if (tma) {
+            ptx::fence_proxy_async();
+            ptx::named_bar_sync(kBarEpilogue + cw, 128);
+            if (tw == 0) {
 #pragma unroll
-            for (int cb = ps * kPassBlocks; cb < (ps + 1) * kPassBlocks; ++cb)
-              ptx::tma_store_4d(&tm_o, base + (cb - ps * kPassBlocks) * kBlockM * 128, cb * 64,
-                                shift > 0 ? wi.h << shift : wi.m0 + 64 * cw, shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h,
-                                int(seq.bb));
-            ptx::tma_store_commit();
+              for (int cb = ps * kPassBlocks; cb < (ps + 1) * kPassBlocks; ++cb)
+                ptx::tma_store_4d(&tm_o, base + (cb - ps * kPassBlocks) * kBlockM * 128, cb * 64,
+                                  shift > 0 ? wi.h << shift : wi.m0 + 64 * cw, shift > 0 ? (wi.m0 + 64 * cw) >> shift : wi.h,
+                                  int(seq.bb));
+              ptx::tma_store_commit();
+            }
+          } else {
+            ptx::named_bar_sync(kBarEpilogue + cw, 128);
+            O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h0 * p.o_sh;
+            const bool vec16 =
+                ((reinterpret_cast<uintptr_t>(p.o) | uint64_t(p.o_sb | p.o_ss | p.o_sh) * sizeof(O)) & 15) == 0;
+            constexpr int kRowChunks = kPassBlocks * 8;  // 16-byte chunks of a row in this pass
+#pragma unroll 4
+            for (int x = tw; x < 64 * kRowChunks; x += 128) {
+              const int r = x / kRowChunks, cb = (x % kRowChunks) / 8, c16 = x % 8;
+              const int prow = wi.m0 + 64 * cw + r, qrow = prow >> shift, col = (ps * kPassBlocks + cb) * 64 + c16 * 8;
+              if (qrow >= seq.sq || col >= p.dv) continue;
+              const uint4 v = ptx::lds128(base + cb * kBlockM * 128 + r * 128 + ((c16 ^ (r % 8)) << 4));
+              O* dst = go + qrow * p.o_ss + (prow & ((1 << shift) - 1)) * p.o_sh + col;
+              if (vec16) {
+                *reinterpret_cast<uint4*>(dst) = v;
+              } else {
+                uint32_t* d4 = reinterpret_cast<uint32_t*>(dst);
+                d4[0] = v.x;
+                d4[1] = v.y;
+                d4[2] = v.z;
+                d4[3] = v.w;
+              }
+            }
           }
         }
-      } else {
-        store(static_cast<T*>(nullptr));
-      }
+      };
+      // 16-bit: TMA stores or the threads' row copies. fp8: TMA stores, else from registers
+      // (with the row copies in the fp8 kernels, the persistent hd128 128x192 one ran 3-5 %
+      // slower on H200 in its TMA path too, same main-loop SASS: code layout; session 28).
+      if constexpr (Tr::kOTma && !Tr::kFp8)
+        store_smem(p.o_tma);
+      else if (Tr::kOTma && p.o_tma)
+        store_smem(true);
+      else
+        store();
       ++qi;
     }  // work items
     if constexpr (Tr::kPingPong) {
@@ -762,9 +818,10 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   // packing (g = 2^pack_shift heads) ordered {D, H, S, B}, boxes of g heads x rows / g
   // queries, the packed rows' order.
   const int g = 1 << p.pack_shift;
-  auto row_map = [&](CUtensorMap* map, const void* base, int d, int64_t ss, int64_t sh, int64_t sb, int rows) {
-    return g > 1 ? make_tma_16bit_4d(map, bf16, base, d, p.heads, rows_q, nb, sh, ss, sb, g, rows / g)
-                 : make_tma_16bit_4d(map, bf16, base, d, rows_q, p.heads, nb, ss, sh, sb, rows);
+  auto row_map = [&](CUtensorMap* map, bool is_bf16, const void* base, int d, int64_t ss, int64_t sh, int64_t sb,
+                     int rows) {
+    return g > 1 ? make_tma_16bit_4d(map, is_bf16, base, d, p.heads, rows_q, nb, sh, ss, sb, g, rows / g)
+                 : make_tma_16bit_4d(map, is_bf16, base, d, rows_q, p.heads, nb, ss, sh, sb, rows);
   };
   CUtensorMap tq, tk, tv;
   cudaError_t e;
@@ -779,21 +836,24 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
                     : make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk,
                                        kv_heads * p.dv * p.vt_sk, kHeadDim, 64);
   } else {
-    e = row_map(&tq, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+    e = row_map(&tq, bf16, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
       e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
   }
   if (e != cudaSuccess) return e;
-  // O's map for the TMA-store epilogue (16-bit, fixed-length batches), boxes of 64 rows,
-  // where the backend found O mappable (p.o_tma: TMA wants a 16-byte aligned base and
-  // strides); otherwise the registers store it (packed rows too: store_output).
+  // O's map for the TMA-store epilogue (fixed-length batches; O is 16-bit, fp8's too), boxes
+  // of 64 rows, where the backend found O mappable (p.o_tma: TMA wants a 16-byte aligned
+  // base and strides) and the kernel has a staging buffer (Tr::kOTma); otherwise the 16-bit
+  // kernels' threads copy O's rows out of that buffer and the fp8 ones store from registers.
   FwdParams kp = p;
+  kp.o_tma = false;
   CUtensorMap to{};
-  if constexpr (!Tr::kFp8) {
+  if constexpr (Tr::kOTma) {
     // Fixed-length batches (p.o_tma implies it): rows_q and nb are then Sq and B.
-    kp.o_tma = p.o_tma && !varlen && row_map(&to, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
+    const bool o_bf16 = Tr::kFp8 ? p.out_bf16 : bf16;
+    kp.o_tma = p.o_tma && !varlen && row_map(&to, o_bf16, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
   }
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
   static std::atomic<uint64_t> smem_done{0};
