@@ -1496,8 +1496,8 @@ TEST_P(CudaFp8, EveryKernel) {
 }
 
 // O's two stores on every e4m3 kernel (forced by key): TMA stores from shared memory where
-// O's rows are 16-byte aligned (the kernels with a staging buffer: all but the 64x192 and
-// _vt tiles) and from registers where they are not (out_pad 2: 4-byte rows); several
+// O's rows are 16-byte aligned (a buffer of its own, or for the 64x192 and _vt tiles Q's,
+// half of O per pass) and from registers where they are not (out_pad 2: 4-byte rows); several
 // items per head with the last tile's rows past Sq (clipped by the map), BHSD padded rows,
 // GQA packed short queries, causal Sq != Sk.
 TEST_P(CudaFp8, OutputStores) {

@@ -28,9 +28,9 @@
 //     buffer of their own, once the last item's stores read it; hd256: half of O at a
 //     time, kOPasses) in the 16-bit swizzled layout, and one thread stores them with
 //     cp.async.bulk.tensor (rows past Sq and columns past Dv are clipped by the map)
-//     without waiting for them. Otherwise (varlen, O not 16-byte aligned) the 16-bit
-//     kernels' threads copy the rows out of that buffer (16-byte pieces along a row),
-//     and the fp8 ones, like the two fp8 tiles without a staging buffer (64x192, _vt),
+//     without waiting for them (fp8 64x192 and _vt, no room for a buffer: Q's, half of O
+//     per pass). Otherwise (varlen, O not 16-byte aligned) the 16-bit kernels' threads
+//     copy the rows out of that buffer (16-byte pieces along a row), and the fp8 ones
 //     store O from registers (parts/epilogue.cuh). lse always from registers. On an H200
 //     the TMA stores made the 16-bit S = 512 hd256 rows 1.14x faster than register stores
 //     (docs/results/cuda-sm90-2026-11-22.md, session 5), the fp8 rows 1.0-1.3x (session
@@ -139,18 +139,21 @@ struct FwdSm90Traits {
   // 23 hd256 staged O in Q's buffer, which the producer could refill only once the stores
   // had read O out of it: the next item's first S waited for that and for Q's load;
   // docs/results/cuda-sm90-2026-11-22.md.)
-  // fp8 (16-bit O, twice Q's bytes) stages O in a buffer of its own in every variant, all of
-  // it or half (kOPasses) where that fits the CTA's share (one CTA per SM for two consumers,
-  // two for one), else (the 64x192 and _vt tiles) kOTma is false and the registers store O.
+  // fp8 (16-bit O, twice Q's bytes) stages O in a buffer of its own, all of it or half
+  // (kOPasses) where that fits the CTA's share (one CTA per SM for two consumers, two for
+  // one: kFp8OwnO); else (the 64x192 and _vt tiles, one item per CTA) in Q's buffer, half of
+  // O per pass; else (none so far) kOTma is false and the registers store O.
   static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
   static constexpr int kOColBlocks = (kHeadDim + 63) / 64;   // O's 64-column blocks (16-bit)
   static constexpr int kOBytes = kBlockM * kOColBlocks * 128;  // kTileQ, or 2 kTileQ for fp8
   static constexpr int kFp8SmemCap = kConsumers > 1 ? 232448 : 233472 / 2 - 1024;
   static constexpr int kOPassesFp8 = kSmemNoO + kOBytes <= kFp8SmemCap ? 1 : 2;
-  static constexpr bool kOTma = !kFp8 || kSmemNoO + kOBytes / kOPassesFp8 <= kFp8SmemCap;
-  static constexpr int kOPasses = kFp8 ? (kOTma ? kOPassesFp8 : 1)
+  static constexpr bool kFp8OwnO = kFp8 && kSmemNoO + kOBytes / kOPassesFp8 <= kFp8SmemCap;
+  static constexpr bool kFp8OInQ = kFp8 && !kFp8OwnO && !kPersistent && kOBytes == 2 * kTileQ;
+  static constexpr bool kOTma = !kFp8 || kFp8OwnO || kFp8OInQ;
+  static constexpr int kOPasses = kFp8 ? (kFp8OwnO ? kOPassesFp8 : kFp8OInQ ? 2 : 1)
                                        : (!kPersistent || kSmemNoO + kTileQ <= 232448 ? 1 : 2);
-  static constexpr int kTileO = (kFp8 ? kOTma : kPersistent) ? kOBytes / kOPasses : 0;
+  static constexpr int kTileO = (kFp8 ? kFp8OwnO : kPersistent) ? kOBytes / kOPasses : 0;
   static constexpr int kSmem = kSmemNoO + kTileO;
   // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
@@ -182,9 +185,10 @@ struct FwdSm90Traits {
   // consumer, 0 left) spilled 348 bytes; the persistent hd128 128x128 one (48 left) spills
   // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100);
   // the persistent hd64 64x64 one (40 left, three CTAs per SM) does not spill. Not with
-  // kOPasses > 1: the persistent hd256 kernel (48 left) spilled inside its main loop with them.
-  static constexpr bool kSpeculate =
-      kOPasses == 1 && kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
+  // kOPasses > 1 in a persistent kernel: the persistent hd256 one (48 left) spilled inside
+  // its main loop with them.
+  static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
+                                     kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 40 registers)");
