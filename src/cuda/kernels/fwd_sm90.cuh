@@ -142,7 +142,7 @@ struct FwdSm90Traits {
   // fp8 (16-bit O, twice Q's bytes) stages O in a buffer of its own, all of it or half
   // (kOPasses) where that fits the CTA's share (one CTA per SM for two consumers, two for
   // one: kFp8OwnO); else (the 64x192 and _vt tiles, one item per CTA) in Q's buffer, half of
-  // O per pass; else (none so far) kOTma is false and the registers store O.
+  // O per pass; else (none so far) kOStaged is false and the registers store O.
   static constexpr int kSmemNoO = kSmemRing + (kVtIn ? kRawBytes : 0);
   static constexpr int kOColBlocks = (kHeadDim + 63) / 64;   // O's 64-column blocks (16-bit)
   static constexpr int kOBytes = kBlockM * kOColBlocks * 128;  // kTileQ, or 2 kTileQ for fp8
@@ -150,7 +150,7 @@ struct FwdSm90Traits {
   static constexpr int kOPassesFp8 = kSmemNoO + kOBytes <= kFp8SmemCap ? 1 : 2;
   static constexpr bool kFp8OwnO = kFp8 && kSmemNoO + kOBytes / kOPassesFp8 <= kFp8SmemCap;
   static constexpr bool kFp8OInQ = kFp8 && !kFp8OwnO && !kPersistent && kOBytes == 2 * kTileQ;
-  static constexpr bool kOTma = !kFp8 || kFp8OwnO || kFp8OInQ;
+  static constexpr bool kOStaged = !kFp8 || kFp8OwnO || kFp8OInQ;  // O through shared memory
   static constexpr int kOPasses = kFp8 ? (kFp8OwnO ? kOPassesFp8 : kFp8OInQ ? 2 : 1)
                                        : (!kPersistent || kSmemNoO + kTileQ <= 232448 ? 1 : 2);
   static constexpr int kTileO = (kFp8 ? kFp8OwnO : kPersistent) ? kOBytes / kOPasses : 0;
@@ -702,7 +702,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         else
           store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, 0, 0, 0, pack);
       };
-      // Through shared memory (Tr::kOTma): O / l into this warpgroup's rows of sO (16-bit,
+      // Through shared memory (Tr::kOStaged): O / l into this warpgroup's rows of sO (16-bit,
       // one item per CTA: Q's buffer; persistent or fp8: a buffer of its own, once the last
       // item's rows were read out of it) in Q's 16-bit swizzled layout (16-byte chunk c of
       // local row r at c ^ (r % 8), conflict-free for the fragments' stores), lse from
@@ -789,9 +789,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       // 16-bit: TMA stores or the threads' row copies. fp8: TMA stores, else from registers
       // (with the row copies in the fp8 kernels, the persistent hd128 128x192 one ran 3-5 %
       // slower on H200 in its TMA path too, same main-loop SASS: code layout; session 28).
-      if constexpr (Tr::kOTma && !Tr::kFp8)
+      if constexpr (Tr::kOStaged && !Tr::kFp8)
         store_smem(p.o_tma);
-      else if (Tr::kOTma && p.o_tma)
+      else if (Tr::kOStaged && p.o_tma)
         store_smem(true);
       else
         store();
@@ -849,12 +849,12 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   // O's map for the TMA-store epilogue (fixed-length batches; O is 16-bit, fp8's too), boxes
   // of 64 rows, where the backend found O mappable (p.o_tma: TMA wants a 16-byte aligned
-  // base and strides) and the kernel has a staging buffer (Tr::kOTma); otherwise the 16-bit
+  // base and strides) and the kernel has a staging buffer (Tr::kOStaged); otherwise the 16-bit
   // kernels' threads copy O's rows out of that buffer and the fp8 ones store from registers.
   FwdParams kp = p;
   kp.o_tma = false;
   CUtensorMap to{};
-  if constexpr (Tr::kOTma) {
+  if constexpr (Tr::kOStaged) {
     // Fixed-length batches (p.o_tma implies it): rows_q and nb are then Sq and B.
     const bool o_bf16 = Tr::kFp8 ? p.out_bf16 : bf16;
     kp.o_tma = p.o_tma && !varlen && row_map(&to, o_bf16, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
