@@ -4,6 +4,8 @@
 // flashcore::Error; nothing is launched until every check has passed.
 #include "cuda/backend.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "api/checks.hpp"
 #include "api/errors.hpp"
+#include "cuda/kernels/fwd_sm90_traits.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/fp8.hpp"
 
@@ -47,28 +50,16 @@ struct Instance {
   LaunchFn fn;
   bool persistent = false;  // sm90 "_p" rows: persistent CTAs (a static list of items each)
   bool vt_in = false;       // sm90 e4m3 "_vt" rows: V^T made in the kernel (no pre-pass)
-  // Dynamic shared memory: Q tile + kStages K and V tiles, rows padded to a multiple of
-  // 128 bytes (common/swizzle.cuh; the sm90 tiles are 128-byte column blocks), sm90 also
-  // its mbarriers and 1024 bytes of alignment slack (FwdSm90Traits::kSmem).
+  int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Traits::kSmem, kCtasPerSm
+  // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
+  // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Traits::kSmem.
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
-    const int tiles = (block_m + 2 * stages * block_n) * row_bytes;
-    // FwdSm90Traits::kTileO: the persistent 16-bit kernels' O buffer, all of O where it
-    // fits, else half of it (kOPasses).
-    // _vt rows: + the 32 KiB raw-V ring and its mbarriers (FwdSm90Traits::kVtIn).
-    const int rest = 8 * (2 + 4 * stages + (vt_in ? 2 * (32768 / (64 * row_bytes)) : 0)) + 1024 + (vt_in ? 32768 : 0);
-    const int o_bytes = block_m * row_bytes;
-    const int tile_o = persistent && dtype != DType::e4m3 ? (tiles + o_bytes + rest <= 232448 ? o_bytes : o_bytes / 2) : 0;
-    return arch == 90 ? tiles + tile_o + rest : tiles;  // FwdSm90Traits::kSmem
+    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes;
   }
-  // CTAs per SM (FwdSm90Traits::kCtasPerSm, mirrored): sm90 64-row tiles three where the
-  // shared memory of three fits and a consumer's 136 registers hold O, S and P with 32 to
-  // spare (hd64 64x64), else two; taller tiles and the sm80 rows (occupancy: their key) one.
-  int ctas_per_sm() const {
-    if (arch != 90 || block_m != 64) return 1;
-    const int regs = head_dim / 2 + block_n / 2 + block_n * 4 / (dtype == DType::e4m3 ? 32 : 16);
-    return 3 * (smem() + 1024) <= 233472 && 136 - regs >= 32 ? 3 : 2;
-  }
+  // CTAs per SM: sm90, FwdSm90Traits::kCtasPerSm (64-row tiles two or three, taller ones
+  // one); the sm80 rows (occupancy: their key) one.
+  int ctas_per_sm() const { return arch == 90 ? ctas90 : 1; }
   // Work items (one CTA each, or a persistent CTA's turn): query blocks of `rows` rows
   // (packed rows under GQA packing) times `heads` (item heads) times `batch`.
   int64_t items(int64_t rows, int64_t heads, int64_t batch) const { return (rows + block_m - 1) / block_m * heads * batch; }
@@ -79,9 +70,15 @@ struct Instance {
 
 // Instance dtype keys -> storage dtype (tf32: fp32 storage on TF32 tensor cores).
 constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32, dtype_e4m3 = DType::e4m3;
+// sm90 dtype keys -> the kernels' storage types (FwdSm90Traits).
+using type_f16 = __half;
+using type_bf16 = __nv_bfloat16;
+using type_e4m3 = __nv_fp8_e4m3;
 const Instance kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, 80, dtype_##dt, hd, bm, bn, wp, st, key},
-#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps == 1, ps == 2},
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps)                                          \
+  {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps == 1, ps == 2,        \
+   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSmem, FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kCtasPerSm},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
