@@ -176,13 +176,19 @@ bool holds_exactly(DType kernel_ab, DType storage) {
   return kernel_ab == storage || kernel_ab == DType::f32;
 }
 
-// The kernel a KernelPair table pairs with k, or null.
+// The function a KernelPair table pairs with k, or null.
+template <size_t N>
+GemmFn paired_fn(const KernelPair (&table)[N], const GemmUkernel& k) {
+  for (const KernelPair& t : table)
+    if (t.kernel != nullptr && t.kernel == k.fn) return t.other;
+  return nullptr;
+}
+// The listed kernel a KernelPair table pairs with k, or null.
 template <size_t N>
 const GemmUkernel* paired_kernel(const KernelPair (&table)[N], const GemmUkernel& k) {
-  for (const KernelPair& t : table)
-    if (t.kernel != nullptr && t.kernel == k.fn)
-      for (const GemmUkernel& g : kGemm)
-        if (g.fn == t.other) return &g;
+  if (const GemmFn other = paired_fn(table, k); other != nullptr)
+    for (const GemmUkernel& g : kGemm)
+      if (g.fn == other) return &g;
   return nullptr;
 }
 
@@ -235,11 +241,7 @@ int64_t gemm_stream_chunk(const GemmUkernel& k) {
   const int64_t es = int64_t(dtype_size(k.ab));
   return std::max<int64_t>(k.k_align, kStripBytes / (k.mr * es) / k.k_align * k.k_align);
 }
-GemmFn gemm_c32(const GemmUkernel& k) {
-  for (const KernelPair& c : kC32)
-    if (c.kernel != nullptr && c.kernel == k.fn) return c.other;
-  return nullptr;
-}
+GemmFn gemm_c32(const GemmUkernel& k) { return paired_fn(kC32, k); }
 const GemmUkernel& gemm_ukernel(int i) { return kGemm[i]; }
 int vecops_count() { return int(sizeof(kVec) / sizeof(kVec[0])); }
 const VecOps& vecops(int i) { return *kVec[i]; }
