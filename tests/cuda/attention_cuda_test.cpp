@@ -1337,6 +1337,14 @@ std::vector<std::pair<std::string, int64_t>> all_fp8() {
   EXPECT_FALSE(keys.empty()) << "no fwd_sm90_e4m3 kernel listed";
   return keys;
 }
+// A case forced onto an e4m3 kernel by key (sm90_case's twin), output type out.
+Fp8Case fp8_case(DType out, const std::string& key, int64_t d) {
+  Fp8Case c;
+  c.out = out;
+  c.impl = key;
+  c.D = d;
+  return c;
+}
 
 TEST_P(CudaFp8, OddLengths) {
   for (int64_t D : {128, 256}) {
@@ -1478,10 +1486,7 @@ TEST_P(CudaFp8, Small) {
 TEST_P(CudaFp8, EveryKernel) {
   FC_REQUIRE_SM90();
   for (const auto& [key, d] : all_fp8()) {
-    Fp8Case c;
-    c.out = GetParam();
-    c.impl = key;
-    c.D = d;
+    Fp8Case c = fp8_case(GetParam(), key, d);
     c.H = 4;
     c.Hkv = 2;
     c.Sq = 300;
@@ -1504,10 +1509,7 @@ TEST_P(CudaFp8, OutputStores) {
   FC_REQUIRE_SM90();
   for (const auto& [key, d] : all_fp8()) {
     for (int64_t out_pad : {int64_t(-1), int64_t(2)}) {
-      Fp8Case c;
-      c.out = GetParam();
-      c.impl = key;
-      c.D = d;
+      Fp8Case c = fp8_case(GetParam(), key, d);
       c.out_pad = out_pad;
       c.B = 2;
       c.H = 3;
@@ -1522,11 +1524,8 @@ TEST_P(CudaFp8, OutputStores) {
       c.Sq = 200;
       c.Sk = 200;
       run_fp8(c);
-      c = Fp8Case{};  // GQA packed: 8 query heads of a KV head, 5 queries each
-      c.out = GetParam();
-      c.impl = key;
+      c = fp8_case(GetParam(), key, d);  // GQA packed: 8 query heads of a KV head, 5 queries each
       c.expect = key + "+gqa8";
-      c.D = d;
       c.out_pad = out_pad;
       c.H = 16;
       c.Hkv = 2;
@@ -1634,10 +1633,7 @@ TEST_P(CudaFp8, PeakedScores) {
   FC_REQUIRE_SM90();
   for (const auto& [key, d] : all_fp8()) {
     for (bool causal : {false, true}) {
-      Fp8Case c;
-      c.out = GetParam();
-      c.impl = key;
-      c.D = d;
+      Fp8Case c = fp8_case(GetParam(), key, d);
       c.Sq = causal ? 700 : 130;
       c.Sk = 1500;
       c.causal = causal;
