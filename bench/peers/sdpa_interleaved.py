@@ -10,10 +10,23 @@ then the rounds alternate the sides (ours, cuDNN, FA2, ours, ...), each round a 
 and of the per-round ratios. Inputs: the same random values in each side's native layout
 (ours [B, S, H, D], SDPA [B, H, S, D], both contiguous).
 
-  python3 bench/peers/sdpa_interleaved.py [--dtype f16|bf16] [--hdims 64,128,256] [--seqs 512,2048]
-      [--rounds 5] [--iters 10] [--warm-ms 200] [--all-kernels]
+--dtype e4m3: fp8 attention, whose peer is cuDNN's fp8 SDPA (`sdpa_fp8` of the cudnn
+frontend's Python graph API, package nvidia-cudnn-frontend; PyTorch's SDPA has no fp8
+path), on the very same e4m3 q, k, v memory ([B, S, H, D], described to cuDNN as
+[B, H, S, D] with those strides): randn values (std 1) rounded to e4m3, descales 1, P
+stored as e4m3(256 P) by both (cuDNN: scale_s = 256, descale_s = 1/256). cuDNN writes O in
+e4m3 (its only output type on Hopper), ours in bf16 (twice O's bytes). Each row also
+reports rel_cudnn, ||ours - cuDNN|| / ||cuDNN||, so a mis-described graph shows.
 
-Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .).
+Every side is also timed back to back (`--b2b` calls between two events, the per-call
+mean; `*_b2b_us`): the GPU's time without each call's launch latency, which the
+per-call figure includes.
+
+  python3 bench/peers/sdpa_interleaved.py [--dtype f16|bf16|e4m3] [--hdims 64,128,256] [--seqs 512,2048]
+      [--rounds 5] [--iters 10] [--b2b 10] [--warm-ms 200] [--all-kernels]
+
+Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .);
+e4m3 also the cudnn frontend (else the row has no peer).
 Prints one JSON line per shape: us and TFLOP/s per side, ratio = peer time / ours, and the
 kernel the dispatcher chose for ours (ours_kernel).
 """
@@ -34,7 +47,7 @@ def kernel_of(q, k, v, causal):
     """The kernel the dispatcher runs for this call (the name PhaseTimes reports, from one
     more call through the C++ timing loop), or None where that call fails."""
     try:
-        out = torch.empty_like(q)
+        out = torch.empty_like(q, dtype=torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype)
         return flashcore._core.attention_loop(q, k, v, out, None, 0.0, causal, -1, -1, 0, 0, None, None, 0,
                                               None, torch.cuda.current_stream(q.device).cuda_stream,
                                               False, 1)[1] or None
@@ -54,6 +67,71 @@ def event_median_us(fn, iters):
     return statistics.median(times)
 
 
+def b2b_us(fn, calls):
+    """The mean time per call of `calls` calls enqueued back to back between two events."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(calls):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3 / calls
+
+
+def cudnn_fp8(q, k, v, causal, descale=1.0):
+    """cuDNN's fp8 SDPA on q, k, v (e4m3, [B, S, H, D]; each with the factor `descale`) as
+    a call, and its output (e4m3, [B, S, H, D]); None where the cudnn frontend is missing or
+    cuDNN rejects the graph."""
+    try:
+        import cudnn
+    except ImportError:
+        return None
+    e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    g = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=f32, compute_data_type=f32, handle=handle)
+
+    def bhsd(x):  # a [B, S, H, D] array as cuDNN's [B, H, S, D] with its strides
+        return dict(dim=[x.shape[0], x.shape[2], x.shape[1], x.shape[3]],
+                    stride=[x.stride(0), x.stride(2), x.stride(1), x.stride(3)])
+
+    out = torch.empty_like(q)
+    one = lambda val: torch.full((1, 1, 1, 1), val, dtype=torch.float32, device=q.device)  # noqa: E731
+    data = {"q": q, "k": k, "v": v, "dq": one(descale), "dk": one(descale), "dv": one(descale),
+            "ds": one(1.0 / 256), "ss": one(256.0), "so": one(1.0)}
+    t = {n: g.tensor(name=n, data_type=e4m3, **bhsd(x)) for n, x in data.items() if n in ("q", "k", "v")}
+    t.update({n: g.tensor(name=n, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=f32)
+              for n in data if n not in ("q", "k", "v")})
+    try:
+        o, _, amax_s, amax_o = g.sdpa_fp8(
+            q=t["q"], k=t["k"], v=t["v"], descale_q=t["dq"], descale_k=t["dk"], descale_v=t["dv"],
+            descale_s=t["ds"], scale_s=t["ss"], scale_o=t["so"], generate_stats=False,
+            attn_scale=q.shape[3] ** -0.5, use_causal_mask=causal, name="sdpa_fp8")
+        o.set_output(True).set_data_type(e4m3).set_dim(bhsd(out)["dim"]).set_stride(bhsd(out)["stride"])
+        data["o"], t["o"] = out, o
+        for n, a in (("amax_s", amax_s), ("amax_o", amax_o)):
+            a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(f32)
+            data[n], t[n] = one(0.0), a
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        g.build_plans()
+    except Exception as e:  # noqa: BLE001 (cudnnGraphNotSupportedError and kin: no peer row)
+        print(json.dumps({"cudnn_fp8_error": str(e)[:300]}), flush=True)
+        return None
+    ws = torch.empty(max(g.get_workspace_size(), 1), dtype=torch.uint8, device=q.device)
+    pack = {t[n]: x for n, x in data.items()}
+    return (lambda: g.execute(pack, ws, handle=handle)), out
+
+
+def codes_e4m3(shape):
+    """flashcore_cuda_timing's e4m3 inputs: random sign and mantissa, exponent field 4 .. 8."""
+    r = torch.randint(0, 1 << 30, shape, device="cuda", dtype=torch.int32)
+    code = ((r & 1) << 7) | ((4 + (r >> 1) % 5) << 3) | ((r >> 4) & 7)
+    return code.to(torch.uint8).view(torch.float8_e4m3fn)
+
+
 def warm(fn, ms):
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
@@ -69,29 +147,52 @@ def warm(fn, ms):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "e4m3"])
     ap.add_argument("--hdims", default="64,128,256")
     ap.add_argument("--seqs", default="512,2048,8192,16384")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--fp8-inputs", default="randn", choices=["randn", "codes"],
+                    help="e4m3 inputs: randn values rounded to e4m3, or flashcore_cuda_timing's codes "
+                         "(random sign and mantissa, exponent field 4 .. 8: magnitudes 2^-3 .. 3.75)")
+    ap.add_argument("--fp8-scale", type=float, default=1.0,
+                    help="e4m3: inputs randn * this, with descales 1 / this on both sides")
+    ap.add_argument("--b2b", type=int, default=10, help="calls per back-to-back timing (0: none)")
     ap.add_argument("--warm-ms", type=float, default=200.0)
     ap.add_argument("--all-kernels", action="store_true",
                     help="also every available CUDA kernel of the dtype and head dim, forced by key")
     args = ap.parse_args()
-    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    fp8 = args.dtype == "e4m3"
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float16}[args.dtype]
     for d in (int(x) for x in args.hdims.split(",")):
         for s in (int(x) for x in args.seqs.split(",")):
             for causal in (False, True):
                 b, h = max(16384 // s, 1), 2048 // d
                 q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
+                kw = {"causal": causal}
+                if fp8 and args.fp8_inputs == "codes":
+                    q, k, v = (codes_e4m3(x.shape) for x in (q, k, v))
+                elif fp8:
+                    q, k, v = ((x * args.fp8_scale).to(torch.float8_e4m3fn) for x in (q, k, v))
+                    if args.fp8_scale != 1.0:
+                        kw.update(q_descale=1 / args.fp8_scale, k_descale=1 / args.fp8_scale, v_descale=1 / args.fp8_scale)
                 qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-                fns = {"ours": lambda: flashcore.attention(q, k, v, causal=causal)}
+                fns = {"ours": lambda: flashcore.attention(q, k, v, **kw)}
                 if args.all_kernels:
                     tail = "%s_hd%d_" % (args.dtype, d)
                     for key, _, ok in flashcore.list_kernels():
                         if ok and (key.startswith("fwd_sm90_" + tail) or key.startswith("fwd_sm80_" + tail)):
-                            fns[key] = lambda key=key: flashcore.attention(q, k, v, causal=causal, impl=key)
-                for name, be in SIDES.items():
+                            fns[key] = lambda key=key: flashcore.attention(q, k, v, impl=key, **kw)
+                extra = {}
+                if fp8:
+                    peer = cudnn_fp8(q, k, v, causal, 1 / args.fp8_scale)
+                    if peer is not None:
+                        fns["cudnn_fp8"] = peer[0]
+                        peer[0]()
+                        ours = flashcore.attention(q, k, v, **kw).float()
+                        theirs = peer[1].float()
+                        extra["rel_cudnn"] = round(float((ours - theirs).norm() / theirs.norm()), 4)
+                for name, be in ({} if fp8 else SIDES).items():
                     def call(be=be):
                         with sdpa_kernel(be):
                             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
@@ -103,17 +204,27 @@ def main():
                 for fn in fns.values():
                     warm(fn, args.warm_ms)
                 us = {n: [] for n in fns}
+                b2b = {n: [] for n in fns}
                 for _ in range(args.rounds):
                     for n, fn in fns.items():
                         us[n].append(event_median_us(fn, args.iters))
+                        if args.b2b > 0:
+                            b2b[n].append(b2b_us(fn, args.b2b))
                 flop = 4 * b * h * s * s * d / (2 if causal else 1)
                 row = {"dtype": args.dtype, "B": b, "H": h, "S": s, "D": d, "causal": causal,
-                       "ours_kernel": kernel_of(q, k, v, causal)}
+                       "ours_kernel": kernel_of(q, k, v, causal), **extra}
+                if fp8:
+                    row["fp8_inputs"], row["fp8_scale"] = args.fp8_inputs, args.fp8_scale
                 for n, t in us.items():
                     row[n + "_us"] = round(statistics.median(t), 1)
                     row[n + "_tflops"] = round(flop / statistics.median(t) / 1e6, 1)
                     if n != "ours":
                         row["x_" + n] = round(statistics.median(p / o for p, o in zip(t, us["ours"])), 3)
+                    if b2b[n]:
+                        row[n + "_b2b_us"] = round(statistics.median(b2b[n]), 1)
+                        row[n + "_b2b_tflops"] = round(flop / statistics.median(b2b[n]) / 1e6, 1)
+                        if n != "ours":
+                            row["x_b2b_" + n] = round(statistics.median(p / o for p, o in zip(b2b[n], b2b["ours"])), 3)
                 print(json.dumps(row), flush=True)
 
 
