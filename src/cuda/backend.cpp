@@ -557,63 +557,54 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   const int pack_shift = gqa_pack_shift(p, sq);
   // The tile choice reads the mean key length (varlen: p.sk is the packed total).
   const int64_t sk_mean = p.cu_q != nullptr ? p.sk / std::max<int64_t>(p.batch, 1) : p.sk;
-  // The e4m3 row for the head dim (table order = preference), or the forced key:
-  // - a 64-row tile (two CTAs per SM) where the key range is short or banded: with a band
-  //   mask (causal, windows) below kFp8BandedTallSk keys the 192-key one, without one below
-  //   kFp8ShortSk the 128-key one. H100, session 13, same call (grid shapes, hd128): S512
-  //   1.08x the 128-row tile (causal 1.11x), S2048 1.06x (causal 1.13x), causal S8192
-  //   1.04x; without a mask at S8192 and either way at S16384 the 128-row tiles are as fast
-  //   or faster (docs/results/cuda-sm90-fp8-2026-11-22.md, session 13); and the 128-key
-  //   one wherever GQA-packed rows fit one 64-row tile (decode); where every (packed) row
-  //   of a head fits one 64-row tile, the tile's "_vt" row (V^T made in the kernel, no
-  //   pre-pass reading and writing V once more: H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 80
-  //   us, Sk16384 593 -> 295; session 21), else the rows without;
-  // - else the first taller row whose key tile is at most a quarter of the keys (128-key
-  //   tiles always qualify; the last taller row when none does);
-  // - but before the 64-row rule, the taller row's persistent variant ("_p") where its
-  //   items outnumber the SMs and the keys are at most kFp8PersistentMaxSk (hd256 without a
-  //   band mask: kFp8PersistentMaxSk256). H200, session 25, flashcore_cuda_timing --all-tiles,
-  //   3 rounds, TFLOP/s: hd128 128x192_s3_p against the 64-row tiles the rule took before,
-  //   S512 410 vs 390 (causal 230 vs 226), S2048 739 vs 672 (558 vs 522), S4096 830 vs 792
-  //   (673 vs 638), causal S8192 807 vs 737; against 128x192_s3 at S8192 906 vs 890 and at
-  //   S16384 935 vs 955 (causal 870 vs 859); hd256 128x128_s2_p against 128x128_s2: S512
-  //   478 vs 450 (283 vs 256), S4096 1083 vs 1073 (888 vs 837), S8192 1167 vs 1178 (causal
-  //   1017 vs 993), causal S16384 1132 vs 1152.
-  constexpr int64_t kFp8ShortSk = 8192, kFp8BandedTallSk = 16384, kFp8PersistentMaxSk = 8192,
-                    kFp8PersistentMaxSk256 = 4096;
+  // The e4m3 row for the head dim (table order = preference), or the forced key. With
+  // lo = 4096 and hi = 8192 keys (a band mask, causal or windows: 8192 and 16384):
+  // - the 64x128 tile (two CTAs per SM) where a head's (GQA-packed) rows fit one 64-row
+  //   tile (its "_vt" row, V^T made in the kernel: no pre-pass reading and writing V once
+  //   more; H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 80 us, Sk16384 593 -> 295; session
+  //   21), or where Sk < hi and the 128-row items leave SMs idle;
+  // - else the 128-row tile: the first (hd128: 192 keys) from hi / 4 keys on, else the
+  //   first with 128 keys; its persistent variant ("_p") where Sk <= lo and its items
+  //   outnumber the SMs.
+  // Measured on an H200, our kernels and cuDNN's fp8 SDPA interleaved in one process
+  // (bench/peers/sdpa_interleaved.py --dtype e4m3 --all-kernels, 3 rounds; randn inputs and
+  // flashcore_cuda_timing's wider codes), hd128 TFLOP/s per call, randn / codes, against the
+  // previous rule's choice (192 keys from Sk = 768, persistent to 8192 either way):
+  // S1024 128x128_s2_p 594 / 498 vs 128x192_s3_p 569 / 488; S8192 128x192_s3 902 / 836
+  // vs "_p" 896 / 821; causal S1024, S2048 128x128_s2_p 398 / 323 and 565 / 520 vs 367 /
+  // 297 and 545 / 519; the rows between take 128x192_s3_p, which speculates since session
+  // 30 (fwd_sm90_traits.hpp: kSpeculate), 1.06-1.15x of its previous self with randn
+  // inputs (docs/results/cuda-sm90-fp8-2026-11-22.md, session 30). hd256 (no 64-row tile,
+  // one 128-row tile) keeps the persistent bounds of session 25.
+  constexpr int64_t kFp8Lo = 4096, kFp8Hi = 8192;
   const bool banded = p.banded();
-  const int want64 = pack_shift > 0 && sq << pack_shift <= 64 ? 128
-                     : banded ? (sk_mean < kFp8BandedTallSk ? 192 : 0)
-                              : (sk_mean < kFp8ShortSk ? 128 : 0);
+  const int64_t lo = banded ? 2 * kFp8Lo : kFp8Lo, hi = banded ? 2 * kFp8Hi : kFp8Hi;
   auto takes = [&](const Instance& i) {
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
            i.smem() <= dev.smem_optin;
   };
   const bool one_tile = sq << pack_shift <= 64;
-  const Instance *inst = nullptr, *inst_vt = nullptr, *tall = nullptr, *fallback = nullptr;
+  const int64_t rows = sq << pack_shift, item_heads = p.heads >> pack_shift;
+  const Instance *tile64 = nullptr, *tile64_vt = nullptr, *tall = nullptr, *fallback = nullptr;
   bool any = false;
   for (const Instance& i : kInstances)
     if (i.arch == 90 && i.dtype == DType::e4m3) {
       any = true;
       if (!takes(i) || i.persistent) continue;  // persistent rows: below, as the taller row's variant
-      if (i.vt_in) {
-        if (one_tile && inst_vt == nullptr && i.block_n == want64) inst_vt = &i;
-        continue;
-      }
-      if (i.block_m == 64) {
-        if (inst == nullptr && i.block_n == want64) inst = &i;
-        if (fallback == nullptr) fallback = &i;
+      if (i.block_m == 64) {  // the 64x192 row: forced keys only
+        const Instance*& slot = i.vt_in ? tile64_vt : tile64;
+        if (slot == nullptr && i.block_n == 128) slot = &i;
         continue;
       }
       fallback = &i;
-      if (tall == nullptr && i.block_n <= std::max<int64_t>(128, sk_mean / 4)) tall = &i;
+      if (tall == nullptr && (sk_mean >= hi / 4 || i.block_n == 128)) tall = &i;
     }
-  if (inst_vt != nullptr) inst = inst_vt;
-  if (!one_tile && tall != nullptr &&
-      sk_mean <= (p.d > 128 && !banded ? kFp8PersistentMaxSk256 : kFp8PersistentMaxSk) &&
-      tall->items(sq << pack_shift, p.heads >> pack_shift, p.batch) > dev.sms)
+  const Instance* inst = nullptr;
+  const bool idle = tall == nullptr || tall->items(rows, item_heads, p.batch) <= dev.sms;
+  if (tile64 != nullptr && (one_tile || (sk_mean < hi && idle))) inst = one_tile && tile64_vt != nullptr ? tile64_vt : tile64;
+  if (inst == nullptr && !one_tile && !idle && sk_mean <= lo)
     if (const Instance* v = persistent_variant(*tall); v != nullptr && takes(*v)) inst = v;
-  if (inst == nullptr) inst = tall != nullptr ? tall : fallback;
+  if (inst == nullptr) inst = tall != nullptr ? tall : fallback != nullptr ? fallback : tile64;
   int kv_splits = 0;  // 0: the rule (kv_split_count); a forced key runs unsplit or names a count
   if (p.impl != nullptr && p.impl[0] != '\0') {
     std::string key;

@@ -101,9 +101,11 @@ struct FwdSm90Traits {
   // 52 bytes outside the main loop and ran 1.02-1.11x faster with them than without (H100);
   // the persistent hd64 64x64 one (40 left, three CTAs per SM) does not spill. Not with
   // kOPasses > 1 in a persistent kernel: the persistent hd256 one (48 left) spilled inside
-  // its main loop with them.
+  // its main loop with them. fp8's persistent hd128 128x192 one (32 left) takes them at the
+  // non-persistent threshold (no spills): H200, randn inputs, 1.06-1.15x without them from
+  // Sk = 2048 (session 30).
   static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
-                                     kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent ? 40 : 32);
+                                     kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent && !kFp8 ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 40 registers)");
