@@ -573,9 +573,8 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   // S1024 128x128_s2_p 594 / 498 vs 128x192_s3_p 569 / 488; S8192 128x192_s3 902 / 836
   // vs "_p" 896 / 821; causal S1024, S2048 128x128_s2_p 398 / 323 and 565 / 520 vs 367 /
   // 297 and 545 / 519; the rows between take 128x192_s3_p, which speculates since session
-  // 30 (fwd_sm90_traits.hpp: kSpeculate), 1.06-1.15x of its previous self with randn
-  // inputs (docs/results/cuda-sm90-fp8-2026-11-22.md, session 30). hd256 (no 64-row tile,
-  // one 128-row tile) keeps the persistent bounds of session 25.
+  // 30 (fwd_sm90_traits.hpp: kSpeculate; docs/results/cuda-sm90-fp8-2026-11-22.md, session
+  // 30). hd256 (no 64-row tile, one 128-row tile) keeps the persistent bounds of session 25.
   constexpr int64_t kFp8Lo = 4096, kFp8Hi = 8192;
   const bool banded = p.banded();
   const int64_t lo = banded ? 2 * kFp8Lo : kFp8Lo, hi = banded ? 2 * kFp8Hi : kFp8Hi;

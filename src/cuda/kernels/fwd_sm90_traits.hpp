@@ -102,8 +102,9 @@ struct FwdSm90Traits {
   // the persistent hd64 64x64 one (40 left, three CTAs per SM) does not spill. Not with
   // kOPasses > 1 in a persistent kernel: the persistent hd256 one (48 left) spilled inside
   // its main loop with them. fp8's persistent hd128 128x192 one (32 left) takes them at the
-  // non-persistent threshold (no spills): H200, randn inputs, 1.06-1.15x without them from
-  // Sk = 2048 (session 30).
+  // non-persistent threshold (no spills): H200, Sk = 1024 .. 16384, back to back, 1.05-1.21x
+  // its speed without them on randn inputs, 0.98-1.03x on the timing tool's wider codes
+  // (session 30).
   static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
                                      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent && !kFp8 ? 40 : 32);
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
