@@ -162,6 +162,8 @@ def main():
     ap.add_argument("--all-kernels", action="store_true",
                     help="also every available CUDA kernel of the dtype and head dim, forced by key")
     args = ap.parse_args()
+    if args.fp8_inputs == "codes" and args.fp8_scale != 1.0:
+        ap.error("--fp8-scale applies to randn inputs only")
     fp8 = args.dtype == "e4m3"
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float16}[args.dtype]
     for d in (int(x) for x in args.hdims.split(",")):
