@@ -6,6 +6,8 @@
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
 //                         [--hdims 64,128] [--seqs 512,4096] [--profile "B H S D causal"] (of the first --dtype)
 //                         [--descale-heads] (e4m3: per-head descale arrays of ones as well)
+//                         [--inputs randn] (q, k, v each a fresh draw of standard normal values rounded
+//                         to the dtype, as the peer scripts' torch.randn; default: the fixed pattern below)
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
 // e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
@@ -16,12 +18,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "flashcore/flashcore.hpp"
 
 namespace {
@@ -48,6 +52,23 @@ double median(std::vector<float> v) {
 }
 
 bool g_descale_heads = false;  // --descale-heads
+bool g_randn = false;          // --inputs randn
+
+// n standard normal values (Box-Muller on a 64-bit LCG; a fixed seed per tensor) stored as t.
+std::vector<uint8_t> randn_host(flashcore::DType t, int64_t n, uint64_t seed) {
+  std::vector<uint8_t> h(size_t(n) * flashcore::dtype_size(t));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto uniform = [&] {  // (0, 1]
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return (double((x >> 11) + 1)) * 0x1.0p-53;
+  };
+  for (int64_t i = 0; i < n; i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 6.283185307179586 * uniform();
+    flashcore::core::store_from_f32(h.data(), i, t, float(r * std::cos(a)));
+    if (i + 1 < n) flashcore::core::store_from_f32(h.data(), i + 1, t, float(r * std::sin(a)));
+  }
+  return h;
+}
 
 void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   using namespace flashcore;
@@ -88,9 +109,16 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
       h8[i] = uint8_t((x >> 31) << 7 | (4 + (x >> 12) % 5) << 3 | ((x >> 9) & 7));
     }
   }
-  for (void* p : {q, k, v})
+  uint64_t seed = 1;
+  for (void* p : {q, k, v}) {
+    const int64_t count = p == q ? nq : nk;
+    if (g_randn) {
+      CK(cudaMemcpy(p, randn_host(dt, count, seed++).data(), count * es, cudaMemcpyHostToDevice));
+      continue;
+    }
     CK(cudaMemcpy(p, fp8 ? static_cast<const void*>(h8.data()) : dt == DType::f32 ? static_cast<const void*>(h32.data()) : h16.data(),
-                  (p == q ? nq : nk) * es, cudaMemcpyHostToDevice));
+                  count * es, cudaMemcpyHostToDevice));
+  }
   Tensor tq = Tensor::contiguous(q, dt, {s.B, sq, s.H, s.D}, Device::cuda);
   Tensor tk = Tensor::contiguous(k, dt, {s.B, s.S, hkv, s.D}, Device::cuda);
   Tensor tv = Tensor::contiguous(v, dt, {s.B, s.S, hkv, s.D}, Device::cuda);
@@ -181,9 +209,10 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   std::printf(
       "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"dtype\":\"%s\",\"B\":%lld,"
       "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.1f,"
-      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f}\n",
+      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f,\"inputs\":\"%s\"}\n",
       s.tag, pt.kernel.c_str(), impl == nullptr || dispatcher ? "true" : "false", to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
-      s.causal ? "true" : "false", us, graph_us, host_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs);
+      s.causal ? "true" : "false", us, graph_us, host_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs,
+      g_randn ? "randn" : "pattern");
   std::fflush(stdout);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -207,6 +236,11 @@ int main(int argc, char** argv) {
     else if (a == "--only-mission") only_mission = true;
     else if (a == "--gqa") gqa = true;
     else if (a == "--descale-heads") g_descale_heads = true;
+    else if (a == "--inputs" && i + 1 < argc) {
+      const std::string in = argv[++i];
+      if (in != "randn" && in != "pattern") return 2;
+      g_randn = in == "randn";
+    }
     else if (a == "--profile" && i + 1 < argc) {  // "B H S D causal": a few calls of one shape (for ncu)
       int c;
       if (std::sscanf(argv[++i], "%lld %lld %lld %lld %d", &prof[0], &prof[1], &prof[2], &prof[3], &c) != 5) return 2;
