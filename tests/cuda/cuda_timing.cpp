@@ -18,10 +18,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -54,19 +54,12 @@ double median(std::vector<float> v) {
 bool g_descale_heads = false;  // --descale-heads
 bool g_randn = false;          // --inputs randn
 
-// n standard normal values (Box-Muller on a 64-bit LCG; a fixed seed per tensor) stored as t.
+// n standard normal values (a fixed seed per tensor) stored as t.
 std::vector<uint8_t> randn_host(flashcore::DType t, int64_t n, uint64_t seed) {
   std::vector<uint8_t> h(size_t(n) * flashcore::dtype_size(t));
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto uniform = [&] {  // (0, 1]
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    return (double((x >> 11) + 1)) * 0x1.0p-53;
-  };
-  for (int64_t i = 0; i < n; i += 2) {
-    const double r = std::sqrt(-2.0 * std::log(uniform())), a = 6.283185307179586 * uniform();
-    flashcore::core::store_from_f32(h.data(), i, t, float(r * std::cos(a)));
-    if (i + 1 < n) flashcore::core::store_from_f32(h.data(), i + 1, t, float(r * std::sin(a)));
-  }
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < n; ++i) flashcore::core::store_from_f32(h.data(), i, t, normal(rng));
   return h;
 }
 
@@ -82,11 +75,12 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   CK(cudaMalloc(&k, nk * es));
   CK(cudaMalloc(&v, nk * es));
   CK(cudaMalloc(&o, nq * dtype_size(ot)));
-  // Random-ish bits: small finite values (a fixed pattern; correctness is the tests' job).
-  std::vector<uint16_t> h16(n);
+  // Random-ish bits: small finite values (a fixed pattern; correctness is the tests' job),
+  // unless --inputs randn.
+  std::vector<uint16_t> h16(g_randn ? 0 : n);
   std::vector<float> h32;
   uint32_t x = 12345;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < int64_t(h16.size()); ++i) {
     x = x * 1664525u + 1013904223u;
     const float f = float(int(x >> 9) % 2001 - 1000) / 1000.f;
     uint32_t u;
@@ -97,12 +91,12 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
       h16[i] = ex < 113 ? uint16_t(sign) : uint16_t(sign | ((ex - 112) << 10) | (man >> 13));
     }
   }
-  if (dt == DType::f32) {
+  if (dt == DType::f32 && !g_randn) {
     h32.resize(n);
     for (int64_t i = 0; i < n; ++i) h32[i] = float(i % 2001 - 1000) / 1000.f;
   }
   std::vector<uint8_t> h8;
-  if (fp8) {  // e4m3 codes of magnitude 2^-3 .. 1.875 * 2^1, either sign
+  if (fp8 && !g_randn) {  // e4m3 codes of magnitude 2^-3 .. 1.875 * 2^1, either sign
     h8.resize(n);
     for (int64_t i = 0; i < n; ++i) {
       x = x * 1664525u + 1013904223u;
