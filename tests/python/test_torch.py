@@ -51,6 +51,27 @@ def test_torch_numpy_mix_rejected():
         flashcore.attention(q, q, q, out=np.empty((1, 5, 2, 8), np.float32))
 
 
+def test_torch_fast_path_errors_and_fallbacks():
+    """Plain tensors go to _core as raw views (_api._torch_view), the rest through DLPack:
+    both name the bad argument and leave out untouched."""
+    q = make((1, 5, 2, 8), "f32")
+    out = torch.full((1, 5, 2, 8), float("nan"))
+    with pytest.raises(TypeError, match="^k: dtype f16 differs from q"):
+        flashcore.attention(q, q.half(), q, out=out)
+    with pytest.raises(ValueError, match="^out:"):
+        flashcore.attention(q, q, q, out=out[:, :4])
+    with pytest.raises(TypeError, match="^cu_seqlens_q: dtype int64"):  # int64: DLPack's path
+        flashcore.attention(q, q, q, out=out, cu_seqlens_q=torch.tensor([0, 5]),
+                            cu_seqlens_k=torch.tensor([0, 5], dtype=torch.int32))
+    assert torch.isnan(out).all()
+    # a subclass (nn.Parameter) goes through DLPack, a tensor that requires grad is read as
+    # it is (forward only, as before the fast path): both give the plain tensors' result
+    pk = torch.nn.Parameter(q.clone(), requires_grad=False)
+    o = flashcore.attention(q, q, q)
+    assert torch.equal(flashcore.attention(q, pk, pk), o)
+    assert torch.equal(flashcore.attention(q.clone().requires_grad_(), q, q), o)
+
+
 def test_torch_op_cpu_and_compile():
     import flashcore.torch as fct
     q, k, v = make((1, 11, 4, 16), "f32"), make((1, 11, 2, 16), "f32"), make((1, 11, 2, 16), "f32")
@@ -236,6 +257,23 @@ def test_torch_cuda_stream_and_graph():
     g.replay()
     torch.cuda.synchronize()
     assert torch.allclose(static_out.float(), out.float(), atol=1e-3)
+
+
+@needs_cuda
+def test_torch_cuda_runs_on_current_stream():
+    """The call is ordered after the current stream's work: q is written on a side stream
+    behind a 20 ms spin, and read by flashcore on that stream."""
+    src = make((1, 256, 4, 64), "f16", "cuda")
+    o_ref = flashcore.attention(src, src, src)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        q = torch.full_like(src, float("nan"))
+        torch.cuda._sleep(int(2e7))
+        q.copy_(src)
+        out = flashcore.attention(q, q, q)
+    s.synchronize()
+    assert torch.allclose(out.float(), o_ref.float(), atol=1e-3)  # NaN if it ran before the copy
 
 
 def test_cuda_mixed_devices_rejected():
