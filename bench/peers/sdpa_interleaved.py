@@ -15,8 +15,10 @@ frontend's Python graph API, package nvidia-cudnn-frontend; PyTorch's SDPA has n
 path), on the very same e4m3 q, k, v memory ([B, S, H, D], described to cuDNN as
 [B, H, S, D] with those strides): randn values (std 1) rounded to e4m3, descales 1, P
 stored as e4m3(256 P) by both (cuDNN: scale_s = 256, descale_s = 1/256). cuDNN writes O in
-e4m3 (its only output type on Hopper), ours in bf16 (twice O's bytes). Each row also
-reports rel_cudnn, ||ours - cuDNN|| / ||cuDNN||, so a mis-described graph shows.
+e4m3 (its only output type on Hopper), ours in bf16 (twice O's bytes). Both write into
+an O allocated once (the graph's variant pack; ours `out=`), unless `--fp8-out alloc`
+(ours then allocates per call, as until session 31). Each row also reports rel_cudnn,
+||ours - cuDNN|| / ||cuDNN||, so a mis-described graph shows.
 
 Every side is also timed back to back (`--b2b` calls between two events, the per-call
 mean; `*_b2b_us`): the GPU's time without each call's launch latency, which the
@@ -152,6 +154,9 @@ def main():
     ap.add_argument("--seqs", default="512,2048,8192,16384")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--fp8-out", default="prealloc", choices=["prealloc", "alloc"],
+                    help="e4m3: ours writes into an output allocated once (prealloc, out=; cuDNN's graph "
+                         "writes into one too), or allocates it per call (alloc, ~5 us of host time per call)")
     ap.add_argument("--fp8-inputs", default="randn", choices=["randn", "codes"],
                     help="e4m3 inputs: randn values rounded to e4m3, or flashcore_cuda_timing's codes "
                          "(random sign and mantissa, exponent field 4 .. 8: magnitudes 2^-3 .. 3.75)")
@@ -181,6 +186,8 @@ def main():
                         kw.update(q_descale=1 / args.fp8_scale, k_descale=1 / args.fp8_scale, v_descale=1 / args.fp8_scale)
                 # SDPA's [B, H, S, D] copies (its peers only: cuDNN fp8 reads q, k, v in place)
                 qt, kt, vt = (None,) * 3 if fp8 else (x.transpose(1, 2).contiguous() for x in (q, k, v))
+                if fp8 and args.fp8_out == "prealloc":  # as cuDNN's graph: its O is allocated once
+                    kw["out"] = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                 fns = {"ours": lambda: flashcore.attention(q, k, v, **kw)}
                 if args.all_kernels:
                     tail = "%s_hd%d_" % (args.dtype, d)
@@ -218,7 +225,7 @@ def main():
                 row = {"dtype": args.dtype, "B": b, "H": h, "S": s, "D": d, "causal": causal,
                        "ours_kernel": kernel_of(q, k, v, causal), **extra}
                 if fp8:
-                    row["fp8_inputs"], row["fp8_scale"] = args.fp8_inputs, args.fp8_scale
+                    row["fp8_inputs"], row["fp8_scale"], row["fp8_out"] = args.fp8_inputs, args.fp8_scale, args.fp8_out
                 for n, t in us.items():
                     row[n + "_us"] = round(statistics.median(t), 1)
                     row[n + "_tflops"] = round(flop / statistics.median(t) / 1e6, 1)
