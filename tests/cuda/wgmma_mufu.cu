@@ -6,7 +6,8 @@
 // swizzle) and O += P V (RS wgmma, V^T with the 64-byte swizzle), optionally taking turns
 // (named barriers, the kernels' ping-pong) and optionally running, after S retires and
 // while P V is in flight, the softmax's per-score work on S (MODE 0: FFMA, ex2, FADD and
-// the e4m3 pack; 1: FMUL in place of ex2; 2: ex2 only); a third warpgroup can stream
+// the e4m3 pack; 1: FMUL in place of ex2; 2: ex2 only; 3, 5, 4: 1/4, 3/8, 1/2 of the
+// exponentials by exp2_poly on the FMA pipe); a third warpgroup can stream
 // `copy` KB per iteration from an L2-resident buffer into the operands' shared memory
 // (cp.async.bulk, the TMA loads' traffic). Prints cycles per iteration (clock64 on every
 // SM, averaged), the tensor cores' share of their nominal 8192 fp8 FLOP per clock and SM,
@@ -20,6 +21,19 @@
 #include "cuda/common/wgmma_gen.cuh"
 using namespace flashcore::cuda;
 using T = __nv_fp8_e4m3;
+
+// 2^x on the FMA pipe for x <= ~8 (FlashAttention-4's trick, as session 19 tried in the
+// kernel): x clamped at -126, rounded to an integer r by the 1.5 * 2^23 shift, 2^(x - r) by a
+// cubic (relative error ~1e-4, far below e4m3's), r added to the exponent field by one IMAD.
+__device__ __forceinline__ float exp2_poly(float x) {
+  x = fmaxf(x, -126.f);
+  const float xm = __fadd_rn(x, 12582912.f);
+  const float f = __fsub_rn(x, __fsub_rn(xm, 12582912.f));  // [-0.5, 0.5]
+  float p = fmaf(f, 0.05550411f, 0.2402265f);
+  p = fmaf(p, f, 0.6931472f);
+  p = fmaf(p, f, 1.f);
+  return __int_as_float(__float_as_int(xm) * 0x800000 + __float_as_int(p));
+}
 
 // NQK / KQK: S's N and k-steps (32 bytes each); NPV / KPV: P V's N (the head dim) and k-steps
 // (32 keys each); NWG consumer warpgroups; PP: ping-pong turns; PV_SS: P from shared
@@ -106,6 +120,20 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
 #pragma unroll
       for (int i = 0; i < NQK / 8; ++i) {
         float p0, p1, p2, p3;
+        // MODE 3 / 4 / 5: a quarter / half / three eighths of the fragments' exponentials on
+        // the FMA pipe (exp2_poly), the rest on MUFU.
+        const bool poly = (MODE == 3 && i % 4 == 0) || (MODE == 4 && i % 2 == 0) ||
+                          (MODE == 5 && (i % 8 == 0 || i % 8 == 3 || i % 8 == 5));
+        if (poly) {
+          p0 = exp2_poly(fmaf(s[i][0], 0.0001f, -mrow));
+          p1 = exp2_poly(fmaf(s[i][1], 0.0001f, -mrow));
+          p2 = exp2_poly(fmaf(s[i][2], 0.0001f, -mrow));
+          p3 = exp2_poly(fmaf(s[i][3], 0.0001f, -mrow));
+          sum0 += p0 + p1;
+          sum1 += p2 + p3;
+          pb[i % 8] ^= ptx::pack4_e4m3(p0, p1, p2, p3);
+          continue;
+        }
         if constexpr (MODE == 2) {
           p0 = ex(s[i][0]); p1 = ex(s[i][1]); p2 = ex(s[i][2]); p3 = ex(s[i][3]);
           sum0 = fmaxf(sum0, __int_as_float(__float_as_int(p0) ^ __float_as_int(p1) ^ __float_as_int(p2) ^ __float_as_int(p3)));
@@ -179,6 +207,10 @@ int main() {
   run<192, 4, 128, 6, 2, false, false, true>("hd128 step + softmax, no pp");
   run<192, 4, 128, 6, 2, true, false, true, 1>("hd128 step + softmax no ex2, pp");
   run<192, 4, 128, 6, 2, true, false, true, 2>("hd128 step + ex2 only, pp");
+  run<192, 4, 128, 6, 2, true, false, true, 3>("hd128 step + softmax 1/4 poly, pp");
+  run<192, 4, 128, 6, 2, true, false, true, 5>("hd128 step + softmax 3/8 poly, pp");
+  run<192, 4, 128, 6, 2, true, false, true, 4>("hd128 step + softmax 1/2 poly, pp");
+  run<192, 4, 128, 0, 1, false, false, true, 4>("hd128 S + softmax 1/2 poly, 1 WG");
   run<192, 4, 128, 6, 2, true, true, true>("hd128 step (P V SS) + softmax, pp");
   run<192, 4, 128, 0, 2, true, false, true>("hd128 S only + softmax, pp");
   run<256, 4, 128, 8, 2, true, false, true>("hd128 n256 step + softmax, pp");
