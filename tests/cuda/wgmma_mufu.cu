@@ -214,6 +214,10 @@ int main() {
   run<192, 4, 128, 6, 2, true, false, true, 4>("hd128 step + softmax 1/2 poly, pp");
   run<192, 4, 128, 0, 1, false, false, true, 4>("hd128 S + softmax 1/2 poly, 1 WG");
   run<192, 4, 128, 6, 2, true, false, true, 6>("hd128 step + softmax no row sums, pp");
+  // Row sums on the tensor cores: P V at N = 136 (V^T and a block of ones).
+  run<192, 4, 136, 6, 2, true>("hd128 gemms, P V n136, pp");
+  run<192, 4, 136, 6, 2, true, false, true>("hd128 step n136 + softmax, pp");
+  run<192, 4, 136, 6, 2, true, false, true, 6>("hd128 step n136 + softmax no row sums, pp");
   run<192, 4, 128, 6, 2, true, true, true>("hd128 step (P V SS) + softmax, pp");
   run<192, 4, 128, 0, 2, true, false, true>("hd128 S only + softmax, pp");
   run<256, 4, 128, 8, 2, true, false, true>("hd128 n256 step + softmax, pp");
