@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import types
 
 import numpy as np
 
@@ -46,7 +47,7 @@ def _framework(x, name: str) -> str:
             f"{name}: expected an array (numpy, torch, cupy, jax: anything with __dlpack__), "
             f"got {t.__name__}")
     _FRAMEWORK_OF_TYPE[t] = fw
-    if fw == "torch" and _TORCH_TENSOR[0] is None:
+    if fw == "torch" and _TORCH is None:
         _torch_init()
     return fw
 
@@ -83,33 +84,25 @@ def _empty(like, fw: str, shape: tuple, float32: bool = False, bf16_for_fp8: boo
     return xp.empty(shape, dtype=dtype, device=like.device)
 
 
-# torch's fast path (attention): filled by _torch_init when torch registers its tensor type
-# in _FRAMEWORK_OF_TYPE (a first torch call), so a program without torch never imports it.
-_TORCH_TENSOR: list = [None]
-_TORCH_CODES: dict = {}  # torch dtype -> the library's DType code (flashcore.hpp)
+# torch's fast path (attention): set by _torch_init when torch registers its tensor type in
+# _FRAMEWORK_OF_TYPE (a first torch call), so a program without torch never imports it:
+# the plain tensor type, the library's DType code of each torch dtype (flashcore.hpp), and
+# torch's current device and current raw stream (its C functions; the public API where
+# they are missing, slower).
+_TORCH = None
 
 
 def _torch_init() -> None:
+    global _TORCH
     import torch  # already imported by the caller's program: it made the tensor
-    _TORCH_TENSOR[0] = torch.Tensor
-    _TORCH_CODES.update({torch.float32: 0, torch.float16: 1, torch.bfloat16: 2,
-                         torch.float8_e4m3fn: 3, torch.float8_e5m2: 4, torch.int32: 5})
     c = torch._C
-    global _torch_current_device, _torch_raw_stream
-    if hasattr(c, "_cuda_getDevice") and hasattr(c, "_cuda_getCurrentRawStream"):
-        _torch_current_device = c._cuda_getDevice
-        _torch_raw_stream = c._cuda_getCurrentRawStream
-    else:  # the public API (slower)
-        _torch_current_device = torch.cuda.current_device
-        _torch_raw_stream = lambda d: torch.cuda.current_stream(d).cuda_stream  # noqa: E731
-
-
-def _torch_current_device() -> int:  # replaced by _torch_init
-    raise AssertionError("flashcore: torch fast path used before _torch_init")
-
-
-def _torch_raw_stream(dev: int) -> int:  # replaced by _torch_init
-    raise AssertionError("flashcore: torch fast path used before _torch_init")
+    fast = hasattr(c, "_cuda_getDevice") and hasattr(c, "_cuda_getCurrentRawStream")
+    _TORCH = types.SimpleNamespace(
+        tensor=torch.Tensor,
+        codes={torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float8_e4m3fn: 3,
+               torch.float8_e5m2: 4, torch.int32: 5},
+        device=c._cuda_getDevice if fast else torch.cuda.current_device,
+        stream=c._cuda_getCurrentRawStream if fast else (lambda d: torch.cuda.current_stream(d).cuda_stream))
 
 
 def _torch_view(t):
@@ -117,8 +110,8 @@ def _torch_view(t):
     _core's raw view (pointer, dtype code, device index or -1, shape, strides: core.cpp
     import_raw); any other one (a subclass, a dtype we do not take, another device, a
     negated view) as itself, for DLPack, whose errors name it."""
-    code = _TORCH_CODES.get(t.dtype)
-    if code is None or type(t) is not _TORCH_TENSOR[0] or t.is_neg():
+    code = _TORCH.codes.get(t.dtype)
+    if code is None or type(t) is not _TORCH.tensor or t.is_neg():
         return t
     if t.is_cuda:
         dev = t.get_device()
@@ -304,7 +297,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     if not (type(q_descale) is float and type(k_descale) is float and type(v_descale) is float
             and q_descale == k_descale == v_descale == 1.0):
         kw.update(_descales(q_descale, k_descale, v_descale, fw))
-    if fw == "torch" and type(q) is _TORCH_TENSOR[0]:
+    if fw == "torch" and type(q) is _TORCH.tensor:
         # torch tensors as raw views (_torch_view), the stream and device from torch's C
         # functions: 12-30 us less host time per CUDA call than DLPack and
         # torch.cuda.current_stream (docs/results/python-2026-11-22.md).
@@ -315,13 +308,9 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
                 None if lse is None else _torch_view(lse), scale or 0.0, bool(causal), wl, wr,
                 code_s, code_e, None if cu_seqlens_q is None else _torch_view(cu_seqlens_q),
                 None if cu_seqlens_k is None else _torch_view(cu_seqlens_k), threads or 0, impl)
-        if dev < 0:
-            _core.attention(*args, 0, bool(exact_fp32), **kw)
-        elif _torch_current_device() == dev:
-            _core.attention(*args, _torch_raw_stream(dev), bool(exact_fp32), **kw)
-        else:
-            with _device_of(q, fw):
-                _core.attention(*args, _torch_raw_stream(dev), bool(exact_fp32), **kw)
+        stream = _TORCH.stream(dev) if dev >= 0 else 0
+        with _device_of(q, fw) if dev >= 0 and _TORCH.device() != dev else contextlib.nullcontext():
+            _core.attention(*args, stream, bool(exact_fp32), **kw)
     elif fw != "numpy" and _is_cuda(q, fw):
         with _device_of(q, fw):  # q's device current: its stream, its launch
             _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,

@@ -89,6 +89,18 @@ bool try_import(nb::handle h, Arg& a, bool writable) {
                   : nb::try_cast<nb::ndarray<nb::ro>>(h, a.in, /*convert=*/false);
 }
 
+// Exporters give arbitrary strides (often 0) for empty arrays: use contiguous ones.
+void contiguous_if_empty(fc::Tensor& t) {
+  int64_t numel = 1;
+  for (int i = 0; i < t.rank; ++i) numel *= t.shape[i];
+  if (t.rank == 0 || numel != 0) return;
+  int64_t stride = 1;
+  for (int i = t.rank; i-- > 0;) {
+    t.strides[i] = stride;
+    stride *= t.shape[i] > 0 ? t.shape[i] : 1;
+  }
+}
+
 template <typename Array>
 void fill_view(const Array& x, Arg& a, bool bf16, const char* name) {
   const size_t nd = x.ndim();
@@ -102,14 +114,7 @@ void fill_view(const Array& x, Arg& a, bool bf16, const char* name) {
     a.t.shape[i] = int64_t(x.shape(i));
     a.t.strides[i] = x.stride(i);
   }
-  // Exporters give arbitrary strides (often 0) for empty arrays: use contiguous ones.
-  if (nd > 0 && x.size() == 0) {
-    int64_t stride = 1;
-    for (size_t i = nd; i-- > 0;) {
-      a.t.strides[i] = stride;
-      stride *= a.t.shape[i] > 0 ? a.t.shape[i] : 1;
-    }
-  }
+  contiguous_if_empty(a.t);
   a.dl_device = x.device_type();
   a.dl_id = x.device_id();
 }
@@ -134,19 +139,11 @@ bool import_raw(nb::handle h, Arg& a, const char* name) {
   a.t.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(t[0]));
   a.t.dtype = fc::DType(code);
   a.t.rank = int(nd);
-  int64_t numel = 1;
   for (size_t i = 0; i < nd; ++i) {
     a.t.shape[i] = nb::cast<int64_t>(shape[i]);
     a.t.strides[i] = nb::cast<int64_t>(strides[i]);
-    numel *= a.t.shape[i];
   }
-  if (nd > 0 && numel == 0) {  // as fill_view: contiguous strides for an empty array
-    int64_t stride = 1;
-    for (size_t i = nd; i-- > 0;) {
-      a.t.strides[i] = stride;
-      stride *= a.t.shape[i] > 0 ? a.t.shape[i] : 1;
-    }
-  }
+  contiguous_if_empty(a.t);
   const int dev = nb::cast<int>(t[2]);
   a.t.device = dev < 0 ? fc::Device::cpu : fc::Device::cuda;
   a.dl_device = dev < 0 ? kDlCpu : kDlCuda;
