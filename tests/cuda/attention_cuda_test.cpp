@@ -119,6 +119,12 @@ double out_tol(DType d, int64_t sk, bool exact_fp32 = false) {
   return fctest::tolerance(d, flashcore::Exp2Mode::exact, sk);
 }
 double lse_tol(DType d, bool exact_fp32 = false) { return d == DType::f32 && exact_fp32 ? 1e-4 : 3e-3; }
+// e4m3: the kernels with the row sums on the tensor cores (hd128 but "_vt") give the lse of
+// the e4m3-rounded P (why, at run_fp8 below).
+constexpr double kFp8LseTol = 0.0625;
+double fp8_lse_tol(int64_t d, const std::string& kernel) {
+  return d == 128 && kernel.find("_vt") == std::string::npos ? kFp8LseTol : 3e-3;
+}
 
 // Dtype part of the tensor-core kernel keys: fwd_sm80_<key>_hd...
 std::string key_dtype(DType d) { return d == DType::f32 ? "tf32" : fctest::name(d); }
@@ -462,7 +468,7 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4, co
       }
     EXPECT_EQ(touched, 0) << "rows past the last sequence were written";
     EXPECT_TRUE(fctest::close(o, ref, out_tol(dt, 200)));
-    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(dt)));
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, dt == DType::e4m3 ? fp8_lse_tol(D, t.kernel) : lse_tol(dt)));
     cudaFree(dcq);
     cudaFree(dck);
   }
@@ -1186,8 +1192,12 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
 // times 4) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
 // rms, independent across keys, so rel_err(O) is about that rms whatever Sk (the error
 // averages like O itself); BENCH.md's fp8 bound 6e-2 leaves 2x. Q K^T is exact products
-// accumulated in fp32 (lse within the 16-bit path's 3e-3). Output rounding (bf16 2^-9)
-// is small beside it. (kFp8Tol, 6e-2, is defined with out_tol above.)
+// accumulated in fp32. Output rounding (bf16 2^-9) is small beside it. (kFp8Tol, 6e-2, is
+// defined with out_tol above.) lse: the hd128 kernels but "_vt" sum P on the tensor cores
+// (fwd_sm90_traits.hpp kTcSums), so l is the sum of the e4m3-rounded P that O sums, within
+// a factor 1 +- 2^-4 of the exact sum where P is in e4m3's normal range: |lse error| <=
+// ln(1 + 2^-4) < 2^-4 (kFp8LseTol; 0.007-0.023 on these cases), the others' l sums fp32 P
+// (the 16-bit path's 3e-3; fp8_lse_tol).
 
 struct Fp8Case {
   DType out = DType::f16;
@@ -1329,7 +1339,7 @@ void run_fp8(const Fp8Case& c) {
   std::printf("[fp8] %s: rel_err %.4f\n", c.str().c_str(), fctest::rel_err(o, ref));  // for the results log
   EXPECT_TRUE(fctest::close(o, ref, kFp8Tol)) << "kernel " << times.kernel;
   if (c.lse) {
-    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, 3e-3)) << "kernel " << times.kernel;
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, fp8_lse_tol(c.D, times.kernel))) << "kernel " << times.kernel;
   }
 }
 
@@ -1708,10 +1718,10 @@ TEST(CudaFp8Errors, RefusedBeforeLaunch) {
   AttentionParams pt;
   pt.tile_m = pt.tile_n = 128;
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pt, Status::unsupported, "params.tile_m");
-  const std::string f16key = sm90_key(DType::f16, 128);
+  const std::string f16key = sm90_key(DType::f16, 128);  // "" in a build without f16 hd128
   AttentionParams pk;
   pk.impl = f16key.c_str();
-  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pk, Status::unsupported, "params.impl");
+  if (!f16key.empty()) expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pk, Status::unsupported, "params.impl");
   for (const auto& k : sm90_keys(DType::e4m3, 128))  // a persistent e4m3 kernel takes no KV splits
     if (has_suffix(k.first, "_p")) {
       const std::string split = k.first + "+kv2";
