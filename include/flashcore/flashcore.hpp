@@ -122,10 +122,7 @@ struct AttentionParams {
   int tile_m = 0, tile_n = 0;
   // fp8 (e4m3) q/k/v: per-tensor dequantization factors, the real values being the stored
   // ones times these (scores = scale * q_descale * k_descale * Q K^T, O = v_descale * P V).
-  // Finite and > 0; for other dtypes they must stay 1. lse of e4m3 inputs on the head-dim-128
-  // Hopper kernels is that of the e4m3-rounded probabilities that O sums (the row sums run on
-  // the tensor cores beside P V): within ln(1 + 2^-4) of the exact value where the scaled P
-  // is in e4m3's normal range (docs/cuda.md); O and lse stay consistent with each other.
+  // Finite and > 0; for other dtypes they must stay 1.
   float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;
   // fp8 per-head factors (optional; FlashAttention-3's descale tensors): float arrays of
   // B x Hkv on the tensors' device, entry b * Hkv + h for batch entry b (varlen: sequence

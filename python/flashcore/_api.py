@@ -227,8 +227,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     with a contiguous last dim (so q.transpose of a BHSD array works in place). Returns
     out [B, Sq, H, Dv] in q's framework, dtype and device, and with return_lse=True also
     lse [B, H, Sq] float32 (natural log of the softmax denominator; -inf for a fully
-    masked row, whose output is 0; float8 inputs at head dim 128 on Hopper: that of the
-    e4m3-rounded probabilities the output sums, within ln(1 + 2^-4) of the exact value).
+    masked row, whose output is 0).
 
     causal / window=(left, right) (-1 = unbounded) align to the bottom-right corner when
     Sq != Sk: query i sees key j iff i + Sk - Sq - left <= j <= i + Sk - Sq + right

@@ -563,9 +563,9 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   //   tile (its "_vt" row, V^T made in the kernel: no pre-pass reading and writing V once
   //   more; H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 80 us, Sk16384 593 -> 295; session
   //   21), or where Sk < hi and the 128-row items leave SMs idle;
-  // - else the 128-row tile: the first (hd128: 192 keys) from hi / 4 keys on (a band
-  //   mask: hi / 2), else the first with 128 keys; its persistent variant ("_p") where
-  //   Sk <= lo and its items outnumber the SMs.
+  // - else the 128-row tile: the first (hd128: 192 keys) from hi / 4 keys on, else the
+  //   first with 128 keys; its persistent variant ("_p") where Sk <= lo and its items
+  //   outnumber the SMs.
   // Measured on an H200, our kernels and cuDNN's fp8 SDPA interleaved in one process
   // (bench/peers/sdpa_interleaved.py --dtype e4m3 --all-kernels, 3 rounds; randn inputs and
   // flashcore_cuda_timing's wider codes), hd128 TFLOP/s per call, randn / codes, against the
@@ -575,9 +575,6 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   // 297 and 545 / 519; the rows between take 128x192_s3_p, which speculates since session
   // 30 (fwd_sm90_traits.hpp: kSpeculate; docs/results/cuda-sm90-fp8-2026-11-22.md, session
   // 30). hd256 (no 64-row tile, one 128-row tile) keeps the persistent bounds of session 25.
-  // Causal S4096 moved to 128 keys with the row sums on the tensor cores (session 32,
-  // flashcore_cuda_timing --all-tiles, 2 rounds: 128x128_s2_p 751 TFLOP/s against
-  // 128x192_s3_p 715; causal S8192 856 against 867, S2048 636 against 619).
   constexpr int64_t kFp8Lo = 4096, kFp8Hi = 8192;
   const bool banded = p.banded();
   const int64_t lo = banded ? 2 * kFp8Lo : kFp8Lo, hi = banded ? 2 * kFp8Hi : kFp8Hi;
@@ -599,7 +596,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
         continue;
       }
       fallback = &i;
-      if (tall == nullptr && (sk_mean >= (banded ? hi / 2 : hi / 4) || i.block_n == 128)) tall = &i;
+      if (tall == nullptr && (sk_mean >= hi / 4 || i.block_n == 128)) tall = &i;
     }
   const Instance* inst = nullptr;
   const bool idle = tall == nullptr || tall->items(rows, item_heads, p.batch) <= dev.sms;

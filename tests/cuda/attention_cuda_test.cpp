@@ -119,12 +119,6 @@ double out_tol(DType d, int64_t sk, bool exact_fp32 = false) {
   return fctest::tolerance(d, flashcore::Exp2Mode::exact, sk);
 }
 double lse_tol(DType d, bool exact_fp32 = false) { return d == DType::f32 && exact_fp32 ? 1e-4 : 3e-3; }
-// e4m3: the kernels with the row sums on the tensor cores (hd128 but "_vt") give the lse of
-// the e4m3-rounded P (why, at run_fp8 below).
-constexpr double kFp8LseTol = 0.0625;
-double fp8_lse_tol(int64_t d, const std::string& kernel) {
-  return d == 128 && kernel.find("_vt") == std::string::npos ? kFp8LseTol : 3e-3;
-}
 
 // Dtype part of the tensor-core kernel keys: fwd_sm80_<key>_hd...
 std::string key_dtype(DType d) { return d == DType::f32 ? "tf32" : fctest::name(d); }
@@ -468,7 +462,7 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H = 4, co
       }
     EXPECT_EQ(touched, 0) << "rows past the last sequence were written";
     EXPECT_TRUE(fctest::close(o, ref, out_tol(dt, 200)));
-    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, dt == DType::e4m3 ? fp8_lse_tol(D, t.kernel) : lse_tol(dt)));
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, lse_tol(dt)));
     cudaFree(dcq);
     cudaFree(dck);
   }
@@ -1192,12 +1186,8 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
 // times 4) to e4m3 for P V: relative rounding error <= 2^-4 per element, about 2.7%
 // rms, independent across keys, so rel_err(O) is about that rms whatever Sk (the error
 // averages like O itself); BENCH.md's fp8 bound 6e-2 leaves 2x. Q K^T is exact products
-// accumulated in fp32. Output rounding (bf16 2^-9) is small beside it. (kFp8Tol, 6e-2, is
-// defined with out_tol above.) lse: the hd128 kernels but "_vt" sum P on the tensor cores
-// (fwd_sm90_traits.hpp kTcSums), so l is the sum of the e4m3-rounded P that O sums, within
-// a factor 1 +- 2^-4 of the exact sum where P is in e4m3's normal range: |lse error| <=
-// ln(1 + 2^-4) < 2^-4 (kFp8LseTol; 0.007-0.023 on these cases), the others' l sums fp32 P
-// (the 16-bit path's 3e-3; fp8_lse_tol).
+// accumulated in fp32 (lse within the 16-bit path's 3e-3). Output rounding (bf16 2^-9)
+// is small beside it. (kFp8Tol, 6e-2, is defined with out_tol above.)
 
 struct Fp8Case {
   DType out = DType::f16;
@@ -1229,7 +1219,7 @@ struct Fp8Case {
 // when none; backend.cpp attention_fp8). With lo = 4096, hi = 8192 (banded: 8192, 16384):
 // the 64x128 key where the build has one and a head's (packed) rows fit one 64-row tile
 // (few_rows), or Sk < hi and the 128-row items (items128) are at most the device's sms;
-// else the first 128-row key from hi / 4 keys on (banded: hi / 2), else the first with 128 keys, or its
+// else the first 128-row key from hi / 4 keys on, else the first with 128 keys, or its
 // persistent variant ("_p") where Sk <= lo and items128 > sms.
 std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool few_rows = false,
                     int64_t items128 = 0, int64_t sms = 0) {
@@ -1244,7 +1234,7 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool f
       if (key64.empty() && n == 128) key64 = k.first;
       continue;
     }
-    if (tall.empty() && (Sk >= (banded ? hi / 2 : hi / 4) || n == 128)) tall = k.first;
+    if (tall.empty() && (Sk >= hi / 4 || n == 128)) tall = k.first;
     any_tall = k.first;
   }
   const bool idle = tall.empty() || items128 <= sms;
@@ -1339,7 +1329,7 @@ void run_fp8(const Fp8Case& c) {
   std::printf("[fp8] %s: rel_err %.4f\n", c.str().c_str(), fctest::rel_err(o, ref));  // for the results log
   EXPECT_TRUE(fctest::close(o, ref, kFp8Tol)) << "kernel " << times.kernel;
   if (c.lse) {
-    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, fp8_lse_tol(c.D, times.kernel))) << "kernel " << times.kernel;
+    EXPECT_TRUE(fctest::lse_close(lse, ref_lse, 3e-3)) << "kernel " << times.kernel;
   }
 }
 
@@ -1516,6 +1506,21 @@ TEST_P(CudaFp8, EveryKernel) {
     c.H = c.Hkv = 1;
     c.Sq = c.Sk = 2100;
     c.causal = false;
+    run_fp8(c);
+  }
+}
+
+// Long flat rows on every e4m3 kernel (forced by key): 16384 keys of uniform [-1, 1] inputs
+// (near-flat softmax rows, whose sum l grows over all of them). A row sum kept in the
+// tensor cores' accumulators over the whole row (session 32's reverted change) came out
+// 16-33 % off at 8192-16384 keys while every shorter case passed.
+TEST_P(CudaFp8, LongFlatRows) {
+  FC_REQUIRE_SM90();
+  for (const auto& [key, d] : all_fp8()) {
+    Fp8Case c = fp8_case(GetParam(), key, d);
+    c.H = c.Hkv = 1;
+    c.Sq = 256;
+    c.Sk = 16384;
     run_fp8(c);
   }
 }

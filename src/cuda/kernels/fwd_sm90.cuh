@@ -52,13 +52,10 @@
 // column block (the 64-byte swizzle, so that kBlockN can be any multiple of 64, e.g. 192
 // at hd128: 256 needs more registers than a consumer has), keys in the order of the S
 // accumulator (parts/fp8.hpp), which lets P be packed to e4m3 in registers without
-// shuffles (operands_fp8.cuh); P V is an RS wgmma with K-major B. hd128 (Tr::kTcSums):
-// each 64-key column block of a V^T stage has 8 rows of e4m3 ones below V^T's 128, so
-// that P V at N = 136 also sums every row of P into O's accumulator fragment kDF (l: no
-// FADD per score in the softmax). P is scaled by 2^kPLog2 in the softmax's exponent (l
-// carries it, lse drops it); q_descale * k_descale are folded into p.scale_log2, v_descale
-// is p.o_scale, and the optional per-head factors (p.*_descale_heads) into the item's
-// copies of the two.
+// shuffles (operands_fp8.cuh); P V is an RS wgmma with
+// K-major B. P is scaled by 2^kPLog2 in the softmax's exponent (l carries it, lse drops
+// it); q_descale * k_descale are folded into p.scale_log2, v_descale is p.o_scale, and the
+// optional per-head factors (p.*_descale_heads) into the item's copies of the two.
 // GQA packing (p.pack_shift = log2 G > 0, set by the backend for short Sq): an
 // item covers the G query heads of one KV head, packed row r = query (r >> shift) of
 // head G hk + (r & (G - 1)): Q (and O, by TMA stores) move through maps of [B][S][H][D]
@@ -115,7 +112,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sQ = (ptx::smem_addr(smem) + 1023u) & ~1023u;
   const uint32_t sK = sQ + Tr::kTileQ;
   const uint32_t sV = sK + kStages * Tr::kTileKV;
-  const uint32_t sRaw = sV + kStages * Tr::kTileV;  // Tr::kVtIn: V's 64-key sub-tiles
+  const uint32_t sRaw = sV + kStages * Tr::kTileKV;  // Tr::kVtIn: V's 64-key sub-tiles
   const uint32_t sObuf = sRaw + (Tr::kVtIn ? Tr::kRawBytes : 0);
   const uint32_t sO = Tr::kTileO > 0 ? sObuf : sQ;  // O's staging (TMA stores, row copies)
   const uint32_t bar_q = sObuf + Tr::kTileO;
@@ -216,15 +213,6 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
     }
     ptx::mbar_init_fence();
   }
-  if constexpr (Tr::kTcSums) {  // the ones rows of every V^T column block (e4m3 1.0 = 0x38)
-    constexpr int kBlocks = kStages * (kBlockN / 64);
-    for (int i = threadIdx.x; i < kBlocks * 32; i += Tr::kThreads) {
-      const int blk = i / 32, stage = blk / (kBlockN / 64), c = blk % (kBlockN / 64);
-      ptx::sts128(sV + stage * Tr::kTileV + (c * Tr::kVtRows + kHeadDim) * 64 + (i % 32) * 16, 0x38383838u,
-                  0x38383838u, 0x38383838u, 0x38383838u);
-    }
-    ptx::fence_proxy_async();  // for wgmma's reads (the async proxy)
-  }
   __syncthreads();
 
   if (wg == 0) {
@@ -254,7 +242,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
             ptx::tma_load_4d(sQ + c * kBlockM * 128, &tm_q, bar_q, c * Tr::kColElems, q_c1, q_c2, int(seq.bb));
           for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
             const int stage = it % kStages;
-            const uint32_t off = stage * Tr::kTileKV, voff = stage * Tr::kTileV, parity = ((it / kStages) - 1) & 1;
+            const uint32_t off = stage * Tr::kTileKV, parity = ((it / kStages) - 1) & 1;
             if (it >= kStages) ptx::mbar_wait(empty_k(stage), parity);
             ptx::mbar_arrive_expect_tx(full_k(stage), Tr::kTileKV);
 #pragma unroll
@@ -280,12 +268,12 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
                 const int vt0 = p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, wi.b)) : 0;
 #pragma unroll
                 for (int c = 0; c < kBlockN / 64; ++c)
-                  ptx::tma_load_4d(sV + voff + c * Tr::kVtRows * 64, &tm_v, full_v(stage), vt0 + n * kBlockN + c * 64, 0,
+                  ptx::tma_load_4d(sV + off + c * kHeadDim * 64, &tm_v, full_v(stage), vt0 + n * kBlockN + c * 64, 0,
                                    hk, int(seq.bb));
               } else {
 #pragma unroll
                 for (int c = 0; c < Tr::kColBlocks; ++c)
-                  ptx::tma_load_4d(sV + voff + c * kBlockN * 128, &tm_v, full_v(stage), c * 64,
+                  ptx::tma_load_4d(sV + off + c * kBlockN * 128, &tm_v, full_v(stage), c * 64,
                                    int(seq.k_row0) + n * kBlockN, hk, int(seq.bb));
               }
             }
@@ -334,7 +322,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         for (int j = 0; j < kSub; ++j, ++rs) {
           const int slot = rs % Tr::kRawSlots;
           ptx::mbar_wait(raw_full(slot), (rs / Tr::kRawSlots) & 1);
-          const uint32_t src = sRaw + slot * Tr::kRawSub, dst = sV + stage * Tr::kTileV + j * kHeadDim * 64;
+          const uint32_t src = sRaw + slot * Tr::kRawSub, dst = sV + stage * Tr::kTileKV + j * kHeadDim * 64;
 #pragma unroll 2
           for (int u = tw; u < kUnits; u += Tr::kVtWarps) {
             const uint32_t h = u & 1, j16 = u >> 1, cb = j16 / 8, c16 = j16 % 8;
@@ -396,12 +384,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         else return p.scale_log2;
       };
 
-      // O, unnormalized (Tr::kTcSums: and fragment kDF, the row sums: l of row g in [0] and
-      // [1], of row g + 8 in [2] and [3])
-      constexpr int kAccF = Tr::kVtRows / 8;
-      float acc[1][kAccF][4];
+      float acc[1][kDF][4];  // O, unnormalized
 #pragma unroll
-      for (int i = 0; i < kAccF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
+      for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
       OnlineSoftmax<2> sm;
       sm.init();
 
@@ -444,8 +429,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           if constexpr (Tr::kFp8) {
             // Keys [32 pk, 32 pk + 32): 32 bytes of V^T's 64-byte rows (K-major, SW64).
             const uint32_t cb = pk / 2, kb = (pk % 2) * 32;
-            const uint64_t dv = ptx::desc_add(dv0, cb * Tr::kVtRows * 64 + kb);
-            ptx::wgmma_rs<Tr::kVtRows, T>(acc[0], pa[pk], dv, 1);
+            const uint64_t dv = ptx::desc_add(dv0, cb * kHeadDim * 64 + kb);
+            ptx::wgmma_rs<kHeadDim, T>(acc[0], pa[pk], dv, 1);
           } else {
             // Keys [16 pk, 16 pk + 16) = V rows 2048 bytes on; V is the N-major B operand
             // (LBO: the next 64 columns = next column block, SBO: the next 8 keys).
@@ -459,21 +444,6 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 #pragma unroll
         for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s[0], pk);
       };
-      // The softmax's row sums (FADDs): without Tr::kTcSums, and without speculation, whose P V
-      // wait is placed behind them (nothing else there depends on every exponential; l comes
-      // from the tensor cores all the same).
-      constexpr bool kSoftmaxSums = !Tr::kTcSums || !Tr::kSpeculate;
-      // Tr::kTcSums: the speculative softmax's test (no row sums to bound): every byte of the
-      // warp's packed P at most 0x78 (e4m3 256 = 2^(kPLog2 + kSlack)); a larger byte (P past
-      // the slack, 448 saturated, NaN 0x7f: a row without a visible key yet) refuses.
-      auto p_in_range = [&](const uint32_t (&pa)[kPK][4]) {
-        uint32_t over = 0;
-#pragma unroll
-        for (int pk = 0; pk < kPK; ++pk)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) over |= pa[pk][r] + 0x07070707u;  // bytes <= 0x7f: no carries
-        return __all_sync(0xffffffffu, (over & 0x80808080u) == 0);
-      };
       // Mask + online softmax of tile n's scores; returns whether O needs the rescale by
       // corr. spec (a tile after the rows' first): try_update packs P against the max in
       // use into pa chunk by chunk and keeps s; where a max moved past the slack, update.
@@ -483,11 +453,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2(), band, row0, n * kBlockN, t,
                             shift);
         const float e = scale_log2() > 0.f ? scale_log2() : 1.f;
-        if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack, kSoftmaxSums>(
-                        s, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); })) {
-          if (kSoftmaxSums || p_in_range(pa)) return false;
-        }
-        sm.template update<1, kNF, kPLog2, kSlack, kSoftmaxSums>(s, e, corr);
+        if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack>(
+                        s, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); }))
+          return false;
+        sm.template update<1, kNF, kPLog2, kSlack>(s, e, corr);
         if constexpr (Tr::kSpeculate) to_operand(s, pa);
         return true;
       };
@@ -533,22 +502,17 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
         turn_begin();
         issue_qk(s, stage * Tr::kTileKV);
-        issue_pv(pprev, prev * Tr::kTileV);
+        issue_pv(pprev, prev * Tr::kTileKV);
         turn_end();
         ptx::wgmma_wait<1>();  // S_n
         ptx::fence_regs(s[0]);
         release(empty_k(stage));
         const bool moved = softmax(s, n, corr, pcur, Tr::kSpeculate);
-        // P_{n-1} V_{n-1}, once the softmax is done (its last results: the row sums, or with
-        // the sums on the tensor cores the packed P_n)
-        if constexpr (kSoftmaxSums)
-          ptx::wgmma_wait_after<0>(sm.l[0], sm.l[1]);
-        else
-          ptx::wgmma_wait_after<0>(__uint_as_float(pcur[0][0]), __uint_as_float(pcur[kPK - 1][3]));
+        ptx::wgmma_wait_after<0>(sm.l[0], sm.l[1]);  // P_{n-1} V_{n-1}, once the softmax is done
         ptx::fence_regs(acc[0]);
         if constexpr (!Tr::kSpeculate) ptx::fence_regs(s[0]);  // P_n's conversion stays below the wait
         release(empty_v(prev));
-        if (moved) rescale_rows<1, kAccF>(acc, corr);
+        if (moved) rescale_rows<1, kDF>(acc, corr);
         if constexpr (!Tr::kSpeculate) to_operand(s, pcur);
       };
       int n = tiles.lo + 1, it = it0 + 1;
@@ -572,7 +536,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         const int prev = (it - 1) % kStages;
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);
         turn_begin();
-        issue_pv(pl, prev * Tr::kTileV);
+        issue_pv(pl, prev * Tr::kTileKV);
         turn_end();
         ptx::wgmma_wait<0>();
         ptx::fence_regs(acc[0]);
@@ -588,17 +552,12 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 
       it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
-      if constexpr (Tr::kTcSums) {  // the row sums of P V's last fragment (whole rows)
-        sm.l[0] = acc[0][kDF][0];
-        sm.l[1] = acc[0][kDF][2];
-      } else {
-        sm.finish();
-      }
+      sm.finish();
       if constexpr (Tr::kFp8) {  // O * v_descale; l carries 2^kPLog2 (O too: they cancel), lse not
         sm.m[0] -= kPLog2;
         sm.m[1] -= kPLog2;
         const float os[2] = {o_scale, o_scale};
-        rescale_rows<1, kAccF>(acc, os);
+        rescale_rows<1, kDF>(acc, os);
       }
       if (kCanSplit && ns > 1) {
         // This split's unnormalized rows and their (m, l) for kv_combine.cu, row
@@ -631,16 +590,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         else
           return ptx::PackAs<T>{};
       }();
-      const float(&o_frags)[kDF][4] = reinterpret_cast<const float(&)[kDF][4]>(acc[0]);  // O's fragments
       auto store = [&] {  // from registers (kernels without a staging buffer)
         O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h0 * p.o_sh;
         // Packed rows on their own call: with the head stride in the one call, ptxas moved
         // two of the persistent hd128 kernels' spills into the main loop (sass_check).
         if (shift > 0)
-          store_output<O, kDF>(o_frags, sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh,
+          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh,
                                pack);
         else
-          store_output<O, kDF>(o_frags, sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, 0, 0, 0, pack);
+          store_output<O, kDF>(acc[0], sm.m, sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, 0, 0, 0, pack);
       };
       // Through shared memory (Tr::kOStaged): O / l into this warpgroup's rows of sO (16-bit,
       // one item per CTA: Q's buffer; persistent or fp8: a buffer of its own, once the last

@@ -27,19 +27,6 @@ struct FwdSm90Traits {
   static constexpr int kColBlocks = (kHeadDim + kColElems - 1) / kColElems;
   static constexpr int kTileQ = kBlockM * kColBlocks * 128;
   static constexpr int kTileKV = kBlockN * kColBlocks * 128;
-  // fp8's row sums on the tensor cores (kTcSums; the hd128 kernels but "_vt"): each 64-key
-  // column block of a V^T stage holds kVtRows = kHeadDim + 8 rows, the last 8 e4m3 ones
-  // (written once at the kernel's start; TMA fills the first kHeadDim), so that P V at
-  // N = kHeadDim + 8 also gives every row's sum of P in O's accumulator fragment kHeadDim / 8,
-  // in place of an FADD per score in the softmax (which issues 2-3x slower beside the tensor
-  // cores: docs/results/cuda-sm90-fp8-2026-11-22.md, session 31). l is then the sum of the
-  // e4m3 values of P that O sums (O / l and lse of the same P; fwd_sm90.cuh). hd256 would
-  // need N = 264 (> 256).
-  static constexpr bool kTcSums = kFp8 && kVariant != 2 && kHeadDim + 8 <= 256;
-  static constexpr int kVtRows = kHeadDim + (kTcSums ? 8 : 0);
-  // A V (fp8: V^T) stage, whole KiB: what follows the ring (O's staging buffer, 128-byte
-  // swizzle) needs 1024-byte alignment.
-  static constexpr int kTileV = kFp8 ? (kBlockN / 64 * kVtRows * 64 + 1023) / 1024 * 1024 : kTileKV;
   // fp8's V^T made in the kernel (kVtIn, the "_vt" rows): the producer's TMA thread brings V
   // itself in sub-tiles of 64 keys (one 8 KiB 128-byte-swizzled box per column block) into
   // a ring of kRawSlots slots (32 KiB), and the producer's other three warps (kVtWarps)
@@ -57,7 +44,7 @@ struct FwdSm90Traits {
   static constexpr int kRawBytes = 32768, kRawSlots = kRawBytes / kRawSub;
   static constexpr bool kVtIn = kVariant == 2;
   static constexpr int kBarriers = 2 + 4 * kStages + (kVtIn ? 2 * kRawSlots : 0);  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q[, raw_full[], raw_empty[]]
-  static constexpr int kSmemRing = kTileQ + kStages * (kTileKV + kTileV) + 8 * kBarriers + 1024;
+  static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
   // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit kernels): all of O where

@@ -41,9 +41,7 @@ struct OnlineSoftmax {
   // kPLog2 != 0: P and l come out scaled by 2^kPLog2 (folded into the exponent, free), which
   // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(2^kPLog2 P)).
   // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8.
-  // kSums false: l is not kept (the caller sums P elsewhere: fwd_sm90's fp8 row sums on the
-  // tensor cores).
-  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kSums = true>
+  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack>
   __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
@@ -72,9 +70,9 @@ struct OnlineSoftmax {
           const float p1 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half + 1], e, -pbase));
           s[mi][nf][2 * half] = p0;
           s[mi][nf][2 * half + 1] = p1;
-          if constexpr (kSums) sum += p0 + p1;
+          sum += p0 + p1;
         }
-        if constexpr (kSums) l[r] = l[r] * corr[r] + sum;
+        l[r] = l[r] * corr[r] + sum;
       }
     }
   }
@@ -90,8 +88,7 @@ struct OnlineSoftmax {
   // row with no visible key yet: m = -inf gives inf or NaN, NaN scores) nothing is
   // changed and the caller runs update.
   // What it saves is update's max pass: one FMNMX per score and the quad shuffles.
-  // kSums false: no sums and no test (true at once); the caller tests the P it emitted.
-  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kSums = true, typename Emit>
+  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, typename Emit>
   __device__ __forceinline__ bool try_update(const float (&s)[1][kNF][4], float e, Emit&& emit) {
     static_assert(kNF % kChunk == 0, "whole chunks");
     const float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
@@ -105,14 +102,11 @@ struct OnlineSoftmax {
         p[nf][1] = ptx::exp2_fast(fmaf(s[0][nf][1], e, -pb0));
         p[nf][2] = ptx::exp2_fast(fmaf(s[0][nf][2], e, -pb1));
         p[nf][3] = ptx::exp2_fast(fmaf(s[0][nf][3], e, -pb1));
-        if constexpr (kSums) {
-          sum0 += p[nf][0] + p[nf][1];
-          sum1 += p[nf][2] + p[nf][3];
-        }
+        sum0 += p[nf][0] + p[nf][1];
+        sum1 += p[nf][2] + p[nf][3];
       }
       emit(p, c);
     }
-    if constexpr (!kSums) return true;
     constexpr float kBound = float(1 << (kPLog2 + kSlack));
     const bool ok = sum0 <= kBound && sum1 <= kBound;  // false for NaN
     if (!__all_sync(0xffffffffu, ok)) return false;
