@@ -307,7 +307,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
                 None if lse is None else _torch_view(lse), scale or 0.0, bool(causal), wl, wr,
                 code_s, code_e, None if cu_seqlens_q is None else _torch_view(cu_seqlens_q),
                 None if cu_seqlens_k is None else _torch_view(cu_seqlens_k), threads or 0, impl)
-        stream = _cuda_stream(q, fw) if dev >= 0 else 0
+        stream = _TORCH.stream(dev) if dev >= 0 else 0  # (_cuda_stream would read the device again)
         with _device_of(q, fw) if dev >= 0 and _TORCH.device() != dev else contextlib.nullcontext():
             _core.attention(*args, stream, bool(exact_fp32), **kw)
     elif fw != "numpy" and _is_cuda(q, fw):
