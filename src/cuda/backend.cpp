@@ -563,9 +563,11 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   //   tile (its "_vt" row, V^T made in the kernel: no pre-pass reading and writing V once
   //   more; H200, B32 H32/8 Sq1 D128, Sk4096 163 -> 80 us, Sk16384 593 -> 295; session
   //   21), or where Sk < hi and the 128-row items leave SMs idle;
-  // - else the 128-row tile: the first (hd128: 192 keys) from hi / 4 keys on, else the
-  //   first with 128 keys; its persistent variant ("_p") where Sk <= lo and its items
-  //   outnumber the SMs.
+  // - else the 128-row tile: the first (hd128: 192 keys) from hi / 4 keys on (banded:
+  //   hi / 2), else the first with 128 keys; its persistent variant ("_p") where Sk <= lo
+  //   and its items outnumber the SMs. (Causal S4096 took the 192-key tile until session
+  //   34: H200, randn, 128x128_s2_p 748 TFLOP/s, 753 with Q in registers, against
+  //   128x192_s3_p's 685; at causal S8192 the 192-key one stays ahead, 860 against 846.)
   // Measured on an H200, our kernels and cuDNN's fp8 SDPA interleaved in one process
   // (bench/peers/sdpa_interleaved.py --dtype e4m3 --all-kernels, 3 rounds; randn inputs and
   // flashcore_cuda_timing's wider codes), hd128 TFLOP/s per call, randn / codes, against the
@@ -578,6 +580,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   constexpr int64_t kFp8Lo = 4096, kFp8Hi = 8192;
   const bool banded = p.banded();
   const int64_t lo = banded ? 2 * kFp8Lo : kFp8Lo, hi = banded ? 2 * kFp8Hi : kFp8Hi;
+  const int64_t wide = banded ? hi / 2 : hi / 4;  // keys from which the 192-key tile (hd128) is taken
   auto takes = [&](const Instance& i) {
     return i.arch == 90 && i.dtype == DType::e4m3 && p.d == i.head_dim && p.dv == i.head_dim &&
            i.smem() <= dev.smem_optin;
@@ -596,7 +599,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
         continue;
       }
       fallback = &i;
-      if (tall == nullptr && (sk_mean >= hi / 4 || i.block_n == 128)) tall = &i;
+      if (tall == nullptr && (sk_mean >= wide || i.block_n == 128)) tall = &i;
     }
   const Instance* inst = nullptr;
   const bool idle = tall == nullptr || tall->items(rows, item_heads, p.batch) <= dev.sms;

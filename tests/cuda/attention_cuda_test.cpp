@@ -1219,8 +1219,8 @@ struct Fp8Case {
 // when none; backend.cpp attention_fp8). With lo = 4096, hi = 8192 (banded: 8192, 16384):
 // the 64x128 key where the build has one and a head's (packed) rows fit one 64-row tile
 // (few_rows), or Sk < hi and the 128-row items (items128) are at most the device's sms;
-// else the first 128-row key from hi / 4 keys on, else the first with 128 keys, or its
-// persistent variant ("_p") where Sk <= lo and items128 > sms.
+// else the first 128-row key from hi / 4 keys on (banded: hi / 2), else the first with 128
+// keys, or its persistent variant ("_p") where Sk <= lo and items128 > sms.
 std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool few_rows = false,
                     int64_t items128 = 0, int64_t sms = 0) {
   const int64_t lo = banded ? 8192 : 4096, hi = 2 * lo;
@@ -1234,7 +1234,7 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool f
       if (key64.empty() && n == 128) key64 = k.first;
       continue;
     }
-    if (tall.empty() && (Sk >= hi / 4 || n == 128)) tall = k.first;
+    if (tall.empty() && (Sk >= (banded ? hi / 2 : hi / 4) || n == 128)) tall = k.first;
     any_tall = k.first;
   }
   const bool idle = tall.empty() || items128 <= sms;

@@ -24,8 +24,8 @@
 import re
 import sys
 
-# S = Q K^T: A from shared memory (GMMA ... Rd, gdesc[..]); P V: A from registers.
-ss = re.compile(r"GMMA\.\S+ R\d+, gdesc\[")
+# P V: A from registers (GMMA ... Rd, Ra, gdesc[..]); S = Q K^T from shared memory, or
+# from registers too where Q is (the persistent fp8 kernels).
 rs = re.compile(r"GMMA\.\S+ R\d+, R\d+, gdesc\[")
 text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
 
@@ -69,7 +69,7 @@ for f in funcs:
         m = re.search(r"@!?U?P\d+\s+BRA\b.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
             body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
-            hit = any(ss.search(x) for x in body) and any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
+            hit = any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
             if hit and (loop is None or len(body) < len(loop)):
                 loop = body
     found += 1

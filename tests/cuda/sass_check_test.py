@@ -45,6 +45,7 @@ def run(text):
 cases = [
     ("one key tile", ["LOOP"] + tile() + ["BACK"], 0),
     ("two unrolled key tiles", ["LOOP"] + tile() + tile() + ["BACK"], 0),
+    ("Q in registers (S an RS wgmma too)", ["LOOP"] + [RS if x == SS else x for x in tile()] + ["BACK"], 0),
     # The stub's span (the drain: S, P V and a wait) is shorter than the loop but is no loop.
     ("retry stub after the loop", ["LOOP"] + tile() + tile() + ["BACK", "TAIL", SS, RS, MUFU, W0, "STUB"], 0),
     ("spill outside the loop", ["STL [R1], R2"] + ["LOOP"] + tile() + ["BACK", "LDL R2, [R1]"], 0),

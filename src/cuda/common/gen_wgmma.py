@@ -59,6 +59,16 @@ __device__ __forceinline__ void {rs_name}<{N}, {ty}>(float (&d)[{N // 8}][4], co
       : {outs(R)}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }}"""
+    if not rs_trans:  # RS with D an output only (fp8's S = Q K^T with Q in registers)
+        yield f"""template <>
+__device__ __forceinline__ void wgmma_rs_zero<{N}, {ty}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t b) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, 0, 0;\\n"
+      "{op}"
+      "{{{regs(R)}}}, {{%{R}, %{R + 1}, %{R + 2}, %{R + 3}}}, %{R + 4}, p{rs_imm};\\n}}\\n"
+      : {outs(R, "=f")}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}}"""
 
 
 def header():

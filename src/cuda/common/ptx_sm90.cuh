@@ -167,6 +167,8 @@ __device__ __forceinline__ void wgmma_rs_bt(float (&d)[N / 8][4], const uint32_t
 // wgmma_rs (A from registers, the m16n8k32 8-bit A fragment; B K-major) on V^T.
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b, int scale_d);
+template <int N, typename T>
+__device__ __forceinline__ void wgmma_rs_zero(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b);
 
 // Four fp32 values -> four e4m3 bytes (round to nearest even, saturating to +-448), x0 in
 // the lowest byte: cvt.rn.satfinite.e4m3x2.f32 puts its first source in the upper byte.

@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       };
 
       float acc[1][kDF][4];  // O, unnormalized
+      uint32_t qa[Tr::kQRegs ? kKS : 1][4];  // Tr::kQRegs: Q's A fragments (below)
 #pragma unroll
       for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
       OnlineSoftmax<2> sm;
@@ -414,10 +415,16 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
           const uint64_t da = ptx::desc_add(da0, cb * kBlockM * 128 + kb);
           const uint64_t db = ptx::desc_add(db0, cb * kBlockN * 128 + kb);
-          if (ks == 0)
+          if constexpr (Tr::kQRegs) {
+            if (ks == 0)
+              ptx::wgmma_rs_zero<kBlockN, T>(s[0], qa[0], db);
+            else
+              ptx::wgmma_rs<kBlockN, T>(s[0], qa[ks], db, 1);
+          } else if (ks == 0) {
             ptx::wgmma_ss_zero<kBlockN, T>(s[0], da, db);
-          else
+          } else {
             ptx::wgmma_ss<kBlockN, T>(s[0], da, db, 1);
+          }
         }
         ptx::wgmma_commit();
       };
@@ -473,6 +480,20 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       };
 
       ptx::mbar_wait(bar_q, qi & 1);
+      // Tr::kQRegs: Q's m16n8k32 A fragments of k-step ks (bytes 32 ks ..) by one ldmatrix.x4
+      // each: matrix j = rows 8 (j % 2) .. of the warp's 16, bytes 16 (j / 2) .. of the step
+      // (lane L addresses row L % 8 of matrix L / 8, at its swizzled 16-byte chunk). Q's
+      // buffer is then released at once (persistent: the producer loads the next item's Q
+      // while this one runs).
+      if constexpr (Tr::kQRegs) {
+        const int mi = lane / 8, r = 64 * cw + 16 * warp + lane % 8 + 8 * (mi % 2);
+#pragma unroll
+        for (int ks = 0; ks < kKS; ++ks) {
+          const int c16 = (ks % 4) * 2 + mi / 2;
+          ptx::ldmatrix_x4(qa[ks], sQ + (ks / 4) * kBlockM * 128 + r * 128 + ((c16 ^ (r % 8)) << 4));
+        }
+        if constexpr (kPersistent) release(empty_q);
+      }
       // P operands: with Tr::kSpeculate two register buffers, the softmax of tile n writing
       // P_n into one while the P V of tile n - 1, issued just before, reads P_{n-1} from the
       // other (nothing the in-flight wgmma reads is touched: no C7513 serialization), the
@@ -531,7 +552,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         for (; n < tiles.hi; ++n, ++it) step(n, it, pa0, pa0);
       }
       // Every S of this item retired: Q's buffer is free.
-      if constexpr (kPersistent) release(empty_q);
+      if constexpr (kPersistent && !Tr::kQRegs) release(empty_q);
       auto last_pv = [&](const uint32_t (&pl)[kPK][4]) {
         const int prev = (it - 1) % kStages;
         ptx::mbar_wait(full_v(prev), ((it - 1) / kStages) & 1);

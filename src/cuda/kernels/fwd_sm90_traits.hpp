@@ -107,6 +107,14 @@ struct FwdSm90Traits {
   // (session 30).
   static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
                                      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent && !kFp8 ? 40 : 32);
+  // Persistent fp8 kernels: S = Q K^T with Q's fragments in registers (RS wgmma;
+  // kHeadDim / 8 registers, loaded once per item, after which Q's buffer is released, so
+  // the producer loads the next item's Q during this one), where O, S, P and they leave
+  // the consumer 32 registers: hd128 128x128_s2_p (H200: 1.01-1.03x; the plain 128x128 and
+  // 64x128 kernels with it 0.99-1.02x: not taken; docs/results/cuda-sm90-fp8-2026-11-22.md,
+  // session 34).
+  static constexpr bool kQRegs = kFp8 && kPersistent &&
+                                 kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + (kSpeculate ? 2 : 1) * kPRegs + kHeadDim / 8) >= 32;
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 40 registers)");
