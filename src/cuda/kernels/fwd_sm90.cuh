@@ -492,7 +492,10 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           const int c16 = (ks % 4) * 2 + mi / 2;
           ptx::ldmatrix_x4(qa[ks], sQ + (ks / 4) * kBlockM * 128 + r * 128 + ((c16 ^ (r % 8)) << 4));
         }
-        if constexpr (kPersistent) release(empty_q);
+        if constexpr (kPersistent) {
+          __syncwarp();  // every lane's reads before lane 0's release (the producer's TMA overwrites Q)
+          release(empty_q);
+        }
       }
       // P operands: with Tr::kSpeculate two register buffers, the softmax of tile n writing
       // P_n into one while the P V of tile n - 1, issued just before, reads P_{n-1} from the
