@@ -25,8 +25,10 @@ import re
 import sys
 
 # P V: A from registers (GMMA ... Rd, Ra, gdesc[..]); S = Q K^T from shared memory, or
-# from registers too where Q is (the persistent fp8 kernels).
+# from registers too where Q is (the persistent fp8 kernels). A main loop holds both: GMMAs
+# into two accumulators (S's and O's), P V's from registers.
 rs = re.compile(r"GMMA\.\S+ R\d+, R\d+, gdesc\[")
+dest = re.compile(r"GMMA\.\S+ (R\d+), ")
 text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
 
 
@@ -69,7 +71,8 @@ for f in funcs:
         m = re.search(r"@!?U?P\d+\s+BRA\b.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
             body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
-            hit = any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
+            accs = {m.group(1) for x in body for m in [dest.search(x)] if m}
+            hit = len(accs) >= 2 and any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
             if hit and (loop is None or len(body) < len(loop)):
                 loop = body
     found += 1

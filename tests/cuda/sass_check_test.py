@@ -10,6 +10,7 @@ import sys
 CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sass_check.py")
 SS = "HGMMA.64x128x16.F32 R24, gdesc[UR20], RZ, !UPT"
 RS = "HGMMA.64x128x16.F32 R88, R180, gdesc[UR16].tnspB, R88"
+RS_S = "QGMMA.64x128x32.F32.E4M3.E4M3 R24, R176, gdesc[UR8], RZ, !UPT"  # S with Q in registers
 W1, W0 = "WARPGROUP.DEPBAR.LE gsb0, 0x1", "WARPGROUP.DEPBAR.LE gsb0, 0x0"
 MUFU = "MUFU.EX2 R12, R12"
 
@@ -45,7 +46,8 @@ def run(text):
 cases = [
     ("one key tile", ["LOOP"] + tile() + ["BACK"], 0),
     ("two unrolled key tiles", ["LOOP"] + tile() + tile() + ["BACK"], 0),
-    ("Q in registers (S an RS wgmma too)", ["LOOP"] + [RS if x == SS else x for x in tile()] + ["BACK"], 0),
+    ("Q in registers (S an RS wgmma too)", ["LOOP"] + [RS_S if x == SS else x for x in tile()] + ["BACK"], 0),
+    ("P V alone, no S GEMM in the loop", ["LOOP"] + [x for x in tile() if x != SS] + ["BACK"], 1),
     # The stub's span (the drain: S, P V and a wait) is shorter than the loop but is no loop.
     ("retry stub after the loop", ["LOOP"] + tile() + tile() + ["BACK", "TAIL", SS, RS, MUFU, W0, "STUB"], 0),
     ("spill outside the loop", ["STL [R1], R2"] + ["LOOP"] + tile() + ["BACK", "LDL R2, [R1]"], 0),
