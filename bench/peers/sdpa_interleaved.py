@@ -25,7 +25,7 @@ mean; `*_b2b_us`): the GPU's time without each call's launch latency, which the
 per-call figure includes.
 
   python3 bench/peers/sdpa_interleaved.py [--dtype f16|bf16|e4m3] [--hdims 64,128,256] [--seqs 512,2048]
-      [--rounds 5] [--iters 10] [--b2b 10] [--warm-ms 200] [--all-kernels]
+      [--rounds 5] [--iters 10] [--b2b 10] [--warm-ms 200] [--all-kernels] [--exp exact|fast]
 
 Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .);
 e4m3 also the cudnn frontend (else the row has no peer).
@@ -45,12 +45,13 @@ import flashcore
 SIDES = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 
 
-def kernel_of(q, k, v, causal):
+def kernel_of(q, k, v, causal, exp="exact"):
     """The kernel the dispatcher runs for this call (the name PhaseTimes reports, from one
     more call through the C++ timing loop), or None where that call fails."""
     try:
         out = torch.empty_like(q, dtype=torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype)
-        return flashcore._core.attention_loop(q, k, v, out, None, 0.0, causal, -1, -1, 0, 0, None, None, 0,
+        return flashcore._core.attention_loop(q, k, v, out, None, 0.0, causal, -1, -1, 0,
+                                              1 if exp == "fast" else 0, None, None, 0,
                                               None, torch.cuda.current_stream(q.device).cuda_stream,
                                               False, 1)[1] or None
     except Exception:  # noqa: BLE001 (a name is a nicety: never lose the row for it)
@@ -153,6 +154,8 @@ def main():
     ap.add_argument("--hdims", default="64,128,256")
     ap.add_argument("--seqs", default="512,2048,8192,16384")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--exp", default="exact", choices=["exact", "fast"],
+                    help="ours: AttentionParams::exp2 (e4m3 fast: the chord exponentials)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--fp8-out", default="prealloc", choices=["prealloc", "alloc"],
                     help="e4m3: ours writes into an output allocated once (prealloc, out=; cuDNN's graph "
@@ -175,7 +178,7 @@ def main():
         for s in (int(x) for x in args.seqs.split(",")):
             for causal in (False, True):
                 b, h = max(16384 // s, 1), 2048 // d
-                kw = {"causal": causal}
+                kw = {"causal": causal, "exp": args.exp}
                 if fp8 and args.fp8_inputs == "codes":
                     q, k, v = (codes_e4m3((b, s, h, d)) for _ in range(3))
                 else:
@@ -223,7 +226,7 @@ def main():
                             b2b[n].append(b2b_us(fn, args.b2b))
                 flop = 4 * b * h * s * s * d / (2 if causal else 1)
                 row = {"dtype": args.dtype, "B": b, "H": h, "S": s, "D": d, "causal": causal,
-                       "ours_kernel": kernel_of(q, k, v, causal), **extra}
+                       "ours_kernel": kernel_of(q, k, v, causal, args.exp), **extra}
                 if fp8:
                     row["fp8_inputs"], row["fp8_scale"], row["fp8_out"] = args.fp8_inputs, args.fp8_scale, args.fp8_out
                 for n, t in us.items():

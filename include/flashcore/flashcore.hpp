@@ -23,7 +23,10 @@
 //    kernel stores P in 16 bits, the correctly rounded 16-bit value up to ties within
 //    2.7e-6: x86's exp2_p16),
 //    Exp2Mode::fast is a cheap approximation (relative error <= 1.8e-3 on x86 and the
-//    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp).
+//    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp; on the fp8
+//    GPU kernels, when no lse is asked for, half of P's exponentials by the piecewise-linear
+//    chord between powers of two, relative error <= 3.2 %, below the e4m3 rounding that P
+//    gets anyway; with lse, the exact path). Other CUDA kernels use MUFU.EX2 in both modes.
 //  * Storage dtypes f32, f16, bf16 (fp8 on GPUs that have it); accumulation is fp32.
 //    The output has the dtype of Q (attention), V (softmax_v) or A (gemm_chain), except
 //    fp8 attention (CUDA, Hopper: e4m3 q/k/v with AttentionParams' descales), which writes

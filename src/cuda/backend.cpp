@@ -51,6 +51,7 @@ struct Instance {
   bool persistent = false;  // sm90 "_p" rows: persistent CTAs (a static list of items each)
   bool vt_in = false;       // sm90 e4m3 "_vt" rows: V^T made in the kernel (no pre-pass)
   int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Traits::kSmem, kCtasPerSm
+  bool chord = false;          // sm90 e4m3 rows whose softmax speculates: a chord form (FwdParams::exp_chord)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Traits::kSmem.
   int smem() const {
@@ -78,7 +79,8 @@ const Instance kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) {#key, 80, dtype_##dt, hd, bm, bn, wp, st, key},
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps)                                          \
   {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps == 1, ps == 2,        \
-   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSmem, FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kCtasPerSm},
+   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSmem, FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kCtasPerSm, \
+   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kFp8 && FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSpeculate},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
@@ -528,12 +530,13 @@ int forced_key(const char* impl, std::string* key) {
 }
 
 // Names the kernel that runs in times: its key, "+gqa<G>" for packed query heads, "+kv<N>"
-// for KV splits.
+// for KV splits, "+chord" for an fp8 kernel's chord form (Exp2Mode::fast without lse).
 void name_kernel(PhaseTimes* times, const char* key, const FwdParams& f) {
   if (times == nullptr) return;
   times->kernel = key;
   if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);
   if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);
+  if (f.exp_chord) times->kernel += "+chord";
   times->strategy = to_string(Strategy::online);
 }
 
@@ -640,6 +643,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   f.scale_log2 *= p.q_descale * p.k_descale;
   f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
+  f.exp_chord = p.exp2 == Exp2Mode::fast && p.lse == nullptr && inst->chord;
   f.o_tma = o_tma_mappable(p);
   f.q_descale_heads = p.q_descale_heads;
   f.k_descale_heads = p.k_descale_heads;

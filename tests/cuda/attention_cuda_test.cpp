@@ -1203,6 +1203,7 @@ struct Fp8Case {
   float heads_lo = 0.f, heads_hi = 0.f;
   double range = 1;  // inputs drawn from [-range, range] before rounding to e4m3
   bool lse = true;
+  flashcore::Exp2Mode exp2 = flashcore::Exp2Mode::exact;
   std::string impl;    // a kernel forced by key (else the dispatcher's e4m3 kernel)
   std::string expect;  // the kernel name PhaseTimes must show ("": impl, else fp8_expected)
   std::string str() const {
@@ -1211,7 +1212,8 @@ struct Fp8Case {
            (causal ? " causal" : "") + " w(" + std::to_string(wl) + "," + std::to_string(wr) + ")" +
            (bhsd ? " bhsd" : "") + (out_pad >= 0 ? " out_pad " + std::to_string(out_pad) : "") + " descale " + std::to_string(qd) + "/" + std::to_string(kd) + "/" +
            std::to_string(vd) + (heads_hi > 0.f ? " per-head [" + std::to_string(heads_lo) + "," +
-                                                      std::to_string(heads_hi) + "]" : "") + " " + impl;
+                                                      std::to_string(heads_hi) + "]" : "") +
+           (exp2 == flashcore::Exp2Mode::fast ? " exp fast" : "") + (lse ? "" : " no lse") + " " + impl;
   }
 };
 
@@ -1307,6 +1309,7 @@ void run_fp8(const Fp8Case& c) {
     p.v_descale_heads = static_cast<const float*>(dhv.view().data);
   }
   p.impl = c.impl.empty() ? nullptr : c.impl.c_str();
+  p.exp2 = c.exp2;
   if (c.lse) p.lse = &dlse.view();
   flashcore::PhaseTimes times;
   ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &times));
@@ -1314,7 +1317,11 @@ void run_fp8(const Fp8Case& c) {
   dout.download(o);
   dlse.download(lse);
   EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
-  EXPECT_EQ(times.kernel, !c.expect.empty() ? c.expect : !c.impl.empty() ? c.impl : fp8_expected(c));
+  const std::string expected = !c.expect.empty() ? c.expect : !c.impl.empty() ? c.impl : fp8_expected(c);
+  if (c.exp2 == flashcore::Exp2Mode::fast && !c.lse)  // the chord form where the kernel has one (it speculates)
+    EXPECT_TRUE(times.kernel == expected + "+chord" || times.kernel == expected) << times.kernel;
+  else
+    EXPECT_EQ(times.kernel, expected);
 
   HostTensor ref(DType::f32, {c.B, c.Sq, c.H, c.D}), ref_lse(DType::f32, {c.B, c.H, c.Sq});
   AttentionParams rp = p;
@@ -1508,6 +1515,57 @@ TEST_P(CudaFp8, EveryKernel) {
     c.causal = false;
     run_fp8(c);
   }
+}
+
+// Exp2Mode::fast without lse: the speculative softmax takes half of P's exponentials by
+// their chord (ptx::exp2_chord, relative error <= 3.2 %): O within the fp8 bound on every
+// kernel (odd, causal and GQA shapes), and not the exact mode's O bit for bit on the same
+// inputs (the chord ran); with lse asked for, the exact exponentials (lse within 3e-3).
+TEST_P(CudaFp8, FastExponentials) {
+  FC_REQUIRE_SM90();
+  for (const auto& [key, d] : all_fp8()) {
+    Fp8Case c = fp8_case(GetParam(), key, d);
+    c.exp2 = flashcore::Exp2Mode::fast;
+    c.lse = false;
+    c.Sq = c.Sk = 1000;
+    run_fp8(c);
+    c.H = 4;
+    c.Hkv = 2;
+    c.Sq = 300;
+    c.Sk = 700;
+    c.causal = true;
+    run_fp8(c);
+    c.lse = true;
+    run_fp8(c);
+  }
+  // The same inputs through the dispatcher, exact and fast, without lse (hd128: its kernels speculate).
+  if (fp8_key(128).empty()) return;
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t B = 2, S = 1000, H = 4, D = 128;
+  HostTensor q(DType::e4m3, {B, S, H, D}), k(DType::e4m3, {B, S, H, D}), v(DType::e4m3, {B, S, H, D});
+  q.fill_uniform(rng, -1, 1);
+  k.fill_uniform(rng, -1, 1);
+  v.fill_uniform(rng, -1, 1);
+  DevTensor dq(q), dk(k), dv(v);
+  std::vector<HostTensor> outs;
+  std::vector<std::string> names;
+  for (auto mode : {flashcore::Exp2Mode::exact, flashcore::Exp2Mode::fast}) {
+    HostTensor o(GetParam(), {B, S, H, D});
+    o.poison();
+    DevTensor dout(o);
+    AttentionParams p;
+    p.exp2 = mode;
+    flashcore::PhaseTimes times;
+    ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &times));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    dout.download(o);
+    outs.push_back(std::move(o));
+    names.push_back(times.kernel);
+  }
+  EXPECT_EQ(names[1], names[0] + "+chord");
+  EXPECT_GT(fctest::rel_err(outs[1], outs[0]), 0.0) << "Exp2Mode::fast gave the exact mode's output";
+  EXPECT_TRUE(fctest::close(outs[1], outs[0], kFp8Tol));
 }
 
 // Long flat rows on every e4m3 kernel (forced by key): 16384 keys of uniform [-1, 1] inputs

@@ -6,6 +6,7 @@
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
 //                         [--hdims 64,128] [--seqs 512,4096] [--profile "B H S D causal"] (of the first --dtype)
 //                         [--descale-heads] (e4m3: per-head descale arrays of ones as well)
+//                         [--exp exact|fast] (AttentionParams::exp2; fast: e4m3's chord exponentials)
 //                         [--inputs randn|pattern] (randn, the default since session 31: q, k, v each a
 //                         draw of standard normal values rounded to the dtype, as the peer scripts'
 //                         torch.randn; pattern: the fixed pattern below, copied into q, k and v alike,
@@ -59,6 +60,7 @@ double median(std::vector<float> v) {
 
 bool g_descale_heads = false;  // --descale-heads
 bool g_randn = true;           // --inputs randn (default) | pattern
+flashcore::Exp2Mode g_exp = flashcore::Exp2Mode::exact;  // --exp
 
 // n standard normal values (a fixed seed per tensor) stored as t; the last few draws are
 // kept (the grid's shapes share their element counts, and a draw of 33M values takes ~1 s).
@@ -134,6 +136,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   AttentionParams p;
   p.causal = s.causal;
   p.stream = st;
+  p.exp2 = g_exp;
   float* heads = nullptr;  // per-head descales (all 1: the same output, the kernel's loads)
   if (fp8 && g_descale_heads) {
     const std::vector<float> ones(size_t(s.B * hkv), 1.f);
@@ -215,10 +218,10 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   std::printf(
       "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"dtype\":\"%s\",\"B\":%lld,"
       "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.1f,"
-      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f,\"inputs\":\"%s\"}\n",
+      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f,\"inputs\":\"%s\",\"exp\":\"%s\"}\n",
       s.tag, pt.kernel.c_str(), impl == nullptr || dispatcher ? "true" : "false", to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
       s.causal ? "true" : "false", us, graph_us, host_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs,
-      g_randn ? "randn" : "pattern");
+      g_randn ? "randn" : "pattern", to_string(g_exp));
   std::fflush(stdout);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -242,6 +245,11 @@ int main(int argc, char** argv) {
     else if (a == "--only-mission") only_mission = true;
     else if (a == "--gqa") gqa = true;
     else if (a == "--descale-heads") g_descale_heads = true;
+    else if (a == "--exp" && i + 1 < argc) {
+      const std::string ex = argv[++i];
+      if (ex != "exact" && ex != "fast") return 2;
+      g_exp = ex == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
+    }
     else if (a == "--inputs" && i + 1 < argc) {
       const std::string in = argv[++i];
       if (in != "randn" && in != "pattern") return 2;

@@ -142,4 +142,20 @@ __device__ __forceinline__ float exp2_fast(float x) {
   return y;
 }
 
+// 2^(t - kChordShift) by its piecewise-linear chord between the powers of two, for the fp8
+// kernels' P under Exp2Mode::fast (parts/softmax.cuh). t = x + kChordShift (the caller
+// folds the shift into its FFMA): t then holds round(128 x) in its low mantissa bits (ulp
+// 2^-7 for |x| < 2^15), which one integer multiply-add moves into the exponent field of
+// the result, 2^floor(x) (1 + frac(x)) less a centring constant: relative error within
+// 3.2 % of 2^x (e4m3, which stores P, rounds by up to 6.25 %), from two ALU instructions
+// instead of one MUFU.EX2. x is clamped at -126 (2^-126 stands for anything smaller, 0 in
+// e4m3); a NaN t gives 2^-126 (a row of NaN scores still fails the speculative softmax's
+// test through the exponentials it takes on MUFU, but a NaN key that falls on a chord
+// fragment is dropped where the exact form would spread it).
+constexpr float kChordShift = 98304.f;  // 1.5 * 2^16
+__device__ __forceinline__ float exp2_chord(float t) {
+  t = fmaxf(t, kChordShift - 126.f);
+  return __int_as_float(__float_as_int(t) * 65536 + int((127u << 23) - (0x47C00000u << 16) - 0x5AC00u));
+}
+
 }  // namespace flashcore::cuda::ptx

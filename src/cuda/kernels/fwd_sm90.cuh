@@ -94,7 +94,9 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+// kChord: the fp8 kernels' second form, for Exp2Mode::fast without lse (FwdParams::exp_chord;
+// OnlineSoftmax::speculate): half of the speculative softmax's exponentials by their chord.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant, bool kChord = false>
 __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>::kThreads,
                                   FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>::kCtasPerSm)
     fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -460,7 +462,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
         mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2(), band, row0, n * kBlockN, t,
                             shift);
         const float e = scale_log2() > 0.f ? scale_log2() : 1.f;
-        if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack>(
+        if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack, kChord>(
                         s, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); }))
           return false;
         sm.template update<1, kNF, kPLog2, kSlack>(s, e, corr);
@@ -784,6 +786,14 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
   static std::atomic<uint64_t> smem_done{0};
   e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
+  // The chord form where it differs: fp8 kernels whose softmax speculates.
+  if constexpr (Tr::kFp8 && Tr::kSpeculate) {
+    if (e == cudaSuccess && p.exp_chord) {
+      kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant, true>;
+      static std::atomic<uint64_t> chord_smem_done{0};
+      e = opt_in_smem_once(kernel, Tr::kSmem, chord_smem_done);
+    }
+  }
   if (e != cudaSuccess) return e;
   // One CTA per item (query blocks, heads, batch), or persistent: as many CTAs as fit the
   // SMs at once (or one per item, when there are fewer).

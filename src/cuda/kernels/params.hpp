@@ -84,6 +84,9 @@ struct FwdParams {
   int64_t vt_sk = 0;
   float o_scale = 1.f;
   bool out_bf16 = false;
+  // fp8 under Exp2Mode::fast without lse: the launcher takes the kernel's chord form (half
+  // of the speculative softmax's exponentials by their chord: OnlineSoftmax::speculate).
+  bool exp_chord = false;
   // fp8 per-head factors ([batch][heads / group] floats, device), or null: an item of
   // (b, kv head hk) multiplies scale_log2 by the q and k entries, o_scale by the v entry.
   const float* q_descale_heads = nullptr;

@@ -84,35 +84,58 @@ struct OnlineSoftmax {
   // when every lane's partial row sums are at most 2^(kPLog2 + kSlack): then so is every
   // P, so s e - m <= kSlack (up to the rounding at the bound), update would have kept the
   // max, and the P and l computed here are update's (same FFMA, same MUFU, same sum order;
-  // corr = 1); l is updated and true returned. Otherwise (a max moved past the slack, a
+  // corr = 1; kChord: half of them by the chord, speculate below); l is updated and true
+  // returned. Otherwise (a max moved past the slack, a
   // row with no visible key yet: m = -inf gives inf or NaN, NaN scores) nothing is
   // changed and the caller runs update.
   // What it saves is update's max pass: one FMNMX per score and the quad shuffles.
-  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, typename Emit>
+  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kChord = false, typename Emit>
   __device__ __forceinline__ bool try_update(const float (&s)[1][kNF][4], float e, Emit&& emit) {
     static_assert(kNF % kChunk == 0, "whole chunks");
-    const float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
+    static_assert(!kChord || kPLog2 > 0, "the chord exponentials are for fp8's P");
     float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-    for (int c = 0; c < kNF / kChunk; ++c) {
-      float p[kNF][4];  // only this chunk's fragments are set (and live)
-#pragma unroll
-      for (int nf = c * kChunk; nf < c * kChunk + kChunk; ++nf) {
-        p[nf][0] = ptx::exp2_fast(fmaf(s[0][nf][0], e, -pb0));
-        p[nf][1] = ptx::exp2_fast(fmaf(s[0][nf][1], e, -pb0));
-        p[nf][2] = ptx::exp2_fast(fmaf(s[0][nf][2], e, -pb1));
-        p[nf][3] = ptx::exp2_fast(fmaf(s[0][nf][3], e, -pb1));
-        sum0 += p[nf][0] + p[nf][1];
-        sum1 += p[nf][2] + p[nf][3];
-      }
-      emit(p, c);
-    }
+    speculate<kNF, kChunk, kPLog2, kChord>(s, e, emit, sum0, sum1);
     constexpr float kBound = float(1 << (kPLog2 + kSlack));
     const bool ok = sum0 <= kBound && sum1 <= kBound;  // false for NaN
     if (!__all_sync(0xffffffffu, ok)) return false;
     l[0] += sum0;
     l[1] += sum1;
     return true;
+  }
+
+  // try_update's exponentials and partial row sums. kChord (fp8 kernels' second compiled
+  // form, which the launcher takes for Exp2Mode::fast without lse: FwdParams::exp_chord):
+  // every other fragment's by ptx::exp2_chord on the ALU instead of MUFU.EX2
+  // (H200, e4m3 hd128 grid, against the exact form: 1.00-1.07x, S4096 1.07x, S16384 1.06x;
+  // all fragments by the chord gained less; docs/results/cuda-sm90-fp8-2026-11-22.md,
+  // session 35). The sums then carry the chord's error, so lse would too: the backend
+  // takes this only without lse.
+  template <int kNF, int kChunk, int kPLog2, bool kChord, typename Emit>
+  __device__ __forceinline__ void speculate(const float (&s)[1][kNF][4], float e, Emit& emit, float& sum0,
+                                            float& sum1) {
+    const float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
+    const float cb0 = ptx::kChordShift - pb0, cb1 = ptx::kChordShift - pb1;
+#pragma unroll
+    for (int c = 0; c < kNF / kChunk; ++c) {
+      float p[kNF][4];  // only this chunk's fragments are set (and live)
+#pragma unroll
+      for (int nf = c * kChunk; nf < c * kChunk + kChunk; ++nf) {
+        if (kChord && nf % 2 == 0) {
+          p[nf][0] = ptx::exp2_chord(fmaf(s[0][nf][0], e, cb0));
+          p[nf][1] = ptx::exp2_chord(fmaf(s[0][nf][1], e, cb0));
+          p[nf][2] = ptx::exp2_chord(fmaf(s[0][nf][2], e, cb1));
+          p[nf][3] = ptx::exp2_chord(fmaf(s[0][nf][3], e, cb1));
+        } else {
+          p[nf][0] = ptx::exp2_fast(fmaf(s[0][nf][0], e, -pb0));
+          p[nf][1] = ptx::exp2_fast(fmaf(s[0][nf][1], e, -pb0));
+          p[nf][2] = ptx::exp2_fast(fmaf(s[0][nf][2], e, -pb1));
+          p[nf][3] = ptx::exp2_fast(fmaf(s[0][nf][3], e, -pb1));
+        }
+        sum0 += p[nf][0] + p[nf][1];
+        sum1 += p[nf][2] + p[nf][3];
+      }
+      emit(p, c);
+    }
   }
 
   // Full row sums (quad reduction), for the epilogue.
