@@ -122,9 +122,11 @@ def test_torch_cuda_vs_sdpa(dtype, causal, shape):
 @needs_cuda
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_torch_cuda_fp8_descales(per_head, causal):
+@pytest.mark.parametrize("exp", ["exact", "fast"])
+def test_torch_cuda_fp8_descales(per_head, causal, exp):
     """float8_e4m3fn q/k/v on Hopper with per-tensor or per-head ([B, Hkv] tensor) descales,
-    GQA, against the float64 reference on the dequantized values (BENCH.md's fp8 bound)."""
+    GQA, against the float64 reference on the dequantized values (BENCH.md's fp8 bound);
+    exp="fast": half of P's exponentials by their chord (the kernel's second form)."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("fp8 attention runs on compute capability 9.0 (Hopper)")
     b, sq, sk, h, hkv, d = 2, 100, 300, 8, 2, 128
@@ -144,7 +146,7 @@ def test_torch_cuda_fp8_descales(per_head, causal):
         return x.numpy()
 
     try:
-        out = flashcore.attention(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+        out = flashcore.attention(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd, exp=exp)
     except (NotImplementedError, TypeError) as e:  # a build without e4m3 kernels: TypeError (about the dtype)
         if isinstance(e, TypeError) and "in this build" not in str(e):
             raise
