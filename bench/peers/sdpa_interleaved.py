@@ -51,7 +51,7 @@ def kernel_of(q, k, v, causal, exp="exact"):
     try:
         out = torch.empty_like(q, dtype=torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype)
         return flashcore._core.attention_loop(q, k, v, out, None, 0.0, causal, -1, -1, 0,
-                                              1 if exp == "fast" else 0, None, None, 0,
+                                              flashcore._api._EXP_MODES[exp], None, None, 0,
                                               None, torch.cuda.current_stream(q.device).cuda_stream,
                                               False, 1)[1] or None
     except Exception:  # noqa: BLE001 (a name is a nicety: never lose the row for it)

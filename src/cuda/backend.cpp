@@ -51,7 +51,7 @@ struct Instance {
   bool persistent = false;  // sm90 "_p" rows: persistent CTAs (a static list of items each)
   bool vt_in = false;       // sm90 e4m3 "_vt" rows: V^T made in the kernel (no pre-pass)
   int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Traits::kSmem, kCtasPerSm
-  bool chord = false;          // sm90 e4m3 rows whose softmax speculates: a chord form (FwdParams::exp_chord)
+  bool chord = false;          // sm90 rows with FwdSm90Traits::kChordForm (FwdParams::exp_chord)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Traits::kSmem.
   int smem() const {
@@ -80,7 +80,7 @@ const Instance kInstances[] = {
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps)                                          \
   {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps == 1, ps == 2,        \
    FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSmem, FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kCtasPerSm, \
-   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kFp8 && FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSpeculate},
+   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kChordForm},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST

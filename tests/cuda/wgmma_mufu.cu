@@ -8,7 +8,7 @@
 // while P V is in flight, the softmax's per-score work on S (MODE 0: FFMA, ex2, FADD and
 // the e4m3 pack; 1: FMUL in place of ex2; 2: ex2 only; 3, 5, 4: 1/4, 3/8, 1/2 of the
 // exponentials by exp2_poly on the FMA pipe; 6: without the row sums' FADDs; 7, 8, 9: all,
-// 1/2, 1/4 of them by exp2_lin, two ALU instructions); a third warpgroup can stream
+// 1/2, 1/4 of them by ptx::exp2_chord, two ALU instructions); a third warpgroup can stream
 // `copy` KB per iteration from an L2-resident buffer into the operands' shared memory
 // (cp.async.bulk, the TMA loads' traffic). Prints cycles per iteration (clock64 on every
 // SM, averaged), the tensor cores' share of their nominal 8192 fp8 FLOP per clock and SM,
@@ -34,16 +34,6 @@ __device__ __forceinline__ float exp2_poly(float x) {
   p = fmaf(p, f, 0.6931472f);
   p = fmaf(p, f, 1.f);
   return __int_as_float(__float_as_int(xm) * 0x800000 + __float_as_int(p));
-}
-
-// 2^x by its piecewise-linear chord (the exponent field's integer add, Schraudolph's trick):
-// t = x + 1.5 * 2^16 (folded into the softmax's FFMA) holds round(128 x) in its low bits;
-// clamped at x = -126, shifted into the exponent field by one integer multiply-add. Relative
-// error within 3.2 % with the centring constant, 7 fraction bits of x.
-constexpr float kLinMagic = 98304.f;  // 1.5 * 2^16: ulp 2^-7
-__device__ __forceinline__ float exp2_lin(float t) {
-  t = fmaxf(t, kLinMagic - 126.f);
-  return __int_as_float(__float_as_int(t) * 65536 + int((127u << 23) - (0x47C00000u << 16) - 0x5AC00u));
 }
 
 // NQK / KQK: S's N and k-steps (32 bytes each); NPV / KPV: P V's N (the head dim; 136: and 8 columns of row sums) and k-steps
@@ -137,10 +127,10 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
                           (MODE == 5 && (i % 8 == 0 || i % 8 == 3 || i % 8 == 5));
         const bool lin = MODE == 7 || (MODE == 8 && i % 2 == 0) || (MODE == 9 && i % 4 == 0);
         if (lin) {
-          p0 = exp2_lin(fmaf(s[i][0], 0.0001f, kLinMagic - mrow));
-          p1 = exp2_lin(fmaf(s[i][1], 0.0001f, kLinMagic - mrow));
-          p2 = exp2_lin(fmaf(s[i][2], 0.0001f, kLinMagic - mrow));
-          p3 = exp2_lin(fmaf(s[i][3], 0.0001f, kLinMagic - mrow));
+          p0 = ptx::exp2_chord(fmaf(s[i][0], 0.0001f, ptx::kChordShift - mrow));
+          p1 = ptx::exp2_chord(fmaf(s[i][1], 0.0001f, ptx::kChordShift - mrow));
+          p2 = ptx::exp2_chord(fmaf(s[i][2], 0.0001f, ptx::kChordShift - mrow));
+          p3 = ptx::exp2_chord(fmaf(s[i][3], 0.0001f, ptx::kChordShift - mrow));
           sum0 += p0 + p1;
           sum1 += p2 + p3;
           pb[i % 8] ^= ptx::pack4_e4m3(p0, p1, p2, p3);

@@ -783,17 +783,17 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
     const bool o_bf16 = Tr::kFp8 ? p.out_bf16 : bf16;
     kp.o_tma = p.o_tma && !varlen && row_map(&to, o_bf16, p.o, p.dv, p.o_ss, p.o_sh, p.o_sb, 64) == cudaSuccess;
   }
+  // The kernel, or its chord form (Tr::kChordForm, p.exp_chord), each opted in once.
   auto kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
-  static std::atomic<uint64_t> smem_done{0};
-  e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
-  // The chord form where it differs: fp8 kernels whose softmax speculates.
-  if constexpr (Tr::kFp8 && Tr::kSpeculate) {
-    if (e == cudaSuccess && p.exp_chord) {
+  static std::atomic<uint64_t> smem_done{0}, chord_smem_done{0};
+  std::atomic<uint64_t>* done = &smem_done;
+  if constexpr (Tr::kChordForm) {
+    if (p.exp_chord) {
       kernel = fwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant, true>;
-      static std::atomic<uint64_t> chord_smem_done{0};
-      e = opt_in_smem_once(kernel, Tr::kSmem, chord_smem_done);
+      done = &chord_smem_done;
     }
   }
+  e = opt_in_smem_once(kernel, Tr::kSmem, *done);
   if (e != cudaSuccess) return e;
   // One CTA per item (query blocks, heads, batch), or persistent: as many CTAs as fit the
   // SMs at once (or one per item, when there are fewer).

@@ -107,6 +107,9 @@ struct FwdSm90Traits {
   // (session 30).
   static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
                                      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent && !kFp8 ? 40 : 32);
+  // fp8 kernels that speculate have a second compiled form (fwd_sm90_kernel's kChord), which
+  // the launcher takes for FwdParams::exp_chord (Exp2Mode::fast without lse).
+  static constexpr bool kChordForm = kFp8 && kSpeculate;
   // Persistent fp8 kernels: S = Q K^T with Q's fragments in registers (RS wgmma;
   // kHeadDim / 8 registers, loaded once per item, after which Q's buffer is released, so
   // the producer loads the next item's Q during this one), where O, S, P and they leave
