@@ -7,6 +7,8 @@
 //                         [--hdims 64,128] [--seqs 512,4096] [--profile "B H S D causal"] (of the first --dtype)
 //                         [--descale-heads] (e4m3: per-head descale arrays of ones as well)
 //                         [--exp exact|fast] (AttentionParams::exp2; fast: e4m3's chord exponentials)
+//                         [--b2b] (host_us and b2b_us, the GPU time per call back to back, on every
+//                         shape; without it only on shapes under 100 us)
 //                         [--inputs randn|pattern] (randn, the default since session 31: q, k, v each a
 //                         draw of standard normal values rounded to the dtype, as the peer scripts'
 //                         torch.randn; pattern: the fixed pattern below, copied into q, k and v alike,
@@ -60,6 +62,7 @@ double median(std::vector<float> v) {
 
 bool g_descale_heads = false;  // --descale-heads
 bool g_randn = true;           // --inputs randn (default) | pattern
+bool g_b2b = false;            // --b2b: host_us and b2b_us on every shape, not only short ones
 flashcore::Exp2Mode g_exp = flashcore::Exp2Mode::exact;  // --exp
 
 // n standard normal values (a fixed seed per tensor) stored as t; the last few draws are
@@ -176,20 +179,30 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
     ts.push_back(ms);
   }
   const double us = median(ts) * 1e3;
-  // Short shapes: the host time of one call (API checks, dispatch, launch; the call
-  // returns before the kernel ends), median of 20 batches of 10 back-to-back calls, and a
-  // CUDA graph of 20 calls: the per-call GPU time without launch gaps.
-  double graph_us = -1, host_us = -1;
-  if (us < 100) {
-    std::vector<float> hs;
+  // Short shapes (every shape with --b2b): the host time of one call (API checks,
+  // dispatch, launch; the call returns before the kernel ends) and the GPU time of one
+  // call among back-to-back ones (b2b_us: events around the batch), medians of 20 batches
+  // of 10 calls; short shapes also a CUDA graph of 20 calls: the per-call GPU time
+  // without launch gaps.
+  double graph_us = -1, host_us = -1, b2b_us = -1;
+  if (us < 100 || g_b2b) {
+    std::vector<float> hs, bs;
     for (int r = 0; r < 20; ++r) {
+      CK(cudaEventRecord(a, st));
       const auto h0 = std::chrono::steady_clock::now();
       for (int i = 0; i < 10; ++i) attention(tq, tk, tv, to, p);
       const auto h1 = std::chrono::steady_clock::now();
+      CK(cudaEventRecord(b, st));
+      CK(cudaEventSynchronize(b));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, a, b));
       hs.push_back(float(std::chrono::duration<double, std::micro>(h1 - h0).count() / 10));
-      CK(cudaStreamSynchronize(st));
+      bs.push_back(ms * 1e3f / 10);
     }
     host_us = median(hs);
+    b2b_us = median(bs);
+  }
+  if (us < 100) {
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -217,10 +230,10 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   const double gbs = double((2 * nq + 2 * nk) * es) / us / 1e3;
   std::printf(
       "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"dtype\":\"%s\",\"B\":%lld,"
-      "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.1f,"
+      "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"b2b_us\":%.2f,\"tflops\":%.1f,"
       "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f,\"inputs\":\"%s\",\"exp\":\"%s\"}\n",
       s.tag, pt.kernel.c_str(), impl == nullptr || dispatcher ? "true" : "false", to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
-      s.causal ? "true" : "false", us, graph_us, host_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs,
+      s.causal ? "true" : "false", us, graph_us, host_us, b2b_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs,
       g_randn ? "randn" : "pattern", to_string(g_exp));
   std::fflush(stdout);
   cudaEventDestroy(a);
@@ -245,6 +258,7 @@ int main(int argc, char** argv) {
     else if (a == "--only-mission") only_mission = true;
     else if (a == "--gqa") gqa = true;
     else if (a == "--descale-heads") g_descale_heads = true;
+    else if (a == "--b2b") g_b2b = true;
     else if (a == "--exp" && i + 1 < argc) {
       const std::string ex = argv[++i];
       if (ex != "exact" && ex != "fast") return 2;
