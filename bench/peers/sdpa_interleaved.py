@@ -28,7 +28,9 @@ per-call figure includes.
       [--rounds 5] [--iters 10] [--b2b 10] [--warm-ms 200] [--all-kernels] [--exp exact|fast]
 
 Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .);
-e4m3 also the cudnn frontend (else the row has no peer).
+e4m3 also the cudnn frontend (else the row has no peer). Where FlashAttention-3's `hopper/`
+package is importable (`flash_attn_interface`, built from its source outside this tree), it is
+one more side, `fa3`, in every dtype.
 Prints one JSON line per shape: us and TFLOP/s per side, ratio = peer time / ours, and the
 kernel the dispatcher chose for ours (ours_kernel).
 """
@@ -128,6 +130,36 @@ def cudnn_fp8(q, k, v, causal, descale=1.0):
     return (lambda: g.execute(pack, ws, handle=handle)), out
 
 
+def fa3_call(q, k, v, causal, out=None, descale=1.0):
+    """FlashAttention-3's forward (Dao-AILab/flash-attention `hopper/`, built beside this
+    script and never part of flashcore: PYTHONPATH names its hopper folder) on q, k, v as
+    they are ([B, S, H, D], as ours; e4m3 with per-(batch, KV head) descales of `descale`,
+    bf16 output into `out`), called through its registered op as `_flash_attn_forward`
+    does, without the autograd wrapper; None where it is not importable or refuses the
+    shape."""
+    try:
+        import flash_attn_interface as fai
+    except ImportError:
+        return None
+    ds = None
+    if q.dtype == torch.float8_e4m3fn:
+        ds = torch.full((k.shape[0], k.shape[2]), descale, dtype=torch.float32, device=q.device)
+    # fwd(q, k, v, k_new, v_new, qv, out_, cu_seqlens_q, cu_seqlens_k, cu_seqlens_k_new,
+    # seqused_q, seqused_k, max_seqlen_q, max_seqlen_k, page_table, kv_batch_idx, leftpad_k,
+    # rotary_cos, rotary_sin, seqlens_rotary, q/k/v_descale, softmax_scale, causal,
+    # window_size_left, window_size_right, attention_chunk, softcap, rotary_interleaved,
+    # scheduler_metadata, num_splits, pack_gqa, sm_margin)
+    args = ([q, k, v, None, None, None, out] + [None] * 13 +
+            [ds, ds, ds, q.shape[3] ** -0.5, causal, -1, -1, 0, 0.0, True, None, 1, None, 0])
+    fn = lambda: fai.flash_attn_3_gpu.fwd(*args)[0]  # noqa: E731
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 (a build without this head dim or dtype: no row)
+        print(json.dumps({"fa3_error": str(e)[:300]}), flush=True)
+        return None
+    return fn
+
+
 def codes_e4m3(shape):
     """flashcore_cuda_timing's e4m3 inputs: random sign and mantissa, exponent field 4 .. 8."""
     r = torch.randint(0, 1 << 30, shape, device="cuda", dtype=torch.int32)
@@ -206,6 +238,12 @@ def main():
                         ours = flashcore.attention(q, k, v, **kw).float()
                         theirs = peer[1].float()
                         extra["rel_cudnn"] = round(float((ours - theirs).norm() / theirs.norm()), 4)
+                fa3 = fa3_call(q, k, v, causal, torch.empty_like(kw["out"]) if "out" in kw else None,
+                               1 / args.fp8_scale)
+                if fa3 is not None:
+                    fns["fa3"] = fa3
+                    ours, theirs = flashcore.attention(q, k, v, **kw).float(), fa3().float()
+                    extra["rel_fa3"] = round(float((ours - theirs).norm() / theirs.norm()), 4)
                 for name, be in ({} if fp8 else SIDES).items():
                     def call(be=be):
                         with sdpa_kernel(be):
