@@ -9,6 +9,8 @@
 //                         [--exp exact|fast] (AttentionParams::exp2; fast: e4m3's chord exponentials)
 //                         [--b2b] (host_us and b2b_us, the GPU time per call back to back, on every
 //                         shape; without it only on shapes under 100 us)
+//                         [--rounds N] (--all-tiles: each shape's kernels N times, the order rotated
+//                         by one per round; rows carry "round")
 //                         [--inputs randn|pattern] (randn, the default since session 31: q, k, v each a
 //                         draw of standard normal values rounded to the dtype, as the peer scripts'
 //                         torch.randn; pattern: the fixed pattern below, copied into q, k and v alike,
@@ -63,6 +65,7 @@ double median(std::vector<float> v) {
 bool g_descale_heads = false;  // --descale-heads
 bool g_randn = true;           // --inputs randn (default) | pattern
 bool g_b2b = false;            // --b2b: host_us and b2b_us on every shape, not only short ones
+int g_round = 0;               // --all-tiles --rounds: the round of the row being timed
 flashcore::Exp2Mode g_exp = flashcore::Exp2Mode::exact;  // --exp
 
 // n standard normal values (a fixed seed per tensor) stored as t; the last few draws are
@@ -231,10 +234,10 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   std::printf(
       "{\"tag\":\"%s\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"dtype\":\"%s\",\"B\":%lld,"
       "\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"b2b_us\":%.2f,\"tflops\":%.1f,"
-      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f,\"inputs\":\"%s\",\"exp\":\"%s\"}\n",
+      "\"Hkv\":%lld,\"Sq\":%lld,\"gbs\":%.0f,\"inputs\":\"%s\",\"exp\":\"%s\",\"round\":%d}\n",
       s.tag, pt.kernel.c_str(), impl == nullptr || dispatcher ? "true" : "false", to_string(dt), (long long)s.B, (long long)s.H, (long long)s.S, (long long)s.D,
       s.causal ? "true" : "false", us, graph_us, host_us, b2b_us, flops / us / 1e6, (long long)hkv, (long long)sq, gbs,
-      g_randn ? "randn" : "pattern", to_string(g_exp));
+      g_randn ? "randn" : "pattern", to_string(g_exp), g_round);
   std::fflush(stdout);
   cudaEventDestroy(a);
   cudaEventDestroy(b);
@@ -248,7 +251,7 @@ int main(int argc, char** argv) {
   bool all_tiles = false, only_mission = false, dtype_given = false, gqa = false;
   std::string prefix;
   std::vector<int64_t> hdims = {64, 128, 256}, seqs = {512, 2048, 8192, 16384};
-  int iters = 30;
+  int iters = 30, rounds = 1;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
   long long prof[5] = {0, 0, 0, 0, -1};  // --profile's shape (causal >= 0 when given)
   for (int i = 1; i < argc; ++i) {
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
     else if (a == "--gqa") gqa = true;
     else if (a == "--descale-heads") g_descale_heads = true;
     else if (a == "--b2b") g_b2b = true;
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::max(1, std::atoi(argv[++i]));
     else if (a == "--exp" && i + 1 < argc) {
       const std::string ex = argv[++i];
       if (ex != "exact" && ex != "fast") return 2;
@@ -323,12 +327,22 @@ int main(int argc, char** argv) {
       // f32: the TF32 instances (fwd_sm80_tf32_*), and the exact FFMA kernel up to S = 2048.
       const bool f32 = dt == flashcore::DType::f32;
       const std::string tail = std::string(f32 ? "tf32" : flashcore::to_string(dt)) + "_hd" + std::to_string(s.D) + "_";
+      std::vector<std::string> keys;
       for (const auto& k : ks)
         if ((k.key.rfind("fwd_sm80_" + tail, 0) == 0 || k.key.rfind("fwd_sm90_" + tail, 0) == 0) && k.available &&
             k.key.rfind(prefix, 0) == 0)
-          run(s, dt, k.key.c_str(), iters);
-      run(s, dt, "auto", iters);  // the dispatcher's choice, as a row of its own
-      if (f32 && s.S <= 2048) run(s, dt, "fwd_sm80_f32_hd256_simt", iters);
+          keys.push_back(k.key);
+      keys.push_back("auto");  // the dispatcher's choice, as a row of its own
+      if (f32 && s.S <= 2048) keys.push_back("fwd_sm80_f32_hd256_simt");
+      // --rounds N: the list N times, round r starting at its r-th key, so that no kernel is
+      // always timed first (a kernel's figure depends on its place in the sequence: up to
+      // 10 % on an H200 under its power cap; docs/results/cuda-sm90-fp8-2026-11-22.md,
+      // session 36). Each row names its round.
+      for (int r = 0; r < rounds; ++r)
+        for (size_t i = 0; i < keys.size(); ++i) {
+          g_round = r;
+          run(s, dt, keys[(i + size_t(r)) % keys.size()].c_str(), iters);
+        }
     }
   return 0;
 }
