@@ -27,7 +27,9 @@ FA3_COMMIT=${FA3_COMMIT:-0251105a2fb19d2957484b7f023cd8c115286ced}
 CUTLASS_GIT=${CUTLASS_GIT:-https://github.com/NVIDIA/cutlass.git}
 WHEELS="ninja==1.11.1.4 wheel==0.45.1 packaging==24.2 einops==0.8.1"
 
-git_dir() {  # $1 URL or local git dir, $2 commit: a bare clone holding the commit, printed
+TMP_CLONES=()
+trap 'rm -rf "${TMP_CLONES[@]}"' EXIT
+git_dir() {  # $1 URL or local git dir, $2 commit: a git dir holding the commit, printed
   local src=$1 commit=$2 tmp
   if git -C "$src" cat-file -e "$commit^{commit}" 2>/dev/null; then echo "$src"; return; fi
   tmp=$(mktemp -d)
@@ -39,9 +41,11 @@ stage() {
   local dir=${1:-.fa3} fa cut sub
   rm -rf "$dir" && mkdir -p "$dir/csrc/cutlass" "$dir/wheels"
   fa=$(git_dir "$FA3_GIT" "$FA3_COMMIT")
+  [ "$fa" = "$FA3_GIT" ] || TMP_CLONES+=("$fa")  # a scratch clone: removed on exit
   git -C "$fa" archive "$FA3_COMMIT" hopper | tar -x -C "$dir"
   sub=$(git -C "$fa" ls-tree "$FA3_COMMIT" csrc/cutlass | awk '{print $3}')  # the submodule's pinned commit
   cut=$(git_dir "$CUTLASS_GIT" "$sub")
+  [ "$cut" = "$CUTLASS_GIT" ] || TMP_CLONES+=("$cut")
   git -C "$cut" archive "$sub" include | tar -x -C "$dir/csrc/cutlass"
   echo "flash-attention $FA3_COMMIT hopper/, CUTLASS $sub include/ (scratch copy, not flashcore's)" > "$dir/README.md"
   pip download -q --no-deps -d "$dir/wheels" $WHEELS --platform manylinux2014_x86_64 --only-binary=:all: \

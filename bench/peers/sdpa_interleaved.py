@@ -230,20 +230,22 @@ def main():
                         if ok and (key.startswith("fwd_sm90_" + tail) or key.startswith("fwd_sm80_" + tail)):
                             fns[key] = lambda key=key: flashcore.attention(q, k, v, impl=key, **kw)
                 extra = {}
+                ours = flashcore.attention(q, k, v, **kw).float()  # for the peers' rel_* columns
+
+                def rel(theirs):
+                    return round(float((ours - theirs.float()).norm() / theirs.float().norm()), 4)
+
                 if fp8:
                     peer = cudnn_fp8(q, k, v, causal, 1 / args.fp8_scale)
                     if peer is not None:
                         fns["cudnn_fp8"] = peer[0]
                         peer[0]()
-                        ours = flashcore.attention(q, k, v, **kw).float()
-                        theirs = peer[1].float()
-                        extra["rel_cudnn"] = round(float((ours - theirs).norm() / theirs.norm()), 4)
+                        extra["rel_cudnn"] = rel(peer[1])
                 fa3 = fa3_call(q, k, v, causal, torch.empty_like(kw["out"]) if "out" in kw else None,
                                1 / args.fp8_scale)
                 if fa3 is not None:
                     fns["fa3"] = fa3
-                    ours, theirs = flashcore.attention(q, k, v, **kw).float(), fa3().float()
-                    extra["rel_fa3"] = round(float((ours - theirs).norm() / theirs.norm()), 4)
+                    extra["rel_fa3"] = rel(fa3())
                 for name, be in ({} if fp8 else SIDES).items():
                     def call(be=be):
                         with sdpa_kernel(be):
