@@ -20,12 +20,21 @@ an O allocated once (the graph's variant pack; ours `out=`), unless `--fp8-out a
 (ours then allocates per call, as until session 31). Each row also reports rel_cudnn,
 ||ours - cuDNN|| / ||cuDNN||, so a mis-described graph shows.
 
+--timing isolated times each call the way cuDNN's published SDPA figures are measured
+(cudnn-frontend's benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py): the L2 cleared
+(a 256 MiB buffer zeroed) and the GPU drained before every call, the call's time the sum of
+its kernels' durations from the torch profiler (ours: the V^T pre-pass and the attention
+kernel). The GPU idles between such calls, so its clock runs above what a steady stream of
+calls holds under the power limit: the figures are higher than `events` (the default: a
+median of --iters calls, each between two CUDA events, timed one after the other).
+
 Every side is also timed back to back (`--b2b` calls between two events, the per-call
 mean; `*_b2b_us`): the GPU's time without each call's launch latency, which the
 per-call figure includes.
 
   python3 bench/peers/sdpa_interleaved.py [--dtype f16|bf16|e4m3] [--hdims 64,128,256] [--seqs 512,2048]
       [--rounds 5] [--iters 10] [--b2b 10] [--warm-ms 200] [--all-kernels] [--exp exact|fast]
+      [--shapes "B,Hq,Hkv,S,D;..."]   # explicit shapes (GQA where Hkv < Hq) in place of the grid
 
 Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .);
 e4m3 also the cudnn frontend (else the row has no peer). Where FlashAttention-3's `hopper/`
@@ -69,6 +78,22 @@ def event_median_us(fn, iters):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def isolated_us(fn, iters, flush):
+    """The median over `iters` calls of the summed durations of each call's kernels (torch
+    profiler), each call after zeroing `flush` (the L2 cleared) and a device synchronize."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        times.append(sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == DeviceType.CUDA))
     return statistics.median(times)
 
 
@@ -185,10 +210,17 @@ def main():
     ap.add_argument("--dtype", default="f16", choices=["f16", "bf16", "e4m3"])
     ap.add_argument("--hdims", default="64,128,256")
     ap.add_argument("--seqs", default="512,2048,8192,16384")
+    ap.add_argument("--shapes", default="",
+                    help="explicit shapes B,Hq,Hkv,S,D separated by ';' (GQA where Hkv < Hq), in place of "
+                         "--hdims x --seqs (B = 16384 / S, H = Hq = Hkv = 2048 / D), e.g. cuDNN's published "
+                         "llama3.1 shape 1,64,8,32768,128")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--exp", default="exact", choices=["exact", "fast"],
                     help="ours: AttentionParams::exp2 (e4m3 fast: the chord exponentials)")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--timing", default="events", choices=["events", "isolated"],
+                    help="per-call timing: CUDA events around each call (events), or cuDNN's published "
+                         "method (isolated: L2 cleared, GPU drained, the call's kernel time from the profiler)")
     ap.add_argument("--fp8-out", default="prealloc", choices=["prealloc", "alloc"],
                     help="e4m3: ours writes into an output allocated once (prealloc, out=; cuDNN's graph "
                          "writes into one too), or allocates it per call (alloc, ~5 us of host time per call)")
@@ -206,80 +238,89 @@ def main():
         ap.error("--fp8-scale applies to randn inputs only")
     fp8 = args.dtype == "e4m3"
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float16}[args.dtype]
-    for d in (int(x) for x in args.hdims.split(",")):
-        for s in (int(x) for x in args.seqs.split(",")):
-            for causal in (False, True):
-                b, h = max(16384 // s, 1), 2048 // d
-                kw = {"causal": causal, "exp": args.exp}
-                if fp8 and args.fp8_inputs == "codes":
-                    q, k, v = (codes_e4m3((b, s, h, d)) for _ in range(3))
-                else:
-                    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
-                if fp8 and args.fp8_inputs == "randn":
-                    q, k, v = ((x * args.fp8_scale).to(torch.float8_e4m3fn) for x in (q, k, v))
-                    if args.fp8_scale != 1.0:
-                        kw.update(q_descale=1 / args.fp8_scale, k_descale=1 / args.fp8_scale, v_descale=1 / args.fp8_scale)
-                # SDPA's [B, H, S, D] copies (its peers only: cuDNN fp8 reads q, k, v in place)
-                qt, kt, vt = (None,) * 3 if fp8 else (x.transpose(1, 2).contiguous() for x in (q, k, v))
-                if fp8 and args.fp8_out == "prealloc":  # as cuDNN's graph: its O is allocated once
-                    kw["out"] = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-                fns = {"ours": lambda: flashcore.attention(q, k, v, **kw)}
-                if args.all_kernels:
-                    tail = "%s_hd%d_" % (args.dtype, d)
-                    for key, _, ok in flashcore.list_kernels():
-                        if ok and (key.startswith("fwd_sm90_" + tail) or key.startswith("fwd_sm80_" + tail)):
-                            fns[key] = lambda key=key: flashcore.attention(q, k, v, impl=key, **kw)
-                extra = {}
-                ours = flashcore.attention(q, k, v, **kw).float()  # for the peers' rel_* columns
+    if args.shapes:
+        shapes = [tuple(int(v) for v in x.split(",")) for x in args.shapes.split(";")]
+        if any(len(x) != 5 or min(x) < 1 or x[1] % x[2] for x in shapes):
+            ap.error("--shapes: each B,Hq,Hkv,S,D positive with Hkv dividing Hq")
+    else:
+        shapes = [(max(16384 // s, 1), 2048 // d, 2048 // d, s, d)
+                  for d in (int(x) for x in args.hdims.split(",")) for s in (int(x) for x in args.seqs.split(","))]
+    flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda") if args.timing == "isolated" else None
+    for b, h, hkv, s, d in shapes:
+        for causal in (False, True):
+            kw = {"causal": causal, "exp": args.exp}
+            if fp8 and args.fp8_inputs == "codes":
+                q, k, v = (codes_e4m3((b, s, hh, d)) for hh in (h, hkv, hkv))
+            else:
+                q, k, v = (torch.randn(b, s, hh, d, device="cuda", dtype=dt) for hh in (h, hkv, hkv))
+            if fp8 and args.fp8_inputs == "randn":
+                q, k, v = ((x * args.fp8_scale).to(torch.float8_e4m3fn) for x in (q, k, v))
+                if args.fp8_scale != 1.0:
+                    kw.update(q_descale=1 / args.fp8_scale, k_descale=1 / args.fp8_scale, v_descale=1 / args.fp8_scale)
+            # SDPA's [B, H, S, D] copies (its peers only: cuDNN fp8 reads q, k, v in place)
+            qt, kt, vt = (None,) * 3 if fp8 else (x.transpose(1, 2).contiguous() for x in (q, k, v))
+            if fp8 and args.fp8_out == "prealloc":  # as cuDNN's graph: its O is allocated once
+                kw["out"] = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+            fns = {"ours": lambda: flashcore.attention(q, k, v, **kw)}
+            if args.all_kernels:
+                tail = "%s_hd%d_" % (args.dtype, d)
+                for key, _, ok in flashcore.list_kernels():
+                    if ok and (key.startswith("fwd_sm90_" + tail) or key.startswith("fwd_sm80_" + tail)):
+                        fns[key] = lambda key=key: flashcore.attention(q, k, v, impl=key, **kw)
+            extra = {}
+            ours = flashcore.attention(q, k, v, **kw).float()  # for the peers' rel_* columns
 
-                def rel(theirs):
-                    return round(float((ours - theirs.float()).norm() / theirs.float().norm()), 4)
+            def rel(theirs):
+                return round(float((ours - theirs.float()).norm() / theirs.float().norm()), 4)
 
-                if fp8:
-                    peer = cudnn_fp8(q, k, v, causal, 1 / args.fp8_scale)
-                    if peer is not None:
-                        fns["cudnn_fp8"] = peer[0]
-                        peer[0]()
-                        extra["rel_cudnn"] = rel(peer[1])
-                fa3 = fa3_call(q, k, v, causal, torch.empty_like(kw["out"]) if "out" in kw else None,
-                               1 / args.fp8_scale)
-                if fa3 is not None:
-                    fns["fa3"] = fa3
-                    extra["rel_fa3"] = rel(fa3())
-                for name, be in ({} if fp8 else SIDES).items():
-                    def call(be=be):
-                        with sdpa_kernel(be):
-                            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
-                    try:
-                        call()
-                        fns[name] = call
-                    except RuntimeError:
-                        pass  # this backend does not take the shape
-                for fn in fns.values():
-                    warm(fn, args.warm_ms)
-                us = {n: [] for n in fns}
-                b2b = {n: [] for n in fns}
-                for _ in range(args.rounds):
-                    for n, fn in fns.items():
-                        us[n].append(event_median_us(fn, args.iters))
-                        if args.b2b > 0:
-                            b2b[n].append(b2b_us(fn, args.b2b))
-                flop = 4 * b * h * s * s * d / (2 if causal else 1)
-                row = {"dtype": args.dtype, "B": b, "H": h, "S": s, "D": d, "causal": causal,
-                       "ours_kernel": kernel_of(q, k, v, causal, args.exp), **extra}
-                if fp8:
-                    row["fp8_inputs"], row["fp8_scale"], row["fp8_out"] = args.fp8_inputs, args.fp8_scale, args.fp8_out
-                for n, t in us.items():
-                    row[n + "_us"] = round(statistics.median(t), 1)
-                    row[n + "_tflops"] = round(flop / statistics.median(t) / 1e6, 1)
+            if fp8:
+                peer = cudnn_fp8(q, k, v, causal, 1 / args.fp8_scale)
+                if peer is not None:
+                    fns["cudnn_fp8"] = peer[0]
+                    peer[0]()
+                    extra["rel_cudnn"] = rel(peer[1])
+            fa3 = fa3_call(q, k, v, causal, torch.empty_like(kw["out"]) if "out" in kw else None,
+                           1 / args.fp8_scale)
+            if fa3 is not None:
+                fns["fa3"] = fa3
+                extra["rel_fa3"] = rel(fa3())
+            for name, be in ({} if fp8 else SIDES).items():
+                def call(be=be):
+                    with sdpa_kernel(be):
+                        return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                              enable_gqa=hkv < h)
+                try:
+                    call()
+                    fns[name] = call
+                except RuntimeError:
+                    pass  # this backend does not take the shape
+            for fn in fns.values():
+                warm(fn, args.warm_ms)
+            us = {n: [] for n in fns}
+            b2b = {n: [] for n in fns}
+            for _ in range(args.rounds):
+                for n, fn in fns.items():
+                    us[n].append(isolated_us(fn, args.iters, flush) if flush is not None
+                                 else event_median_us(fn, args.iters))
+                    if args.b2b > 0:
+                        b2b[n].append(b2b_us(fn, args.b2b))
+            flop = 4 * b * h * s * s * d / (2 if causal else 1)
+            row = {"dtype": args.dtype, "B": b, "H": h, "Hkv": hkv, "S": s, "D": d, "causal": causal,
+                   "ours_kernel": kernel_of(q, k, v, causal, args.exp), **extra}
+            if fp8:
+                row["fp8_inputs"], row["fp8_scale"], row["fp8_out"] = args.fp8_inputs, args.fp8_scale, args.fp8_out
+            row["timing"] = args.timing
+            for n, t in us.items():
+                row[n + "_us"] = round(statistics.median(t), 1)
+                row[n + "_tflops"] = round(flop / statistics.median(t) / 1e6, 1)
+                if n != "ours":
+                    row["x_" + n] = round(statistics.median(p / o for p, o in zip(t, us["ours"])), 3)
+                if b2b[n]:
+                    row[n + "_b2b_us"] = round(statistics.median(b2b[n]), 1)
+                    row[n + "_b2b_tflops"] = round(flop / statistics.median(b2b[n]) / 1e6, 1)
                     if n != "ours":
-                        row["x_" + n] = round(statistics.median(p / o for p, o in zip(t, us["ours"])), 3)
-                    if b2b[n]:
-                        row[n + "_b2b_us"] = round(statistics.median(b2b[n]), 1)
-                        row[n + "_b2b_tflops"] = round(flop / statistics.median(b2b[n]) / 1e6, 1)
-                        if n != "ours":
-                            row["x_b2b_" + n] = round(statistics.median(p / o for p, o in zip(b2b[n], b2b["ours"])), 3)
-                print(json.dumps(row), flush=True)
+                        row["x_b2b_" + n] = round(statistics.median(p / o for p, o in zip(b2b[n], b2b["ours"])), 3)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
