@@ -463,9 +463,14 @@ cudaMemPool_t workspace_pool(int device) {
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = device;
     cudaMemPool_t pool = nullptr;
+    // The first call may come while the caller's stream is being captured into a CUDA graph,
+    // where creating a pool is refused unless this thread's capture mode is relaxed.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t e = cudaMemPoolCreate(&pool, &props);
     uint64_t keep = UINT64_MAX;
     if (e == cudaSuccess) e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (e != cudaSuccess) cuda_fail(Status::device_error, "q: creating the CUDA workspace pool failed", e);
     pools[size_t(device)] = pool;
   }
