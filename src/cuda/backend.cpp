@@ -52,6 +52,7 @@ struct Instance {
   bool vt_in = false;       // sm90 e4m3 "_vt" rows: V^T made in the kernel (no pre-pass)
   int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Traits::kSmem, kCtasPerSm
   bool chord = false;          // sm90 rows with FwdSm90Traits::kChordForm (FwdParams::exp_chord)
+  bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Traits::kVtFused (FwdParams::vt_sync)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Traits::kSmem.
   int smem() const {
@@ -80,7 +81,7 @@ const Instance kInstances[] = {
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps)                                          \
   {#key, 90, dtype_##dt, hd, bm, bn, 4 * (bm / 64 + 1), st, key, ps == 1, ps == 2,        \
    FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kSmem, FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kCtasPerSm, \
-   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kChordForm},
+   FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kChordForm, FwdSm90Traits<type_##dt, hd, bm, bn, st, ps>::kVtFused},
 #include "instances_enabled.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
@@ -477,23 +478,37 @@ cudaMemPool_t workspace_pool(int device) {
   return pools[size_t(device)];
 }
 
-// The launches of one call on the caller's stream: the fp8 V^T pre-pass (e4m3), the
-// kernel, and kv_combine after KV splits (f.kv_splits > 1); the first two and the split
-// partials share one workspace from the pool ([V^T][splits' fp32 O rows][their (m, l)]),
+// A measurement switch from the environment: set and not "0".
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+// The launches of one call on the caller's stream: the fp8 V^T pre-pass (e4m3; or, for
+// the kernels that make V^T themselves, a memset of their counters), the kernel, and
+// kv_combine after KV splits (f.kv_splits > 1); the first two and the split partials share
+// one workspace from the pool ([V^T][V^T counters][splits' fp32 O rows][their (m, l)]),
 // which goes back to the pool in stream order whatever launched. Each launch stops the
 // chain at its error, named.
 void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instance& inst, FwdParams& f,
             cudaStream_t stream) {
   const bool fp8 = p.dtype == DType::e4m3, split = f.kv_splits > 1;
   const int64_t vt_blocks = p.cu_q != nullptr ? 1 : p.batch;  // varlen: one [Hkv][Dv][vt_sk] block
-  const bool prepass = fp8 && !inst.vt_in;
-  const size_t vt_bytes = prepass ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
+  // V^T: made by the kernel's own warps where it can (kVtFused, fixed-length batches; its
+  // counters zeroed here), else by the pre-pass. FLASHCORE_SM90_VT_PREPASS=1 (measurements,
+  // tests) keeps the pre-pass. On an H200 (session 37, one process, same kernel either way,
+  // outputs equal bit for bit): 1.05-1.11x at S512, 1.0-1.07x at S1024-2048, 1.00-1.02x at
+  // S4096 (docs/results/cuda-sm90-fp8-cudnn-method-2026-11-27.md).
+  const bool fused = fp8 && inst.vt_fused && p.cu_q == nullptr && !env_flag("FLASHCORE_SM90_VT_PREPASS");
+  const bool prepass = fp8 && !inst.vt_in && !fused;
+  const size_t vt_bytes = prepass || fused ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
+  const size_t sync_bytes = fused ? size_t(1 + p.batch * p.kv_heads + 3) / 4 * 16 : 0;
   const size_t rows = split ? size_t(f.o_rows() * p.heads) : 0;
   const size_t o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4, ml_bytes = split ? size_t(f.kv_splits) * rows * 8 : 0;
   char* ws = nullptr;
-  const char* ws_name = prepass ? "e4m3 V^T" : "KV-split";
-  if (vt_bytes + o_bytes + ml_bytes > 0) {
-    const cudaError_t ea = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&ws), vt_bytes + o_bytes + ml_bytes,
+  const char* ws_name = prepass || fused ? "e4m3 V^T" : "KV-split";
+  if (vt_bytes + sync_bytes + o_bytes + ml_bytes > 0) {
+    const cudaError_t ea = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&ws), vt_bytes + sync_bytes + o_bytes + ml_bytes,
                                                    workspace_pool(dev.id), stream);
     if (ea != cudaSuccess) cuda_fail(Status::device_error, std::string("q: allocating the ") + ws_name + " workspace failed", ea);
   }
@@ -503,11 +518,18 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
     f.vt = ws;
     e = transpose_v_fp8(f, ws, f.vt_sk, stream);
     what = "the e4m3 V^T pre-pass";
+  } else if (fused) {  // no splits on these (persistent) kernels: sync_bytes is the workspace's tail
+    f.vt = ws;
+    f.vt_sync = reinterpret_cast<unsigned*>(ws + vt_bytes);
+    f.vt_kv_heads = int(p.kv_heads);
+    f.vt_head_units = int(f.vt_sk / 32) * int(p.dv / 128);
+    e = cudaMemsetAsync(f.vt_sync, 0, sync_bytes, stream);
+    what = "the e4m3 V^T counters' memset";
   }
   if (e == cudaSuccess) {
     if (split) {
-      f.part_o = reinterpret_cast<float*>(ws + vt_bytes);  // vt_bytes: a multiple of 16
-      f.part_ml = reinterpret_cast<float2*>(ws + vt_bytes + o_bytes);  // o_bytes: a multiple of 8
+      f.part_o = reinterpret_cast<float*>(ws + vt_bytes + sync_bytes);  // both multiples of 16
+      f.part_ml = reinterpret_cast<float2*>(ws + vt_bytes + sync_bytes + o_bytes);  // o_bytes: a multiple of 8
     }
     e = inst.fn(f, stream);
     what = inst.key;

@@ -4,8 +4,9 @@
 // (fp8_vt_key) and zeros for keys Sk .. sk_pad - 1. Varlen (packed V [total][Hkv][Dv]):
 // one block [1][Hkv][Dv][sk_pad], sequence b from position fp8_vt_row0(cu_k[b], b), zeros up
 // to the next one's start (every byte of the block is written). Part of every fp8
-// attention call (and of its timing); memory-bound: Sk * Dv bytes read and written per KV
-// head.
+// attention call (and of its timing) but those whose kernel makes V^T itself (the
+// persistent hd128 ones on fixed-length batches: fwd_sm90.cuh, kVtFused; the same bytes);
+// memory-bound: Sk * Dv bytes read and written per KV head.
 #include <cuda_runtime.h>
 
 #include <cstdint>

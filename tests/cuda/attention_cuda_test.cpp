@@ -1524,6 +1524,82 @@ TEST_P(CudaFp8, EveryKernel) {
   }
 }
 
+// The persistent hd128 e4m3 kernels make V^T themselves (FwdSm90Traits::kVtFused: the
+// producer's spare warps, fixed-length batches) instead of the pre-pass. Forced by key on
+// GQA, causal, odd-length cases: the call captured into a CUDA graph launches that kernel
+// alone (one kernel node; the pre-pass makes two), it runs, and its output equals the
+// pre-pass path's (FLASHCORE_SM90_VT_PREPASS=1, the same kernel reading the pre-pass's V^T)
+// bit for bit and is within the fp8 bound of the fp64 reference.
+TEST_P(CudaFp8, VtMadeInKernel) {
+  FC_REQUIRE_FP8(128);
+  int fused_keys = 0;
+  for (const auto& [key, d] : all_fp8()) {
+    if (d != 128 || key.size() < 2 || key.compare(key.size() - 2, 2, "_p") != 0) continue;
+    ++fused_keys;
+    struct Shape {
+      int64_t B, H, Hkv, Sq, Sk;
+      bool causal;
+    };
+    for (const Shape sh : {Shape{3, 4, 2, 300, 777, true}, Shape{2, 2, 1, 1000, 1000, false}, Shape{1, 2, 2, 7, 33, false}}) {
+      SCOPED_TRACE(key + " B" + std::to_string(sh.B) + " H" + std::to_string(sh.H) + "/" + std::to_string(sh.Hkv) +
+                   " Sq" + std::to_string(sh.Sq) + " Sk" + std::to_string(sh.Sk) + (sh.causal ? " causal" : ""));
+      fctest::Rng rng;
+      FC_TRACE_SEED(rng);
+      HostTensor q(DType::e4m3, {sh.B, sh.Sq, sh.H, 128}), k(DType::e4m3, {sh.B, sh.Sk, sh.Hkv, 128}),
+          v(DType::e4m3, {sh.B, sh.Sk, sh.Hkv, 128});
+      q.fill_uniform(rng, -1, 1);
+      k.fill_uniform(rng, -1, 1);
+      v.fill_uniform(rng, -1, 1);
+      DevTensor dq(q), dk(k), dv(v);
+      AttentionParams p;
+      p.causal = sh.causal;
+      p.impl = key.c_str();
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+      p.stream = st;
+      std::vector<HostTensor> outs;
+      for (const bool prepass : {false, true}) {
+        if (prepass) setenv("FLASHCORE_SM90_VT_PREPASS", "1", 1);
+        HostTensor o(GetParam(), {sh.B, sh.Sq, sh.H, 128});
+        o.poison();
+        DevTensor dout(o);
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t ge = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        EXPECT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p));
+        ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+        unsetenv("FLASHCORE_SM90_VT_PREPASS");
+        size_t n = 0;
+        ASSERT_EQ(cudaGraphGetNodes(g, nullptr, &n), cudaSuccess);
+        std::vector<cudaGraphNode_t> nodes(n);
+        ASSERT_EQ(cudaGraphGetNodes(g, nodes.data(), &n), cudaSuccess);
+        int kernel_nodes = 0;
+        for (cudaGraphNode_t node : nodes) {
+          cudaGraphNodeType type;
+          ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
+          kernel_nodes += type == cudaGraphNodeTypeKernel ? 1 : 0;
+        }
+        EXPECT_EQ(kernel_nodes, prepass ? 2 : 1) << (prepass ? "pre-pass path" : "V^T in the kernel");
+        ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        dout.download(o);
+        outs.push_back(std::move(o));
+      }
+      cudaStreamDestroy(st);
+      EXPECT_EQ(fctest::rel_err(outs[0], outs[1]), 0.0) << "V^T made in the kernel differs from the pre-pass's";
+      HostTensor ref(DType::f32, {sh.B, sh.Sq, sh.H, 128});
+      AttentionParams rp;
+      rp.causal = sh.causal;
+      flashcore::reference::attention(q.view(), k.view(), v.view(), ref.view(), rp);
+      EXPECT_TRUE(fctest::close(outs[0], ref, kFp8Tol));
+    }
+  }
+  EXPECT_GT(fused_keys, 0) << "no persistent hd128 e4m3 kernel in this build";
+}
+
 // Exp2Mode::fast without lse: the speculative softmax takes half of P's exponentials by
 // their chord (ptx::exp2_chord, relative error <= 3.2 %; every kernel forced by key with
 // it in EveryKernel): the dispatcher's output on the same inputs in both modes, within the

@@ -47,8 +47,10 @@
 // fp8 (T = __nv_fp8_e4m3, head dims multiple of 128, f16/bf16 output): the same kernel
 // with `if constexpr` where the type matters. Q K^T on wgmma m64nNk32 (32 bytes of K per
 // k-step, as k16 of a 16-bit type, so the addressing is the same; a column block is 128
-// elements). fp8 wgmma reads B only K-major, so V comes as V^T from the pre-pass's
-// workspace (vt_fp8.cu; p.vt), rows = the kHeadDim columns of V, 64 keys per 64-byte
+// elements). fp8 wgmma reads B only K-major, so V comes as V^T from a workspace (p.vt)
+// written by the pre-pass (vt_fp8.cu) or, in the persistent hd128 kernels (Tr::kVtFused,
+// given p.vt_sync), by the producer's three spare warps during the kernel (below the TMA
+// thread's branch); rows = the kHeadDim columns of V, 64 keys per 64-byte
 // column block (the 64-byte swizzle, so that kBlockN can be any multiple of 64, e.g. 192
 // at hd128: 256 needs more registers than a consumer has), keys in the order of the S
 // accumulator (parts/fp8.hpp), which lets P be packed to e4m3 in registers without
@@ -117,7 +119,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sRaw = sV + kStages * Tr::kTileKV;  // Tr::kVtIn: V's 64-key sub-tiles
   const uint32_t sObuf = sRaw + (Tr::kVtIn ? Tr::kRawBytes : 0);
   const uint32_t sO = Tr::kTileO > 0 ? sObuf : sQ;  // O's staging (TMA stores, row copies)
-  const uint32_t bar_q = sObuf + Tr::kTileO;
+  const uint32_t sVtStage = sObuf + Tr::kTileO;     // Tr::kVtFused: the transposing warps' tiles
+  const uint32_t bar_q = sVtStage + (Tr::kVtFused ? 3 * Tr::kVtStage : 0);
   auto full_k = [&](int s) { return bar_q + 8u * (1 + s); };
   auto full_v = [&](int s) { return bar_q + 8u * (1 + kStages + s); };
   auto empty_k = [&](int s) { return bar_q + 8u * (1 + 2 * kStages + s); };
@@ -267,6 +270,16 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
               if (it >= kStages) ptx::mbar_wait(empty_v(stage), parity);
               ptx::mbar_arrive_expect_tx(full_v(stage), Tr::kTileKV);
               if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
+                if constexpr (Tr::kVtFused) {
+                  // V^T made by the transposing warps (below): before the item's first V^T
+                  // load, every unit of its KV head written and fenced (their release, this
+                  // acquire, then the fence into the async proxy that TMA reads through).
+                  if (p.vt_sync != nullptr && n == tiles.lo) {
+                    const unsigned* done = p.vt_sync + 1 + int(seq.bb) * p.vt_kv_heads + hk;
+                    while (ptx::ld_acquire_gpu(done) < unsigned(p.vt_head_units)) __nanosleep(64);
+                    ptx::fence_proxy_async_global();
+                  }
+                }
                 const int vt0 = p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, wi.b)) : 0;
 #pragma unroll
                 for (int c = 0; c < kBlockN / 64; ++c)
@@ -282,6 +295,60 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
           }
         }
         ++qi;
+      }
+    } else if (Tr::kVtFused && threadIdx.x >= 32) {
+      // The transposing warps (Tr::kVtFused, where the launcher passed p.vt_sync; fixed-length
+      // batches): until the queue p.vt_sync[0] runs out, each takes the next unit of 32 keys
+      // x 128 columns of V, numbered head by head in the order the items need them (their
+      // KV heads' order, keys ascending), brings it into its shared tile (cp.async, 16-byte
+      // pieces along V's rows; keys past Sk zero-filled, as the pre-pass writes them), reads
+      // it back with the pre-pass's ldmatrix.x4.trans and byte permutes (vt_fp8.cu: the
+      // same V^T bytes, fp8_vt_key's order) and stores the words to the workspace; then it
+      // fences them into the async proxy and counts the unit to its head (release). The
+      // units do not wait for anything, so every claimed one completes whichever CTAs are
+      // resident, and the TMA thread's wait (above) ends.
+      if (p.vt_sync != nullptr) {
+        const int lane = threadIdx.x % 32, jj = lane / 4, t = lane % 4;
+        const uint32_t tile = sVtStage + uint32_t(threadIdx.x / 32 - 1) * Tr::kVtStage;
+        constexpr int col_tiles = kHeadDim / 128;  // fp8: Dv == kHeadDim
+        const int kv_heads = p.vt_kv_heads, head_units = p.vt_head_units;
+        for (;;) {
+          int u = 0;
+          if (lane == 0) u = int(atomicAdd(p.vt_sync, 1u));
+          u = __shfl_sync(0xffffffffu, u, 0);
+          if (u >= head_units * kv_heads * p.batch) break;
+          const int bh = u / head_units, kb = (u - bh * head_units) / col_tiles;
+          const int c0 = (u - bh * head_units - kb * col_tiles) * 128, k0 = kb * 32;
+          const int b = bh / kv_heads, hk = bh - b * kv_heads;
+          // (Loops not unrolled, pointers stepped: these warps have 24 registers.)
+          const uint8_t* src = static_cast<const uint8_t*>(p.v) + b * p.v_sb + hk * p.v_sh + c0 + (lane % 8) * 16;
+#pragma unroll 1
+          for (int r = lane / 8; r < 32; r += 4) {  // 4 rows of 8 pieces per instruction
+            const int key = k0 + r;
+            ptx::cp_async_16(tile + r * 144 + (lane % 8) * 16, src + (key < p.sk ? key : 0) * p.v_ss, key < p.sk);
+          }
+          ptx::cp_async_commit();
+          ptx::cp_async_wait<0>();
+          __syncwarp();
+          // Row d of the workspace's block = column c0 + d of V; bytes k0 .. k0 + 31 = this
+          // unit. This lane's rows of column group j16: 16 j16 + ra, 16 j16 + (ra ^ 1).
+          const int ra = 2 * jj + (jj < 4 ? 0 : 1);
+          uint8_t* pa = static_cast<uint8_t*>(const_cast<void*>(p.vt)) + (int64_t(bh) * p.dv + c0 + ra) * p.vt_sk + k0 + 4 * t;
+          const int64_t step = 16 * p.vt_sk, other = (ra & 1) ? -p.vt_sk : p.vt_sk;
+#pragma unroll 1
+          for (int j16 = 0; j16 < 8; ++j16, pa += step) {  // columns 16 j16 .. + 15
+            uint32_t v[4], w[4];
+            ptx::ldmatrix_x4_trans(v, tile + lane * 144 + j16 * 16);
+            fp8_vt_words(v, jj, w);
+            *reinterpret_cast<uint32_t*>(pa) = w[0];
+            *reinterpret_cast<uint32_t*>(pa + 16) = w[1];
+            *reinterpret_cast<uint32_t*>(pa + other) = w[2];
+            *reinterpret_cast<uint32_t*>(pa + other + 16) = w[3];
+          }
+          ptx::fence_proxy_async_global();
+          __syncwarp();  // every lane's stores fenced, and its ldmatrix done before the tile is refilled
+          if (lane == 0) ptx::red_release_gpu_add(p.vt_sync + 1 + bh, 1u);
+        }
       }
     } else if (Tr::kVtIn && threadIdx.x >= 32) {
       // The transposing warps (Tr::kVtIn): per K/V tile, once the consumers released its V^T

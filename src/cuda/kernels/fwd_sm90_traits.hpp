@@ -69,7 +69,15 @@ struct FwdSm90Traits {
   static constexpr int kOPasses = kFp8 ? (kFp8OwnO ? kOPassesFp8 : kFp8OInQ ? 2 : 1)
                                        : (!kPersistent || kSmemNoO + kTileQ <= 232448 ? 1 : 2);
   static constexpr int kTileO = (kFp8 ? kFp8OwnO : kPersistent) ? kOBytes / kOPasses : 0;
-  static constexpr int kSmem = kSmemNoO + kTileO;
+  // fp8 persistent kernels: V^T made during the kernel by the producer's three spare warps
+  // (kVtFused; used where the launcher passes FwdParams::vt_sync, else the pre-pass's
+  // workspace is read as before): each warp takes units of 32 keys x 128 columns of V
+  // from a queue, stages one in shared memory (kVtStage: rows 144 bytes apart) and writes
+  // it transposed to the V^T workspace; the TMA thread waits for a head's units before
+  // its first V^T load. Where the staging fits beside the ring and O's buffer (hd128).
+  static constexpr int kVtStage = 32 * 144;
+  static constexpr bool kVtFused = kFp8 && kPersistent && kSmemNoO + kTileO + 3 * kVtStage <= kFp8SmemCap;
+  static constexpr int kSmem = kSmemNoO + kTileO + (kVtFused ? 3 * kVtStage : 0);
   // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
   // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
   // for `ctas` CTAs per SM, a multiple of 8).

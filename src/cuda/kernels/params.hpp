@@ -82,6 +82,12 @@ struct FwdParams {
   // output type (bf16, else f16).
   const void* vt = nullptr;
   int64_t vt_sk = 0;
+  // fp8, kernels with FwdSm90Traits::kVtFused, fixed-length batches: V^T is written by the
+  // kernel itself (no pre-pass) where this is given: zeroed device counters, [0] the queue
+  // of 32-key x 128-column units (numbered head by head: (b Hkv + hk), key block, column
+  // tile), [1 + b Hkv + hk] the units of that head written so far.
+  unsigned* vt_sync = nullptr;
+  int vt_kv_heads = 0, vt_head_units = 0;  // with vt_sync: heads / group, (vt_sk / 32) (Dv / 128)
   float o_scale = 1.f;
   bool out_bf16 = false;
   // fp8 under Exp2Mode::fast without lse: the launcher takes the kernel's chord form (half
