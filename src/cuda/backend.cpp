@@ -498,7 +498,8 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
   // counters zeroed here), else by the pre-pass. FLASHCORE_SM90_VT_PREPASS=1 (measurements,
   // tests) keeps the pre-pass. On an H200 (session 37, one process, same kernel either way,
   // outputs equal bit for bit): 1.05-1.11x at S512, 1.0-1.07x at S1024-2048, 1.00-1.02x at
-  // S4096 (docs/results/cuda-sm90-fp8-cudnn-method-2026-11-27.md).
+  // S4096; on an H100 1.10-1.14x, 1.04-1.11x, 1.02-1.04x
+  // (docs/results/cuda-sm90-fp8-cudnn-method-2026-11-27.md).
   const bool fused = fp8 && inst.vt_fused && p.cu_q == nullptr && !env_flag("FLASHCORE_SM90_VT_PREPASS");
   const bool prepass = fp8 && !inst.vt_in && !fused;
   const size_t vt_bytes = prepass || fused ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
