@@ -23,10 +23,11 @@ an O allocated once (the graph's variant pack; ours `out=`), unless `--fp8-out a
 --timing isolated times each call the way cuDNN's published SDPA figures are measured
 (cudnn-frontend's benchmark/sdpa_benchmark_training/benchmark_single_sdpa.py): the L2 cleared
 (a 256 MiB buffer zeroed) and the GPU drained before every call, the call's time the sum of
-its kernels' durations from the torch profiler (ours: the V^T pre-pass and the attention
-kernel). The GPU idles between such calls, so its clock runs above what a steady stream of
-calls holds under the power limit: the figures are higher than `events` (the default: a
-median of --iters calls, each between two CUDA events, timed one after the other).
+its kernels' durations from the torch profiler (ours: the attention kernel, and the V^T
+pre-pass or the memset of the kernel's V^T counters). The GPU idles between such calls,
+so its clock runs above what a steady stream of calls holds under the power limit: the
+figures are higher than `events` (the default: a median of --iters calls, each between
+two CUDA events, timed one after the other).
 
 Every side is also timed back to back (`--b2b` calls between two events, the per-call
 mean; `*_b2b_us`): the GPU's time without each call's launch latency, which the

@@ -18,7 +18,7 @@
 //                         row max that jumps once, a refused speculative tile); the inputs of every
 //                         figure of this tool before session 31)
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
-// e4m3: q/k/v in fp8 with f16 output, the V^T pre-pass included in every timed call;
+// e4m3: q/k/v in fp8 with f16 output, V^T (pre-pass or made by the kernel) in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
 // fwd_sm80_* and fwd_sm90_* where the device runs them, plus the dispatcher's own pick;
 // --hdims keeps only the grid shapes of those head dims (--seqs: of those lengths, B = 16384 / S); --gqa adds GQA 32/8 rows: decode
