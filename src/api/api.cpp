@@ -8,6 +8,7 @@
 
 #include "api/checks.hpp"
 #include "api/errors.hpp"
+#include "core/env.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 #include "cpu/pipelines/pipelines.hpp"
 #include "flashcore/flashcore.hpp"
@@ -77,10 +78,7 @@ size_t dtype_size(DType d) {
 const char* version() { return "0.1.0"; }
 
 namespace {
-std::atomic<bool> g_force_generic{[] {
-  const char* e = std::getenv("FLASHCORE_FORCE_GENERIC");
-  return e != nullptr && std::strcmp(e, "0") != 0 && e[0] != '\0';
-}()};
+std::atomic<bool> g_force_generic{core::env_flag("FLASHCORE_FORCE_GENERIC")};
 }  // namespace
 
 void set_force_generic(bool on) { g_force_generic.store(on); }

@@ -18,6 +18,7 @@
 
 #include "api/checks.hpp"
 #include "api/errors.hpp"
+#include "core/env.hpp"
 #include "cuda/kernels/fwd_sm90_traits.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/fp8.hpp"
@@ -478,12 +479,6 @@ cudaMemPool_t workspace_pool(int device) {
   return pools[size_t(device)];
 }
 
-// A measurement switch from the environment: set and not "0".
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
-}
-
 // The launches of one call on the caller's stream: the fp8 V^T pre-pass (e4m3; or, for
 // the kernels that make V^T themselves, a memset of their counters), the kernel, and
 // kv_combine after KV splits (f.kv_splits > 1); the first two and the split partials share
@@ -500,7 +495,7 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
   // outputs equal bit for bit): 1.05-1.11x at S512, 1.0-1.07x at S1024-2048, 1.00-1.02x at
   // S4096; on an H100 1.10-1.14x, 1.04-1.11x, 1.02-1.04x
   // (docs/results/cuda-sm90-fp8-cudnn-method-2026-11-27.md).
-  const bool fused = fp8 && inst.vt_fused && p.cu_q == nullptr && !env_flag("FLASHCORE_SM90_VT_PREPASS");
+  const bool fused = fp8 && inst.vt_fused && p.cu_q == nullptr && !core::env_flag("FLASHCORE_SM90_VT_PREPASS");
   const bool prepass = fp8 && !inst.vt_in && !fused;
   const size_t vt_bytes = prepass || fused ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
   const size_t sync_bytes = fused ? size_t(1 + p.batch * p.kv_heads + 3) / 4 * 16 : 0;
