@@ -1559,16 +1559,16 @@ TEST_P(CudaFp8, VtMadeInKernel) {
       p.stream = st;
       std::vector<HostTensor> outs;
       for (const bool prepass : {false, true}) {
-        if (prepass) setenv("FLASHCORE_SM90_VT_PREPASS", "1", 1);
         HostTensor o(GetParam(), {sh.B, sh.Sq, sh.H, 128});
         o.poison();
         DevTensor dout(o);
         cudaGraph_t g = nullptr;
         cudaGraphExec_t ge = nullptr;
         ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        if (prepass) setenv("FLASHCORE_SM90_VT_PREPASS", "1", 1);  // set around this call only
         EXPECT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p));
-        ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
         unsetenv("FLASHCORE_SM90_VT_PREPASS");
+        ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
         size_t n = 0;
         ASSERT_EQ(cudaGraphGetNodes(g, nullptr, &n), cudaSuccess);
         std::vector<cudaGraphNode_t> nodes(n);
