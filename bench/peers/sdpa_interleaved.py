@@ -29,6 +29,12 @@ so its clock runs above what a steady stream of calls holds under the power limi
 figures are higher than `events` (the default: a median of --iters calls, each between
 two CUDA events, timed one after the other).
 
+--ours-env VAR=VALUE adds a side `ours_env`: ours with that environment variable set
+around each of its calls (an A/B of two paths of the library in one process, e.g.
+FLASHCORE_SM90_VT_PREPASS=1, the e4m3 V^T pre-pass in place of V^T made in the kernel);
+`same_env` says whether its output equals ours bit for bit (its output buffer poisoned
+with NaN first), x_ours_env = its time / ours.
+
 Every side is also timed back to back (`--b2b` calls between two events, the per-call
 mean; `*_b2b_us`): the GPU's time without each call's launch latency, which the
 per-call figure includes.
@@ -36,6 +42,7 @@ per-call figure includes.
   python3 bench/peers/sdpa_interleaved.py [--dtype f16|bf16|e4m3] [--hdims 64,128,256] [--seqs 512,2048]
       [--rounds 5] [--iters 10] [--b2b 10] [--warm-ms 200] [--all-kernels] [--exp exact|fast]
       [--shapes "B,Hq,Hkv,S,D;..."]   # explicit shapes (GQA where Hkv < Hq) in place of the grid
+      [--timing events|isolated] [--ours-env VAR=VALUE]
 
 Needs torch with CUDA and the flashcore Python package built with CUDA (pip install .);
 e4m3 also the cudnn frontend (else the row has no peer). Where FlashAttention-3's `hopper/`
@@ -46,6 +53,7 @@ kernel the dispatcher chose for ours (ours_kernel).
 """
 import argparse
 import json
+import os
 import statistics
 
 import torch
@@ -232,6 +240,8 @@ def main():
                     help="e4m3: inputs randn * this, with descales 1 / this on both sides")
     ap.add_argument("--b2b", type=int, default=10, help="calls per back-to-back timing (0: none)")
     ap.add_argument("--warm-ms", type=float, default=200.0)
+    ap.add_argument("--ours-env", default="",
+                    help="VAR=VALUE: one more side, ours with this environment variable set around its calls")
     ap.add_argument("--all-kernels", action="store_true",
                     help="also every available CUDA kernel of the dtype and head dim, forced by key")
     args = ap.parse_args()
@@ -270,6 +280,19 @@ def main():
                         fns[key] = lambda key=key: flashcore.attention(q, k, v, impl=key, **kw)
             extra = {}
             ours = flashcore.attention(q, k, v, **kw).float()  # for the peers' rel_* columns
+            if args.ours_env:
+                var, _, value = args.ours_env.partition("=")
+
+                def ours_env():
+                    os.environ[var] = value
+                    try:
+                        return flashcore.attention(q, k, v, **kw)
+                    finally:
+                        os.environ.pop(var, None)
+                fns["ours_env"] = ours_env
+                if "out" in kw:
+                    kw["out"].fill_(float("nan"))
+                extra["same_env"] = bool(torch.equal(ours, ours_env().float()))
 
             def rel(theirs):
                 return round(float((ours - theirs.float()).norm() / theirs.float().norm()), 4)
