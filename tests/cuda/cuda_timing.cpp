@@ -5,6 +5,7 @@
 // flashcore-bench's --backend cuda covers the same rows.
 //   flashcore_cuda_timing [--all-tiles] [--iters N] [--dtype f16|bf16|f32|e4m3] [--only-mission] [--gqa]
 //                         [--hdims 64,128] [--seqs 512,4096] [--profile "B H S D causal"] (of the first --dtype)
+//                         [--shapes "B,H,S,D,causal[,Hkv];..."] (these shapes instead of the grid's)
 //                         [--descale-heads] (e4m3: per-head descale arrays of ones as well)
 //                         [--exp exact|fast] (AttentionParams::exp2; fast: e4m3's chord exponentials)
 //                         [--b2b] (host_us and b2b_us, the GPU time per call back to back, on every
@@ -254,6 +255,7 @@ int main(int argc, char** argv) {
   int iters = 30, rounds = 1;
   std::vector<flashcore::DType> dts = {flashcore::DType::f16, flashcore::DType::bf16};
   long long prof[5] = {0, 0, 0, 0, -1};  // --profile's shape (causal >= 0 when given)
+  std::vector<Shape> given;               // --shapes
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--all-tiles") all_tiles = true;
@@ -277,6 +279,21 @@ int main(int argc, char** argv) {
       int c;
       if (std::sscanf(argv[++i], "%lld %lld %lld %lld %d", &prof[0], &prof[1], &prof[2], &prof[3], &c) != 5) return 2;
       prof[4] = c;
+    }
+    else if (a == "--shapes" && i + 1 < argc) {  // "B,H,S,D,causal[,Hkv];...": other shapes than the grid's
+      for (const char* c = argv[++i]; *c != '\0';) {
+        std::vector<long long> v;
+        for (char* end = nullptr;; c = end + 1) {
+          v.push_back(std::strtoll(c, &end, 10));
+          if (end == c) return 2;
+          if (*end != ',') {
+            c = *end == ';' ? end + 1 : end;
+            break;
+          }
+        }
+        if (v.size() != 5 && v.size() != 6) return 2;
+        given.push_back({"shape", v[0], v[1], v[2], v[3], v[4] != 0, v.size() == 6 ? v[5] : 0});
+      }
     }
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if ((a == "--hdims" || a == "--seqs") && i + 1 < argc) {  // comma-separated lists
@@ -303,7 +320,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::vector<Shape> shapes = {{"seed-mission", 1, 8, 512, 64, false}, {"seed-mission", 1, 8, 512, 64, true}};
-  if (!only_mission)
+  if (!given.empty()) shapes = given;
+  else if (!only_mission)
     for (int64_t D : hdims)
       for (int64_t S : seqs)  // --seqs: other lengths, B = 16384 / S as the grid's
         for (bool c : {false, true}) shapes.push_back({"grid", std::max<int64_t>(16384 / S, 1), 2048 / D, S, D, c});
