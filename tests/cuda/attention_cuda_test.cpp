@@ -1534,7 +1534,7 @@ TEST_P(CudaFp8, VtMadeInKernel) {
   FC_REQUIRE_FP8(128);
   int fused_keys = 0;
   for (const auto& [key, d] : all_fp8()) {
-    if (d != 128 || key.size() < 2 || key.compare(key.size() - 2, 2, "_p") != 0) continue;
+    if (d != 128 || !has_suffix(key, "_p")) continue;
     ++fused_keys;
     struct Shape {
       int64_t B, H, Hkv, Sq, Sk;

@@ -58,6 +58,19 @@ struct Shape {
     }                                                                           \
   } while (0)
 
+// Reads comma-separated integers at c up to a ';' (passed) or the end: false where a field
+// is not a number. --hdims / --seqs take one such list, --shapes one per shape.
+bool read_ints(const char*& c, std::vector<long long>& out) {
+  for (char* end = nullptr;; c = end + 1) {
+    out.push_back(std::strtoll(c, &end, 10));
+    if (end == c) return false;
+    if (*end != ',') {
+      c = *end == ';' ? end + 1 : end;
+      return true;
+    }
+  }
+}
+
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -283,27 +296,16 @@ int main(int argc, char** argv) {
     else if (a == "--shapes" && i + 1 < argc) {  // "B,H,S,D,causal[,Hkv];...": other shapes than the grid's
       for (const char* c = argv[++i]; *c != '\0';) {
         std::vector<long long> v;
-        for (char* end = nullptr;; c = end + 1) {
-          v.push_back(std::strtoll(c, &end, 10));
-          if (end == c) return 2;
-          if (*end != ',') {
-            c = *end == ';' ? end + 1 : end;
-            break;
-          }
-        }
-        if (v.size() != 5 && v.size() != 6) return 2;
+        if (!read_ints(c, v) || (v.size() != 5 && v.size() != 6)) return 2;
         given.push_back({"shape", v[0], v[1], v[2], v[3], v[4] != 0, v.size() == 6 ? v[5] : 0});
       }
     }
     else if (a == "--iters" && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if ((a == "--hdims" || a == "--seqs") && i + 1 < argc) {  // comma-separated lists
-      std::vector<int64_t>& list = a == "--hdims" ? hdims : seqs;
-      list.clear();
-      for (const char* c = argv[++i]; *c != '\0';) {
-        char* end = nullptr;
-        list.push_back(std::strtoll(c, &end, 10));
-        c = *end == ',' ? end + 1 : end;
-      }
+      std::vector<long long> v;
+      const char* c = argv[++i];
+      if (!read_ints(c, v) || *c != '\0') return 2;
+      (a == "--hdims" ? hdims : seqs).assign(v.begin(), v.end());
     }
     else if (a == "--dtype" && i + 1 < argc) {
       const std::string d = argv[++i];
