@@ -37,7 +37,13 @@ typedef struct {
   int64_t strides[4]; /* elements */
 } fc_tensor;
 
+/* fc_attention_params_init writes this into params.magic; a struct without it (say, one
+ * zero-filled by memset, which would mean a (0, 0) window) is refused with
+ * FC_INVALID_ARGUMENT, so every field a call reads was set on purpose. */
+#define FC_ATTENTION_PARAMS_MAGIC 0x31414346u /* "FCA1" */
+
 typedef struct {
+  uint32_t magic; /* FC_ATTENTION_PARAMS_MAGIC, written by fc_attention_params_init */
   float scale; /* 0 = 1/sqrt(D) */
   int causal;
   int64_t window_left, window_right; /* -1 = unbounded */
@@ -65,7 +71,8 @@ typedef struct {
   int64_t max_seqlen_q, max_seqlen_k;
 } fc_attention_params;
 
-/* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp. */
+/* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp,
+ * and the magic. A NULL params pointer in a call means these defaults too. */
 void fc_attention_params_init(fc_attention_params* p);
 
 fc_status fc_attention(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,

@@ -33,7 +33,17 @@
 //    f16 or bf16; the fp64 reference also takes e4m3 CPU tensors (and f32 out).
 //  * Errors: every function throws flashcore::Error, whose message names the bad
 //    argument and its value, before any kernel runs; the output is then untouched.
-//  * A problem with a zero-sized dimension (B = 0, Sq = 0, ...) is a no-op.
+//  * A problem with a zero-sized dimension (B = 0, Sq = 0, ...) is a no-op (Dv = 0 with an
+//    lse output is refused: lse alone is not computed).
+//  * Outputs (out, lse) may not overlap any input array (tensors, cu_seqlens, per-head
+//    descales) nor themselves (a zero stride, or strides that make two indices share an
+//    element): refused by name. Two calls running at once that share an output race, as
+//    any two writers of one buffer do; nothing in the library orders them.
+//  * Non-finite values: a key a query row does not see (masked by causal or a window) never
+//    reaches that row, whatever K and V hold there (NaN or Inf in stale cache slots, say).
+//    A row that sees a NaN or Inf score, or a value row holding NaN/Inf, gets NaN/Inf
+//    outputs as the fp64 reference does, and such a row's lse is NaN (lse = -inf is kept
+//    for fully masked rows). Finite scores give their softmax however large they are.
 #pragma once
 
 #include <cstddef>
@@ -106,7 +116,8 @@ struct AttentionParams {
   // Variable-length batches (FlashAttention varlen convention): when given, Q/K/V/O have
   // B = 1 and hold the sequences back to back along the sequence dim; cu_seqlens_q/k are
   // int32 arrays of length batch + 1 on the tensors' device (prefix sums), and lse is
-  // [1, H, total_q]. `varlen_batch` is the number of sequences.
+  // [1, H, total_q]. `varlen_batch` is the number of sequences. Rows past cu_seqlens_q's
+  // last entry belong to no sequence and are not written (out and lse).
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int64_t varlen_batch = 0;
@@ -116,8 +127,13 @@ struct AttentionParams {
   // trusts them and these bounds: a sequence longer than its bound is left partly
   // uncomputed. CPU tensors' host arrays are always checked, the bounds against them.
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
-  int threads = 0;             // CPU threads; 0 = OMP_NUM_THREADS / all cores
-  const char* impl = nullptr;  // force a kernel by key (see list_kernels); nullptr = auto
+  // CPU threads; 0 = OMP_NUM_THREADS / all cores; at most 4 per CPU of the machine (a larger
+  // request is refused; a larger OMP_NUM_THREADS is capped there).
+  int threads = 0;
+  // Force a kernel by key (see list_kernels); nullptr = auto. A 16-bit CPU micro-kernel
+  // (bf16_*, f16_*) forced on f32 tensors computes at its own precision: the operands are
+  // rounded to bf16 / f16 on packing (what the key's dtype says), the accumulation stays fp32.
+  const char* impl = nullptr;
   void* stream = nullptr;      // cudaStream_t for CUDA tensors; nullptr = default stream
   bool exact_fp32 = false;     // CUDA fp32 storage: FFMA instead of TF32 tensor cores
   // CUDA tuning: force the query x key tile of the fused kernel (both 0 = the table's

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import types
 
 import numpy as np
@@ -61,26 +62,35 @@ def _same_framework(x, name: str, fw: str, ref: str, optional: bool = False) -> 
                         f"pass arrays of one framework")
 
 
-def _empty(like, fw: str, shape: tuple, float32: bool = False, bf16_for_fp8: bool = False):
+def _empty(like, fw: str, shape: tuple, float32: bool = False, bf16_for_fp8: bool = False,
+           fill=None):
     """An uninitialised array of `shape` in `like`'s framework, dtype and device
-    (float32 instead with float32=True; bfloat16 for an fp8 `like` with bf16_for_fp8)."""
+    (float32 instead with float32=True; bfloat16 for an fp8 `like` with bf16_for_fp8),
+    or one filled with `fill` when given."""
     if fw == "numpy":
-        return np.empty(shape, dtype=np.float32 if float32 else like.dtype)
+        dtype = np.float32 if float32 else like.dtype
+        return np.empty(shape, dtype=dtype) if fill is None else np.full(shape, fill, dtype=dtype)
     if fw == "torch":
+        dtype = None
         if float32 or (bf16_for_fp8 and like.element_size() == 1):  # 1-byte floats: fp8
             import torch  # already imported by the caller's program: it made `like`
-            return like.new_empty(shape, dtype=torch.float32 if float32 else torch.bfloat16)
-        return like.new_empty(shape)
+            dtype = torch.float32 if float32 else torch.bfloat16
+        if fill is not None:
+            return like.new_full(shape, fill, dtype=dtype)
+        return like.new_empty(shape) if dtype is None else like.new_empty(shape, dtype=dtype)
     if fw == "cupy":  # CuPy arrays have no __array_namespace__ (CuPy 14)
         import cupy
+        dtype = np.float32 if float32 else like.dtype
         with like.device:
-            return cupy.empty(shape, dtype=np.float32 if float32 else like.dtype)
+            return cupy.empty(shape, dtype=dtype) if fill is None else cupy.full(shape, fill, dtype=dtype)
     ns = getattr(like, "__array_namespace__", None)
     if ns is None:
         raise TypeError(f"out: cannot allocate a {fw} array (it has no __array_namespace__); "
                         f"pass out= (and compute the lse yourself)")
     xp = ns()
     dtype = xp.float32 if float32 else like.dtype
+    if fill is not None:
+        return xp.full(shape, fill, dtype=dtype, device=like.device)
     return xp.empty(shape, dtype=dtype, device=like.device)
 
 
@@ -174,18 +184,35 @@ def _threads(threads) -> int:
 def _impl(impl):
     if impl is not None and not isinstance(impl, str):
         raise TypeError(f"impl: must be None or a kernel key (str), got {type(impl).__name__}")
+    if impl is not None and "\0" in impl:  # the C string would end at it
+        raise ValueError(f"impl: contains a NUL character: {impl!r}")
     return impl
 
 
+def _flag(value, name: str) -> bool:
+    """A boolean option: bool, numpy bool or the ints 0 / 1; anything else (a string such as
+    'no', which is truthy) is refused rather than read by its truth value."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name}: must be a bool, got {value!r}")
+
+
 def _finite(value, name: str, positive: bool = False) -> float:
-    """value as a finite float (> 0 with positive=True), else an error naming `name`."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: must be a float, got {type(value).__name__}") from None
+    """value (a real number, not a string or bool) as a finite float32 value (> 0 with
+    positive=True), else an error naming `name`. The library takes float32: a value that
+    rounds to 0 or overflows there is refused too, not changed silently."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: must be a real number, got {type(value).__name__}")
+    x = float(value)
     if not math.isfinite(x) or (positive and x <= 0.0):
         raise ValueError(f"{name}: must be finite{' and > 0' if positive else ''}, got {value!r}")
-    return x
+    with np.errstate(over="ignore", under="ignore"):
+        x32 = float(np.float32(x))
+    if not math.isfinite(x32) or (x != 0.0 and x32 == 0.0):
+        raise ValueError(f"{name}: {value!r} is not representable in float32 (it becomes {x32})")
+    return x32
 
 
 def _descales(qd, kd, vd, fw: str) -> dict:
@@ -265,6 +292,15 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     code_e = _EXP_MODES.get(exp) if type(exp) is str else None
     if code_e is None:
         code_e = _exp(exp)
+    if type(return_lse) is not bool:
+        return_lse = _flag(return_lse, "return_lse")
+    if type(causal) is not bool:
+        causal = _flag(causal, "causal")
+    if type(exact_fp32) is not bool:
+        exact_fp32 = _flag(exact_fp32, "exact_fp32")
+    # Varlen: rows past cu_seqlens_q[-1] belong to no sequence and the library does not
+    # write them; outputs allocated here are defined there (out 0, lse -inf: no keys).
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if out is None or return_lse:
         shape = q.shape
         if len(shape) != 4:
@@ -274,11 +310,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
         vshape = v.shape
         if len(vshape) != 4:
             _shape(v, "v", 4, "[B, Sk, Hkv, Dv]")
-        out = _empty(q, fw, (b, sq, h, vshape[3]), bf16_for_fp8=True)
+        out = _empty(q, fw, (b, sq, h, vshape[3]), bf16_for_fp8=True, fill=0.0 if varlen else None)
     elif type(out) is not tq:
         _same_framework(out, "out", fw, "q")
-    lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
-    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+    lse = _empty(q, fw, (b, h, sq), float32=True, fill=-math.inf if varlen else None) if return_lse else None
+    if varlen:
         _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
         _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
     if scale is not None:
@@ -304,20 +340,20 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
             kw = {n: _torch_view(x) if type(x) is tq else x for n, x in kw.items()}
         dev = q.get_device() if q.is_cuda else -1
         args = (_torch_view(q), _torch_view(k), _torch_view(v), _torch_view(out),
-                None if lse is None else _torch_view(lse), scale or 0.0, bool(causal), wl, wr,
+                None if lse is None else _torch_view(lse), scale or 0.0, causal, wl, wr,
                 code_s, code_e, None if cu_seqlens_q is None else _torch_view(cu_seqlens_q),
                 None if cu_seqlens_k is None else _torch_view(cu_seqlens_k), threads or 0, impl)
         stream = _TORCH.stream(dev) if dev >= 0 else 0  # (_cuda_stream would read the device again)
         with _device_of(q, fw) if dev >= 0 and _TORCH.device() != dev else contextlib.nullcontext():
-            _core.attention(*args, stream, bool(exact_fp32), **kw)
+            _core.attention(*args, stream, exact_fp32, **kw)
     elif fw != "numpy" and _is_cuda(q, fw):
         with _device_of(q, fw):  # q's device current: its stream, its launch
-            _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s,
+            _core.attention(q, k, v, out, lse, scale or 0.0, causal, wl, wr, code_s,
                             code_e, cu_seqlens_q, cu_seqlens_k, threads or 0, impl,
-                            _cuda_stream(q, fw), bool(exact_fp32), **kw)
+                            _cuda_stream(q, fw), exact_fp32, **kw)
     else:
-        _core.attention(q, k, v, out, lse, scale or 0.0, bool(causal), wl, wr, code_s, code_e,
-                        cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, bool(exact_fp32),
+        _core.attention(q, k, v, out, lse, scale or 0.0, causal, wl, wr, code_s, code_e,
+                        cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, exact_fp32,
                         **kw)
     return (out, lse) if return_lse else out
 

@@ -67,6 +67,10 @@ bool null_arg(const void* p, const char* name, fc_status* st) {
 flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tensor* lse) {
   flashcore::AttentionParams r;
   if (p == nullptr) return r;
+  if (p->magic != FC_ATTENTION_PARAMS_MAGIC)
+    throw flashcore::Error(flashcore::Status::invalid_argument,
+                           "params: not set up by fc_attention_params_init (magic " +
+                               std::to_string(p->magic) + "); call it before setting fields");
   r.scale = p->scale;
   r.causal = p->causal != 0;
   r.window_left = p->window_left;
@@ -130,6 +134,7 @@ extern "C" {
 void fc_attention_params_init(fc_attention_params* p) {
   if (p == nullptr) return;
   *p = fc_attention_params{};
+  p->magic = FC_ATTENTION_PARAMS_MAGIC;
   p->window_left = -1;
   p->window_right = -1;
   p->q_descale = p->k_descale = p->v_descale = 1.0f;

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "api/errors.hpp"
 #include "cpu/pipelines/packed.hpp"
@@ -80,6 +83,43 @@ void check_no_alias(const Tensor& out, const char* out_name, const Tensor& in, c
     bad(out_name, std::string("overlaps ") + in_name + " in memory (outputs may not alias inputs)");
 }
 
+// An input array given by pointer and length (cu_seqlens, per-head descales) against an
+// output view: the kernels read such arrays while they write the outputs, so an overlap
+// would change what they read mid-run.
+void check_no_alias(const Tensor& out, const char* out_name, const void* in, int64_t in_bytes,
+                    const char* in_name) {
+  if (out.numel() == 0 || in == nullptr || in_bytes <= 0) return;
+  const Extent a = extent(out);
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(in), hi = lo + uintptr_t(in_bytes);
+  if (a.lo < hi && lo < a.hi)
+    bad(out_name, std::string("overlaps ") + in_name + " in memory (outputs may not alias inputs)");
+}
+
+// An output whose elements overlap each other (a zero stride, or strides too small for the
+// dims inside them) would be written by several threads or CTAs at once. Sufficient test:
+// with the dims of size > 1 ordered by stride, each stride must pass the extent of the
+// dims inside it. (A few exotic interleaved views that do not overlap fail it too; they are
+// refused with the same message.)
+void check_no_self_overlap(const Tensor& t, const char* name) {
+  if (t.numel() <= 1) return;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
+  for (int i = 0; i < t.rank; ++i)
+    if (t.shape[i] > 1) dims.emplace_back(t.strides[i], t.shape[i]);
+  std::sort(dims.begin(), dims.end());
+  int64_t inner = 0;  // offset of the last element of the dims so far
+  for (const auto& [stride, size] : dims) {
+    if (stride <= inner)
+      bad(name, "shape " + shape_str(t) + " with strides " + [&] {
+            std::ostringstream s;
+            s << '[';
+            for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.strides[i];
+            s << ']';
+            return s.str();
+          }() + " makes elements overlap (outputs need one element per index)");
+    inner += (size - 1) * stride;
+  }
+}
+
 void check_same_device(const Tensor& t, const char* name, Device d) {
   if (t.device != d)
     bad(name, std::string("is on ") + (t.device == Device::cuda ? "cuda" : "cpu") +
@@ -101,11 +141,24 @@ void check_storage_dtype(DType d, const char* name, Device dev) {
                                        " is not supported here (use f32, f16 or bf16)");
 }
 
+// CPU threads: 0 (automatic) up to kThreadsPerCpu per CPU of this machine. Far more
+// threads than CPUs only slow a call down, and an OpenMP runtime that cannot create them
+// (address-space or process limits) ends the whole process instead of failing the call.
+constexpr int kThreadsPerCpu = 4;
+void check_threads(int threads) {
+  if (threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(threads));
+  const int cpus = std::max(1u, std::thread::hardware_concurrency());
+  if (threads > kThreadsPerCpu * cpus)
+    bad("params.threads", "must be <= " + std::to_string(kThreadsPerCpu * cpus) + " (" +
+                              std::to_string(kThreadsPerCpu) + " per CPU of this machine's " +
+                              std::to_string(cpus) + "), got " + std::to_string(threads));
+}
+
 void check_strategy(Strategy s, Exp2Mode e, int threads) {
   if (int(s) < 0 || int(s) > int(Strategy::online))
     bad("params.strategy", "unknown strategy code " + std::to_string(int(s)));
   if (int(e) != 0 && int(e) != 1) bad("params.exp2", "unknown exp2 mode code " + std::to_string(int(e)));
-  if (threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(threads));
+  check_threads(threads);
 }
 
 }  // namespace
@@ -164,6 +217,7 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   check_no_alias(out, "out", q, "q");
   check_no_alias(out, "out", k, "k");
   check_no_alias(out, "out", v, "v");
+  check_no_self_overlap(out, "out");
 
   if (!std::isfinite(p.scale)) bad("params.scale", "must be finite, got " + std::to_string(p.scale));
   if (p.window_left < -1) bad("params.window_left", "must be >= -1 (-1 = unbounded), got " + std::to_string(p.window_left));
@@ -202,6 +256,9 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   if (p.tile_m < 0 || p.tile_n < 0 || (p.tile_m == 0) != (p.tile_n == 0))
     bad("params.tile_m", "tile_m/tile_n must both be 0 (automatic) or both > 0, got " +
                              std::to_string(p.tile_m) + "x" + std::to_string(p.tile_n));
+  if (p.tile_m != 0 && q.device != Device::cuda)
+    bad("params.tile_m", "forces a CUDA kernel's tile (" + std::to_string(p.tile_m) + "x" +
+                             std::to_string(p.tile_n) + ") but the tensors are on the CPU; leave it 0");
   pr.tile_m = p.tile_m;
   pr.tile_n = p.tile_n;
 
@@ -209,7 +266,8 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   if (varlen) {
     if (p.cu_seqlens_q == nullptr) bad("params.cu_seqlens_q", "is null but cu_seqlens_k is given");
     if (p.cu_seqlens_k == nullptr) bad("params.cu_seqlens_k", "is null but cu_seqlens_q is given");
-    if (p.varlen_batch < 1) bad("params.varlen_batch", "must be >= 1 with cu_seqlens, got " + std::to_string(p.varlen_batch));
+    if (p.varlen_batch < 1 || p.varlen_batch > kMaxDim)
+      bad("params.varlen_batch", "must be in 1 .. 2^40 with cu_seqlens, got " + std::to_string(p.varlen_batch));
     if (B != 1) bad("q", "varlen input must have B = 1 (sequences packed along dim 1), got B = " + std::to_string(B));
     pr.cu_q = p.cu_seqlens_q;
     pr.cu_k = p.cu_seqlens_k;
@@ -255,9 +313,28 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
     check_no_alias(l, "params.lse", k, "k");
     check_no_alias(l, "params.lse", v, "v");
     check_no_alias(l, "params.lse", out, "out");
+    check_no_self_overlap(l, "params.lse");
+    // lse does not depend on V, but no backend computes it without a value dim: refused
+    // rather than left unwritten.
+    if (Dv == 0 && l.numel() > 0)
+      bad("v", "Dv = 0 with params.lse given: lse alone is not computed (give Dv >= 1 or no lse)");
     pr.lse = static_cast<float*>(l.data);
     pr.lse_sb = l.strides[0];
     pr.lse_sh = l.strides[1];
+  }
+
+  // The arrays the kernels read by pointer may not overlap an output either: cu_seqlens
+  // (batch + 1 int32) and the per-head descales (B x Hkv floats).
+  const int64_t nb = varlen ? p.varlen_batch : B;
+  struct Array { const void* ptr; int64_t bytes; const char* name; };
+  const Array arrays[] = {{p.cu_seqlens_q, 4 * (nb + 1), "params.cu_seqlens_q"},
+                          {p.cu_seqlens_k, 4 * (nb + 1), "params.cu_seqlens_k"},
+                          {p.q_descale_heads, 4 * nb * Hkv, "params.q_descale_heads"},
+                          {p.k_descale_heads, 4 * nb * Hkv, "params.k_descale_heads"},
+                          {p.v_descale_heads, 4 * nb * Hkv, "params.v_descale_heads"}};
+  for (const Array& a : arrays) {
+    check_no_alias(out, "out", a.ptr, a.bytes, a.name);
+    if (p.lse != nullptr) check_no_alias(*p.lse, "params.lse", a.ptr, a.bytes, a.name);
   }
   return pr;
 }
@@ -361,7 +438,7 @@ void check_chain_bc(const Tensor& b, const Tensor& c, const GemmChainParams& p) 
   check_storage_dtype(b.dtype, "b", Device::cpu);
   if (c.dtype != b.dtype) bad("c", std::string("dtype ") + to_string(c.dtype) + " differs from b's " + to_string(b.dtype));
   check_dim(c, "c", 0, "K2", b.shape[1], "b");
-  if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
+  check_threads(p.threads);
 }
 
 // b and c as the Operands of a call (read only after check_chain_bc).
@@ -388,7 +465,7 @@ core::GemmChainProblem check_gemm_chain_with(const Tensor& a, const Operands& bc
   check_no_alias(out, "out", a, "a");
   if (bc.t0) check_no_alias(out, "out", *bc.t0, "b");
   if (bc.t1) check_no_alias(out, "out", *bc.t1, "c");
-  if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
+  check_threads(p.threads);
   core::GemmChainProblem pr;
   pr.dtype = a.dtype;
   pr.a = a.data; pr.a_sm = a.strides[0];
@@ -417,7 +494,7 @@ core::SoftmaxVProblem check_pack_softmax_v(const Tensor& v, const SoftmaxVParams
   check_tensor(v, "v", 2, "[L, d]");
   if (v.device != Device::cpu) throw_error(Status::unsupported, "v: softmax_v runs on the CPU backend only");
   check_storage_dtype(v.dtype, "v", Device::cpu);
-  if (p.threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(p.threads));
+  check_threads(p.threads);
   core::SoftmaxVProblem pr;
   pr.v = v.data; pr.v_sl = v.strides[0]; pr.dtype = v.dtype;
   pr.l = v.shape[0]; pr.d = v.shape[1];

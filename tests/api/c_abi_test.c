@@ -178,6 +178,15 @@ int main(void) {
   expect_fail(fc_attention(&tq, &tk, &tv, NULL, &p), FC_INVALID_ARGUMENT, "out", out, copy, nq, "null out");
   expect_fail(fc_attention_reference(&tq, NULL, &tv, &tout, &p), FC_INVALID_ARGUMENT, "k", out, copy, nq, "ref null k");
   fc_attention_params_init(NULL); /* must not crash */
+  /* A struct filled by memset instead of fc_attention_params_init (window (0, 0) by its
+   * zeros) is refused by name; so is threads far beyond the machine. */
+  memset(&p, 0, sizeof p);
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params: not set up by fc_attention_params_init",
+              out, copy, nq, "zero-filled params");
+  fc_attention_params_init(&p);
+  p.threads = 5000 * 1000;
+  expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.threads", out, copy, nq, "threads");
+  fc_attention_params_init(&p);
 
   /* softmax_v: row-major f32 scores, then errors. */
   {

@@ -162,6 +162,30 @@ const AttnCase kAttnCases[] = {
      kInvalid, "params.max_seqlen_q: is below the longest sequence (3)"},
     {"max_seqlen_without_cu", [](AttnCall& c) { c.p.max_seqlen_q = c.p.max_seqlen_k = 2; }, kInvalid,
      "params.max_seqlen_q: is set but cu_seqlens_q/k are null"},
+    // Arrays read by pointer live inside an output: the kernel would rewrite them mid-run.
+    {"cu_seqlens_q_in_out",
+     [](AttnCall& c) {
+       int32_t* cu = static_cast<int32_t*>(c.ov.data);
+       cu[0] = 0; cu[1] = 2; cu[2] = 5;
+       varlen(c, cu, kCuGood);
+     },
+     kInvalid, "out: overlaps params.cu_seqlens_q"},
+    {"cu_seqlens_k_in_lse",
+     [](AttnCall& c) {
+       int32_t* cu = static_cast<int32_t*>(c.lv.data) + 3;
+       cu[0] = 0; cu[1] = 2; cu[2] = 5;
+       varlen(c, kCuGood, cu);
+     },
+     kInvalid, "params.lse: overlaps params.cu_seqlens_k"},
+    {"varlen_batch_huge", [](AttnCall& c) { varlen(c, kCuGood, kCuGood); c.p.varlen_batch = int64_t(1) << 50; },
+     kInvalid, "params.varlen_batch"},
+    // Outputs whose elements overlap: rows would race.
+    {"out_zero_stride", [](AttnCall& c) { c.ov.strides[1] = 0; }, kInvalid, "out: shape [2, 5, 4, 16] with strides"},
+    {"out_heads_overlap", [](AttnCall& c) { c.ov.strides[2] = 8; }, kInvalid, "makes elements overlap"},
+    {"lse_zero_stride", [](AttnCall& c) { c.lv.strides[1] = 0; }, kInvalid, "params.lse: shape"},
+    {"threads_too_many", [](AttnCall& c) { c.p.threads = 1 << 20; }, kInvalid, "params.threads: must be <="},
+    {"tile_on_cpu", [](AttnCall& c) { c.p.tile_m = c.p.tile_n = 64; }, kInvalid, "params.tile_m: forces a CUDA"},
+    {"dv_zero_with_lse", [](AttnCall& c) { c.vv.shape[3] = c.ov.shape[3] = 0; }, kInvalid, "v: Dv = 0 with params.lse"},
     {"k_on_cuda", [](AttnCall& c) { c.kv.device = fc::Device::cuda; }, kInvalid, "k: is on cuda"},
     {"device_unknown", [](AttnCall& c) { c.qv.device = static_cast<fc::Device>(7); }, kInvalid, "q: unknown device"},
 };

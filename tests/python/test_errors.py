@@ -161,3 +161,68 @@ def test_import_does_not_import_torch():
     code = "import sys, flashcore; assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_options_of_the_wrong_kind_are_refused():
+    """Options are taken for what they are, not for their truth value or their text."""
+    q, k, v = qkv()
+    out = np.full((1, 5, 2, 8), np.nan, np.float32)
+    raises(TypeError, "causal", flashcore.attention, q, k, v, causal="no", out=out)
+    raises(TypeError, "causal", flashcore.attention, q, k, v, causal=2, out=out)
+    raises(TypeError, "return_lse", flashcore.attention, q, k, v, return_lse="yes", out=out)
+    raises(TypeError, "exact_fp32", flashcore.attention, q, k, v, exact_fp32=[1], out=out)
+    raises(TypeError, "scale", flashcore.attention, q, k, v, scale="0.5", out=out)
+    raises(TypeError, "scale", flashcore.attention, q, k, v, scale=True, out=out)
+    raises(ValueError, "impl", flashcore.attention, q, k, v, impl="f32_4x16_generic\0junk", out=out)
+    assert np.isnan(out).all()
+    # numpy bools and the ints 0 / 1 are booleans
+    flashcore.attention(q, k, v, causal=np.bool_(True), out=out)
+    flashcore.attention(q, k, v, causal=1, out=out)
+
+
+def test_scale_that_float32_cannot_hold():
+    """0 < |scale| < 1.4e-45 becomes 0 in float32, which the library reads as 'default':
+    refused instead; so is a scale that overflows float32."""
+    q, k, v = qkv()
+    out = np.full((1, 5, 2, 8), np.nan, np.float32)
+    raises(ValueError, "scale", flashcore.attention, q, k, v, scale=1e-46, out=out)
+    raises(ValueError, "scale", flashcore.attention, q, k, v, scale=-1e-50, out=out)
+    raises(ValueError, "scale", flashcore.attention, q, k, v, scale=1e39, out=out)
+    raises(ValueError, "scale", flashcore.attention, q, k, v, scale=0.0, out=out)
+    assert np.isnan(out).all()
+    flashcore.attention(q, k, v, scale=1e-44, out=out)  # a float32 subnormal: kept
+    assert np.isfinite(out).all()
+
+
+def test_threads_beyond_the_machine():
+    q, k, v = qkv()
+    out = np.full((1, 5, 2, 8), np.nan, np.float32)
+    raises(ValueError, "params.threads", flashcore.attention, q, k, v, threads=1 << 24, out=out)
+    assert np.isnan(out).all()
+
+
+def test_varlen_rows_past_the_last_sequence_are_defined():
+    """cu_seqlens_q[-1] below the packed rows: those rows belong to no sequence; an output
+    the library allocates is 0 there and its lse -inf."""
+    rng = np.random.default_rng()
+    q = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+    cu = np.array([0, 3, 6], np.int32)
+    out, lse = flashcore.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True)
+    assert (out[:, 6:] == 0).all()
+    assert np.isneginf(lse[:, :, 6:]).all()
+    assert np.isfinite(out[:, :6]).all() and np.isfinite(lse[:, :, :6]).all()
+
+
+def test_cu_seqlens_inside_out_is_refused():
+    """An int32 cu_seqlens view into out's own buffer would be rewritten by the kernel."""
+    rng = np.random.default_rng()
+    q = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+    out = np.full((1, 9, 2, 8), np.nan, np.float32)
+    cu = out.reshape(-1).view(np.int32)[:3]
+    cu[:] = [0, 4, 9]
+    raises(ValueError, "out", flashcore.attention, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu.copy(), out=out)
+    assert (out.reshape(-1).view(np.int32)[:3] == [0, 4, 9]).all()
