@@ -1,4 +1,4 @@
-// The naive baseline of issue 2: a straightforward fp32 attention, one query row at a
+// The naive baseline: a straightforward fp32 attention, one query row at a
 // time (scores, softmax, P V), no blocking, no packing, no SIMD beyond what the compiler
 // finds in these loops. The only concurrency is a plain parallel loop over rows, so it
 // runs at the same thread count as the row it is compared with, and it is compiled for the

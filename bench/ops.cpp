@@ -19,7 +19,7 @@ using flashcore::PhaseTimes;
 
 void apply_defaults(Config& c) {
   // Per-op defaults: attention a mid-size prefill; softmax-v seed 000's headline case
-  // (M=12, L=32768, d=256); gemm-chain issue 3's block (M=K1=N=256, K2=8192).
+  // (M=12, L=32768, d=256); gemm-chain the seeds' fused double GEMM block (M=K1=N=256, K2=8192).
   const bool att = c.op == "attention";
   const bool smv = c.op == "softmax-v";
   if (c.batch < 0) c.batch = 1;

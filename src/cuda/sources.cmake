@@ -113,6 +113,11 @@ set(_fc_enabled_file ${_fc_inst_dir}/instances_enabled.inc)
 _fc_write_if_changed(${_fc_enabled_file} "${_fc_enabled}")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc)
 
+# The libraries that link these objects (created after this file) take the kernels' dialect
+# too: without it CMake derives CUDA20 from CMAKE_CXX_STANDARD, which its Makefile generator
+# (CMake 3.25) does not know how to ask nvcc for, and configuring failed there.
+set(CMAKE_CUDA_STANDARD 17)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 add_library(flashcore_cuda_obj OBJECT ${_fc_inst_sources})
 set_target_properties(flashcore_cuda_obj PROPERTIES
   CUDA_ARCHITECTURES "${_fc_cuda_archs}"

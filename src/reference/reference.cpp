@@ -19,12 +19,13 @@ void require_cpu(Device d, const char* name) {
 }
 
 // O[i] = sum_j softmax_j(scale * s_j) v_j for one row whose scores are given; returns
-// lse (natural log) or -inf when no key is visible.
+// lse (natural log) or -inf when no key is visible. A NaN among the visible scores makes
+// the row's max, and so O and lse, NaN (std::max would skip it).
 double softmax_row(const std::vector<double>& s, const std::vector<bool>& visible, double scale,
                    const std::vector<std::vector<double>>& vrows, std::vector<double>& o) {
   double mx = -std::numeric_limits<double>::infinity();
   for (size_t j = 0; j < s.size(); ++j)
-    if (visible[j]) mx = std::max(mx, scale * s[j]);
+    if (visible[j]) mx = std::isnan(scale * s[j]) ? scale * s[j] : std::max(mx, scale * s[j]);
   std::fill(o.begin(), o.end(), 0.0);
   if (mx == -std::numeric_limits<double>::infinity()) return mx;
   double sum = 0;
