@@ -37,7 +37,7 @@ const flashcore::cpu::GemmUkernel* find_kernel(const std::string& key) {
 }
 
 // A copy of an array's bytes starting on a cache line, as the pipelines' packed operands
-// do (pipelines.cpp): a HostArray's std::vector storage is only 16-byte aligned (large
+// do (pack.hpp): a HostArray's std::vector storage is only 16-byte aligned (large
 // ones sit 16 bytes past a page), so every 64-byte row of an AMX tile or zmm load would
 // span two cache lines. Until session 9 the GEMM-only rows timed such operands: AMX
 // bf16_32x32 measured ~700 GFLOP/s there against ~1300 for the same loop on aligned data.

@@ -178,14 +178,14 @@ TEST_P(AttentionKernelTest, ForcedKernelMatchesReference) {
     f.check(Strategy::online, Exp2Mode::exact, 2, k.key, k.ab);
   }
   // Row-major A kernels (AMX) take 256-row query blocks once a group's K and V pass 1 MiB
-  // (pipelines.cpp, kRowsQueryBlock): 2600 keys x (128 + 96) bf16 = 1.1 MiB, 300 queries =
+  // (geometry.cpp, kRowsQueryBlock): 2600 keys x (128 + 96) bf16 = 1.1 MiB, 300 queries =
   // one whole block and a partial one, GQA, causal with Sq != Sk.
   if (k.a_layout == fc::cpu::Layout::rows) {
     const AttnCase tall{"forced_tall_blocks", 1, 300, 2600, 2, 1, 128, 96, true};
     AttnFixture f(tall, DType::bf16, rng);
     f.check(Strategy::online, Exp2Mode::exact, 2, k.key, k.ab);
     f.check(Strategy::two_pass, Exp2Mode::fast, 1, k.key, k.ab);
-    // bf16 K read in place by stage 1 (pipelines.cpp, k_inplace: Sk a multiple of the key
+    // bf16 K read in place by stage 1 (attention.cpp, k_inplace: Sk a multiple of the key
     // block, D of the k step): BSHD, BHSD and padded rows, GQA, causal with Sq != Sk.
     for (int layout = 0; layout < 3; ++layout) {
       SCOPED_TRACE("K in place, layout " + std::to_string(layout));

@@ -107,7 +107,7 @@ TEST_P(VecOpsTest, Exp2Pack) {
           const float c = 1.3f;
           // cm = c * row max as the pipelines fold it (0 for an all -inf column); every
           // third query's reference lies up to 8 below its max, as the online strategy's
-          // (its rescale slack, pipelines.cpp): exp2 arguments up to +8, P up to 256.
+          // (its rescale slack, geometry.hpp): exp2 arguments up to +8, P up to 256.
           std::vector<float> cm(size_t(mq), kNegInf);
           cpu::portable::col_max(kc, mq, t.data(), ldt, cm.data());
           for (int64_t i = 0; i < mq; ++i) {

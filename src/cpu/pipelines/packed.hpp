@@ -1,6 +1,6 @@
 // What a flashcore::PackedOperands holds: the packed buffer and what it was packed for.
-// pipelines.cpp owns the layouts (it packs and reads the buffer); src/api checks a call's
-// arguments against the rest before anything runs.
+// softmax_v.cpp (v_layout) and gemm_chain.cpp (chain_layout) own the layouts: they pack and
+// read the buffer; src/api checks a call's arguments against the rest before anything runs.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +24,7 @@ struct PackedOperands::State {
   DType dtype;                     // storage dtype of the tensors that were packed
   const cpu::GemmUkernel* kernel;  // the layout is this kernel's (its operand dtype and tiles)
   int64_t dims[3];                 // gemm_chain {K1, K2, N}; softmax_v {L, d, 0}
-  char* data;                      // the packed operands (pipelines.cpp: chain_layout, v_layout)
+  char* data;                      // the packed operands (chain_layout, v_layout)
   size_t bytes;
 };
 

@@ -1,0 +1,340 @@
+// The packers and the per-thread scratch of the CPU pipelines (pack.hpp), and the storage
+// of PackedOperands (packed.hpp).
+#include "cpu/pipelines/pack.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "cpu/pipelines/packed.hpp"
+
+namespace flashcore::cpu {
+
+Arena& thread_arena() {
+  thread_local Arena arena;
+  return arena;
+}
+
+char* pack_slot(int slot, size_t bytes) {
+  struct Slot {
+    char* p = nullptr;
+    size_t cap = 0;
+    ~Slot() { std::free(p); }
+  };
+  thread_local Slot slots[2];
+  Slot& s = slots[slot];
+  if (s.cap < bytes || s.p == nullptr) {
+    std::free(s.p);
+    s.cap = size_t(round_up(int64_t(bytes) + 1, 64));
+    s.p = static_cast<char*>(std::aligned_alloc(64, s.cap));
+    if (s.p == nullptr) {
+      s.cap = 0;
+      throw std::bad_alloc();
+    }
+  }
+  return s.p;
+}
+
+namespace {
+
+// One block [kp][w] (k-major) of rows row0 .. row0 + w - 1 (those >= nrows zero), copied
+// without conversion as elements of type E: the storage dtype for k-major blocks, or for
+// k pairs (bf16) the 32-bit word of keys 2 k2 and 2 k2 + 1, with `len` and `kp` then
+// counted in pair rows and `half_tail` set when the last pair has only its first key.
+// k runs outermost, so the block is written in order, w contiguous elements per k, while
+// up to 16 source rows are read in step (one strided column per row, as before, was ~10 %
+// of an fp32 attention call on the dev VM). Loads go through memcpy: a bf16 row is only
+// 2-byte aligned.
+#if defined(__SSE2__)
+// One 16-byte column strip of the block through SSE2 (every x86-64): B = 16 / sizeof(E)
+// source rows (s[i] + k: B elements each; rows >= live read as zeros) transposed into B
+// k rows of the block, `cnt` elements each (B, or 4 for 16-bit elements: the low half),
+// at o + kk * w.
+template <typename E>
+inline void transpose_strip(const char* const* s, int64_t live, int64_t k, E* o, int64_t w, int64_t cnt) {
+  constexpr int kB = 16 / int(sizeof(E));
+  __m128i a[kB];
+  for (int i = 0; i < kB; ++i)
+    a[i] = i < live ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(s[i] + k * int64_t(sizeof(E))))
+                    : _mm_setzero_si128();
+  __m128i r[kB];
+  if constexpr (kB == 8) {
+    __m128i t[8], u[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+      t[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 4h .. 4h + 3
+      u[4 * h + 0] = _mm_unpacklo_epi32(t[4 * h], t[4 * h + 2]);      // k 0, 1
+      u[4 * h + 1] = _mm_unpackhi_epi32(t[4 * h], t[4 * h + 2]);      // k 2, 3
+      u[4 * h + 2] = _mm_unpacklo_epi32(t[4 * h + 1], t[4 * h + 3]);  // k 4, 5
+      u[4 * h + 3] = _mm_unpackhi_epi32(t[4 * h + 1], t[4 * h + 3]);  // k 6, 7
+    }
+    for (int q = 0; q < 4; ++q) {
+      r[2 * q] = _mm_unpacklo_epi64(u[q], u[4 + q]);
+      r[2 * q + 1] = _mm_unpackhi_epi64(u[q], u[4 + q]);
+    }
+  } else {
+    const __m128i t0 = _mm_unpacklo_epi32(a[0], a[1]), t1 = _mm_unpackhi_epi32(a[0], a[1]);
+    const __m128i t2 = _mm_unpacklo_epi32(a[2], a[3]), t3 = _mm_unpackhi_epi32(a[2], a[3]);
+    r[0] = _mm_unpacklo_epi64(t0, t2);
+    r[1] = _mm_unpackhi_epi64(t0, t2);
+    r[2] = _mm_unpacklo_epi64(t1, t3);
+    r[3] = _mm_unpackhi_epi64(t1, t3);
+  }
+  for (int kk = 0; kk < kB; ++kk) {
+    if (cnt == kB)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + kk * w), r[kk]);
+    else
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + kk * w), r[kk]);
+  }
+}
+#endif
+
+template <typename E>
+void copy_block(const Rows& src, int64_t row0, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+                bool half_tail, void* dst) {
+  E* d = static_cast<E*>(dst);
+  const int64_t rows = std::max<int64_t>(0, std::min(w, nrows - row0));
+  constexpr int64_t kGroup = 16;
+  for (int64_t r0 = 0; r0 < w; r0 += kGroup) {
+    const int64_t n = std::min(kGroup, w - r0), live = std::max<int64_t>(0, std::min(n, rows - r0));
+    const char* s[kGroup];
+    for (int64_t r = 0; r < live; ++r) s[r] = static_cast<const char*>(src.row(row0 + r0 + r));
+    // The next rows (the next group, or the next block's first rows), fetched while this
+    // group is copied: 16 rows read in step are 16 streams, which the hardware prefetcher
+    // does not follow.
+    for (int64_t r = row0 + r0 + n; r < std::min(nrows, row0 + r0 + 2 * n); ++r)
+      for (int64_t o = 0; o < len * int64_t(sizeof(E)); o += 64)
+        __builtin_prefetch(static_cast<const char*>(src.row(r)) + o);
+    int64_t k0 = 0;
+#if defined(__SSE2__)
+    // Whole 16-byte strips of the rows (8 fp16/bf16 or 4 fp32/pair words) by register
+    // transposes, groups of a multiple of 4 rows; the scalar loop below does the rest.
+    // (fp16 B1 H8 S512 D64 on the Sapphire Rapids host: the element-wise copies were
+    // ~8 % of the call, docs/results/cpu-x86-2026-11-22.md, session 9.)
+    constexpr int64_t kB = 16 / int64_t(sizeof(E));
+    if (n % 4 == 0) {
+      for (; k0 + kB <= len; k0 += kB)
+        for (int64_t rr = 0; rr < n; rr += kB)
+          transpose_strip<E>(s + rr, live - rr, k0, d + k0 * w + r0 + rr, w, std::min(kB, n - rr));
+    }
+#endif
+    for (int64_t k = k0; k < len; ++k) {
+      E* o = d + k * w + r0;
+      for (int64_t r = 0; r < live; ++r) std::memcpy(o + r, s[r] + k * int64_t(sizeof(E)), sizeof(E));
+      for (int64_t r = live; r < n; ++r) o[r] = E(0);
+    }
+    if (half_tail) {  // the first half of the word: the first key of the pair (little endian)
+      E* o = d + len * w + r0;
+      for (int64_t r = 0; r < live; ++r) {
+        uint16_t h;
+        std::memcpy(&h, s[r] + len * int64_t(sizeof(E)), 2);
+        o[r] = E(h);
+      }
+      for (int64_t r = live; r < n; ++r) o[r] = E(0);
+    }
+  }
+  const int64_t done = len + (half_tail ? 1 : 0);
+  std::memset(d + done * w, 0, size_t((kp - done) * w) * sizeof(E));
+}
+
+}  // namespace
+
+void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf) {
+  const int64_t es = int64_t(dtype_size(t));
+  const int64_t ld = block_ld(lay, kp, w);
+  if (kp == 0 || w == 0) return;  // an empty k range: empty (maybe null) blocks
+  char* out = static_cast<char*>(dst);
+  for (int64_t b = b0; b < b1; ++b) {
+    char* blk = out + b * kp * w * es;
+    if (src.dtype == t && lay == Layout::kmajor) {  // no conversion: copy
+      if (es == 4)
+        copy_block<uint32_t>(src, b * w, nrows, len, kp, w, false, blk);
+      else
+        copy_block<uint16_t>(src, b * w, nrows, len, kp, w, false, blk);
+      continue;
+    }
+    if (t == DType::f32 && lay == Layout::kmajor && dtype_size(src.dtype) == 2) {
+      // fp16/bf16 rows widened for the fp32 kernels (`auto` for f16 storage): transposed
+      // as 16-bit words by copy_block, then widened as one contiguous run, instead of a
+      // converted row stored with a stride of w per element. Sapphire Rapids host, f16
+      // B1 H16 S2048 D128 2 threads: the pack phase was 18-19.5 ms per thread against
+      // 7.5-8.7 for f32 (session 10, call 10).
+      thread_local std::vector<uint16_t> words;
+      words.resize(static_cast<size_t>(kp * w));
+      copy_block<uint16_t>(src, b * w, nrows, len, kp, w, false, words.data());
+      core::convert_row(words.data(), src.dtype, kp * w, reinterpret_cast<float*>(blk));
+      continue;
+    }
+    if (src.dtype == t && es == 2 && lay == Layout::kpairs) {
+      // Pair (k, k+1) of a row is one 32-bit word of the source row: a word transpose.
+      copy_block<uint32_t>(src, b * w, nrows, len / 2, kp / 2, w, len % 2 == 1, blk);
+      continue;
+    }
+    if (src.dtype == t && es == 2 && lay == Layout::rows) {
+      // A row is a row: copy it, zero only its tail past len and the rows past nrows.
+      for (int64_t r = 0; r < w; ++r) {
+        char* o = blk + r * kp * 2;
+        const int64_t row = b * w + r, n = row < nrows ? len : 0;
+        if (n > 0) std::memcpy(o, src.row(row), size_t(n * 2));
+        std::memset(o + n * 2, 0, size_t((kp - n) * 2));
+      }
+      continue;
+    }
+    std::memset(blk, 0, size_t(kp * w * es));
+    for (int64_t r = 0; r < w; ++r) {
+      const int64_t row = b * w + r;
+      if (row >= nrows) break;
+      core::convert_row(src.row(row), src.dtype, len, rowbuf);
+      if (lay == Layout::kmajor) {
+        store_row(rowbuf, len, blk + r * es, w, t);
+      } else {
+        for (int64_t k = 0; k < len; ++k) store_at(blk, pack_index(lay, k, r, ld), t, rowbuf[k]);
+      }
+    }
+  }
+}
+
+void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
+                 int64_t r1, void* dst, DType t, Layout lay, float* rowbuf) {
+  const int64_t es = int64_t(dtype_size(t));
+  const int64_t npanels = (cols + w - 1) / w;
+  const int64_t cols_pad = npanels * w;
+  const int64_t ld = block_ld(lay, rp, w);
+  if (rp == 0 || w == 0) return;  // no rows: empty (maybe null) panels
+  char* out = static_cast<char*>(dst);
+  int64_t r = r0;
+  if (src.dtype == t && lay == Layout::kmajor) {
+    // No conversion (fp32, or fp16 for the fp16 kernels): copy straight in, 16 rows at a
+    // time panel by panel, so that the writes of a group are 16*w contiguous elements of
+    // one panel rather than w per panel per row (gemm_chain's B is 683 panels of 12 KiB:
+    // one row touched 683 pages), while the reads walk 16 rows in step. This packing is a
+    // per-call cost of gemm_chain and softmax_v.
+    auto copy_in = [&](auto elem) {
+      using E = decltype(elem);
+      constexpr int64_t kRowGroup = 16;
+      constexpr int64_t kPrefetchRowBytes = 2048;
+      const int64_t rend = std::min(r1, nrows);
+      // Short rows (gemm_chain's B tile: 1 KiB pieces of rows 32 KiB apart, one page each)
+      // defeat the hardware prefetcher: prefetch the next group's rows by hand.
+      const bool fetch_ahead = cols * es <= kPrefetchRowBytes;
+      for (; r < rend; r += kRowGroup) {
+        const int64_t rb = std::min(kRowGroup, rend - r);
+        if (fetch_ahead)
+          for (int64_t i = r + kRowGroup; i < std::min(rend, r + 2 * kRowGroup); ++i)
+            for (int64_t o = 0; o < cols * es; o += 64)
+              __builtin_prefetch(static_cast<const char*>(src.row(i)) + o);
+        for (int64_t p = 0; p < npanels; ++p) {
+          const int64_t n = std::min(w, cols - p * w);
+          E* d = reinterpret_cast<E*>(out) + (p * rp + r) * w;
+          for (int64_t i = 0; i < rb; ++i, d += w) {
+            const E* s = static_cast<const E*>(src.row(r + i)) + p * w;
+            for (int64_t j = 0; j < n; ++j) d[j] = s[j];
+            for (int64_t j = n; j < w; ++j) d[j] = E(0);
+          }
+        }
+      }
+      r = std::max(r0, rend);  // the last group may end short: padding rows start at rend
+    };
+    if (es == 4)
+      copy_in(uint32_t(0));
+    else
+      copy_in(uint16_t(0));
+  }
+  if (src.dtype == t && es == 2 && lay == Layout::kpairs && r0 % 2 == 0) {
+    // No conversion (bf16 V for the bf16 kernels): rows r and r+1 interleaved into one
+    // pair row per panel; a missing partner row (past nrows) is zero.
+    for (; r + 1 < r1; r += 2) {
+      const uint16_t* s0 = r < nrows ? static_cast<const uint16_t*>(src.row(r)) : nullptr;
+      const uint16_t* s1 = r + 1 < nrows ? static_cast<const uint16_t*>(src.row(r + 1)) : nullptr;
+      for (int64_t p = 0; p < npanels; ++p) {
+        uint16_t* d = reinterpret_cast<uint16_t*>(out) + p * rp * w + (r / 2) * 2 * w;
+        const int64_t n = std::min(w, cols - p * w);
+        if (s0 != nullptr && s1 != nullptr) {
+          // Both rows present (all but the last pair): one 32-bit word per column, a loop
+          // the compiler vectorizes (the null tests inside it kept it scalar).
+          const uint16_t* a0 = s0 + p * w;
+          const uint16_t* a1 = s1 + p * w;
+          uint32_t* d32 = reinterpret_cast<uint32_t*>(d);
+          for (int64_t j = 0; j < n; ++j) d32[j] = uint32_t(a0[j]) | (uint32_t(a1[j]) << 16);
+        } else {
+          for (int64_t j = 0; j < n; ++j) {
+            d[2 * j] = s0 ? s0[p * w + j] : 0;
+            d[2 * j + 1] = s1 ? s1[p * w + j] : 0;
+          }
+        }
+        for (int64_t j = n; j < w; ++j) d[2 * j] = d[2 * j + 1] = 0;
+      }
+    }
+  }
+  if (src.dtype == t && es == 2 && lay == Layout::rows && r0 == 0 && r1 == rp) {
+    // No conversion (bf16 B for AMX, gemm_chain): panel p is the transpose of columns
+    // [p w, p w + w) of the rows, row j holding column p w + j: copy_block's register
+    // transposes with the rows as its block rows and the columns as its k.
+    for (int64_t p = 0; p < npanels; ++p) {
+      const Rows cols_p{at(src.base, p * w, es), src.stride, src.dtype};
+      copy_block<uint16_t>(cols_p, 0, nrows, std::min(w, cols - p * w), w, rp, false, out + p * rp * w * es);
+    }
+    r = r1;
+  }
+  for (; r < r1; ++r) {
+    if (r < nrows) {
+      core::convert_row(src.row(r), src.dtype, cols, rowbuf);
+      std::fill(rowbuf + cols, rowbuf + cols_pad, 0.0f);
+    } else {
+      std::fill(rowbuf, rowbuf + cols_pad, 0.0f);
+    }
+    for (int64_t p = 0; p < npanels; ++p) {
+      char* panel = out + p * rp * w * es;
+      if (lay == Layout::kmajor)
+        store_row(rowbuf + p * w, w, panel + r * w * es, 1, t);
+      else
+        for (int64_t j = 0; j < w; ++j)
+          store_at(panel, pack_index(lay, r, j, ld), t, rowbuf[p * w + j]);
+    }
+  }
+}
+
+const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
+                      int64_t& ld) {
+  if (src.dtype == DType::f32) {
+    ld = src.stride;
+    return static_cast<const float*>(src.row(j0));
+  }
+  constexpr int64_t kAhead = 8;
+  const int64_t row_bytes = len * src.es;
+  auto row = [&](int64_t k) { return static_cast<const char*>(src.row(j0 + k)); };
+  for (int64_t k = 0; k < std::min(kAhead, n); ++k)
+    for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row(k) + o);
+  buf.resize(static_cast<size_t>(n * len));
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + kAhead < n)
+      for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row(k + kAhead) + o);
+    core::convert_row(row(k), src.dtype, len, buf.data() + k * len);
+  }
+  ld = len;
+  return buf.data();
+}
+
+}  // namespace flashcore::cpu
+
+namespace flashcore {
+
+PackedOperands::State::State(Op op_, DType dtype_, const cpu::GemmUkernel* kernel_, int64_t d0,
+                             int64_t d1, int64_t d2, size_t bytes_)
+    : op(op_), dtype(dtype_), kernel(kernel_), dims{d0, d1, d2}, data(nullptr), bytes(bytes_) {
+  // Whole cache lines (see pack_slot); at least one, so that data is never null.
+  data = static_cast<char*>(std::aligned_alloc(64, size_t(cpu::round_up(int64_t(bytes) + 1, 64))));
+  if (data == nullptr) throw std::bad_alloc();
+}
+
+PackedOperands::State::~State() { std::free(data); }
+
+}  // namespace flashcore

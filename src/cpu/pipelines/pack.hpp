@@ -1,0 +1,120 @@
+// Packing for the CPU pipelines: row sources, the packers that turn them into the
+// micro-kernels' operand blocks and panels (layouts in ukernel.hpp), and the per-thread
+// scratch the pipelines pack into.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "cpu/pipelines/common.hpp"
+#include "cpu/ukernels/ukernel.hpp"
+
+namespace flashcore::cpu {
+
+// ---------------------------------------------------------------- scratch
+// Per-thread bump arena, reused across calls (grows, never shrinks).
+class Arena {
+ public:
+  void reset(size_t bytes) {
+    if (buf_.size() < bytes + 64) buf_.resize(bytes + 64);
+    off_ = (64 - reinterpret_cast<uintptr_t>(buf_.data()) % 64) % 64;
+  }
+  template <class T>
+  T* take(int64_t n) {
+    T* p = reinterpret_cast<T*>(buf_.data() + off_);
+    off_ += round_up(int64_t(n * sizeof(T)), 64);
+    return p;
+  }
+
+ private:
+  std::vector<char> buf_;
+  size_t off_ = 0;
+};
+// The calling thread's arena (softmax_block's buffers, gemm_chain's per-item buffers).
+Arena& thread_arena();
+
+// Packed operands start on a cache line (pack_slot, Arena::take, PackedOperands), so that
+// every 64-byte row piece of a B panel (NR fp32 = one or more zmm) is one aligned load,
+// never a line split (measured ~2x on AVX-512 GEMM-only with 16-byte aligned panels). The
+// packers write every byte that is read.
+//
+// The large packed operands of one call (K/V, V, B and C), kept by the calling thread for
+// its next call (grow-only, like the per-thread arenas): fresh pages cost a fault and the
+// kernel's zeroing on first touch, which for gemm_chain's 16 MiB of B and C took about as
+// long as the packing itself. Slots (0, 1) are distinct buffers used at the same time in a
+// call. Throws std::bad_alloc.
+char* pack_slot(int slot, size_t bytes);
+
+// ---------------------------------------------------------------- row sources
+// base + elems * es, leaving a null base null: an operand with no elements may be null
+// (the checks allow it), and null + offset is undefined behaviour.
+inline const char* at(const void* base, int64_t elems, int64_t es) {
+  return base == nullptr ? nullptr : static_cast<const char*>(base) + elems * es;
+}
+
+// A row source: row r starts at base + r * stride (elements of dtype).
+struct Rows {
+  const void* base;
+  int64_t stride;
+  DType dtype = DType::f32;  // (es below reads it)
+  int64_t es = int64_t(dtype_size(dtype));  // once, not per row (an out-of-line call)
+  const void* row(int64_t r) const { return at(base, r * stride, es); }
+};
+
+// n fp32 values stored as dtype t at dst[i * dst_stride].
+inline void store_row(const float* src, int64_t n, void* dst, int64_t dst_stride, DType t) {
+  switch (t) {
+    case DType::f32: {
+      float* d = static_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = src[i];
+      break;
+    }
+    case DType::f16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = core::f32_to_f16(src[i]);
+      break;
+    }
+    default: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * dst_stride] = core::f32_to_bf16(src[i]);
+      break;
+    }
+  }
+}
+
+// One fp32 value stored as dtype t at element `at` of dst.
+inline void store_at(void* dst, int64_t at, DType t, float v) {
+  if (t == DType::f32) static_cast<float*>(dst)[at] = v;
+  else if (t == DType::f16) static_cast<uint16_t*>(dst)[at] = core::f32_to_f16(v);
+  else static_cast<uint16_t*>(dst)[at] = core::f32_to_bf16(v);
+}
+
+// ---------------------------------------------------------------- packers
+// The leading dimension of a packed block or panel of w columns and kp rows of k in
+// layout `lay` (ukernel.hpp): the row length for `rows`, else the width.
+inline int64_t block_ld(Layout lay, int64_t kp, int64_t w) { return lay == Layout::rows ? kp : w; }
+
+// Blocks of W rows: block b holds element (k, w) = row(b*W+w)[k] at
+// pack_index(lay, k, w, block_ld) (k-major: [kp][W]). Rows >= nrows and k >= len are zero.
+// Packs blocks [b0, b1). rowbuf holds len floats.
+void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf);
+
+// Panels of W columns: panel p holds element (r, w) = row(r)[p*W + w] at
+// pack_index(lay, r, w, block_ld) (k-major: [rp][W]); zero padded. Packs rows [r0, r1) of
+// every panel (with kpairs, two callers may share a pair row only through the slow path).
+// rowbuf holds the columns rounded up to W.
+void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
+                 int64_t r1, void* dst, DType t, Layout lay, float* rowbuf);
+
+// ---------------------------------------------------------------- row-op operands
+// Rows [j0, j0+n) of a row source as fp32 rows the row ops can read: fp32 rows in place,
+// with ld = the source's stride (measured: copying BSHD rows, a head-row apart, into a
+// contiguous buffer first was 1.2-1.6x slower); other storage converted into `buf`
+// (ld = len), prefetching the rows it reads next.
+const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
+                      int64_t& ld);
+
+}  // namespace flashcore::cpu
