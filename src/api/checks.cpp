@@ -6,11 +6,11 @@
 #include <cmath>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "api/errors.hpp"
+#include "core/threads.hpp"
 #include "cpu/pipelines/packed.hpp"
 
 namespace flashcore::api {
@@ -141,17 +141,13 @@ void check_storage_dtype(DType d, const char* name, Device dev) {
                                        " is not supported here (use f32, f16 or bf16)");
 }
 
-// CPU threads: 0 (automatic) up to kThreadsPerCpu per CPU of this machine. Far more
-// threads than CPUs only slow a call down, and an OpenMP runtime that cannot create them
-// (address-space or process limits) ends the whole process instead of failing the call.
-constexpr int kThreadsPerCpu = 4;
+// CPU threads: 0 (automatic) up to core::max_threads() (core/threads.hpp says why).
 void check_threads(int threads) {
   if (threads < 0) bad("params.threads", "must be >= 0, got " + std::to_string(threads));
-  const int cpus = std::max(1u, std::thread::hardware_concurrency());
-  if (threads > kThreadsPerCpu * cpus)
-    bad("params.threads", "must be <= " + std::to_string(kThreadsPerCpu * cpus) + " (" +
-                              std::to_string(kThreadsPerCpu) + " per CPU of this machine's " +
-                              std::to_string(cpus) + "), got " + std::to_string(threads));
+  if (threads > core::max_threads())
+    bad("params.threads", "must be <= " + std::to_string(core::max_threads()) + " (" +
+                              std::to_string(core::kThreadsPerCpu) + " per CPU of this machine), got " +
+                              std::to_string(threads));
 }
 
 void check_strategy(Strategy s, Exp2Mode e, int threads) {

@@ -1,5 +1,8 @@
 // fp64 reference: the truth every kernel is tested and benchmarked against. Plain loops,
 // natural exp in double, the same argument checks and conventions as the fast paths.
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -7,6 +10,7 @@
 #include "api/checks.hpp"
 #include "api/errors.hpp"
 #include "core/dtype.hpp"
+#include "core/threads.hpp"
 #include "flashcore/flashcore.hpp"
 
 namespace flashcore::reference {
@@ -52,8 +56,10 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     return f == nullptr ? 1.0 : double(f[b * p.kv_heads + hk]);
   };
   // One (batch, head) per iteration, spread over OpenMP threads: each writes only its own
-  // rows of O and lse, and the sums run in the same order whatever the thread count.
-#pragma omp parallel for collapse(2) schedule(dynamic)
+  // rows of O and lse, and the sums run in the same order whatever the thread count. The
+  // count: params.threads, or OMP_NUM_THREADS / all cores capped as the fast paths are.
+  const int threads = p.threads > 0 ? p.threads : std::min(omp_get_max_threads(), core::max_threads());
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
       const int64_t q_off = p.cu_q ? p.cu_q[b] : 0, k_off = p.cu_k ? p.cu_k[b] : 0;

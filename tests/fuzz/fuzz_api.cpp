@@ -1,9 +1,15 @@
 // libFuzzer target: random bytes -> shapes, strides, dtypes, devices, null and aliasing
-// pointers, parameters -> attention / softmax_v / gemm_chain / reference / the C ABI
-// (or, for calls that would do too much work to keep the fuzzer fast, the checks alone).
-// Every call must return normally or throw flashcore::Error (the C ABI: return a status
-// with a message); anything else (another exception, a sanitizer report, a leak, a
-// timeout) is a bug.
+// pointers, parameters (thread counts far beyond the machine too) -> attention /
+// softmax_v / gemm_chain / reference / the C ABI (or, for calls that would do too much
+// work to keep the fuzzer fast, the checks alone). Every call must return normally or
+// throw flashcore::Error (the C ABI: return a status with a message); anything else
+// (another exception, a sanitizer report, a leak, a timeout, the process ending) is a bug.
+//
+// Values too: the input plants NaN, +-Inf, huge and subnormal values in the buffer the
+// tensors view, and an attention call that ran is compared with the fp64 reference under
+// the library's rules (flashcore.hpp): an output element is finite exactly where the
+// reference's is, lse is NaN / -inf exactly where the reference's is, and finite outputs
+// stay within the spread of V (aborts otherwise).
 //
 // Memory safety of the harness itself: every tensor points into one real buffer and is
 // given a pointer only when the elements its shape and strides reach lie inside that
@@ -19,6 +25,7 @@
 #include <vector>
 
 #include "api/checks.hpp"
+#include "core/dtype.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 #include "flashcore/flashcore.h"
 #include "flashcore/flashcore.hpp"
@@ -168,6 +175,38 @@ const char* impl_of(Reader& r) {
   return fc::cpu::gemm_ukernel(b % n).key;
 }
 
+// CPU thread counts: mostly small, sometimes far more than any machine has (refused by
+// name: an OpenMP runtime that cannot create the threads ends the process).
+int threads_of(Reader& r) {
+  static const int kThreads[] = {-1, 0, 1, 2, 3, 64, 5000, std::numeric_limits<int>::max()};
+  return kThreads[r.u8() & 7];
+}
+
+// Plants up to 7 special values (NaN, +-Inf, huge, subnormal) at input-chosen elements
+// of the views (f32 / f16 / bf16 ones that lie in the buffer).
+void plant_values(Reader& r, std::initializer_list<const fc::Tensor*> views) {
+  const int n = r.u8() & 7;
+  for (int i = 0; i < n; ++i) {
+    const fc::Tensor& t = **(views.begin() + r.u8() % views.size());
+    const uint16_t pick = r.u16();
+    const uint8_t kind = r.u8();
+    const bool floats = t.dtype == fc::DType::f32 || t.dtype == fc::DType::f16 || t.dtype == fc::DType::bf16;
+    __int128 lo, hi;
+    if (!floats || t.data == nullptr || t.rank < 1 || t.rank > fc::kMaxRank || reach(t, &lo, &hi) != Reach::range)
+      continue;
+    int64_t rest = pick % t.numel(), off = 0;
+    for (int d = t.rank - 1; d >= 0; --d) {
+      off += (rest % t.shape[d]) * t.strides[d];
+      rest /= t.shape[d];
+    }
+    const bool f16 = t.dtype == fc::DType::f16;
+    const float kValues[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                             -std::numeric_limits<float>::infinity(), f16 ? 30000.0f : 1e15f,
+                             f16 ? -30000.0f : -1e15f, f16 ? 1e-6f : 1e-40f};
+    fc::core::store_from_f32(t.data, off, t.dtype, kValues[kind % 6]);
+  }
+}
+
 float scale_of(Reader& r) {
   static const float kScales[] = {0.0f, 1.0f, 0.125f, -1.0f, 1e30f, std::numeric_limits<float>::quiet_NaN(),
                                   std::numeric_limits<float>::infinity(), 3.0f};
@@ -196,6 +235,61 @@ void expect_clean(F&& call) {
   // Any other exception escapes to libFuzzer, which reports it as a crash.
 }
 
+// The logical elements of a view (rank <= 4, f32/f16/bf16), row-major order.
+std::vector<double> elements(const fc::Tensor& t) {
+  std::vector<double> e;
+  if (t.data == nullptr) return e;
+  const int64_t n = t.numel();
+  e.reserve(size_t(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, off = 0;
+    for (int d = t.rank - 1; d >= 0; --d) {
+      off += (rest % t.shape[d]) * t.strides[d];
+      rest /= t.shape[d];
+    }
+    e.push_back(double(fc::core::load_as_f32(t.data, off, t.dtype)));
+  }
+  return e;
+}
+
+double max_finite_abs(const std::vector<double>& e) {
+  double m = 0;
+  for (double x : e)
+    if (std::isfinite(x)) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// An attention call that ran (out, lse as it wrote them: `fast`, `fast_lse`) against the
+// reference's out and lse for the same arguments. Skipped where the library's contract
+// does not reach: scaled scores that may leave fp32's range (flashcore.hpp), and a kernel
+// forced by `impl` (its own precision, fp16 accumulation included).
+void check_values(const std::vector<double>& fast, const std::vector<double>& fast_lse, const fc::Tensor& q,
+                  const fc::Tensor& k, const fc::Tensor& v, const fc::Tensor& o, const fc::AttentionParams& p) {
+  if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, "auto") != 0) return;
+  const double d = double(q.shape[3]);
+  const double scale = p.scale == 0.0f ? 1.0 / std::sqrt(d) : std::abs(double(p.scale));
+  if (scale * max_finite_abs(elements(q)) * max_finite_abs(elements(k)) * d > 1e37) return;
+  const double vmax = max_finite_abs(elements(v));
+  const std::vector<double> ref = elements(o);
+  const std::vector<double> ref_lse = p.lse ? elements(*p.lse) : std::vector<double>{};
+  for (size_t i = 0; i < ref.size() && i < fast.size(); ++i) {
+    if (std::isfinite(ref[i]) != std::isfinite(fast[i])) {
+      std::fprintf(stderr, "out element %zu: %g, the reference %g\n", i, fast[i], ref[i]);
+      std::abort();
+    }
+    if (std::isfinite(ref[i]) && std::abs(fast[i] - ref[i]) > 2 * vmax + 1e-3 * (1 + std::abs(ref[i]))) {
+      std::fprintf(stderr, "out element %zu: %g, the reference %g, |v| <= %g\n", i, fast[i], ref[i], vmax);
+      std::abort();
+    }
+  }
+  for (size_t i = 0; i < ref_lse.size() && i < fast_lse.size(); ++i)
+    if (std::isnan(ref_lse[i]) != std::isnan(fast_lse[i]) ||
+        (ref_lse[i] == -INFINITY) != (fast_lse[i] == -INFINITY)) {
+      std::fprintf(stderr, "lse element %zu: %g, the reference %g\n", i, fast_lse[i], ref_lse[i]);
+      std::abort();
+    }
+}
+
 fc_tensor to_c(const fc::Tensor& t) {
   fc_tensor c;
   c.data = t.data;
@@ -218,6 +312,7 @@ void fuzz_attention(Reader& r) {
   const fc::Tensor q = make_tensor(r, 4, qd, dt), k = make_tensor(r, 4, kd, dt), v = make_tensor(r, 4, vd, dt);
   const fc::Tensor o = make_tensor(r, 4, od, dt);
   trace("q", q), trace("k", k), trace("v", v), trace("out", o);
+  plant_values(r, {&q, &k, &v});
   fc::AttentionParams p;
   p.scale = scale_of(r);
   p.causal = r.bit();
@@ -225,7 +320,7 @@ void fuzz_attention(Reader& r) {
   p.window_right = (r.u8() & 3) ? -1 : r.dim();
   p.strategy = static_cast<fc::Strategy>(r.u8() % 6);
   p.exp2 = static_cast<fc::Exp2Mode>(r.u8() % 3);
-  p.threads = int(r.u8() % 4) - 1;
+  p.threads = threads_of(r);
   p.impl = impl_of(r);
   fc::Tensor lse;
   if (r.bit()) {
@@ -256,7 +351,15 @@ void fuzz_attention(Reader& r) {
     fc::attention(q, k, v, o, p);
     ok = true;
   });
-  if (ok) expect_clean([&] { fc::reference::attention(q, k, v, o, p); });
+  if (ok) {
+    const std::vector<double> fast = elements(o), fast_lse = p.lse ? elements(*p.lse) : std::vector<double>{};
+    bool ref_ok = false;
+    expect_clean([&] {
+      fc::reference::attention(q, k, v, o, p);
+      ref_ok = true;
+    });
+    if (ref_ok) check_values(fast, fast_lse, q, k, v, o, p);
+  }
 
   // The same call through the C ABI (sometimes with a null struct pointer).
   fc_tensor cq = to_c(q), ck = to_c(k), cv = to_c(v), co = to_c(o), cl = to_c(lse);
@@ -292,7 +395,7 @@ void fuzz_softmax_v(Reader& r) {
   p.scale = scale_of(r);
   p.strategy = static_cast<fc::Strategy>(r.u8() % 6);
   p.exp2 = static_cast<fc::Exp2Mode>(r.u8() % 3);
-  p.threads = int(r.u8() % 4) - 1;
+  p.threads = threads_of(r);
   p.impl = impl_of(r);
   if (work({s.shape[0], s.shape[1], v.shape[1]}) > kMaxWork) {
     expect_clean([&] { fc::api::check_softmax_v(s, v, o, p); });
@@ -318,7 +421,7 @@ void fuzz_gemm_chain(Reader& r) {
   const fc::Tensor o = make_tensor(r, 2, od, dt);
   trace("a", a), trace("b", b), trace("c", c), trace("out", o);
   fc::GemmChainParams p;
-  p.threads = int(r.u8() % 4) - 1;
+  p.threads = threads_of(r);
   p.impl = impl_of(r);
   if (work({a.shape[0], b.shape[1], a.shape[1]}) + work({a.shape[0], b.shape[1], c.shape[1]}) > kMaxWork) {
     expect_clean([&] { fc::api::check_gemm_chain(a, b, c, o, p); });

@@ -15,6 +15,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +60,40 @@ bool v_fits_f16_sums(const core::AttentionProblem& p, const KvSource& v, int nth
     }
   }
   return fits == 1;
+}
+
+// A NaN or Inf element of V: key (of its sequence), column, and kv head within a decode
+// block (0 on the GEMM path, whose lists are per kv head).
+struct NonFiniteV {
+  int64_t key, col, kvi;
+};
+
+// Whether the element of V stored as dtype t at `e` is NaN or Inf (all exponent bits set).
+inline bool nonfinite_at(const void* row, int64_t e, DType t) {
+  const uint16_t* h = static_cast<const uint16_t*>(row);
+  switch (t) {
+    case DType::f16: return (h[e] & 0x7C00) == 0x7C00;
+    case DType::bf16: return (h[e] & 0x7F80) == 0x7F80;
+    default: return !std::isfinite(static_cast<const float*>(row)[e]);
+  }
+}
+
+// Masked keys must not reach the rows that do not see them, but P V multiplies every key
+// of a tile: a NaN / Inf in V at a key hidden from one row (by causal or a window) made
+// that row NaN through 0 * NaN (stale KV-cache slots outside a sliding window, say). Where
+// a mask applies, V's non-finite elements are listed and read as 0 by the GEMM (zeroed in
+// the packed panels, or in the decode path's converted rows), and each is added back, as
+// P_ij v_j, to exactly the rows that see its key (Attention::add_nonfinite). The scan
+// reads V once more per call (in cache, after its packing); lists are empty in practice.
+void list_nonfinite(const Rows& v, int64_t k0, int64_t k1, int64_t dv, int64_t kvi, std::vector<NonFiniteV>& out) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const void* row = v.row(k);
+    bool any = false;
+    for (int64_t e = 0; e < dv; ++e) any |= nonfinite_at(row, e, v.dtype);
+    if (!any) continue;
+    for (int64_t e = 0; e < dv; ++e)
+      if (nonfinite_at(row, e, v.dtype)) out.push_back({k, e, kvi});
+  }
 }
 
 // The first row and the length of sequence b along s: varlen (cu) or the fixed length.
@@ -186,7 +222,7 @@ void mask_tile(float* t, int64_t j0, int64_t kc, int64_t mq, int64_t seg, int64_
 // One chunk of groups: its first group, its work items and their split over keys.
 struct Chunk {
   int64_t g0 = 0, items = 0, nsplit = 1;
-  std::vector<float> split_o, split_lse;  // nsplit > 1: each part's O rows and lse
+  std::vector<float> split_o, split_ml;  // nsplit > 1: each part's O rows and (max, l)
 };
 
 // One query block being computed: its item, its geometry (g and g2 with the rows it
@@ -202,6 +238,7 @@ struct Block {
   const int64_t* lo;    // per row: the first key it sees and the end of its keys
   const int64_t* hi;
   KeyRange kr;
+  const std::vector<NonFiniteV>* bad = nullptr;  // V's NaN / Inf it must add back (or null)
 };
 
 class Attention {
@@ -209,7 +246,7 @@ class Attention {
   Attention(const core::AttentionProblem& p, PhaseTimes* times)
       : p_(p), k_(p.k, p.dtype, p.cu_k, p.sk), v_(p.v, p.dtype, p.cu_k, p.sk),
         a_(make_plan(p, k_, v_)), es_in_(int64_t(dtype_size(p.dtype))), timed_(times != nullptr),
-        phases_(static_cast<size_t>(a_.nthreads)) {}
+        phases_(static_cast<size_t>(a_.nthreads)), banded_(p.banded()) {}
 
   void run(PhaseTimes* times) {
     packed_ = a_.rows_mode ? nullptr
@@ -233,6 +270,8 @@ class Attention {
   KeyRange key_range(const Item& x, int64_t mq, const core::BandMask& mask, int64_t* lo, int64_t* hi) const;
   bool scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, Phases& ph, Lap& lap) const;
   void pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const;
+  void add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const;
+  const std::vector<NonFiniteV>* decode_nonfinite(const Block& bl) const;
   // decode: kv head kvi's queries, y = [d][mqh] then q = [mqh][d] (RowOps::dot)
   float* qy(char* qpack, int64_t kvi) const {
     return reinterpret_cast<float*>(qpack) + kvi * 2 * a_.mqh * p_.d;
@@ -245,6 +284,10 @@ class Attention {
   const bool timed_;
   std::vector<Phases> phases_;
   char* packed_ = nullptr;  // the packed K and V of a chunk's groups (null in decode)
+  const bool banded_;       // a mask hides keys from some rows: V's NaN / Inf are guarded
+  // GEMM path, per (group of the chunk, packing part): V's NaN / Inf, zeroed in the panels
+  std::vector<std::vector<NonFiniteV>> vbad_;
+  int64_t parts_ = 1;
 };
 
 // Packs K (as stage-1 A blocks of MR keys) and V (as stage-2 panels) of groups [g0, g1),
@@ -253,6 +296,8 @@ void Attention::pack_kv(int64_t g0, int64_t g1) {
   const Plan& a = a_;
   const Geometry& g = a.g;
   const int64_t parts = a.rows_mode ? 0 : std::max<int64_t>(1, (a.nthreads + (g1 - g0) - 1) / (g1 - g0));
+  parts_ = std::max<int64_t>(parts, 1);
+  vbad_.assign(banded_ ? static_cast<size_t>((g1 - g0) * parts_) : 0, {});
   // (contiguous runs of groups per thread: see run_blocks)
 #pragma omp parallel for schedule(static) num_threads(a.nthreads) collapse(2)
   for (int64_t gi = g0; gi < g1; ++gi) {
@@ -270,6 +315,14 @@ void Attention::pack_kv(int64_t g0, int64_t g1) {
         pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data());
       pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, kb0 * g.mr, kb1 * g.mr, vpack, a.g2.gk->ab,
                   a.g2.pb, rowbuf.data());
+      if (banded_) {  // this part's keys: list V's NaN / Inf and zero them in the panels
+        std::vector<NonFiniteV>& bad = vbad_[size_t((gi - g0) * parts + part)];
+        list_nonfinite(v_.head(b, hk), kb0 * g.mr, std::min(kb1 * g.mr, sk), p_.dv, 0, bad);
+        const int64_t es2 = a.g2.es;
+        for (const NonFiniteV& e : bad)
+          std::memset(vpack + ((e.col / a.g2.nr) * skp * a.g2.nr + pack_index(a.g2.pb, e.key, e.col % a.g2.nr, a.g2.nr)) * es2,
+                      0, size_t(es2));
+      }
       lap.to(phases().pack);
     }
   }
@@ -371,13 +424,56 @@ bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float*
 // softmax_block's PV: O += P^T x V rows [j0, j0+kc) of the block.
 void Attention::pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const {
   const Plan& a = a_;
+  bool fix = false;  // a listed NaN / Inf of V in this tile
+  if (bl.bad != nullptr)
+    for (const NonFiniteV& e : *bl.bad) fix |= e.key >= j0 && e.key < j0 + kc;
   if (!a.rows_mode) {
     stage2(bl.gb2, kc, P, ldp, bl.vpack, bl.skp, j0, a.dvp, O);
-    return;
+  } else {
+    for (int64_t kvi = 0; kvi < a.kvb; ++kvi)
+      rows_pv(a.g, *a.cfg.rows, kc, reinterpret_cast<const float*>(P) + kvi * a.mqh, a.g.mq, a.mqh,
+              v_.head(bl.x.b, bl.x.hk + kvi), j0, p_.dv, O + kvi * a.mqh * a.dvp, a.dvp, fix);
   }
-  for (int64_t kvi = 0; kvi < a.kvb; ++kvi)
-    rows_pv(a.g, *a.cfg.rows, kc, reinterpret_cast<const float*>(P) + kvi * a.mqh, a.g.mq, a.mqh,
-            v_.head(bl.x.b, bl.x.hk + kvi), j0, p_.dv, O + kvi * a.mqh * a.dvp, a.dvp);
+  if (fix) add_nonfinite(bl, j0, kc, P, ldp, O);
+}
+
+// The NaN / Inf elements of V that the GEMM read as 0 (list_nonfinite), added as P_ij v_j
+// to the rows that see key j: O's other rows never read them.
+void Attention::add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp,
+                              float* O) const {
+  const Plan& a = a_;
+  const Geometry& g = bl.gb2;
+  for (const NonFiniteV& e : *bl.bad) {
+    if (e.key < j0 || e.key >= j0 + kc) continue;
+    const float v = core::load_as_f32(v_.row(bl.x.b, e.key, bl.x.hk + e.kvi), e.col, p_.dtype);
+    const int64_t r0 = a.rows_mode ? e.kvi * a.mqh : 0, r1 = a.rows_mode ? r0 + a.mqh : g.mq;
+    for (int64_t i = r0; i < r1; ++i) {
+      if (!bl.x.out.valid(i) || e.key < bl.lo[i] || e.key >= bl.hi[i]) continue;
+      const float pij = a.rows_mode ? reinterpret_cast<const float*>(P)[(e.key - j0) * ldp + i]
+                                    : core::load_as_f32(P, pack_index(g.pa, e.key - j0, i, ldp), g.pt);
+      O[i * a.dvp + e.col] += pij * v;
+    }
+  }
+}
+
+// Decode blocks read V in place. Where a key of its tiles that not every row sees holds a
+// NaN / Inf in V (a row that sees every key gets it through P V anyway), every NaN / Inf
+// of its tiles is listed, per kv head of the block (pv then zeroes them all in its copy
+// of V and adds each back where it is seen); null when there is none.
+const std::vector<NonFiniteV>* Attention::decode_nonfinite(const Block& bl) const {
+  thread_local std::vector<NonFiniteV> bad;
+  bad.clear();
+  const int64_t kc = a_.g.kc;
+  const int64_t t0 = bl.kr.key_lo / kc * kc, t1 = std::min(bl.x.sk, (bl.kr.key_hi + kc - 1) / kc * kc);
+  for (int64_t kvi = 0; kvi < a_.kvb; ++kvi) {
+    const Rows v = v_.head(bl.x.b, bl.x.hk + kvi);
+    list_nonfinite(v, t0, std::min(t1, std::max(t0, bl.kr.all_lo)), p_.dv, kvi, bad);
+    list_nonfinite(v, std::max(t0, bl.kr.all_hi), t1, p_.dv, kvi, bad);
+  }
+  if (bad.empty()) return nullptr;
+  bad.clear();
+  for (int64_t kvi = 0; kvi < a_.kvb; ++kvi) list_nonfinite(v_.head(bl.x.b, bl.x.hk + kvi), t0, t1, p_.dv, kvi, bad);
+  return &bad;
 }
 
 void Attention::run_item(Chunk& ch, int64_t it2) {
@@ -412,6 +508,17 @@ void Attention::run_item(Chunk& ch, int64_t it2) {
   bl.kr = key_range(x, bl.gb.mq, mask, lo, hi);
   bl.lo = lo;
   bl.hi = hi;
+  if (banded_ && a.rows_mode) {
+    bl.bad = decode_nonfinite(bl);
+  } else if (banded_) {  // the group's lists from its packing parts
+    thread_local std::vector<NonFiniteV> bad;
+    bad.clear();
+    for (int64_t part = 0; part < parts_; ++part) {
+      const std::vector<NonFiniteV>& pl = vbad_[size_t((x.gi - ch.g0) * parts_ + part)];
+      bad.insert(bad.end(), pl.begin(), pl.end());
+    }
+    if (!bad.empty()) bl.bad = &bad;
+  }
   lap.to(ph.pack);
 
   int64_t key_lo = bl.kr.key_lo, key_hi = bl.kr.key_hi;
@@ -426,7 +533,8 @@ void Attention::run_item(Chunk& ch, int64_t it2) {
     if (key_hi <= key_lo) key_lo = key_hi = 0;
     // Scratch rows are contiguous: segment stride = seg rows.
     out = BlockOut{ch.split_o.data() + it2 * a.g.mq * p_.dv, p_.dv, DType::f32, x.out.rows, p_.dv,
-                   ch.split_lse.data() + it2 * a.g.mq, a.seg, a.seg * p_.dv, a.seg};
+                   nullptr, a.seg, a.seg * p_.dv, a.seg};
+    out.ml = ch.split_ml.data() + it2 * a.g.mq * 2;
   }
   auto scores_of = [&](int64_t j0, int64_t kc, float* t, float* mx, Phases& phx, Lap& lapx) {
     return scores(bl, j0, kc, t, mx, phx, lapx);
@@ -453,7 +561,7 @@ void Attention::run_blocks(int64_t g0, int64_t g1) {
   const int64_t ktiles = (a.skp_max + a.g.kc - 1) / a.g.kc;
   ch.nsplit = ch.items < a.nthreads ? std::min<int64_t>((a.nthreads + ch.items - 1) / ch.items, ktiles) : 1;
   ch.split_o.resize(static_cast<size_t>(ch.nsplit > 1 ? ch.items * ch.nsplit * a.g.mq * p_.dv : 0));
-  ch.split_lse.resize(static_cast<size_t>(ch.nsplit > 1 ? ch.items * ch.nsplit * a.g.mq : 0));
+  ch.split_ml.resize(static_cast<size_t>(ch.nsplit > 1 ? ch.items * ch.nsplit * a.g.mq * 2 : 0));
   // Items of equal cost (no mask band, one sequence length) go out in contiguous runs,
   // the groups' runs of the packing loop: each thread then reads the Q, K, V and O rows of
   // the same heads as in the previous call, still in its L2 (bf16 B1 H8 S512 D64, 2
@@ -473,7 +581,7 @@ void Attention::run_blocks(int64_t g0, int64_t g1) {
   }
   if (ch.nsplit > 1) {
     Lap lap(timed_);
-    merge_splits(ch.items, ch.nsplit, a.g.mq, p_.dv, ch.split_o, ch.split_lse,
+    merge_splits(ch.items, ch.nsplit, a.g.mq, p_.dv, ch.split_o, ch.split_ml,
                  [&](int64_t it) { return locate(g0, it).out; }, a.nthreads);
     lap.to(phases_[0].normalize);
   }

@@ -4,12 +4,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "core/threads.hpp"
 #include "cpu/pipelines/pipelines.hpp"
 #include "flashcore/flashcore.hpp"
 
@@ -34,8 +36,10 @@ inline bool gemm_forced(const char* impl) {
   return impl != nullptr && impl[0] != '\0' && std::strcmp(impl, "auto") != 0;
 }
 
+// The threads of a call: the request (checked against core::max_threads by the API), or
+// OMP_NUM_THREADS / every core, capped at core::max_threads.
 inline int resolve_threads(int requested) {
-  return requested > 0 ? requested : omp_get_max_threads();
+  return requested > 0 ? requested : std::min(omp_get_max_threads(), core::max_threads());
 }
 
 inline Strategy resolve(Strategy s, int64_t sq, int64_t sk, int64_t d, DType t) {

@@ -89,7 +89,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
   const int64_t ktiles = (lp + g.kc - 1) / g.kc;
   const int64_t nsplit = nblocks < nthreads ? std::min<int64_t>((nthreads + nblocks - 1) / nblocks, ktiles) : 1;
   std::vector<float> split_o(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq * p.d : 0));
-  std::vector<float> split_lse(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq : 0));
+  std::vector<float> split_ml(static_cast<size_t>(nsplit > 1 ? nblocks * nsplit * g.mq * 2 : 0));
   auto block_out = [&](int64_t qb) {
     const int64_t i0 = qb * g.mq;
     return BlockOut{static_cast<char*>(p.o) + i0 * p.o_sm * oes, p.o_sm, p.dtype, std::min(g.mq, p.m - i0), p.d,
@@ -162,8 +162,8 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
       key_lo = std::min(p.l, ktiles * part / nsplit * g.kc);
       key_hi = std::min(p.l, ktiles * (part + 1) / nsplit * g.kc);
       if (key_hi <= key_lo) key_lo = key_hi = 0;
-      out = BlockOut{split_o.data() + it2 * g.mq * p.d, p.d, DType::f32, rows, p.d,
-                     split_lse.data() + it2 * g.mq, g.mq};
+      out = BlockOut{split_o.data() + it2 * g.mq * p.d, p.d, DType::f32, rows, p.d, nullptr, g.mq};
+      out.ml = split_ml.data() + it2 * g.mq * 2;
     }
     auto pv = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
       if (rows_mode)
@@ -176,7 +176,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
   }
   if (nsplit > 1) {
     Lap lap(timed);
-    merge_splits(nblocks, nsplit, g.mq, p.d, split_o, split_lse, block_out, nthreads);
+    merge_splits(nblocks, nsplit, g.mq, p.d, split_o, split_ml, block_out, nthreads);
     lap.to(phases[0].normalize);
   }
   report(times, phases, g.key, strategy);

@@ -1,7 +1,10 @@
 #include "cpu/pipelines/stages.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
+
+#include "core/dtype.hpp"
 
 namespace flashcore::cpu {
 namespace {
@@ -121,12 +124,23 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
 }
 
 void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, int64_t ldp,
-             int64_t mq, const Rows& v, int64_t j0, int64_t dv, float* O, int64_t ldo) {
+             int64_t mq, const Rows& v, int64_t j0, int64_t dv, float* O, int64_t ldo,
+             bool finite_only) {
   thread_local std::vector<float> vconv;
   for (int64_t k0 = 0; k0 < kc; k0 += g.kc) {
     const int64_t n = std::min(g.kc, kc - k0);
     int64_t vs = 0;
-    const float* vr = f32_rows(v, j0 + k0, n, dv, vconv, vs);
+    const float* vr = nullptr;
+    if (finite_only) {  // a converted copy (fp32 rows too), non-finite elements zeroed
+      vconv.resize(static_cast<size_t>(n * dv));
+      for (int64_t k = 0; k < n; ++k) core::convert_row(v.row(j0 + k0 + k), v.dtype, dv, vconv.data() + k * dv);
+      for (float& x : vconv)
+        if (!std::isfinite(x)) x = 0.0f;
+      vr = vconv.data();
+      vs = dv;
+    } else {
+      vr = f32_rows(v, j0 + k0, n, dv, vconv, vs);
+    }
     ops.axpy(n, mq, P + k0 * ldp, ldp, vr, vs, dv, O, ldo);
   }
 }

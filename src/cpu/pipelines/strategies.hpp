@@ -34,6 +34,14 @@
 namespace flashcore::cpu {
 
 inline constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by this many tiles
+// exp2_pack computes P = 2^(c s - cm) with cm = c m rounded to fp32 once per row. The
+// rounding error (half an ulp of cm, a constant of the row) cancels in O / l, but not in
+// lse or in the weights that merge a split block's parts (1e-5 relative at cm = 2^8), and
+// at 2^31 it reaches whole powers of two (64): the row's own maximum came out as 2^+-64, an
+// overflow to inf or a row read back as fully masked. Rows whose c m is at least this
+// large take their scores relative to m first (s - m, exact at the max) and cm = 0, which
+// costs a pass over the row's scores, for such rows only (scaled logits past ~177).
+inline constexpr float kShiftedMaxFrom = 0x1p8f;
 
 // One query block through a strategy. `Scores` (j0, kc, t, mx, phases, lap) fills key
 // tile [j0, j0+kc) as T[kc][mq] (masked entries -inf) and returns whether it also folded
@@ -51,6 +59,9 @@ struct BlockOut {
   int64_t seg;      // rows per segment
   int64_t o_hs = 0, lse_hs = 0;  // between segments (elements)
   int64_t es = int64_t(dtype_size(o_type));
+  // A part of a block split over keys (merge_splits): per row, the scaled max and the sum l
+  // its O was normalized by, at ml[2 i], ml[2 i + 1] (rows contiguous; lse is not written).
+  float* ml = nullptr;
   bool valid(int64_t i) const { return i % seg < rows; }
   char* row(int64_t i) const {
     return static_cast<char*>(o) + ((i / seg) * o_hs + (i % seg) * o_stride) * es;
@@ -96,8 +107,8 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   const int64_t pbuf_rows = strategy == Strategy::three_pass ? std::max<int64_t>(keys_total, 1)
                             : strategy == Strategy::two_pass ? (kPipeAhead + 1) * g.kc
                                                              : g.kc;
-  arena.reset(static_cast<size_t>(tbuf_rows * mq * 4 + pbuf_rows * mq * g.es + mq * dvp * 4 + 9 * mq * 4 +
-                     8 * 64));
+  arena.reset(static_cast<size_t>(tbuf_rows * mq * 4 + pbuf_rows * mq * g.es + mq * dvp * 4 + 10 * mq * 4 +
+                     9 * 64));
   float* T = arena.take<float>(tbuf_rows * mq);
   char* P = arena.take<char>(pbuf_rows * mq * g.es);
   float* O = arena.take<float>(mq * dvp);
@@ -107,13 +118,25 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   float* alpha = arena.take<float>(mq);
   float* tmax = arena.take<float>(mq);
   float* tsum = arena.take<float>(mq);
+  float* shift = arena.take<float>(mq);  // per row: m where scores are shifted (kShiftedMaxFrom), else 0
+  bool shifted = false;
   std::fill(O, O + mq * dvp, 0.0f);
   std::fill(m, m + mq, kNegInf);
   std::fill(l, l + mq, 0.0f);
 
-  // c*m with the fully-masked case (m = -inf) mapped to 0 so that exp2(-inf - 0) = 0.
+  // c*m with the fully-masked case (m = -inf) mapped to 0 so that exp2(-inf - 0) = 0;
+  // rows with a very large c*m are shifted instead (kShiftedMaxFrom): cm = 0.
   auto fold_max = [&]() {
-    for (int64_t i = 0; i < mq; ++i) cm[i] = m[i] == kNegInf ? 0.0f : c * m[i];
+    shifted = false;
+    for (int64_t i = 0; i < mq; ++i) {
+      cm[i] = m[i] == kNegInf ? 0.0f : c * m[i];
+      shift[i] = 0.0f;
+      if (std::abs(cm[i]) >= kShiftedMaxFrom && std::isfinite(cm[i])) {
+        shift[i] = m[i];
+        cm[i] = 0.0f;
+        shifted = true;
+      }
+    }
   };
   // exp+pack of one key tile. Its row sums go through a tile-local sum before joining l:
   // adding tens of thousands of terms one by one into l cost fp32 softmax_v 2.8e-5 rel_err
@@ -125,7 +148,11 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   auto p_at = [&](char* buf, int64_t kk, int64_t ld) {
     return buf + pack_index(g.pa, kk, 0, ld) * g.es;
   };
-  auto exp_tile = [&](int64_t kc, const float* t, char* p, int64_t ldp) {
+  auto exp_tile = [&](int64_t kc, float* t, char* p, int64_t ldp) {
+    if (shifted)
+      for (int64_t i = 0; i < mq; ++i)
+        if (shift[i] != 0.0f)
+          for (int64_t k = 0; k < kc; ++k) t[k * mq + i] -= shift[i];
     std::fill(tsum, tsum + mq, 0.0f);
     g.vec->exp2_pack(kc, mq, t, mq, c, cm, p, ldp, g.pt, g.pa, mode, tsum);
     for (int64_t i = 0; i < mq; ++i) l[i] += tsum[i];
@@ -194,24 +221,35 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
     }
   }
 
-  // Phase 3: normalize, lse, store. A row with no visible key has l = 0: O = 0, lse = -inf.
+  // Phase 3: normalize, lse, store. A row with no visible key, or only -inf scores, has
+  // l = 0: O = 0 (written as zeros: its accumulator may hold 0 * Inf from V) and lse = -inf.
+  // A row that saw a NaN score (or +inf, whose 2^(inf - inf) is NaN) has l = NaN: its O is
+  // NaN (NaN * 0) and so is its lse, which must not read as "fully masked".
   for (int64_t i = 0; i < mq; ++i) {
     if (!out.valid(i)) continue;
+    if (l[i] == 0.0f) std::fill(O + i * dvp, O + i * dvp + out.dv, 0.0f);
     const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
     g.vec->store_row(O + i * dvp, out.dv, inv, out.row(i), out.o_type);
     if (out.lse != nullptr)
-      *out.lse_at(i) = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : kNegInf;
+      *out.lse_at(i) = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : l[i] == 0.0f ? kNegInf : l[i];
+    if (out.ml != nullptr) {
+      out.ml[2 * i] = l[i] > 0.0f ? scale * m[i] : l[i] == 0.0f ? kNegInf : l[i];
+      out.ml[2 * i + 1] = l[i];
+    }
   }
   lap.to(ph.normalize);
 }
 
 // Split over keys (FlashAttention's split-KV combine): each of `items` blocks ran as
-// `nsplit` parts over disjoint key ranges, each part writing its normalized O rows and
-// lse to scratch (split_o [item][part][mq][dv], split_lse [item][part][mq]); the parts
-// are merged with weights exp(lse_s - max lse) into out_of(item) (a BlockOut).
+// `nsplit` parts over disjoint key ranges, each part writing its normalized O rows and its
+// (scaled max, l) pairs to scratch (split_o [item][part][mq][dv], split_ml
+// [item][part][mq][2]); the parts are merged with weights l_s exp(max_s - max) into
+// out_of(item) (a BlockOut). Not through each part's lse: at large scores (lse ~ 1e26)
+// fp32 cannot hold log(l) beside the max, and parts whose maxima tie lost their sums'
+// ratio (tied keys counted per part).
 template <class OutOf>
 void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const std::vector<float>& split_o,
-                  const std::vector<float>& split_lse, const OutOf& out_of, int nthreads) {
+                  const std::vector<float>& split_ml, const OutOf& out_of, int nthreads) {
 #pragma omp parallel for num_threads(nthreads)
   for (int64_t it = 0; it < items; ++it) {
     const BlockOut out = out_of(it);
@@ -219,13 +257,15 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
     std::vector<float> acc(static_cast<size_t>(dv));
     for (int64_t i = 0; i < mq; ++i) {
       if (!out.valid(i)) continue;
-      float mx = kNegInf;
-      for (int64_t s = 0; s < nsplit; ++s) mx = std::max(mx, split_lse[size_t((it * nsplit + s) * mq + i)]);
+      auto ml = [&](int64_t s) { return split_ml.data() + ((it * nsplit + s) * mq + i) * 2; };
+      float mx = kNegInf;  // a NaN part (NaN scores) makes the row NaN, as unsplit
+      for (int64_t s = 0; s < nsplit; ++s) mx = std::isnan(ml(s)[0]) ? ml(s)[0] : std::max(mx, ml(s)[0]);
       std::fill(acc.begin(), acc.end(), 0.0f);
       float wsum = 0.0f;
       if (mx != kNegInf) {  // every part fully masked: O = 0, lse = -inf
         for (int64_t s = 0; s < nsplit; ++s) {
-          const float w = std::exp(split_lse[size_t((it * nsplit + s) * mq + i)] - mx);
+          if (ml(s)[0] == kNegInf) continue;  // this part saw no key of the row
+          const float w = ml(s)[1] * std::exp(ml(s)[0] - mx);
           const float* os = split_o.data() + ((it * nsplit + s) * mq + i) * dv;
           for (int64_t j = 0; j < dv; ++j) acc[size_t(j)] += w * os[j];
           wsum += w;
