@@ -268,7 +268,8 @@ class Attention {
   void run_item(Chunk& ch, int64_t it2);
   void pack_queries(const Item& x, char* qpack, float* rowbuf) const;
   KeyRange key_range(const Item& x, int64_t mq, const core::BandMask& mask, int64_t* lo, int64_t* hi) const;
-  bool scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, Phases& ph, Lap& lap) const;
+  bool scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, bool negate, Phases& ph,
+              Lap& lap) const;
   void pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const;
   void add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const;
   const std::vector<NonFiniteV>* decode_nonfinite(const Block& bl) const;
@@ -394,9 +395,10 @@ KeyRange Attention::key_range(const Item& x, int64_t mq, const core::BandMask& m
   return kr;
 }
 
-// softmax_block's Scores: key tile [j0, j0+kc) of the block as T[kc][mq], masked entries
-// -inf; true when the tile's column max was folded into mx in stage 1.
-bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, Phases& ph,
+// softmax_block's Scores: key tile [j0, j0+kc) of the block as T[kc][mq] (negated when
+// `negate`), masked entries -inf; true when the tile's column max was folded into mx in
+// stage 1.
+bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, bool negate, Phases& ph,
                        Lap& lap) const {
   const Plan& a = a_;
   const bool visible = j0 >= bl.kr.all_lo && j0 + kc <= bl.kr.all_hi;  // no key of the tile masked
@@ -416,6 +418,7 @@ bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float*
            bl.gb.mq, visible ? mx : nullptr);
   }
   lap.to(ph.gemm);
+  if (negate) negate_scores(t, kc * bl.gb.mq);
   if (visible) return !a.rows_mode && mx != nullptr;
   mask_tile(t, j0, kc, bl.gb.mq, a.seg, bl.x.out.rows, bl.x.sk, bl.kr, bl.lo, bl.hi);
   return false;
@@ -536,8 +539,8 @@ void Attention::run_item(Chunk& ch, int64_t it2) {
                    nullptr, a.seg, a.seg * p_.dv, a.seg};
     out.ml = ch.split_ml.data() + it2 * a.g.mq * 2;
   }
-  auto scores_of = [&](int64_t j0, int64_t kc, float* t, float* mx, Phases& phx, Lap& lapx) {
-    return scores(bl, j0, kc, t, mx, phx, lapx);
+  auto scores_of = [&](int64_t j0, int64_t kc, float* t, float* mx, bool negate, Phases& phx, Lap& lapx) {
+    return scores(bl, j0, kc, t, mx, negate, phx, lapx);
   };
   auto pv_of = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
     pv(bl, j0, kc, P, ldp, O);

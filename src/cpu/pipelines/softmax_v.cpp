@@ -104,7 +104,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
     // Row by row: each score row is read in order and written down a column of T (in L1);
     // key by key, the first version, read the block's rows in step, one element of each
     // per key (M12 L32768, 1 thread, Zen 3 VM: 635 us of the 4.1 ms call).
-    auto scores = [&](int64_t j0, int64_t kc, float* t, float*, Phases& phx, Lap& lapx) {
+    auto scores = [&](int64_t j0, int64_t kc, float* t, float*, bool negate, Phases& phx, Lap& lapx) {
       const int64_t kv = std::max<int64_t>(0, std::min(kc, p.l - j0));  // keys before L
       // Rows [0, rdone) x keys [0, kdone) by the transposes below, the rest by the
       // element loop after them.
@@ -151,6 +151,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
           for (int64_t k = k0; k < kv; ++k) col[k * g.mq] = src[k * p.s_sl];
         }
       }
+      if (negate) negate_scores(t, kv * g.mq);
       for (int64_t k = kv; k < kc; ++k) std::fill(t + k * g.mq, t + (k + 1) * g.mq, kNegInf);
       lapx.to(phx.max_find);
       return false;

@@ -43,9 +43,10 @@ inline constexpr int kPipeAhead = 1;  // two_pass: producer leads the GEMM by th
 // costs a pass over the row's scores, for such rows only (scaled logits past ~177).
 inline constexpr float kShiftedMaxFrom = 0x1p8f;
 
-// One query block through a strategy. `Scores` (j0, kc, t, mx, phases, lap) fills key
-// tile [j0, j0+kc) as T[kc][mq] (masked entries -inf) and returns whether it also folded
-// the tile's column max into mx (given only where it may; softmax_block does it otherwise).
+// One query block through a strategy. `Scores` (j0, kc, t, mx, negate, phases, lap) fills
+// key tile [j0, j0+kc) as T[kc][mq] (negated first when `negate`; masked entries -inf)
+// and returns whether it also folded the tile's column max into mx (given only where it
+// may; softmax_block does it otherwise).
 // Rows of a block are segments of `seg` rows, one per head (a GQA block holds several
 // heads' queries; other blocks are one segment): row i is row i % seg of segment i / seg,
 // and the first `rows` rows of each segment exist (the rest is padding).
@@ -70,9 +71,11 @@ struct BlockOut {
 };
 
 // A negative scale turns the row max of scale*s into scale*min(s). Rather than a second
-// max/min path, flip the sign of the scores (masked -inf entries stay -inf) and of the scale.
+// max/min path, the Scores callable negates the scores (before it blanks masked entries
+// with -inf: a score of -inf that is not masked becomes +inf, as scale*s is) and
+// softmax_block flips the scale.
 inline void negate_scores(float* t, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) t[i] = t[i] == kNegInf ? kNegInf : -t[i];
+  for (int64_t i = 0; i < n; ++i) t[i] = -t[i];
 }
 
 // `pv(j0, kc, P, ldp, O)` adds P^T x V rows [j0, j0+kc) into O[mq][dvp] (P: kc keys x mq
@@ -92,8 +95,7 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   // Fills tile t and folds its column max into mx: in stage 1 where the Scores callable
   // can (it returns true), else here. (Not with flipped scores: their max is taken after.)
   auto scores = [&](int64_t j0, int64_t kc, float* t, float* mx, Phases& phx, Lap& lapx) {
-    const bool fused = raw_scores(j0, kc, t, flip ? nullptr : mx, phx, lapx);
-    if (flip) negate_scores(t, kc * mq);
+    const bool fused = raw_scores(j0, kc, t, flip ? nullptr : mx, flip, phx, lapx);
     if (!fused) g.vec->col_max(kc, mq, t, mq, mx);
   };
   int64_t t_begin = key_lo / g.kc, t_end = key_hi > key_lo ? (key_hi + g.kc - 1) / g.kc : t_begin;
