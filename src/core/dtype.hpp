@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "flashcore/flashcore.hpp"
+#include "flashcore/types.hpp"
 
 namespace flashcore::core {
 

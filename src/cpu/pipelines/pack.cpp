@@ -1,5 +1,4 @@
-// The packers and the per-thread scratch of the CPU pipelines (pack.hpp), and the storage
-// of PackedOperands (packed.hpp).
+// The packers and the per-thread scratch of the CPU pipelines (pack.hpp).
 #include "cpu/pipelines/pack.hpp"
 
 #if defined(__SSE2__)
@@ -10,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include "cpu/pipelines/packed.hpp"
 
 namespace flashcore::cpu {
 
@@ -324,17 +321,3 @@ const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::
 }
 
 }  // namespace flashcore::cpu
-
-namespace flashcore {
-
-PackedOperands::State::State(Op op_, DType dtype_, const cpu::GemmUkernel* kernel_, int64_t d0,
-                             int64_t d1, int64_t d2, size_t bytes_)
-    : op(op_), dtype(dtype_), kernel(kernel_), dims{d0, d1, d2}, data(nullptr), bytes(bytes_) {
-  // Whole cache lines (see pack_slot); at least one, so that data is never null.
-  data = static_cast<char*>(std::aligned_alloc(64, size_t(cpu::round_up(int64_t(bytes) + 1, 64))));
-  if (data == nullptr) throw std::bad_alloc();
-}
-
-PackedOperands::State::~State() { std::free(data); }
-
-}  // namespace flashcore
