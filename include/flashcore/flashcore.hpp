@@ -1,6 +1,6 @@
 // flashcore: fused attention kernels behind one C++ API.
 //
-// Three operations (see docs/api.md for worked examples):
+// Three operations (worked examples: README.md's C++ example, examples/downstream):
 //
 //   attention   O = softmax(scale * Q K^T + mask) V
 //   softmax_v   O = softmax(scale * S) V            (S given: fp32, or int32 with a scale)
@@ -23,7 +23,8 @@
 //    kernel stores P in 16 bits, the correctly rounded 16-bit value up to ties within
 //    2.7e-6: x86's exp2_p16),
 //    Exp2Mode::fast is a cheap approximation (relative error <= 1.8e-3 on x86 and the
-//    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp; on the fp8
+//    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp and
+//    src/cpu/sve/vecops_sve.cpp; on the fp8
 //    GPU kernels, when no lse is asked for, half of P's exponentials by the piecewise-linear
 //    chord between powers of two, relative error <= 3.2 %, below the e4m3 rounding that P
 //    gets anyway; with lse, the exact path). Other CUDA kernels use MUFU.EX2 in both modes.

@@ -15,7 +15,7 @@ namespace flashcore {
 enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, e4m3 = 3, e5m2 = 4, i32 = 5 };
 enum class Device : int { cpu = 0, cuda = 1 };
 
-// Softmax strategies of the seeds (see DESIGN.md). For `attention`, `online` is the
+// Softmax strategies of the seeds (docs/cpu.md). For `attention`, `online` is the
 // fully fused FlashAttention path (Q K^T, softmax, P V tile by tile, S never stored);
 // `two_pass` and `three_pass` keep one query block's score strip [MR x Sk].
 enum class Strategy : int { automatic = 0, two_pass = 1, three_pass = 2, online = 3 };
