@@ -11,7 +11,7 @@
 // stage 2. With N threads each thread runs its own copy. A timed call runs the product
 // `reps` times back to back (each run rewrites C), at least ~64 MFLOP per thread: the
 // AMX row's single product takes ~3 us, and the parallel region and clock around one
-// call cost ~0.4 us of it (session 27).
+// call cost ~0.4 us of it (c07e6f5, 2026-11-27).
 #include <omp.h>
 
 #include <algorithm>
@@ -39,8 +39,8 @@ const flashcore::cpu::GemmUkernel* find_kernel(const std::string& key) {
 // A copy of an array's bytes starting on a cache line, as the pipelines' packed operands
 // do (pack.hpp): a HostArray's std::vector storage is only 16-byte aligned (large
 // ones sit 16 bytes past a page), so every 64-byte row of an AMX tile or zmm load would
-// span two cache lines. Until session 9 the GEMM-only rows timed such operands: AMX
-// bf16_32x32 measured ~700 GFLOP/s there against ~1300 for the same loop on aligned data.
+// span two cache lines. Until 412dcca (2026-11-22) the GEMM-only rows timed such
+// operands, the AMX kernel at about half its speed on aligned data (docs/results/cpu-pipelines-2026-11-29.md).
 struct Aligned {
   std::unique_ptr<unsigned char[]> raw;
   unsigned char* p = nullptr;

@@ -26,7 +26,12 @@ stage() {  # stage NAME CMD...: runs and times one stage
 skipped() { [[ "$skip" == *" $1 "* ]]; }
 
 stage deps scripts/deps.sh test
-stage names python3 tools/check_names.py
+# Kernel keys against the naming grammar; includes running one way (docs/architecture.md).
+names() {
+  python3 tools/check_names.py
+  python3 tools/check_layers.py
+}
+stage names names
 
 cuda_flag=AUTO
 skipped cuda && cuda_flag=OFF

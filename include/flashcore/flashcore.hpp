@@ -1,6 +1,6 @@
 // flashcore: fused attention kernels behind one C++ API.
 //
-// Three operations (see docs/api.md for worked examples):
+// Three operations (worked examples: README.md's C++ example, examples/downstream):
 //
 //   attention   O = softmax(scale * Q K^T + mask) V
 //   softmax_v   O = softmax(scale * S) V            (S given: fp32, or int32 with a scale)
@@ -23,7 +23,8 @@
 //    kernel stores P in 16 bits, the correctly rounded 16-bit value up to ties within
 //    2.7e-6: x86's exp2_p16),
 //    Exp2Mode::fast is a cheap approximation (relative error <= 1.8e-3 on x86 and the
-//    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp; on the fp8
+//    portable kernels, ~5.4e-3 with FEXPA alone on SVE: see src/core/exp2.hpp and
+//    src/cpu/sve/vecops_sve.cpp; on the fp8
 //    GPU kernels, when no lse is asked for, half of P's exponentials by the piecewise-linear
 //    chord between powers of two, relative error <= 3.2 %, below the e4m3 rounding that P
 //    gets anyway; with lse, the exact path). Other CUDA kernels use MUFU.EX2 in both modes.
@@ -48,62 +49,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
-#include <stdexcept>
 #include <string>
+
+#include "flashcore/types.hpp"
 
 #pragma GCC visibility push(default)
 namespace flashcore {
-
-enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, e4m3 = 3, e5m2 = 4, i32 = 5 };
-enum class Device : int { cpu = 0, cuda = 1 };
-
-// Softmax strategies of the seeds (see DESIGN.md). For `attention`, `online` is the
-// fully fused FlashAttention path (Q K^T, softmax, P V tile by tile, S never stored);
-// `two_pass` and `three_pass` keep one query block's score strip [MR x Sk].
-enum class Strategy : int { automatic = 0, two_pass = 1, three_pass = 2, online = 3 };
-enum class Exp2Mode : int { exact = 0, fast = 1 };
-
-enum class Status : int {
-  ok = 0,
-  invalid_argument = 1,  // shape, stride, dtype, null pointer, aliasing
-  unsupported = 2,       // valid request this build/device cannot run (dtype, head dim, backend)
-  device_error = 3,      // CUDA launch/runtime failure
-  internal_error = 4,
-};
-
-class Error : public std::runtime_error {
- public:
-  Error(Status code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  Status code() const noexcept { return code_; }
-
- private:
-  Status code_;
-};
-
-constexpr int kMaxRank = 4;
-
-// A non-owning strided view. shape/strides are in elements, rank <= 4.
-struct Tensor {
-  void* data = nullptr;
-  DType dtype = DType::f32;
-  Device device = Device::cpu;
-  int rank = 0;
-  int64_t shape[kMaxRank] = {0, 0, 0, 0};
-  int64_t strides[kMaxRank] = {0, 0, 0, 0};
-
-  // Contiguous (row-major) view of the given shape.
-  static Tensor contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
-                           Device device = Device::cpu);
-  int64_t numel() const;
-};
-
-// Names the library uses in messages and in kernel keys ("f32", "bf16", ...).
-const char* to_string(DType d);
-const char* to_string(Strategy s);
-const char* to_string(Exp2Mode m);
-size_t dtype_size(DType d);
 
 struct AttentionParams {
   float scale = 0.0f;         // 0 = default 1/sqrt(D)

@@ -1,5 +1,4 @@
 // Public C++ API: checks -> backend choice -> backend. Nothing here computes.
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -7,8 +6,8 @@
 #include <vector>
 
 #include "api/checks.hpp"
-#include "api/errors.hpp"
-#include "core/env.hpp"
+#include "core/errors.hpp"
+#include "core/force_generic.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 #include "cpu/pipelines/pipelines.hpp"
 #include "flashcore/flashcore.hpp"
@@ -18,71 +17,10 @@
 
 namespace flashcore {
 
-Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
-                          Device device) {
-  Tensor t;
-  t.data = data;
-  t.dtype = dtype;
-  t.device = device;
-  t.rank = int(shape.size() < size_t(kMaxRank) ? shape.size() : size_t(kMaxRank));
-  int i = 0;
-  for (int64_t s : shape) {
-    if (i >= kMaxRank) break;
-    t.shape[i++] = s;
-  }
-  int64_t stride = 1;
-  for (int d = t.rank - 1; d >= 0; --d) {
-    t.strides[d] = stride;
-    stride *= t.shape[d] > 0 ? t.shape[d] : 1;
-  }
-  return t;
-}
-
-int64_t Tensor::numel() const {
-  int64_t n = 1;
-  for (int i = 0; i < rank && i < kMaxRank; ++i) n *= shape[i];
-  return rank > 0 ? n : 0;
-}
-
-const char* to_string(DType d) {
-  switch (d) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::e4m3: return "e4m3";
-    case DType::e5m2: return "e5m2";
-    case DType::i32: return "i32";
-  }
-  return "unknown";
-}
-const char* to_string(Strategy s) {
-  switch (s) {
-    case Strategy::automatic: return "auto";
-    case Strategy::two_pass: return "two-pass";
-    case Strategy::three_pass: return "three-pass";
-    case Strategy::online: return "online";
-  }
-  return "unknown";
-}
-const char* to_string(Exp2Mode m) { return m == Exp2Mode::fast ? "fast" : "exact"; }
-
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::e4m3: case DType::e5m2: return 1;
-  }
-  return 0;
-}
-
 const char* version() { return "0.1.0"; }
 
-namespace {
-std::atomic<bool> g_force_generic{core::env_flag("FLASHCORE_FORCE_GENERIC")};
-}  // namespace
-
-void set_force_generic(bool on) { g_force_generic.store(on); }
-bool force_generic() { return g_force_generic.load(); }
+void set_force_generic(bool on) { core::set_force_generic(on); }
+bool force_generic() { return core::force_generic(); }
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const AttentionParams& params, PhaseTimes* times) {

@@ -9,7 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "api/errors.hpp"
+#include "core/cu_seqlens.hpp"
+#include "core/errors.hpp"
 #include "core/threads.hpp"
 #include "cpu/pipelines/packed.hpp"
 
@@ -283,8 +284,8 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
       // checked by the CUDA backend (copied to the host) before its launch, unless the
       // bounds are given.
       int64_t max_q = 0, max_k = 0;
-      check_cu_seqlens(p.cu_seqlens_q, p.varlen_batch, Sq, "params.cu_seqlens_q", &max_q);
-      check_cu_seqlens(p.cu_seqlens_k, p.varlen_batch, Sk, "params.cu_seqlens_k", &max_k);
+      core::check_cu_seqlens(p.cu_seqlens_q, p.varlen_batch, Sq, "params.cu_seqlens_q", &max_q);
+      core::check_cu_seqlens(p.cu_seqlens_k, p.varlen_batch, Sk, "params.cu_seqlens_k", &max_k);
       if (p.max_seqlen_q != 0 && (max_q > p.max_seqlen_q || max_k > p.max_seqlen_k))
         bad(max_q > p.max_seqlen_q ? "params.max_seqlen_q" : "params.max_seqlen_k",
             "is below the longest sequence (" + std::to_string(max_q > p.max_seqlen_q ? max_q : max_k) + ")");
@@ -335,23 +336,6 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   return pr;
 }
 
-void check_cu_seqlens(const int32_t* cu, int64_t batch, int64_t total, const char* name,
-                      int64_t* max_len) {
-  if (cu[0] != 0) bad(name, "must start at 0, got " + std::to_string(cu[0]));
-  int64_t mx = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    if (cu[b + 1] < cu[b])
-      bad(name, "must be non-decreasing, but entry " + std::to_string(b + 1) + " (" +
-                    std::to_string(cu[b + 1]) + ") < entry " + std::to_string(b) + " (" +
-                    std::to_string(cu[b]) + ")");
-    mx = std::max<int64_t>(mx, cu[b + 1] - cu[b]);
-  }
-  if (cu[batch] > total)
-    bad(name, "last entry " + std::to_string(cu[batch]) + " exceeds the sequence dim " +
-                  std::to_string(total));
-  *max_len = mx;
-}
-
 namespace {
 
 // The operand that softmax_v / gemm_chain take either as tensors or pre-packed: its dtype
@@ -365,25 +349,10 @@ struct Operands {
   const Tensor* t1 = nullptr;
 };
 
-// A packed object for op `op` that a call may use: not empty, packed for this op, with the
-// kernel that params.impl names (when it names one), and not a SIMD kernel while the
-// portable kernels are forced.
+// A packed object for op `op` that a call may use (cpu::packed_state checks it).
 Operands packed_operands(const PackedOperands& packed, PackedOperands::State::Op op,
                          const char* impl) {
-  const char* want = op == PackedOperands::State::Op::gemm_chain ? "gemm_chain" : "softmax_v";
-  if (packed.empty()) bad("packed", std::string("is empty (make it with pack_") + want + ")");
-  const PackedOperands::State& st = *packed.state();
-  if (st.op != op)
-    bad("packed", std::string("was packed for ") + packed.op() + " (pack_" + packed.op() +
-                      "), not for " + want);
-  if (impl != nullptr && impl[0] != '\0' && std::string(impl) != "auto" &&
-      std::string(impl) != st.kernel->key)
-    bad("params.impl", std::string("names kernel '") + impl + "' but packed holds operands packed for '" +
-                           st.kernel->key + "' (pack again with this impl)");
-  if (force_generic() && st.kernel->isa != cpu::Isa::generic)
-    bad("packed", std::string("was packed for kernel '") + st.kernel->key +
-                      "' but the portable kernels are forced now (set_force_generic / "
-                      "FLASHCORE_FORCE_GENERIC): pack again");
+  const PackedOperands::State& st = cpu::packed_state(packed, op, impl);
   return Operands{"packed", st.dtype, {st.dims[0], st.dims[1], st.dims[2]}};
 }
 

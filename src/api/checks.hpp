@@ -22,9 +22,5 @@ core::GemmChainProblem check_gemm_chain(const Tensor& a, const PackedOperands& b
 core::SoftmaxVProblem check_pack_softmax_v(const Tensor& v, const SoftmaxVParams& p);
 core::GemmChainProblem check_pack_gemm_chain(const Tensor& b, const Tensor& c,
                                              const GemmChainParams& p);
-// Host-side cu_seqlens check (cu[0] == 0, non-decreasing, cu[batch] <= total); gives the
-// longest sequence. The CUDA backend calls it on a host copy of device arrays.
-void check_cu_seqlens(const int32_t* cu, int64_t batch, int64_t total, const char* name,
-                      int64_t* max_len);
 
 }  // namespace flashcore::api

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "flashcore/flashcore.hpp"
+#include "flashcore/types.hpp"
 
 namespace flashcore::core {
 
@@ -31,7 +31,7 @@ static inline float f16_to_f32(uint16_t h) {
 // binary32 -> binary16, round to nearest even, overflow to inf, NaN stays NaN. Branch-free
 // (every case computed, then selected by masks), so that loops over it vectorize: the
 // output conversion of f16 attention, the packing of fp16 operands. Checked against the
-// branching form it replaced on all 2^32 inputs (session 8).
+// branching form it replaced on all 2^32 inputs (cda59fb, 2026-11-22).
 static inline uint16_t f32_to_f16(float f) {
   const uint32_t u = f32_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "core/variants/mask.hpp"
-#include "flashcore/flashcore.hpp"
+#include "flashcore/types.hpp"
 
 namespace flashcore::core {
 

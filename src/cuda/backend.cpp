@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "api/checks.hpp"
-#include "api/errors.hpp"
+#include "core/cu_seqlens.hpp"
 #include "core/env.hpp"
+#include "core/errors.hpp"
 #include "cuda/kernels/fwd_sm90_traits.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/fp8.hpp"
@@ -432,7 +432,7 @@ int64_t varlen_max(const int32_t* cu, int64_t batch, int64_t total, const char* 
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) cuda_fail(Status::device_error, std::string(name) + ": copying to the host failed", e);
   int64_t max_len = 0;
-  api::check_cu_seqlens(host.data(), batch, total, name, &max_len);
+  core::check_cu_seqlens(host.data(), batch, total, name, &max_len);
   return max_len;
 }
 

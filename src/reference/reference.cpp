@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "api/checks.hpp"
-#include "api/errors.hpp"
+#include "core/errors.hpp"
 #include "core/dtype.hpp"
 #include "core/threads.hpp"
 #include "flashcore/flashcore.hpp"

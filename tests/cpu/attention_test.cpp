@@ -1,5 +1,5 @@
 // attention on the CPU backend against the fp64 reference: every strategy x storage
-// dtype x exp2 mode over shapes that together cover the odd sizes (1, 7, tile tails)
+// dtype x exp2 mode over shapes that together cover the project's odd sizes
 // (Sq, Sk in {1, 7, 63, 1000}; D in {32, 64, 80, 96, 128, 256}), GQA 8:1 and 6:2,
 // causal and windowed masks with Sq < Sk and Sq > Sk (fully masked rows), BSHD and
 // BHSD strides with padded rows, lse, varlen, zero-sized problems, 1 and 2 threads,

@@ -125,7 +125,7 @@ TEST_P(VecOpsTest, Exp2Pack) {
           // Two correct kernels may differ by their exp2 error plus one rounding step of
           // the stored type; f16 values under 2^-14 may flush or stay subnormal. Fast exp2
           // is <= 1.8e-3 (portable, AVX-512) but FEXPA alone on SVE is ~5.4e-3 (the SVE
-          // kernels' documented bound, src/core/exp2.hpp), so two fast kernels may differ by up to ~7.2e-3.
+          // kernels' bound, src/cpu/sve/vecops_sve.cpp), so two fast kernels may differ by up to ~7.2e-3.
           const double rel = (mode == Exp2Mode::exact ? 1e-5 : 8e-3) +
                              (dst_type == DType::f32 ? 0.0 : dst_type == DType::f16 ? 0x1p-10 : 0x1p-7);
           const double abs_tol = dst_type == DType::f16 ? 0x1p-14 : 1e-30;

@@ -4,7 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "api/errors.hpp"
+#include "core/errors.hpp"
+#include "core/force_generic.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
@@ -277,7 +278,7 @@ const VecOps* vec_for(const GemmUkernel* g, bool generic_only) {
 
 CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
   CpuConfig cfg;
-  const bool generic_only = flashcore::force_generic();
+  const bool generic_only = core::force_generic();
   if (impl != nullptr && impl[0] != '\0' && std::strcmp(impl, "auto") != 0) {
     const std::string name(impl);
     const size_t plus = name.find('+');

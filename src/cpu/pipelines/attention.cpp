@@ -9,7 +9,8 @@
 // blocks than threads. Several kv heads per block: in BSHD tensors the rows of
 // consecutive kv heads of one key are adjacent, so a block's key tile reads whole
 // stretches of each page instead of one head's 2^k bytes per page (one head alone ran
-// at ~40-50 % of the memory bandwidth that contiguous rows reach).
+// well below the memory bandwidth that contiguous rows reach).
+// Measured, for this file's choices: docs/results/cpu-pipelines-2026-11-29.md.
 //
 // K and V are read only through KvSource (kv_source.hpp).
 #include <omp.h>
@@ -148,9 +149,7 @@ Plan make_plan(const core::AttentionProblem& p, const KvSource& k, const KvSourc
                                     p.sk * (p.d + p.dv) * int64_t(dtype_size(a.cfg.gemm->ab)),
                                     kKeyTile * 8 + (p.d + p.dv) * 4);
   // A decode key tile covers every kv head of the block: as many rows in all as a
-  // one-head tile, so that the heads' reads of one page stay close in time (B1 H16 Sq1
-  // Sk4096 D128 BSHD, 1 thread: 48-55 % of the memory read bandwidth with 256 keys per
-  // tile, 104-111 % with 16).
+  // one-head tile, so that the heads' reads of one page stay close in time.
   if (a.rows_mode) a.g.kc = std::max<int64_t>(16, round_up(kKeyTile / a.kvb, 16));
   // P and stage 2 (P V): the pair's second kernel, else g itself.
   a.g2 = a.rows_mode ? a.g : stage2_geometry(a.g, a.cfg);
@@ -167,10 +166,8 @@ Plan make_plan(const core::AttentionProblem& p, const KvSource& k, const KvSourc
   a.skp_max = round_up(std::max<int64_t>(p.sk, 1), a.g.key_align);
   // Stage 1 reads K in place where the kernel's A layout is plain rows of the storage
   // dtype (AMX: bf16 rows, any row stride) and no key block or k step needs padding: its
-  // packing was a copy (bf16 B1 H8 S512 D64, 2 threads: ~half of the K/V packing time).
-  // Only while one head's K rows span at most half of L2: rows a power-of-two stride apart
-  // share cache sets, and over a longer span they no longer fit (B1 H16 S2048 D128, rows
-  // 4 KiB apart over 8 MiB: 1773-1810 -> ~1090 GFLOP/s in place).
+  // packing was a copy. Only while one head's K rows span at most half of L2: rows a
+  // power-of-two stride apart share cache sets, and over a longer span they no longer fit.
   a.k_inplace = !a.rows_mode && !a.varlen && a.g.pa == Layout::rows && a.g.gk->ab == p.dtype &&
                 a.kp == p.d && a.skp_max == p.sk && k.span_bytes(p.sk) <= l2_bytes() / 2;
   a.group_bytes = a.rows_mode ? 0 : a.skp_max * (a.kp * a.g.es + a.dvp * a.g2.es);
@@ -194,13 +191,11 @@ struct KeyRange {
 // Blanks (-inf) the entries of score tile t (kc keys from j0, rows of mq) that their row
 // does not see. Per key: skip the keys every row sees ([all_lo, all_hi)), blank the ones no
 // row sees (past Sk: the tile's padding to whole kernel tiles; the last tile of every
-// block has some), and test rows only on the rest (the causal or window band). One test
-// per element over the whole tile took ~11 % of fp32 attention at S512 D64 (half of its
-// tiles end in padding). Within a segment (one head's rows, `rows` of them valid) the
-// rows' first and end keys lo / hi never decrease from row to row (mask.hpp), so the valid
-// rows that cannot see key j are a prefix (end <= j) and a suffix (begin > j): two binary
-// searches and two fills per key, where a test per element took half of causal bf16 B1 H8
-// S512 D64 (2 threads: ~250 us per thread of ~650).
+// block has some), and test rows only on the rest (the causal or window band). Within a
+// segment (one head's rows, `rows` of them valid) the rows' first and end keys lo / hi
+// never decrease from row to row (mask.hpp), so the valid rows that cannot see key j are a
+// prefix (end <= j) and a suffix (begin > j): two binary searches and two fills per key
+// instead of a test per element.
 void mask_tile(float* t, int64_t j0, int64_t kc, int64_t mq, int64_t seg, int64_t rows, int64_t sk,
                const KeyRange& kr, const int64_t* lo, const int64_t* hi) {
   for (int64_t k = 0; k < kc; ++k) {
@@ -495,8 +490,7 @@ void Attention::run_item(Chunk& ch, int64_t it2) {
   bl.k = k_.head(x.b, x.hk);
   const core::BandMask mask = core::make_mask(p_.causal, p_.window_left, p_.window_right, x.sq, x.sk);
 
-  // (per-thread buffers kept across items and calls, as the arenas: four allocations
-  // per item were ~2 % of bf16 S512 D64 attention)
+  // (per-thread buffers kept across items and calls, as the arenas: no allocation per item)
   thread_local Arena item_arena;
   const int64_t qbytes = a.g.mq * a.kp * (a.rows_mode ? 2 * 4 : a.g.es);
   item_arena.reset(static_cast<size_t>(qbytes + (a.kp + 64) * 4 + 2 * a.g.mq * 8 + 4 * 64));
@@ -567,9 +561,8 @@ void Attention::run_blocks(int64_t g0, int64_t g1) {
   ch.split_ml.resize(static_cast<size_t>(ch.nsplit > 1 ? ch.items * ch.nsplit * a.g.mq * 2 : 0));
   // Items of equal cost (no mask band, one sequence length) go out in contiguous runs,
   // the groups' runs of the packing loop: each thread then reads the Q, K, V and O rows of
-  // the same heads as in the previous call, still in its L2 (bf16 B1 H8 S512 D64, 2
-  // threads, alternated: 1114-1143 -> 1207-1244 GFLOP/s against taking them in turn).
-  // Causal, windowed and varlen items differ in cost: taken in turn.
+  // the same heads as in the previous call, still in its L2. Causal, windowed and varlen
+  // items differ in cost: taken in turn.
   const int64_t total = ch.items * ch.nsplit;
   const bool even = !a.varlen && !p_.causal && !p_.windowed();
 #pragma omp parallel num_threads(a.nthreads)

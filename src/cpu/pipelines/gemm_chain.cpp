@@ -25,14 +25,11 @@ namespace {
 constexpr int64_t kChainMinGroupBlocks = 8;
 // gemm_chain: query blocks of at most this many rows (rounded up to NR), and the K2 tile:
 // as many keys as make a row of this many bytes of the kernel's operand dtype (rounded up
-// to MR), 120 fp32 keys, 240 fp16/bf16. Measured on the 2-core AVX-512 VM (docs/results/
-// cpu-x86-2026-11-22.md): 128 x 120 against 256 x 264 (fp32): B and C tiles of 120 KiB
-// and a 62 KiB intermediate leave room in a 1 MiB L2 for both blocks' A panels and
-// partial E. 16-bit operands at 240 keys (the same bytes; Sapphire Rapids host, 2 threads,
-// session 24): fp16 noepi 75 -> 79-80 % of peak pre-packed, 68 -> 70 % unpacked; bf16 AMX
-// (256 keys) 2100-2200 -> 2530 GFLOP/s pre-packed: the fp16 kernels add each call's fp16
-// tile into fp32 and the AMX kernel stores its C tiles, once per key tile. fp32 at 240
-// keys measured 0.98-1.0x of 120.
+// to MR), 120 fp32 keys, 240 fp16/bf16: B and C tiles of 120 KiB and a 62 KiB
+// intermediate (fp32) leave room in a 1 MiB L2 for both blocks' A panels and partial E.
+// 16-bit operands take the same bytes, twice the keys: the fp16 kernels add each call's
+// fp16 tile into fp32 and the AMX kernel stores its C tiles, once per key tile.
+// Measured, for this file's choices: docs/results/cpu-pipelines-2026-11-29.md.
 constexpr int64_t kChainQueryBlock = 128;
 constexpr int64_t kChainKeyTileBytes = 480;
 
@@ -67,12 +64,10 @@ struct ChainLayout {
 };
 // Pre-packed B tiles of the fp32 k-major kernels are [K1][MR] key blocks instead of one
 // wide panel: stage 1 then reads each block as one contiguous run, not MR elements of rows
-// kc apart. The pre-packed tiles come from memory at every call (16 MiB at K2 = 8192), where
-// the contiguous blocks ran the fp32 12x2 kernel at 76-78 % of the paired peak instead of
-// 69-73 (2 threads; docs/results/cpu-x86-2026-11-26.md, session 22). Not for fp16 (half
-// the bytes: 68-72 % either way), nor for unpacked calls, whose per-call packing into
-// blocks costs ~15 % more than the wide copy with no gain at the L2-resident tiles
-// (68.8-70.4 -> 67.6-70.5 %).
+// kc apart. The pre-packed tiles come from memory at every call (16 MiB at K2 = 8192),
+// where the contiguous blocks ran the fp32 kernels faster. Not for fp16 (half the bytes:
+// no gain), nor for unpacked calls, whose per-call packing into blocks costs more than the
+// wide copy with no gain at the L2-resident tiles.
 ChainLayout chain_layout(const GemmUkernel& k, int64_t k1, int64_t k2, int64_t n, bool prepacked) {
   ChainLayout c;
   const size_t es = dtype_size(k.ab);

@@ -11,11 +11,8 @@ constexpr int64_t kTargetQueryBlock = 64;
 // ... except that the kernels with row-major A tiles (AMX, Layout::rows) take blocks of
 // kRowsQueryBlock rows when the operands each block streams (attention: one group's packed
 // K and V) exceed kRowsStreamBytes: every block then reads them from beyond L2, which the
-// tile unit, at its peak only from L1, feels more than the FMA kernels. Sapphire Rapids
-// host, 1 thread, bf16 (docs/results/cpu-x86-2026-11-22.md, session 9): B1 H2 S4096 D128
-// (2 MiB of K and V per head) 64 rows 394-442 GFLOP/s, 128 rows 477-499, 256 rows 500-511;
-// 256 against 64 rows, same run: S4096 1.09-1.14x, S16384 1.16x, GQA H4/1 Sk4000 D256
-// 1.2x, but S2048 D128 (1 MiB) 1.02-1.04x and 2 threads 0.96x, S512 D64 unclear.
+// tile unit, at its peak only from L1, feels more than the FMA kernels.
+// Measured, for this file's choices: docs/results/cpu-pipelines-2026-11-29.md.
 constexpr int64_t kRowsQueryBlock = 256;
 constexpr int64_t kRowsStreamBytes = int64_t(1) << 20;
 // The B panel chunk a micro-kernel call keeps in L1 takes what L1D leaves beside this
@@ -23,11 +20,8 @@ constexpr int64_t kRowsStreamBytes = int64_t(1) << 20;
 // 32 KiB L1D, 32 KiB of Sapphire Rapids' 48 (l1_panel_bytes).
 constexpr int64_t kL1ReserveBytes = 16 << 10;
 
-// L1D less kL1ReserveBytes, at least kL1ReserveBytes (the L1D size unknown: that). Sapphire
-// Rapids host (48 KiB), session 24: fp32 K1 = 256 in one call per C tile of gemm_chain's
-// stage 1 instead of two 128-k chunks, pre-packed M256 K2 8192 on 2 threads 1.02x (p50
-// medians of 5 alternated rounds, 426.0 against 418.0 GFLOP/s); attention S4096 D128
-// fp32 and fp16, 2 threads: unchanged within the noise.
+// L1D less kL1ReserveBytes, at least kL1ReserveBytes (the L1D size unknown: that). On a
+// 48 KiB L1D, gemm_chain's stage 1 then runs fp32 K1 = 256 in one call per C tile.
 int64_t l1_panel_bytes() {
 #if defined(_SC_LEVEL1_DCACHE_SIZE)
   static const int64_t b =
@@ -82,11 +76,9 @@ Geometry make_geometry(const CpuConfig& cfg, int64_t rows, bool needs_stage1, in
   const bool streams = g.gk->a_layout == Layout::rows && stream_bytes > kRowsStreamBytes;
   g.mq = std::min(round_up(std::max<int64_t>(rows, 1), unit),
                   round_up(streams ? kRowsQueryBlock : kTargetQueryBlock, unit));
-  // Default blocks take at most half of L2 in block buffers. Zen 3 (512 KiB L2), AVX2 6x2
-  // kernel (unit 48), f32, 2 threads: 48-row blocks against 96, B1 H16/1 Sq512 Sk4096
-  // D256 1.09x, S2048 D128 1.02x, S512 D64 1.08x (docs/results/cpu-avx2-2026-11-25.md).
-  // With the 2 MiB L2 of Sapphire Rapids no block of the measured kernels is capped; the
-  // streaming blocks of AMX (measured there) are left as they are.
+  // Default blocks take at most half of L2 in block buffers (a 512 KiB L2 halves the AVX2
+  // 6x2 kernel's blocks; a 2 MiB L2 caps none of the measured kernels'); the streaming
+  // blocks of AMX are left as they are.
   if (row_bytes > 0 && l2_bytes() > 0 && !streams)
     g.mq = std::min(g.mq, std::max(unit, l2_bytes() / 2 / row_bytes / unit * unit));
   g.key_align = lcm(key_align_of(*g.gk), gk2->k_align);  // K blocks of MR keys; P V's k steps

@@ -15,8 +15,8 @@ namespace flashcore::cpu {
 // this (in log2 units, so P <= 2^8 until then), FlashAttention-4's conditional rescaling.
 // O, l and m stay consistent (all relative to the same reference), so the result is the
 // same softmax; what it saves is the O and l rescale of nearly every tile (random scores
-// raise some row's max in almost every 256-key tile): scale_rows of a 256 x 128 fp32 O
-// measured ~12 % of the exp+pack phase on the Sapphire Rapids host (session 10 probe).
+// raise some row's max in almost every 256-key tile).
+// Measured: docs/results/cpu-pipelines-2026-11-29.md.
 inline constexpr float kRescaleSlack = 8.0f;
 
 struct Geometry {

@@ -1,5 +1,4 @@
-// The packers and the per-thread scratch of the CPU pipelines (pack.hpp), and the storage
-// of PackedOperands (packed.hpp).
+// The packers and the per-thread scratch of the CPU pipelines (pack.hpp).
 #include "cpu/pipelines/pack.hpp"
 
 #if defined(__SSE2__)
@@ -10,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#include "cpu/pipelines/packed.hpp"
 
 namespace flashcore::cpu {
 
@@ -47,9 +44,9 @@ namespace {
 // k pairs (bf16) the 32-bit word of keys 2 k2 and 2 k2 + 1, with `len` and `kp` then
 // counted in pair rows and `half_tail` set when the last pair has only its first key.
 // k runs outermost, so the block is written in order, w contiguous elements per k, while
-// up to 16 source rows are read in step (one strided column per row, as before, was ~10 %
-// of an fp32 attention call on the dev VM). Loads go through memcpy: a bf16 row is only
-// 2-byte aligned.
+// up to 16 source rows are read in step (one strided column per row cost far more:
+// docs/results/cpu-pipelines-2026-11-29.md).
+// Loads go through memcpy: a bf16 row is only 2-byte aligned.
 #if defined(__SSE2__)
 // One 16-byte column strip of the block through SSE2 (every x86-64): B = 16 / sizeof(E)
 // source rows (s[i] + k: B elements each; rows >= live read as zeros) transposed into B
@@ -116,8 +113,6 @@ void copy_block(const Rows& src, int64_t row0, int64_t nrows, int64_t len, int64
 #if defined(__SSE2__)
     // Whole 16-byte strips of the rows (8 fp16/bf16 or 4 fp32/pair words) by register
     // transposes, groups of a multiple of 4 rows; the scalar loop below does the rest.
-    // (fp16 B1 H8 S512 D64 on the Sapphire Rapids host: the element-wise copies were
-    // ~8 % of the call, docs/results/cpu-x86-2026-11-22.md, session 9.)
     constexpr int64_t kB = 16 / int64_t(sizeof(E));
     if (n % 4 == 0) {
       for (; k0 + kB <= len; k0 += kB)
@@ -164,9 +159,8 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
     if (t == DType::f32 && lay == Layout::kmajor && dtype_size(src.dtype) == 2) {
       // fp16/bf16 rows widened for the fp32 kernels (`auto` for f16 storage): transposed
       // as 16-bit words by copy_block, then widened as one contiguous run, instead of a
-      // converted row stored with a stride of w per element. Sapphire Rapids host, f16
-      // B1 H16 S2048 D128 2 threads: the pack phase was 18-19.5 ms per thread against
-      // 7.5-8.7 for f32 (session 10, call 10).
+      // converted row stored with a stride of w per element (which packed at less than half
+      // the speed of f32 storage: docs/results/cpu-pipelines-2026-11-29.md).
       thread_local std::vector<uint16_t> words;
       words.resize(static_cast<size_t>(kp * w));
       copy_block<uint16_t>(src, b * w, nrows, len, kp, w, false, words.data());
@@ -324,17 +318,3 @@ const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::
 }
 
 }  // namespace flashcore::cpu
-
-namespace flashcore {
-
-PackedOperands::State::State(Op op_, DType dtype_, const cpu::GemmUkernel* kernel_, int64_t d0,
-                             int64_t d1, int64_t d2, size_t bytes_)
-    : op(op_), dtype(dtype_), kernel(kernel_), dims{d0, d1, d2}, data(nullptr), bytes(bytes_) {
-  // Whole cache lines (see pack_slot); at least one, so that data is never null.
-  data = static_cast<char*>(std::aligned_alloc(64, size_t(cpu::round_up(int64_t(bytes) + 1, 64))));
-  if (data == nullptr) throw std::bad_alloc();
-}
-
-PackedOperands::State::~State() { std::free(data); }
-
-}  // namespace flashcore

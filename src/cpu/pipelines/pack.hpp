@@ -37,8 +37,8 @@ Arena& thread_arena();
 
 // Packed operands start on a cache line (pack_slot, Arena::take, PackedOperands), so that
 // every 64-byte row piece of a B panel (NR fp32 = one or more zmm) is one aligned load,
-// never a line split (measured ~2x on AVX-512 GEMM-only with 16-byte aligned panels). The
-// packers write every byte that is read.
+// never a line split (measured: docs/results/cpu-pipelines-2026-11-29.md).
+// The packers write every byte that is read.
 //
 // The large packed operands of one call (K/V, V, B and C), kept by the calling thread for
 // its next call (grow-only, like the per-thread arenas): fresh pages cost a fault and the
@@ -111,9 +111,9 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
 
 // ---------------------------------------------------------------- row-op operands
 // Rows [j0, j0+n) of a row source as fp32 rows the row ops can read: fp32 rows in place,
-// with ld = the source's stride (measured: copying BSHD rows, a head-row apart, into a
-// contiguous buffer first was 1.2-1.6x slower); other storage converted into `buf`
-// (ld = len), prefetching the rows it reads next.
+// with ld = the source's stride (a copy into a contiguous buffer first was slower for
+// BSHD rows: docs/results/cpu-pipelines-2026-11-29.md); other storage converted into
+// `buf` (ld = len), prefetching the rows it reads next.
 const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
                       int64_t& ld);
 

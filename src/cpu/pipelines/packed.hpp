@@ -1,6 +1,7 @@
 // What a flashcore::PackedOperands holds: the packed buffer and what it was packed for.
 // softmax_v.cpp (v_layout) and gemm_chain.cpp (chain_layout) own the layouts: they pack and
-// read the buffer; src/api checks a call's arguments against the rest before anything runs.
+// read the buffer. packed_state checks a packed object against a call; src/api checks the
+// call's other arguments against what it returns, before anything runs.
 #pragma once
 
 #include <cstddef>
@@ -29,3 +30,14 @@ struct PackedOperands::State {
 };
 
 }  // namespace flashcore
+
+namespace flashcore::cpu {
+
+// The state of a packed object that a call of op `op` may use: not empty, packed for this
+// op, with the kernel that `impl` (params.impl) names when it names one, and not a SIMD
+// kernel while the portable kernels are forced. Otherwise throws flashcore::Error
+// (invalid_argument) naming "packed" or "params.impl".
+const PackedOperands::State& packed_state(const PackedOperands& packed, PackedOperands::State::Op op,
+                                          const char* impl);
+
+}  // namespace flashcore::cpu

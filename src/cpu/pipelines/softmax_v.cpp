@@ -57,9 +57,10 @@ void pack_v(const core::SoftmaxVProblem& p, const GemmUkernel& k, const VLayout&
 
 // Few rows (M <= kDecodeBlockRows: one block) take the row ops: P V by axpy straight from
 // V's rows, so V is read once and never packed (packing V, 32 MiB at L = 32768, d = 256,
-// took more time than the GEMM: 2.3-3.3 ms of 5-6 ms). More rows pack V once per call
-// and share it across the row blocks of every thread. A pre-packed V always takes the
-// GEMM path (seed 000's pipeline: its V is packed before the timed calls).
+// took more time than the GEMM: docs/results/cpu-pipelines-2026-11-29.md).
+// More rows pack V once per call and share it across the row blocks of every thread. A
+// pre-packed V always takes the GEMM path (seed 000's pipeline: its V is packed before the
+// timed calls).
 void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* packed,
                PhaseTimes* times) {
   const CpuConfig cfg = select_kernels(p.dtype, packed ? packed->kernel->key : p.impl);
@@ -103,7 +104,7 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
     // Scores tile: T[k][i] = S[i0 + i][j0 + k] (as float; the scale is folded into c).
     // Row by row: each score row is read in order and written down a column of T (in L1);
     // key by key, the first version, read the block's rows in step, one element of each
-    // per key (M12 L32768, 1 thread, Zen 3 VM: 635 us of the 4.1 ms call).
+    // per key, at a sixth of the call (docs/results/cpu-pipelines-2026-11-29.md).
     auto scores = [&](int64_t j0, int64_t kc, float* t, float*, bool negate, Phases& phx, Lap& lapx) {
       const int64_t kv = std::max<int64_t>(0, std::min(kc, p.l - j0));  // keys before L
       // Rows [0, rdone) x keys [0, kdone) by the transposes below, the rest by the
@@ -111,8 +112,8 @@ void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* pack
       int64_t rdone = 0, kdone = 0;
 #if defined(__SSE2__)
       // Contiguous score rows, 4 valid rows at a time: 4 x 4 register transposes, one 16-byte
-      // store per 4 queries of a key (the element-wise column writes took 206 of 1116 us:
-      // M12 L32768 d256 fp16 three-pass, f16_12x2_noepi4, 1 thread, V pre-packed).
+      // store per 4 queries of a key (the element-wise column writes took a fifth of the
+      // call with V pre-packed).
       if (p.s_sl == 1) {
         rdone = rows / 4 * 4;
         kdone = kv / 4 * 4;

@@ -60,8 +60,7 @@ void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xb
   prepare_gemm(g.gk->isa);
   // The kernel's panel form where the whole k range fits it and the X blocks are one run of
   // rows (block r + 1 right after block r): each Y panel stays in the unit for the whole
-  // tile. bf16 B1 H8 S512 D64, 2 threads, alternated: 1045-1050 -> 1111-1125 GFLOP/s
-  // (session 20; stage 1 had taken ~170 us per thread against stage 2's ~106).
+  // tile. Measured: docs/results/cpu-pipelines-2026-11-29.md.
   if (g.panel != nullptr && kp <= g.panel->max_k && g.pa == Layout::rows && xbs == g.mr * xs &&
       kc % 16 == 0) {
     for (int64_t q = 0; q < g.mq / g.nr; ++q) {
@@ -108,8 +107,8 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
     // Many panels (gemm_chain's N = 256, D = 256): row blocks outer, so that a block's
     // strip of P (MR columns of kc rows, one strided piece per row) stays in L1 while the
     // contiguous panels stream past it; with the panels outer it came back from L2 once
-    // per panel. Zen 5 VM, 2 threads: gemm_chain fp32 83.1-83.4 -> 85.0-86.8 % of peak,
-    // bf16 D256 attention 1.04x; at 2-4 panels (D64, D128) the panels-outer order stays.
+    // per panel. At 2-4 panels (D64, D128) the panels-outer order stays. Measured:
+    // docs/results/cpu-pipelines-2026-11-29.md.
     const bool rows_outer = dvp / g.nr >= 8;
     const int64_t nc = dvp / g.nr, ni = (g.mq + g.mr - 1) / g.mr;
     for (int64_t u = 0; u < nc * ni; ++u) {

@@ -14,8 +14,7 @@ namespace flashcore::cpu {
 // micro-kernel call of the stages it is given to (gemm_chain: the next K2 tile of a
 // pre-packed B and C, during this tile's GEMMs). The pre-packed tiles come from memory at
 // every call (16 MiB at K2 = 8192), and the hardware prefetchers left the kernels waiting
-// for them: Sapphire Rapids host, fp32, 1 thread 77-79 -> 85 % of peak; 2 threads, paired
-// % of peak 78-80 -> 84-86 (docs/results/cpu-x86-2026-11-26.md, session 24).
+// for them. Measured: docs/results/cpu-pipelines-2026-11-29.md.
 struct Prefetch {
   const char* p = nullptr;
   const char* end = nullptr;
@@ -28,9 +27,9 @@ struct Prefetch {
 // Both stages keep one B panel resident in L1 while the A operand streams past it
 // (B-stationary): per k step a kernel reads NR elements of B but only MR of A, so B is the
 // stream worth keeping. The k range is cut into chunks of kb (g.kb) rows so that a B panel
-// chunk (kb x NR) takes at most l1_panel_bytes() of L1D. On AVX-512 (docs/results/
-// cpu-x86-2026-11-22.md) it measured equal to the A-stationary order within the noise
-// (GEMM-only 89.0% vs 87.9% of peak); it is kept for the smaller L1 footprint.
+// chunk (kb x NR) takes at most l1_panel_bytes() of L1D. It measured equal to the
+// A-stationary order within the noise and is kept for the smaller L1 footprint
+// (docs/results/cpu-pipelines-2026-11-29.md).
 //
 // Operand addresses use the kernel's layouts (ukernel.hpp): k offsets are multiples of
 // k_align (even for kpairs), so a chunk starts on a whole pair row.
@@ -43,11 +42,12 @@ struct Prefetch {
 // f16_out, when given (an acc-f16 kernel, kp within one call: gemm_call's step): T is not
 // written; each C tile goes from the kernel's fp16 tile straight into the second GEMM's A
 // operand, f16_out in the kernel's A layout (leading dimension ldo), by vec->f16_tile_as.
-// The same fp16 values as T's fp32 converted back (gemm_chain, fp16 noepi, 2 threads:
-// 787-794 -> 817-834 GFLOP/s, the T pass and the fp16 tile's widening gone; session 24).
+// The same fp16 values as T's fp32 converted back, without the T pass and the fp16 tile's
+// widening.
 // mx, when given: the column max of T over the whole panels folded into mx[0, done) block
 // by block, each right after its last k chunk while it is in L1 (col_max over the finished
-// 64 KiB tile read it back from L2: bf16 B1 H8 S512 D64, 2 threads, ~8 % of the call).
+// tile read it back from L2).
+// Measured (f16_out, mx): docs/results/cpu-pipelines-2026-11-29.md.
 void stage1(const Geometry& g, int64_t kp, int64_t kc, const char* x, int64_t xbs, int64_t xs,
             const char* ypanels, float* t, int64_t ldt, float* mx = nullptr,
             Prefetch* pf = nullptr, uint16_t* f16_out = nullptr, int64_t ldo = 0);
