@@ -2,7 +2,7 @@
 #
 # instances.inc is the one list of forward kernels; every row (minus the axes switched
 # off below) becomes its own small .cu in the build tree, so the instances compile in
-# parallel, and backend.cpp's registry is built from the same filtered list.
+# parallel, and the registry (registry.cpp) is built from the same filtered list.
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
@@ -38,57 +38,29 @@ endfunction()
 
 set(_fc_inst_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_inst)
 file(MAKE_DIRECTORY ${_fc_inst_dir})
-# One family's rows of instances.inc (FC_<FAMILY>_FWD(dtype key, type, head dim, tile
-# fields...)) -> one generated .cu per enabled row, calling
-# launch_fwd_<family>_<type, head dim, tile fields...>, appended to the list <out_var>,
-# and its registry line FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...)
-# appended to _fc_enabled. Keys: fwd_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages>
-# unless 2], fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p when persistent, _vt for fp8's V^T in the kernel].
+include(${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
+# One family's enabled rows of instances.inc (instances.cmake) -> one generated .cu per row,
+# calling launch_fwd_<family><type, head dim, tile fields...>, appended to the list
+# <out_var>, and its registry line appended to _fc_enabled.
 function(_fc_instances family out_var)
   string(TOLOWER ${family} fam)
-  file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc rows REGEX "^FC_${family}_FWD\\(")
+  fc_cuda_instance_rows(${family} "${FLASHCORE_CUDA_DTYPES}" "${FLASHCORE_CUDA_HDIMS}" _fc_rows)
   set(sources ${${out_var}})
   set(enabled "${_fc_enabled}")
-  foreach(row IN LISTS rows)
-    string(REGEX REPLACE "^FC_${family}_FWD\\(([^)]*)\\).*$" "\\1" args "${row}")
-    string(REPLACE " " "" args "${args}")
-    string(REPLACE "," ";" args "${args}")
-    list(GET args 0 dt)
-    list(GET args 1 ty)
-    list(GET args 2 hd)
-    list(GET args 3 bm)
-    list(GET args 4 bn)
-    if(NOT dt IN_LIST FLASHCORE_CUDA_DTYPES OR NOT hd IN_LIST FLASHCORE_CUDA_HDIMS)
-      continue()
-    endif()
-    if(family STREQUAL "SM80")
-      list(GET args 5 wp)
-      list(GET args 6 st)
-      list(GET args 7 oc)
-      set(key fwd_sm80_${dt}_hd${hd}_${bm}x${bn}_w${wp}_o${oc})
-      if(NOT st EQUAL 2)
-        set(key ${key}_s${st})
-      endif()
-    else()
-      list(GET args 5 st)
-      list(GET args 6 ps)
-      set(key fwd_${fam}_${dt}_hd${hd}_${bm}x${bn}_s${st})
-      if(ps EQUAL 1)
-        set(key ${key}_p)
-      elseif(ps EQUAL 2)
-        set(key ${key}_vt)
-      endif()
-    endif()
-    list(REMOVE_AT args 1)  # the registry takes the dtype key, not the C++ type
-    string(REPLACE ";" ", " reg_args "${args}")
-    list(REMOVE_AT args 0)
-    string(REPLACE ";" ", " tmpl_args "${ty};${args}")
-    string(APPEND enabled "FC_${family}_INST(${key}, ${reg_args})\n")
-    set(src ${_fc_inst_dir}/${key}.cu)
-    set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/fwd_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_fwd_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
-    _fc_write_if_changed(${src} "${txt}")
-    list(APPEND sources ${src})
-  endforeach()
+  list(LENGTH _fc_rows_KEYS n)
+  if(n GREATER 0)
+    math(EXPR last "${n} - 1")
+    foreach(i RANGE ${last})
+      list(GET _fc_rows_KEYS ${i} key)
+      list(GET _fc_rows_REGS ${i} reg)
+      list(GET _fc_rows_TMPLS ${i} tmpl_args)
+      string(APPEND enabled "${reg}\n")
+      set(src ${_fc_inst_dir}/${key}.cu)
+      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/fwd_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_fwd_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+      _fc_write_if_changed(${src} "${txt}")
+      list(APPEND sources ${src})
+    endforeach()
+  endif()
   set(${out_var} ${sources} PARENT_SCOPE)
   set(_fc_enabled "${enabled}" PARENT_SCOPE)
 endfunction()
@@ -111,7 +83,8 @@ foreach(f IN LISTS _fc_old_sources)
 endforeach()
 set(_fc_enabled_file ${_fc_inst_dir}/instances_enabled.inc)
 _fc_write_if_changed(${_fc_enabled_file} "${_fc_enabled}")
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc
+                                                                ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
 
 add_library(flashcore_cuda_obj OBJECT ${_fc_inst_sources})
 set_target_properties(flashcore_cuda_obj PROPERTIES
@@ -134,7 +107,10 @@ if(_fc_sm90_sources)
   list(APPEND _fc_cuda_objs $<TARGET_OBJECTS:flashcore_cuda_sm90_obj>)
 endif()
 
-target_sources(flashcore_obj PRIVATE cuda/backend.cpp)
+# The host side: coordination and checks (backend.cpp), the kernel-choice policy (plain C++,
+# tested without a GPU), the instance registry, device queries, workspace and launches.
+target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/device.cpp cuda/launch.cpp cuda/policy.cpp
+                                     cuda/registry.cpp cuda/workspace.cpp)
 # The kernels go into both libraries next to flashcore_obj's objects; the libraries are
 # created after this file is included, hence the deferred calls.
 cmake_language(DEFER CALL target_sources flashcore PRIVATE ${_fc_cuda_objs})

@@ -1218,7 +1218,7 @@ struct Fp8Case {
 };
 
 // The e4m3 key the dispatcher takes for head dim D, Sk keys and a band mask or not (""
-// when none; backend.cpp attention_fp8). With lo = 4096, hi = 8192 (banded: 8192, 16384):
+// when none; src/cuda/policy.cpp pick_fp8). With lo = 4096, hi = 8192 (banded: 8192, 16384):
 // the 64x128 key where the build has one and a head's (packed) rows fit one 64-row tile
 // (few_rows), or Sk < hi and the 128-row items (items128) are at most the device's sms;
 // else the first 128-row key from hi / 4 keys on (banded: hi / 2), else the first with 128
@@ -1247,7 +1247,7 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool f
   return !tall.empty() ? tall : !any_tall.empty() ? any_tall : key64;
 }
 
-// The name the dispatcher gives a fixed-length case (backend.cpp: attention_fp8,
+// The name the dispatcher gives a fixed-length case (src/cuda/policy.cpp: pick_fp8,
 // gqa_pack_shift, kv_split_count): fp8_key's kernel, "+gqa<G>" where the G = H / Hkv query
 // heads of a KV head are packed (Sq < 64, G a power of two <= 64), "+kv<N>" where the
 // items leave SMs idle and have many key tiles.

@@ -76,6 +76,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -95,6 +96,10 @@
 #include "cuda/parts/softmax.cuh"
 
 namespace flashcore::cuda {
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+using FwdSm90Traits = FwdSm90Config<int(sizeof(T)), std::is_same_v<T, __nv_fp8_e4m3>, kHeadDim, kBlockM, kBlockN,
+                                    kStages, kVariant>;
 
 // kChord: the fp8 kernels' second form, for Exp2Mode::fast without lse (FwdParams::exp_chord;
 // OnlineSoftmax::speculate): half of the speculative softmax's exponentials by their chord.

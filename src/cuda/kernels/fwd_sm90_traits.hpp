@@ -1,22 +1,19 @@
-// FwdSm90Traits: the tile, shared-memory, register and schedule constants of one sm90
-// forward instance (fwd_sm90.cuh's kernel and launcher), host-includable so that the
-// backend's registry (backend.cpp: Instance) takes each instance's shared memory and CTAs
-// per SM from them instead of a mirrored formula.
+// FwdSm90Config: the tile, shared-memory, register and schedule constants of one sm90
+// forward instance (the kernel and launcher take them as FwdSm90Traits<T, ...>, by storage
+// type), by element size and fp8-ness so that plain C++ without the CUDA headers reads them
+// too: the registry (registry.cpp) and the policy's tests (tests/cuda/policy_test.cpp) take
+// each instance's shared memory and CTAs per SM from here instead of a mirrored formula.
 #pragma once
-
-#include <cuda_fp8.h>
-
-#include <type_traits>
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
-struct FwdSm90Traits {
-  static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+template <int kElemBytes, bool kIsFp8, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+struct FwdSm90Config {
+  static constexpr bool kFp8 = kIsFp8;
   // kVariant (the instance row's last column): 0 plain, 1 persistent ("_p"), 2 (fp8, 64-row
   // tiles) V^T made in the kernel ("_vt", kVtIn below).
   static constexpr bool kPersistent = kVariant == 1;
-  static constexpr int kElem = int(sizeof(T));
+  static constexpr int kElem = kElemBytes;
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);

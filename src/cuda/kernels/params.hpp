@@ -1,6 +1,6 @@
 // Host -> device parameters of the forward kernels: the resolved problem with pointers,
 // strides in elements, the band mask and the folded softmax scale. Plain data, passed
-// by value as the kernel argument; filled by src/cuda/backend.cu.
+// by value as the kernel argument; filled by src/cuda/launch.cpp (fwd_params) and the backend.
 #pragma once
 
 #include <cstdint>
