@@ -10,8 +10,9 @@
 # reused while newer than every file of that tree's src/cuda and the TU (FORCE=1 rebuilds).
 # BASE_BUILD and NEW_BUILD may be the same build (its figures alone).
 # Prints, per kernel function: total SASS instructions, the main loop's instructions (and
-# whether the loop is the same code: "same" = identical text without addresses, "ops" = the
-# same opcode sequence), registers, spill bytes, stack and sass_check's verdict, base -> new;
+# whether the loop is the same code: "same" = identical text without addresses, "same ops" =
+# the same opcode sequence (registers renamed), "reordered" = the same opcodes in another
+# order, else how many opcodes are in one loop's mix and not the other's), registers, spill bytes, stack and sass_check's verdict, base -> new;
 # then the compiler warnings that differ. Exit status 1 when a kernel is missing, a new
 # kernel's sass_check fails, spills grew, or a main loop grew by more than MAX_LOOP_PCT (2).
 set -eu
@@ -81,7 +82,10 @@ for key in keys:
         print(f"| {key} | {len(rb)} kernels -> {len(rn)} | | | | | | | |")
         bad += 1
     for b, n in zip(sorted(rb, key=lambda r: short(r["function"])), sorted(rn, key=lambda r: short(r["function"]))):
-        same = "same" if b["loop_text"] == n["loop_text"] else "ops" if b["loop_ops"] == n["loop_ops"] else "differs"
+        mb, mn = b.get("loop_mix", {}), n.get("loop_mix", {})
+        moved = sum(abs(mb.get(k, 0) - mn.get(k, 0)) for k in set(mb) | set(mn))
+        same = ("same" if b["loop_text"] == n["loop_text"] else "same ops" if b["loop_ops"] == n["loop_ops"]
+                else "reordered" if moved == 0 else f"{moved} ops differ")
         pct = 100.0 * (n["loop"] - b["loop"]) / b["loop"] if b["loop"] else 0.0
         sb, sn = (b.get("spill_st", 0), b.get("spill_ld", 0)), (n.get("spill_st", 0), n.get("spill_ld", 0))
         f = lambda x, y: f"{x}" if x == y else f"{x} -> {y}"

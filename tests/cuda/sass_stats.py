@@ -7,7 +7,7 @@
 # loop, with its verdict; sm80: the shortest conditional backward branch whose body holds
 # both the MMAs and MUFU.EX2, i.e. the key loop), two fingerprints of that loop (its opcode
 # sequence, and its full text without addresses and branch targets: equal fingerprints mean
-# the same loop), registers, spill bytes, stack frame, and the compiler warnings of the TU.
+# the same loop) and its opcode mix (counts per opcode), registers, spill bytes, stack frame, and the compiler warnings of the TU.
 import hashlib
 import json
 import os
@@ -74,6 +74,13 @@ def main():
         row["loop"] = len(loop) if loop else 0
         row["loop_ops"] = digest([x.split()[0] if not x.startswith("@") else " ".join(x.split()[:2]) for x in loop]) if loop else ""
         row["loop_text"] = digest([strip(x) for x in loop]) if loop else ""
+        # The loop's opcodes (with predicate and modifiers, without operands) and their counts:
+        # equal mixes in another order are a reordering or a renaming of registers.
+        mix = {}
+        for x in loop or []:
+            op = " ".join(x.split()[:2]) if x.startswith("@") else x.split()[0]
+            mix[re.sub(r"^@!?U?P\w+ ", "@P ", op)] = mix.get(re.sub(r"^@!?U?P\w+ ", "@P ", op), 0) + 1
+        row["loop_mix"] = mix
         row["local"] = sum(bool(re.search(r"\b(LDL|STL)\b", t)) for _, t in ins)
         row.update(info.get(name, {}))
         row["warnings"] = warnings

@@ -7,8 +7,10 @@
 
 namespace flashcore::cuda {
 
-template <int kElemBytes, bool kIsFp8, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+template <int kElemBytes, bool kIsFp8, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kVariant_>
 struct FwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kVariant = kVariant_;
   static constexpr bool kFp8 = kIsFp8;
   // kVariant (the instance row's last column): 0 plain, 1 persistent ("_p"), 2 (fp8, 64-row
   // tiles) V^T made in the kernel ("_vt", kVtIn below).
