@@ -67,6 +67,7 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
     f.vt_sync = reinterpret_cast<unsigned*>(ws + ws_layout.sync_offset());
     f.vt_kv_heads = int(p.kv_heads);
     f.vt_head_units = int(f.vt_sk / 32) * int(p.dv / 128);
+    f.vt_units = f.vt_head_units * f.vt_kv_heads * f.batch;
     e = cudaMemsetAsync(f.vt_sync, 0, ws_layout.sync_bytes, stream);
     what = "the e4m3 V^T counters' memset";
   }

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/problem.hpp"
-#include "cuda/kernels/fwd_sm90_traits.hpp"
+#include "cuda/kernels/sm90/traits.hpp"
 
 namespace flashcore::cuda {
 

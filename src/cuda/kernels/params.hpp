@@ -88,6 +88,7 @@ struct FwdParams {
   // tile), [1 + b Hkv + hk] the units of that head written so far.
   unsigned* vt_sync = nullptr;
   int vt_kv_heads = 0, vt_head_units = 0;  // with vt_sync: heads / group, (vt_sk / 32) (Dv / 128)
+  int vt_units = 0;                        // with vt_sync: all units, vt_head_units vt_kv_heads batch
   float o_scale = 1.f;
   bool out_bf16 = false;
   // fp8 under Exp2Mode::fast without lse: the launcher takes the kernel's chord form (half

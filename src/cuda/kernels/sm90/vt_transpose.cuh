@@ -60,11 +60,12 @@ struct FusedVtTransposer {
         int u = 0;
         if (lane == 0) u = int(atomicAdd(p.vt_sync, 1u));
         u = __shfl_sync(0xffffffffu, u, 0);
-        if (u >= head_units * kv_heads * p.batch) break;
+        if (u >= p.vt_units) break;
         const int bh = u / head_units, kb = (u - bh * head_units) / col_tiles;
         const int c0 = (u - bh * head_units - kb * col_tiles) * 128, k0 = kb * 32;
         const int b = bh / kv_heads, hk = bh - b * kv_heads;
-        // (Loops not unrolled, pointers stepped: these warps have 24 registers.)
+        // (Loops not unrolled, pointers stepped, the queue's end read from p: these warps
+        // have 24 registers, and ptxas spilled the end computed here.)
         const uint8_t* src = static_cast<const uint8_t*>(p.v) + b * p.v_sb + hk * p.v_sh + c0 + (lane % 8) * 16;
 #pragma unroll 1
         for (int r = lane / 8; r < 32; r += 4) {  // 4 rows of 8 pieces per instruction
