@@ -2,23 +2,27 @@
 # CUDA build (sources.cmake) and the policy's tests (tests/cuda/CMakeLists.txt, every
 # configuration) see the same rows and keys.
 #
-# fc_cuda_instance_rows(<family> <dtypes> <hdims> <prefix>): the rows FC_<FAMILY>_FWD(dtype key,
-# type, head dim, tile fields...) whose dtype key is in <dtypes> and head dim in <hdims> (both
-# lists; "*" takes all), in table order, as three lists in the caller's scope:
-#   <prefix>_KEYS   fwd_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages> unless 2],
-#                   fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p persistent, _vt fp8 V^T in the kernel]
+# fc_cuda_instance_rows(<family> <direction> <dtypes> <hdims> <prefix>): the rows
+# FC_<FAMILY>(<direction>, dtype key, type, head dim, tile fields...) whose dtype key is in
+# <dtypes> and head dim in <hdims> (both lists; "*" takes all), in table order, as three
+# lists in the caller's scope:
+#   <prefix>_KEYS   <dir>_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages> unless 2],
+#                   <dir>_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p persistent, _vt fp8 V^T in the kernel]
 #   <prefix>_REGS   the registry's FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...) lines
 #   <prefix>_TMPLS  the launcher's template arguments (type, head dim, tile fields...)
 set(_FC_INSTANCES_INC ${CMAKE_CURRENT_LIST_DIR}/instances.inc)
-function(fc_cuda_instance_rows family dtypes hdims prefix)
-  file(STRINGS ${_FC_INSTANCES_INC} rows REGEX "^FC_${family}_FWD\\(")
+set(FC_CUDA_DIRECTIONS fwd bwd)
+function(fc_cuda_instance_rows family dir dtypes hdims prefix)
+  file(STRINGS ${_FC_INSTANCES_INC} rows REGEX "^FC_${family}\\( *${dir} *,")
+  string(TOLOWER ${family} fam)
   set(keys "")
   set(regs "")
   set(tmpls "")
   foreach(row IN LISTS rows)
-    string(REGEX REPLACE "^FC_${family}_FWD\\(([^)]*)\\).*$" "\\1" args "${row}")
+    string(REGEX REPLACE "^FC_${family}\\(([^)]*)\\).*$" "\\1" args "${row}")
     string(REPLACE " " "" args "${args}")
     string(REPLACE "," ";" args "${args}")
+    list(REMOVE_AT args 0)  # the direction
     list(GET args 0 dt)
     list(GET args 2 hd)
     list(GET args 3 bm)
@@ -30,14 +34,14 @@ function(fc_cuda_instance_rows family dtypes hdims prefix)
       list(GET args 5 wp)
       list(GET args 6 st)
       list(GET args 7 oc)
-      set(key fwd_sm80_${dt}_hd${hd}_${bm}x${bn}_w${wp}_o${oc})
+      set(key ${dir}_${fam}_${dt}_hd${hd}_${bm}x${bn}_w${wp}_o${oc})
       if(NOT st EQUAL 2)
         set(key ${key}_s${st})
       endif()
     else()
       list(GET args 5 st)
       list(GET args 6 ps)
-      set(key fwd_sm90_${dt}_hd${hd}_${bm}x${bn}_s${st})
+      set(key ${dir}_${fam}_${dt}_hd${hd}_${bm}x${bn}_s${st})
       if(ps EQUAL 1)
         set(key ${key}_p)
       elseif(ps EQUAL 2)

@@ -1,4 +1,4 @@
-// The instance registry (registry.hpp): instances_enabled.inc expanded into the launchers'
+// The instance registry (registry.hpp): instances_fwd.inc expanded into the launchers'
 // declarations, the policy's InstanceInfo table and the launcher table, in one order.
 #include "cuda/registry.hpp"
 
@@ -9,7 +9,7 @@ namespace flashcore::cuda {
 
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) cudaError_t key(const FwdParams&, cudaStream_t);
-#include "instances_enabled.inc"
+#include "instances_fwd.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
 
@@ -20,14 +20,14 @@ constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = D
 const InstanceInfo kInstances[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) sm80_instance(#key, dtype_##dt, hd, bm, bn, wp, st),
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) sm90_instance<dtype_##dt, hd, bm, bn, st, ps>(#key),
-#include "instances_enabled.inc"
+#include "instances_fwd.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
 };
 const LaunchFn kLaunchers[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) key,
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) key,
-#include "instances_enabled.inc"
+#include "instances_fwd.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
 };

@@ -1,5 +1,5 @@
-// The CUDA instances of this build: the rows of src/cuda/instances.inc that the configure
-// step enabled (sources.cmake writes them to instances_enabled.inc), each with its facts for
+// The CUDA forward instances of this build: the fwd rows of src/cuda/instances.inc that the
+// configure step enabled (sources.cmake writes them to instances_fwd.inc), each with its facts for
 // the policy (InstanceInfo) and its launcher (one generated translation unit per row), and
 // the kernels outside the table (the exact FFMA kernel, the fp8 V^T pre-pass, the KV-split
 // combine).

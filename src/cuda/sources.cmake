@@ -1,8 +1,9 @@
 # CUDA backend (included from src/CMakeLists.txt when FLASHCORE_WITH_CUDA).
 #
-# instances.inc is the one list of forward kernels; every row (minus the axes switched
-# off below) becomes its own small .cu in the build tree, so the instances compile in
-# parallel, and the registry (registry.cpp) is built from the same filtered list.
+# instances.inc is the one list of kernels (a direction per row: fwd, bwd); every row
+# (minus the axes switched off below) becomes its own small .cu in the build tree, so the
+# instances compile in parallel, and each direction's registry is built from its filtered
+# rows (instances_<dir>.inc; registry.cpp reads the forward ones).
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
@@ -39,14 +40,15 @@ endfunction()
 set(_fc_inst_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_inst)
 file(MAKE_DIRECTORY ${_fc_inst_dir})
 include(${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
-# One family's enabled rows of instances.inc (instances.cmake) -> one generated .cu per row,
-# calling launch_fwd_<family><type, head dim, tile fields...>, appended to the list
-# <out_var>, and its registry line appended to _fc_enabled.
-function(_fc_instances family out_var)
+# One family's enabled rows of one direction (instances.cmake) -> one generated .cu per
+# row, calling launch_<dir>_<family><type, head dim, tile fields...> of
+# kernels/<dir>_<family>.cuh, appended to the list <out_var>, and its registry line
+# appended to _fc_enabled_<dir> (the registry of that direction reads them).
+function(_fc_instances family dir out_var)
   string(TOLOWER ${family} fam)
-  fc_cuda_instance_rows(${family} "${FLASHCORE_CUDA_DTYPES}" "${FLASHCORE_CUDA_HDIMS}" _fc_rows)
+  fc_cuda_instance_rows(${family} ${dir} "${FLASHCORE_CUDA_DTYPES}" "${FLASHCORE_CUDA_HDIMS}" _fc_rows)
   set(sources ${${out_var}})
-  set(enabled "${_fc_enabled}")
+  set(enabled "${_fc_enabled_${dir}}")
   list(LENGTH _fc_rows_KEYS n)
   if(n GREATER 0)
     math(EXPR last "${n} - 1")
@@ -56,33 +58,36 @@ function(_fc_instances family out_var)
       list(GET _fc_rows_TMPLS ${i} tmpl_args)
       string(APPEND enabled "${reg}\n")
       set(src ${_fc_inst_dir}/${key}.cu)
-      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/fwd_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_fwd_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/${dir}_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
       _fc_write_if_changed(${src} "${txt}")
       list(APPEND sources ${src})
     endforeach()
   endif()
   set(${out_var} ${sources} PARENT_SCOPE)
-  set(_fc_enabled "${enabled}" PARENT_SCOPE)
+  set(_fc_enabled_${dir} "${enabled}" PARENT_SCOPE)
 endfunction()
 
-set(_fc_enabled "")
 set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu)
-_fc_instances(SM80 _fc_inst_sources)
-# Hopper rows: sm_90a only, so they are built only when 90 is among the SASS targets, in
-# their own object library (no other arch is compiled for them).
 set(_fc_sm90_sources "")
-if("90" IN_LIST FLASHCORE_CUDA_ARCHS)
-  _fc_instances(SM90 _fc_sm90_sources)
-endif()
-# Drop generated files of rows that were removed or switched off.
+foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
+  set(_fc_enabled_${dir} "")
+  _fc_instances(SM80 ${dir} _fc_inst_sources)
+  # Hopper rows: sm_90a only, so they are built only when 90 is among the SASS targets, in
+  # their own object library (no other arch is compiled for them).
+  if("90" IN_LIST FLASHCORE_CUDA_ARCHS)
+    _fc_instances(SM90 ${dir} _fc_sm90_sources)
+  endif()
+  _fc_write_if_changed(${_fc_inst_dir}/instances_${dir}.inc "${_fc_enabled_${dir}}")
+endforeach()
+# Drop generated files of rows that were removed or switched off (and the single list of
+# enabled rows that came before the per-direction ones).
+file(REMOVE ${_fc_inst_dir}/instances_enabled.inc)
 file(GLOB _fc_old_sources ${_fc_inst_dir}/*.cu)
 foreach(f IN LISTS _fc_old_sources)
   if(NOT f IN_LIST _fc_inst_sources AND NOT f IN_LIST _fc_sm90_sources)
     file(REMOVE ${f})
   endif()
 endforeach()
-set(_fc_enabled_file ${_fc_inst_dir}/instances_enabled.inc)
-_fc_write_if_changed(${_fc_enabled_file} "${_fc_enabled}")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc
                                                                 ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
 
