@@ -28,7 +28,7 @@ static_assert(kFp8VtKeyAlign % kKeys == 0 && kKeys % 32 == 0 && kKeys * kCols ==
 // any is used, whole 128-byte rows of V: one 16-byte load per thread in flight and 64-byte
 // pieces of the rows left the pass at ~46 % of the H200's DRAM bandwidth), transposes the
 // tiles in shared memory (below), and stores one 16-byte piece of a V^T row per tile. Until
-// session 27 each thread gathered its piece with 16 byte loads from V's tile; the transpose
+// 2026-11-27 (5ab2442) each thread gathered its piece with 16 byte loads from V's tile; the transpose
 // by ldmatrix and byte permutes into a transposed tile made the e4m3 grid's S512 rows
 // 1.03-1.04x faster (H200) and a pre-pass decode call (B32 H32/8 Sk16384 D128) 597-599 ->
 // 545-553 us; storing the permuted words straight to global memory instead (16 bytes per

@@ -9,14 +9,14 @@
 // with every head's last block first). So the launch simulates two numberings (group 1
 // and the widest group below) with each item's cost its key tiles plus one for its set-up,
 // and keeps group 1 unless its slowest CTA is 3 % or more further from the mean than the
-// other's (docs/results/cuda-sm90-2026-11-22.md, session 25).
+// other's (docs/results/cuda-sm90-2026-11-22.md, 2026-11-26, d28ba79).
 // The widest group is B Hi, or the largest divisor of it whose heads' K and V are read
 // again soon enough to still be in L2: a group's query blocks of one level run one after
 // another, so a head's next block comes `group` items later; within the same round where
 // group <= CTAs, else after the group's K and V went through L2, which must hold them
-// (group * K and V bytes <= L2 / 2). Without the bound (session 25's rule) the short
+// (group * K and V bytes <= L2 / 2). Without the bound (d28ba79's rule) the short
 // causal rows with many heads read K and V from memory at every level (H100, f16 hd64
-// B32 H32 S512 causal: 248 us against 135 with group 1; session 26).
+// B32 H32 S512 causal: 248 us against 135 with group 1; 2026-11-27, ff9fac4).
 #pragma once
 
 #include <algorithm>

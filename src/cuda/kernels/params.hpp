@@ -15,7 +15,7 @@ namespace flashcore::cuda {
 // 1994). The sm90 persistent kernels decode an item number into (query block, head, batch)
 // at every item, on the consumers' path between two items (~730 cycles for the decode and
 // the item's set-up with two divisions by run-time divisors in a clock64 trace;
-// docs/results/cuda-sm90-2026-11-22.md, session 22).
+// docs/results/cuda-sm90-2026-11-22.md, 2026-11-26, e49a4e2).
 struct FastDiv {
   uint32_t m = 1, s = 0;  // (the default divides by 1)
   FastDiv() = default;
