@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,32 @@ TEST(CudaPolicy, ExpectedKeysExist) {
     bool found = false;
     for (const InstanceInfo& i : kAll) found = found || std::strcmp(i.key, r.want) == 0;
     EXPECT_TRUE(found) << r.want;
+  }
+}
+
+// Every key follows docs/naming.md's CUDA grammar and says what its row holds.
+TEST(CudaPolicy, KeysFollowTheGrammar) {
+  const std::regex sm80(R"(^fwd_sm80_(f16|bf16|tf32)_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)(_s(\d+))?$)");
+  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt)?$)");
+  for (const InstanceInfo& i : kAll) {
+    std::cmatch m;
+    const bool ok = std::regex_match(i.key, m, i.arch == 80 ? sm80 : sm90);
+    ASSERT_TRUE(ok) << i.key;
+    const char* dt = i.dtype == DType::f32 ? "tf32" : to_string(i.dtype);
+    EXPECT_EQ(m[1].str(), dt) << i.key;
+    EXPECT_EQ(std::stoi(m[2].str()), i.head_dim) << i.key;
+    EXPECT_EQ(std::stoi(m[3].str()), i.block_m) << i.key;
+    EXPECT_EQ(std::stoi(m[4].str()), i.block_n) << i.key;
+    if (i.arch == 80) {
+      EXPECT_EQ(std::stoi(m[5].str()), i.warps) << i.key;
+      EXPECT_EQ(m[8].matched ? std::stoi(m[8].str()) : 2, i.stages) << i.key;
+      EXPECT_FALSE(m[8].matched && i.stages == 2) << i.key << ": _s2 is implied";
+    } else {
+      EXPECT_EQ(std::stoi(m[5].str()), i.stages) << i.key;
+      EXPECT_EQ(m[6].str() == "_p", i.persistent) << i.key;
+      EXPECT_EQ(m[6].str() == "_vt", i.vt_in) << i.key;
+    }
+    for (const InstanceInfo& j : kAll) EXPECT_TRUE(&i == &j || std::strcmp(i.key, j.key) != 0) << i.key << " twice";
   }
 }
 
