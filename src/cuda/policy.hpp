@@ -66,6 +66,17 @@ constexpr InstanceInfo sm90_instance(const char* key) {
           C::kCtasPerSm, C::kChordForm, C::kVtFused};
 }
 
+// The dtype keys of the table's rows -> storage dtype (tf32: fp32 storage on TF32 tensor
+// cores), and a row of an expanded table (instances_<dir>.inc lines) as its InstanceInfo:
+//   #define FC_SM80_INST FC_SM80_INSTANCE_INFO / #define FC_SM90_INST FC_SM90_INSTANCE_INFO
+namespace instance_dtype {
+constexpr DType f16 = DType::f16, bf16 = DType::bf16, tf32 = DType::f32, e4m3 = DType::e4m3;
+}  // namespace instance_dtype
+#define FC_SM80_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc) \
+  ::flashcore::cuda::sm80_instance(#key, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, wp, st),
+#define FC_SM90_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
+  ::flashcore::cuda::sm90_instance<::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, ps>(#key),
+
 // The instances on offer, in table order (= preference within a dtype and head dim).
 using InstanceList = std::span<const InstanceInfo>;
 

@@ -15,11 +15,9 @@ namespace flashcore::cuda {
 
 namespace {
 
-// Instance dtype keys -> storage dtype (tf32: fp32 storage on TF32 tensor cores).
-constexpr DType dtype_f16 = DType::f16, dtype_bf16 = DType::bf16, dtype_tf32 = DType::f32, dtype_e4m3 = DType::e4m3;
 const InstanceInfo kInstances[] = {
-#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) sm80_instance(#key, dtype_##dt, hd, bm, bn, wp, st),
-#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) sm90_instance<dtype_##dt, hd, bm, bn, st, ps>(#key),
+#define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#define FC_SM90_INST FC_SM90_INSTANCE_INFO
 #include "instances_fwd.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
