@@ -5,7 +5,7 @@
 // one block [1][Hkv][Dv][sk_pad], sequence b from position fp8_vt_row0(cu_k[b], b), zeros up
 // to the next one's start (every byte of the block is written). Part of every fp8
 // attention call (and of its timing) but those whose kernel makes V^T itself (the
-// persistent hd128 ones on fixed-length batches: fwd_sm90.cuh, kVtFused; the same bytes);
+// persistent hd128 ones on fixed-length batches: kernels/sm90/vt_transpose.cuh, kVtFused; the same bytes);
 // memory-bound: Sk * Dv bytes read and written per KV head.
 #include <cuda_runtime.h>
 
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
   __syncthreads();
   {
     // Warp w transposes columns 16 w .. 16 w + 15 of every tile (as the kernel's transposer
-    // does, fwd_sm90.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
+    // does, kernels/sm90/vt_transpose.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
     // gives lane (jj, t) keys 8 m + 2t, 8 m + 2t + 1 of column pair 2 jj, 2 jj + 1 (matrix
     // m); four byte permutes make that pair's two V^T rows at k positions 4t .. 4t + 3 and
     // 16 + 4t .. (fp8_vt_words). All tiles are read before any is overwritten; lanes

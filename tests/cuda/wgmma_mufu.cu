@@ -2,7 +2,7 @@
 // cores, alone and beside a softmax-like stream of FFMA / MUFU.EX2 / FADD / e4m3 packs, on
 // sm_90a. A measurement tool for kernel work (docs/results/cuda-sm90-fp8-2026-11-22.md,
 // 2026-11-27, 7e6b148), not a test: one CTA per SM (132), consumer warpgroups with 240 registers
-// (setmaxnreg, as fwd_sm90.cuh) that loop over S = Q K^T (SS wgmma, K-major, 128-byte
+// (setmaxnreg, as the sm90 forward kernel) that loop over S = Q K^T (SS wgmma, K-major, 128-byte
 // swizzle) and O += P V (RS wgmma, V^T with the 64-byte swizzle), optionally taking turns
 // (named barriers, the kernels' ping-pong) and optionally running, after S retires and
 // while P V is in flight, the softmax's per-score work on S (MODE 0: FFMA, ex2, FADD and

@@ -1,5 +1,5 @@
 // Host side of the sm90 persistent kernels' schedule: which ItemOrder (params.hpp) a launch
-// takes. The CTAs walk a static list (fwd_sm90.cuh: in round r, CTA c takes item r G + c,
+// takes. The CTAs walk a static list (sm90/scheduler.cuh: in round r, CTA c takes item r G + c,
 // or r G + G - 1 - c for odd r), so the numbering decides each CTA's share of the work.
 // One head's query blocks after another (group 1) keeps the CTAs at work at one time on a
 // few heads' K and V (L2), and with equal items, or with many rounds per head's blocks, it
@@ -95,7 +95,7 @@ inline int persistent_item_group(const core::BandMask& m, int sq, int sk, int sh
   const Key key{m.left, m.right, m.offset, sq, sk, shift, block_m, block_n, hbs, ctas, wide};
   if (last_group > 0 && key == last) return last_group;
   std::vector<int64_t> cost(static_cast<size_t>(n_mb));
-  for (int64_t blk = 0; blk < n_mb; ++blk) {  // the kernel's key tiles of the block (fwd_sm90.cuh item_tiles)
+  for (int64_t blk = 0; blk < n_mb; ++blk) {  // the kernel's key tiles of the block (sm90/scheduler.cuh: key_tiles)
     const int64_t m0 = (n_mb - 1 - blk) * block_m, m1 = std::min(m0 + block_m, rows) - 1;
     const TileRange r = tile_range(m, int(m0 >> shift), int(m1 >> shift), sk, block_n);
     cost[size_t(blk)] = 1 + (r.hi - r.lo);
