@@ -1,8 +1,9 @@
 # CUDA backend (included from src/CMakeLists.txt when FLASHCORE_WITH_CUDA).
 #
-# instances.inc is the one list of forward kernels; every row (minus the axes switched
-# off below) becomes its own small .cu in the build tree, so the instances compile in
-# parallel, and backend.cpp's registry is built from the same filtered list.
+# instances.inc is the one list of kernels (a direction per row: fwd, bwd); every row
+# (minus the axes switched off below) becomes its own small .cu in the build tree, so the
+# instances compile in parallel, and each direction's registry is built from its filtered
+# rows (instances_<dir>.inc; registry.cpp reads the forward ones).
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
@@ -38,80 +39,73 @@ endfunction()
 
 set(_fc_inst_dir ${CMAKE_CURRENT_BINARY_DIR}/cuda_inst)
 file(MAKE_DIRECTORY ${_fc_inst_dir})
-# One family's rows of instances.inc (FC_<FAMILY>_FWD(dtype key, type, head dim, tile
-# fields...)) -> one generated .cu per enabled row, calling
-# launch_fwd_<family>_<type, head dim, tile fields...>, appended to the list <out_var>,
-# and its registry line FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...)
-# appended to _fc_enabled. Keys: fwd_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages>
-# unless 2], fwd_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p when persistent, _vt for fp8's V^T in the kernel].
-function(_fc_instances family out_var)
+include(${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
+# One family's enabled rows of one direction (instances.cmake) -> one generated .cu per
+# row, calling launch_<dir>_<family><type, head dim, tile fields...> of
+# kernels/<dir>_<family>.cuh, appended to the list <out_var>, and its registry line
+# appended to _fc_enabled_<dir> (the registry of that direction reads them).
+function(_fc_instances family dir out_var)
   string(TOLOWER ${family} fam)
-  file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc rows REGEX "^FC_${family}_FWD\\(")
+  fc_cuda_instance_rows(${family} ${dir} "${FLASHCORE_CUDA_DTYPES}" "${FLASHCORE_CUDA_HDIMS}" _fc_rows)
   set(sources ${${out_var}})
-  set(enabled "${_fc_enabled}")
-  foreach(row IN LISTS rows)
-    string(REGEX REPLACE "^FC_${family}_FWD\\(([^)]*)\\).*$" "\\1" args "${row}")
-    string(REPLACE " " "" args "${args}")
-    string(REPLACE "," ";" args "${args}")
-    list(GET args 0 dt)
-    list(GET args 1 ty)
-    list(GET args 2 hd)
-    list(GET args 3 bm)
-    list(GET args 4 bn)
-    if(NOT dt IN_LIST FLASHCORE_CUDA_DTYPES OR NOT hd IN_LIST FLASHCORE_CUDA_HDIMS)
-      continue()
-    endif()
-    if(family STREQUAL "SM80")
-      list(GET args 5 wp)
-      list(GET args 6 st)
-      list(GET args 7 oc)
-      set(key fwd_sm80_${dt}_hd${hd}_${bm}x${bn}_w${wp}_o${oc})
-      if(NOT st EQUAL 2)
-        set(key ${key}_s${st})
-      endif()
-    else()
-      list(GET args 5 st)
-      list(GET args 6 ps)
-      set(key fwd_${fam}_${dt}_hd${hd}_${bm}x${bn}_s${st})
-      if(ps EQUAL 1)
-        set(key ${key}_p)
-      elseif(ps EQUAL 2)
-        set(key ${key}_vt)
-      endif()
-    endif()
-    list(REMOVE_AT args 1)  # the registry takes the dtype key, not the C++ type
-    string(REPLACE ";" ", " reg_args "${args}")
-    list(REMOVE_AT args 0)
-    string(REPLACE ";" ", " tmpl_args "${ty};${args}")
-    string(APPEND enabled "FC_${family}_INST(${key}, ${reg_args})\n")
-    set(src ${_fc_inst_dir}/${key}.cu)
-    set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/fwd_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_fwd_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
-    _fc_write_if_changed(${src} "${txt}")
-    list(APPEND sources ${src})
-  endforeach()
+  set(enabled "${_fc_enabled_${dir}}")
+  list(LENGTH _fc_rows_KEYS n)
+  if(n GREATER 0)
+    math(EXPR last "${n} - 1")
+    foreach(i RANGE ${last})
+      list(GET _fc_rows_KEYS ${i} key)
+      list(GET _fc_rows_REGS ${i} reg)
+      list(GET _fc_rows_TMPLS ${i} tmpl_args)
+      string(APPEND enabled "${reg}\n")
+      set(src ${_fc_inst_dir}/${key}.cu)
+      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/${dir}_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+      _fc_write_if_changed(${src} "${txt}")
+      list(APPEND sources ${src})
+    endforeach()
+  endif()
   set(${out_var} ${sources} PARENT_SCOPE)
-  set(_fc_enabled "${enabled}" PARENT_SCOPE)
+  set(_fc_enabled_${dir} "${enabled}" PARENT_SCOPE)
 endfunction()
 
-set(_fc_enabled "")
 set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu)
-_fc_instances(SM80 _fc_inst_sources)
-# Hopper rows: sm_90a only, so they are built only when 90 is among the SASS targets, in
-# their own object library (no other arch is compiled for them).
 set(_fc_sm90_sources "")
-if("90" IN_LIST FLASHCORE_CUDA_ARCHS)
-  _fc_instances(SM90 _fc_sm90_sources)
-endif()
-# Drop generated files of rows that were removed or switched off.
+foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
+  set(_fc_enabled_${dir} "")
+  _fc_instances(SM80 ${dir} _fc_inst_sources)
+  # Hopper rows: sm_90a only, so they are built only when 90 is among the SASS targets, in
+  # their own object library (no other arch is compiled for them).
+  if("90" IN_LIST FLASHCORE_CUDA_ARCHS)
+    _fc_instances(SM90 ${dir} _fc_sm90_sources)
+  endif()
+  _fc_write_if_changed(${_fc_inst_dir}/instances_${dir}.inc "${_fc_enabled_${dir}}")
+endforeach()
+# Drop generated files of rows that were removed or switched off (and the single list of
+# enabled rows that came before the per-direction ones).
+file(REMOVE ${_fc_inst_dir}/instances_enabled.inc)
 file(GLOB _fc_old_sources ${_fc_inst_dir}/*.cu)
 foreach(f IN LISTS _fc_old_sources)
   if(NOT f IN_LIST _fc_inst_sources AND NOT f IN_LIST _fc_sm90_sources)
     file(REMOVE ${f})
   endif()
 endforeach()
-set(_fc_enabled_file ${_fc_inst_dir}/instances_enabled.inc)
-_fc_write_if_changed(${_fc_enabled_file} "${_fc_enabled}")
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.inc
+                                                                ${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
+
+# ptxas reports every register spill (-warn-spills), but in the instances listed here, whose
+# spill is known and accepted (docs/cuda.md, "Register spills"):
+# - fwd_sm80_tf32_hd256_32x16_w2_o2: a 16-row warp's O at hd256 in fp32 takes 128 of the
+#   255 registers a thread may have; ptxas spills 4 bytes outside the key loop for sm_80 and
+#   28 bytes (7 values reloaded per key tile) for sm_90, none for sm_86 / sm_89. It is the
+#   hd256 TF32 tile of every device whose blocks cannot have 192 KiB of shared memory (A100,
+#   sm_86, sm_89: 128x16 does not fit), and on sm_90 it runs only where 128x16 would leave
+#   SMs idle (policy.cpp: pick_sm80), i.e. on problems of a few microseconds.
+set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2)
+foreach(src IN LISTS _fc_inst_sources _fc_sm90_sources)
+  get_filename_component(key ${src} NAME_WE)
+  if(NOT key IN_LIST _fc_known_spills)
+    set_property(SOURCE ${src} APPEND PROPERTY COMPILE_OPTIONS -Xptxas=-warn-spills)
+  endif()
+endforeach()
 
 # The libraries that link these objects (created after this file) take the kernels' dialect
 # too: without it CMake derives CUDA20 from CMAKE_CXX_STANDARD, which its Makefile generator
@@ -124,7 +118,7 @@ set_target_properties(flashcore_cuda_obj PROPERTIES
   CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
   POSITION_INDEPENDENT_CODE ON CUDA_VISIBILITY_PRESET hidden)
 target_include_directories(flashcore_cuda_obj PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
-target_compile_options(flashcore_cuda_obj PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xptxas=-warn-spills>)
+target_compile_options(flashcore_cuda_obj PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3>)
 
 set(_fc_cuda_objs $<TARGET_OBJECTS:flashcore_cuda_obj>)
 if(_fc_sm90_sources)
@@ -135,11 +129,14 @@ if(_fc_sm90_sources)
     POSITION_INDEPENDENT_CODE ON CUDA_VISIBILITY_PRESET hidden)
   target_include_directories(flashcore_cuda_sm90_obj PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_compile_options(flashcore_cuda_sm90_obj PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a -O3 -Xptxas=-warn-spills>)
+    $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a -O3>)
   list(APPEND _fc_cuda_objs $<TARGET_OBJECTS:flashcore_cuda_sm90_obj>)
 endif()
 
-target_sources(flashcore_obj PRIVATE cuda/backend.cpp)
+# The host side: coordination and checks (backend.cpp), the kernel-choice policy (plain C++,
+# tested without a GPU), the instance registry, device queries, workspace and launches.
+target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/device.cpp cuda/launch.cpp cuda/policy.cpp
+                                     cuda/registry.cpp cuda/workspace.cpp)
 # The kernels go into both libraries next to flashcore_obj's objects; the libraries are
 # created after this file is included, hence the deferred calls.
 cmake_language(DEFER CALL target_sources flashcore PRIVATE ${_fc_cuda_objs})

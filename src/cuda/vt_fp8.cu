@@ -5,7 +5,7 @@
 // one block [1][Hkv][Dv][sk_pad], sequence b from position fp8_vt_row0(cu_k[b], b), zeros up
 // to the next one's start (every byte of the block is written). Part of every fp8
 // attention call (and of its timing) but those whose kernel makes V^T itself (the
-// persistent hd128 ones on fixed-length batches: fwd_sm90.cuh, kVtFused; the same bytes);
+// persistent hd128 ones on fixed-length batches: kernels/sm90/vt_transpose.cuh, kVtFused; the same bytes);
 // memory-bound: Sk * Dv bytes read and written per KV head.
 #include <cuda_runtime.h>
 
@@ -28,7 +28,7 @@ static_assert(kFp8VtKeyAlign % kKeys == 0 && kKeys % 32 == 0 && kKeys * kCols ==
 // any is used, whole 128-byte rows of V: one 16-byte load per thread in flight and 64-byte
 // pieces of the rows left the pass at ~46 % of the H200's DRAM bandwidth), transposes the
 // tiles in shared memory (below), and stores one 16-byte piece of a V^T row per tile. Until
-// session 27 each thread gathered its piece with 16 byte loads from V's tile; the transpose
+// 2026-11-27 (5ab2442) each thread gathered its piece with 16 byte loads from V's tile; the transpose
 // by ldmatrix and byte permutes into a transposed tile made the e4m3 grid's S512 rows
 // 1.03-1.04x faster (H200) and a pre-pass decode call (B32 H32/8 Sk16384 D128) 597-599 ->
 // 545-553 us; storing the permuted words straight to global memory instead (16 bytes per
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
   __syncthreads();
   {
     // Warp w transposes columns 16 w .. 16 w + 15 of every tile (as the kernel's transposer
-    // does, fwd_sm90.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
+    // does, kernels/sm90/vt_transpose.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
     // gives lane (jj, t) keys 8 m + 2t, 8 m + 2t + 1 of column pair 2 jj, 2 jj + 1 (matrix
     // m); four byte permutes make that pair's two V^T rows at k positions 4t .. 4t + 3 and
     // 16 + 4t .. (fp8_vt_words). All tiles are read before any is overwritten; lanes

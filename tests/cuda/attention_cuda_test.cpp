@@ -1218,7 +1218,7 @@ struct Fp8Case {
 };
 
 // The e4m3 key the dispatcher takes for head dim D, Sk keys and a band mask or not (""
-// when none; backend.cpp attention_fp8). With lo = 4096, hi = 8192 (banded: 8192, 16384):
+// when none; src/cuda/policy.cpp pick_fp8). With lo = 4096, hi = 8192 (banded: 8192, 16384):
 // the 64x128 key where the build has one and a head's (packed) rows fit one 64-row tile
 // (few_rows), or Sk < hi and the 128-row items (items128) are at most the device's sms;
 // else the first 128-row key from hi / 4 keys on (banded: hi / 2), else the first with 128
@@ -1247,7 +1247,7 @@ std::string fp8_key(int64_t D, int64_t Sk = 1 << 20, bool banded = false, bool f
   return !tall.empty() ? tall : !any_tall.empty() ? any_tall : key64;
 }
 
-// The name the dispatcher gives a fixed-length case (backend.cpp: attention_fp8,
+// The name the dispatcher gives a fixed-length case (src/cuda/policy.cpp: pick_fp8,
 // gqa_pack_shift, kv_split_count): fp8_key's kernel, "+gqa<G>" where the G = H / Hkv query
 // heads of a KV head are packed (Sq < 64, G a power of two <= 64), "+kv<N>" where the
 // items leave SMs idle and have many key tiles.
@@ -1636,7 +1636,7 @@ TEST_P(CudaFp8, FastExponentials) {
 
 // Long flat rows on every e4m3 kernel (forced by key): 16384 keys of uniform [-1, 1] inputs
 // (near-flat softmax rows, whose sum l grows over all of them). A row sum kept in the
-// tensor cores' accumulators over the whole row (session 32's reverted change) came out
+// tensor cores' accumulators over the whole row (a change of 2026-11-27, reverted: 38a710c) came out
 // 16-33 % off at 8192-16384 keys while every shorter case passed.
 TEST_P(CudaFp8, LongFlatRows) {
   FC_REQUIRE_SM90();
@@ -1942,12 +1942,12 @@ TEST(CudaHost, PersistentItemOrder) {
   constexpr int64_t kKiB = 1024, kL2 = 50 * kKiB * kKiB;  // H100 / H200
   const int64_t kv_hd128_s8192 = 8192 * 256 * 2;         // K and V bytes of one head, f16
   EXPECT_EQ(persistent_item_group(none, 8192, 8192, 0, 128, 64, 16, 132, 2 * kv_hd128_s8192, kL2), 1);
-  // H200, session 25: f16 hd256 B2 H8 S8192 causal (128x64 tiles): 513 TFLOP/s with group 1,
+  // H200, 2026-11-26 (d28ba79): f16 hd256 B2 H8 S8192 causal (128x64 tiles): 513 TFLOP/s with group 1,
   // 631 with every head's last block first; hd128 B4 H16 S4096 (128x128): 575 against 517.
   EXPECT_EQ(persistent_item_group(causal, 8192, 8192, 0, 128, 64, 16, 132, 2 * kv_hd128_s8192, kL2), 16);
   EXPECT_EQ(persistent_item_group(causal, 4096, 4096, 0, 128, 128, 64, 132, kv_hd128_s8192 / 2, kL2), 1);
   // The widest group: B Hi where it fits the CTAs (a head's next block in the same round) or
-  // its K and V half of L2; else the largest divisor that does. H100, session 26: f16 hd64
+  // its K and V half of L2; else the largest divisor that does. H100, 2026-11-27 (ff9fac4): f16 hd64
   // B32 H32 S512 causal (64x64, 3 CTAs per SM) ran 248 us with group 1024, 135 with group 1.
   EXPECT_EQ(widest_item_group(32, 132, 2 * kv_hd128_s8192, kL2), 32);
   EXPECT_EQ(widest_item_group(1024, 396, 512 * 128 * 2, kL2), 256);

@@ -12,12 +12,12 @@
 //                         shape; without it only on shapes under 100 us)
 //                         [--rounds N] (--all-tiles: each shape's kernels N times, the order rotated
 //                         by one per round; rows carry "round")
-//                         [--inputs randn|pattern] (randn, the default since session 31: q, k, v each a
+//                         [--inputs randn|pattern] (randn, the default since 2026-11-27 (7e6b148): q, k, v each a
 //                         draw of standard normal values rounded to the dtype, as the peer scripts'
 //                         torch.randn; pattern: the fixed pattern below, copied into q, k and v alike,
 //                         so q = k and each row's diagonal score stands far above the rest (e4m3: a
 //                         row max that jumps once, a refused speculative tile); the inputs of every
-//                         figure of this tool before session 31)
+//                         figure of this tool before 7e6b148)
 // (--dtype may be repeated; f32 runs on TF32 unless the FFMA kernel is forced by key;
 // e4m3: q/k/v in fp8 with f16 output, V^T (pre-pass or made by the kernel) in every timed call;
 // --all-tiles times every listed kernel of the shape's dtype and head dim, both families
@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
       // --rounds N: the list N times, round r starting at its r-th key, so that no kernel is
       // always timed first (a kernel's figure depends on its place in the sequence: up to
       // 10 % on an H200 under its power cap; docs/results/cuda-sm90-fp8-2026-11-22.md,
-      // session 36). Each row names its round.
+      // 2026-11-27, 02d9451). Each row names its round.
       for (int r = 0; r < rounds; ++r)
         for (size_t i = 0; i < keys.size(); ++i) {
           g_round = r;

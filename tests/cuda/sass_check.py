@@ -29,7 +29,6 @@ import sys
 # into two accumulators (S's and O's), P V's from registers.
 rs = re.compile(r"GMMA\.\S+ R\d+, R\d+, gdesc\[")
 dest = re.compile(r"GMMA\.\S+ (R\d+), ")
-text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
 
 
 def from_nvdisasm(text):
@@ -56,35 +55,47 @@ def from_nvdisasm(text):
     return "\n".join(out)
 
 
-if "Function : " not in text:
-    text = from_nvdisasm(text)
-funcs = re.split(r"\n\s*Function : ", text)[1:]
-bad = found = 0
-for f in funcs:
-    name = f.split("\n", 1)[0].strip()
-    if "fwd_sm90_kernel" not in name:
-        continue
-    ins = [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", f)]
+def functions(text):
+    """(name, [(address, instruction)]) per function of a cuobjdump or nvdisasm listing."""
+    if "Function : " not in text:
+        text = from_nvdisasm(text)
+    out = []
+    for f in re.split(r"\n\s*Function : ", text)[1:]:
+        name = f.split("\n", 1)[0].strip()
+        out.append((name, [(int(a, 16), t) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", f)]))
+    return out
+
+
+def loops(ins):
+    """The bodies of the conditional backward branches of a function, as instruction lists."""
     at = {a: i for i, (a, _) in enumerate(ins)}
-    loop = None
     for i, (a, t) in enumerate(ins):
         m = re.search(r"@!?U?P\d+\s+BRA\b.*?0x([0-9a-f]+)", t)
         if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
-            body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
-            accs = {m.group(1) for x in body for m in [dest.search(x)] if m}
-            hit = len(accs) >= 2 and any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
-            if hit and (loop is None or len(body) < len(loop)):
-                loop = body
-    found += 1
-    short = re.sub(r"^_ZN9flashcore4cuda15fwd_sm90_kernelI", "", name)[:60]
+            yield [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
+
+
+def main_loop(ins):
+    """The sm90 kernel's key-tile loop (see above), or None."""
+    loop = None
+    for body in loops(ins):
+        accs = {m.group(1) for x in body for m in [dest.search(x)] if m}
+        hit = len(accs) >= 2 and any(rs.search(x) for x in body) and any("MUFU" in x for x in body)
+        if hit and (loop is None or len(body) < len(loop)):
+            loop = body
+    return loop
+
+
+def check(ins):
+    """(main loop or None, reasons it fails, local-memory instructions of the function and
+    of its main loop)."""
+    loop = main_loop(ins)
+    local = sum(bool(re.search(r"\b(LDL|STL)\b", t)) for _, t in ins)
     if loop is None:
-        print(f"FAIL {short}: no main loop with GMMA found")
-        bad += 1
-        continue
+        return None, ["no main loop with GMMA found"], local, 0
     depbars = [i for i, x in enumerate(loop) if "WARPGROUP.DEPBAR" in x]
     is0 = {i: bool(re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0", loop[i])) for i in depbars}
     mufu = [i for i, x in enumerate(loop) if "MUFU.EX2" in x]
-    local = len(re.findall(r"\b(LDL|STL)\b", f))
     local_loop = sum(bool(re.search(r"\b(LDL|STL)\b", x)) for x in loop)
     why = []
     n = len(depbars)
@@ -96,9 +107,30 @@ for f in funcs:
         why.append("a P V wait is above its softmax's MUFU.EX2 (no overlap)")
     if local_loop:
         why.append(f"{local_loop} local memory instructions in the main loop")
-    note = f", {local} local memory instructions outside it" if local and not local_loop else ""
-    print(("FAIL " if why else "ok   ") + f"{short}: main loop {len(loop)} instructions, {n // 2} key tile(s)" + note + ("; " + "; ".join(why) if why else ""))
-    bad += bool(why)
-if found == 0:
-    print("FAIL: no fwd_sm90_kernel in the input")
-sys.exit(1 if bad or found == 0 else 0)
+    return loop, why, local, local_loop
+
+
+def main():
+    text = open(sys.argv[1]).read() if len(sys.argv) > 1 else sys.stdin.read()
+    bad = found = 0
+    for name, ins in functions(text):
+        if "fwd_sm90_kernel" not in name:
+            continue
+        found += 1
+        short = re.sub(r"^_ZN9flashcore4cuda15fwd_sm90_kernelI", "", name)[:60]
+        loop, why, local, local_loop = check(ins)
+        if loop is None:
+            print(f"FAIL {short}: no main loop with GMMA found")
+            bad += 1
+            continue
+        n = sum("WARPGROUP.DEPBAR" in x for x in loop)
+        note = f", {local} local memory instructions outside it" if local and not local_loop else ""
+        print(("FAIL " if why else "ok   ") + f"{short}: main loop {len(loop)} instructions, {n // 2} key tile(s)" + note + ("; " + "; ".join(why) if why else ""))
+        bad += bool(why)
+    if found == 0:
+        print("FAIL: no fwd_sm90_kernel in the input")
+    return 1 if bad or found == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

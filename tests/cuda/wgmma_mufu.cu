@@ -1,8 +1,8 @@
 // flashcore_wgmma_mufu: how fast the fp8 attention kernels' GEMM shapes run on the tensor
 // cores, alone and beside a softmax-like stream of FFMA / MUFU.EX2 / FADD / e4m3 packs, on
 // sm_90a. A measurement tool for kernel work (docs/results/cuda-sm90-fp8-2026-11-22.md,
-// session 31), not a test: one CTA per SM (132), consumer warpgroups with 240 registers
-// (setmaxnreg, as fwd_sm90.cuh) that loop over S = Q K^T (SS wgmma, K-major, 128-byte
+// 2026-11-27, 7e6b148), not a test: one CTA per SM (132), consumer warpgroups with 240 registers
+// (setmaxnreg, as the sm90 forward kernel) that loop over S = Q K^T (SS wgmma, K-major, 128-byte
 // swizzle) and O += P V (RS wgmma, V^T with the 64-byte swizzle), optionally taking turns
 // (named barriers, the kernels' ping-pong) and optionally running, after S retires and
 // while P V is in flight, the softmax's per-score work on S (MODE 0: FFMA, ex2, FADD and
@@ -23,8 +23,8 @@
 using namespace flashcore::cuda;
 using T = __nv_fp8_e4m3;
 
-// 2^x on the FMA pipe for x <= ~8 (FlashAttention-4's trick, as session 19 tried in the
-// kernel): x clamped at -126, rounded to an integer r by the 1.5 * 2^23 shift, 2^(x - r) by a
+// 2^x on the FMA pipe for x <= ~8 (FlashAttention-4's trick, as tried in the kernel
+// on 2026-11-26): x clamped at -126, rounded to an integer r by the 1.5 * 2^23 shift, 2^(x - r) by a
 // cubic (relative error <= 8e-4, far below e4m3's), r added to the exponent field by one IMAD.
 __device__ __forceinline__ float exp2_poly(float x) {
   x = fmaxf(x, -126.f);

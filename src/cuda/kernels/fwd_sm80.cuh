@@ -11,8 +11,10 @@
 //   P  = 2^(S' - m), O *= corr  OnlineSoftmax (registers; P never leaves them)
 //   O += P V                    P converted to the A operand; V from shared memory
 //
-// K/V tiles stream through a kStages-deep cp.async ring (one __syncthreads per tile);
-// the epilogue divides by the row sums and writes O (and lse) straight from registers.
+// K/V tiles stream through a kStages-deep cp.async ring (one __syncthreads per tile;
+// kernels/sm80/load.cuh, by key block); the tile algebra is kernels/sm80/mainloop.cuh; the
+// epilogue divides by the row sums and writes O (and lse) straight from registers
+// (parts/epilogue.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +25,8 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/swizzle.cuh"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm80/load.cuh"
+#include "cuda/kernels/sm80/mainloop.cuh"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/seq_mask.cuh"
@@ -58,8 +62,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
                                   FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
-  using Op = MmaOps<T>;
-  constexpr int kMI = Tr::kMI, kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
+  constexpr int kMI = Tr::kMI, kNF = Tr::kNF, kDF = Tr::kDF;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = ptx::smem_addr(smem);
@@ -76,8 +79,9 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const T* gq = static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + m0) * p.q_ss + h * p.q_sh;
-  const T* gk = static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh;
-  const T* gv = static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh;
+  const sm80::ContiguousKvRows<T, kBlockN> kv{
+      static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
+      static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
 
   const core::BandMask mask = band_mask(p, seq);
   const int m_last = min(m0 + kBlockM, seq.sq) - 1;
@@ -88,11 +92,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, seq.sq - m0, p.d, tid);
   ptx::cp_async_commit();
   auto load_kv = [&](int n, int stage) {
-    const int rows = seq.sk - n * kBlockN;
-    load_tile<kBlockN, kHeadDim, Tr::kThreads>(sK + stage * Tr::kTileKV, gk + n * kBlockN * p.k_ss,
-                                               p.k_ss, rows, p.d, tid);
-    load_tile<kBlockN, kHeadDim, Tr::kThreads>(sV + stage * Tr::kTileKV, gv + n * kBlockN * p.v_ss,
-                                               p.v_ss, rows, p.dv, tid);
+    sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, kv, n, stage, seq.sk, p.d, p.dv, tid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -108,38 +108,14 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   OnlineSoftmax<2 * kMI> sm;
   sm.init();
 
-  // ldmatrix lane roles (see ptx::mma_16816 / mma_1688_tf32 for the fragment layouts).
-  // Warp w owns rows [w * 16 kMI, (w + 1) * 16 kMI) of the block, fragment mi rows
-  // +16 mi. Every lane's ldmatrix row is = lane (mod 8), so the swizzled chunk of logical
-  // chunk 8 b + 2 j + c is 8 b + ((2 j + c) ^ lane % 8): four per-lane bases per operand
-  // (j) and compile-time offsets for the rest (row blocks, b, the stage).
-  constexpr uint32_t kRowBytes = Tr::kRowBytes;
-  const int r7 = lane % 8, cq = lane / 16, ck = (lane / 8) % 2;
-  uint32_t q_base[4], k_base[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    q_base[j] = sQ + (warp * 16 * kMI + r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
-    k_base[j] = sK + (r7 + cq * 8) * kRowBytes + (((2 * j + ck) ^ r7) * 16);
-  }
-  VOperand<T, kRowBytes> vop;
-  vop.init(sV, lane);
+  sm80::Mainloop<T, Tr> ml;
+  ml.init(sQ, sK, sV, warp, lane);
   const int g = lane / 4, t = lane % 4;
   const int row0 = m0 + warp * 16 * kMI + g;  // this lane's rows: row0 + 16 mi + {0, 8}
-
-  // Q's fragments stay in registers for the whole key loop where they are few (one
-  // 128-byte row chunk: hd64 16-bit, 16-32 registers): no Q ldmatrix per tile.
-  constexpr bool kQInRegs = Tr::kQInRegs;
-  uint32_t qf[kQInRegs ? kKS : 1][kMI][4];
-  if constexpr (kQInRegs) {
+  if constexpr (Tr::kQInRegs) {
     ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
     __syncthreads();
-#pragma unroll
-    for (int ks = 0; ks < kKS; ++ks)
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        ptx::ldmatrix_x4(qf[ks][mi], q_base[ks % 4] + mi * 16 * kRowBytes + (ks / 4) * 128);
-        Op::operand(qf[ks][mi]);
-      }
+    ml.load_q_regs();
   }
 
   for (int n = tiles.lo; n < tiles.hi; ++n) {
@@ -152,63 +128,13 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       ptx::cp_async_commit();
     }
     const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
-
-    // S = Q K^T; each K fragment pair serves all kMI row fragments of the warp.
     float s[kMI][kNF][4];
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-      for (int i = 0; i < kNF; ++i) s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) {
-      uint32_t a[kMI][4];
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) {
-        if constexpr (kQInRegs) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) a[mi][r] = qf[kQInRegs ? ks : 0][mi][r];
-        } else {
-          ptx::ldmatrix_x4(a[mi], q_base[ks % 4] + mi * 16 * kRowBytes + (ks / 4) * 128);
-          Op::operand(a[mi]);
-        }
-      }
-#pragma unroll
-      for (int nf = 0; nf < kNF; nf += 2) {
-        uint32_t bk[4];
-        ptx::ldmatrix_x4(bk, k_base[ks % 4] + stage_off + nf * 8 * kRowBytes + (ks / 4) * 128);
-        Op::operand(bk);
-#pragma unroll
-        for (int mi = 0; mi < kMI; ++mi) {
-          Op::mma(s[mi][nf], a[mi], bk[0], bk[1]);
-          Op::mma(s[mi][nf + 1], a[mi], bk[2], bk[3]);
-        }
-      }
-    }
-
+    ml.qk(s, stage_off);
     mask_scores<kMI, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
-
     float corr[2 * kMI];
     sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
     rescale_rows<kMI, kDF>(acc, corr);
-
-    // O += P V: the S accumulators of one k-step's keys are its A fragment once
-    // converted (Op::p_operand).
-#pragma unroll
-    for (int pk = 0; pk < kPK; ++pk) {
-      uint32_t a[kMI][4];
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi) Op::p_operand(a[mi], s[mi], pk);
-#pragma unroll
-      for (int df = 0; df < kDF; df += 2) {
-        uint32_t bv[4];
-        vop.load(bv, stage_off, pk, df);
-#pragma unroll
-        for (int mi = 0; mi < kMI; ++mi) {
-          Op::mma(acc[mi][df], a[mi], bv[0], bv[1]);
-          Op::mma(acc[mi][df + 1], a[mi], bv[2], bv[3]);
-        }
-      }
-    }
+    ml.pv(acc, s, stage_off);
   }
   ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
 

@@ -1,5 +1,5 @@
 // Host side of the sm90 persistent kernels' schedule: which ItemOrder (params.hpp) a launch
-// takes. The CTAs walk a static list (fwd_sm90.cuh: in round r, CTA c takes item r G + c,
+// takes. The CTAs walk a static list (sm90/scheduler.cuh: in round r, CTA c takes item r G + c,
 // or r G + G - 1 - c for odd r), so the numbering decides each CTA's share of the work.
 // One head's query blocks after another (group 1) keeps the CTAs at work at one time on a
 // few heads' K and V (L2), and with equal items, or with many rounds per head's blocks, it
@@ -9,14 +9,14 @@
 // with every head's last block first). So the launch simulates two numberings (group 1
 // and the widest group below) with each item's cost its key tiles plus one for its set-up,
 // and keeps group 1 unless its slowest CTA is 3 % or more further from the mean than the
-// other's (docs/results/cuda-sm90-2026-11-22.md, session 25).
+// other's (docs/results/cuda-sm90-2026-11-22.md, 2026-11-26, d28ba79).
 // The widest group is B Hi, or the largest divisor of it whose heads' K and V are read
 // again soon enough to still be in L2: a group's query blocks of one level run one after
 // another, so a head's next block comes `group` items later; within the same round where
 // group <= CTAs, else after the group's K and V went through L2, which must hold them
-// (group * K and V bytes <= L2 / 2). Without the bound (session 25's rule) the short
+// (group * K and V bytes <= L2 / 2). Without the bound (d28ba79's rule) the short
 // causal rows with many heads read K and V from memory at every level (H100, f16 hd64
-// B32 H32 S512 causal: 248 us against 135 with group 1; session 26).
+// B32 H32 S512 causal: 248 us against 135 with group 1; 2026-11-27, ff9fac4).
 #pragma once
 
 #include <algorithm>
@@ -95,7 +95,7 @@ inline int persistent_item_group(const core::BandMask& m, int sq, int sk, int sh
   const Key key{m.left, m.right, m.offset, sq, sk, shift, block_m, block_n, hbs, ctas, wide};
   if (last_group > 0 && key == last) return last_group;
   std::vector<int64_t> cost(static_cast<size_t>(n_mb));
-  for (int64_t blk = 0; blk < n_mb; ++blk) {  // the kernel's key tiles of the block (fwd_sm90.cuh item_tiles)
+  for (int64_t blk = 0; blk < n_mb; ++blk) {  // the kernel's key tiles of the block (sm90/scheduler.cuh: key_tiles)
     const int64_t m0 = (n_mb - 1 - blk) * block_m, m1 = std::min(m0 + block_m, rows) - 1;
     const TileRange r = tile_range(m, int(m0 >> shift), int(m1 >> shift), sk, block_n);
     cost[size_t(blk)] = 1 + (r.hi - r.lo);

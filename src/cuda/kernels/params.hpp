@@ -1,6 +1,6 @@
 // Host -> device parameters of the forward kernels: the resolved problem with pointers,
 // strides in elements, the band mask and the folded softmax scale. Plain data, passed
-// by value as the kernel argument; filled by src/cuda/backend.cu.
+// by value as the kernel argument; filled by src/cuda/launch.cpp (fwd_params) and the backend.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@ namespace flashcore::cuda {
 // 1994). The sm90 persistent kernels decode an item number into (query block, head, batch)
 // at every item, on the consumers' path between two items (~730 cycles for the decode and
 // the item's set-up with two divisions by run-time divisors in a clock64 trace;
-// docs/results/cuda-sm90-2026-11-22.md, session 22).
+// docs/results/cuda-sm90-2026-11-22.md, 2026-11-26, e49a4e2).
 struct FastDiv {
   uint32_t m = 1, s = 0;  // (the default divides by 1)
   FastDiv() = default;
@@ -88,6 +88,7 @@ struct FwdParams {
   // tile), [1 + b Hkv + hk] the units of that head written so far.
   unsigned* vt_sync = nullptr;
   int vt_kv_heads = 0, vt_head_units = 0;  // with vt_sync: heads / group, (vt_sk / 32) (Dv / 128)
+  int vt_units = 0;                        // with vt_sync: all units, vt_head_units vt_kv_heads batch
   float o_scale = 1.f;
   bool out_bf16 = false;
   // fp8 under Exp2Mode::fast without lse: the launcher takes the kernel's chord form (half

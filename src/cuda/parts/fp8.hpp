@@ -21,7 +21,7 @@ __host__ __device__ constexpr int fp8_vt_key(int l) {
 }
 static_assert(fp8_vt_key(2) == 8 && fp8_vt_key(4) == 2 && fp8_vt_key(19) == 25 && fp8_vt_key(20) == 18,
               "V^T key order");
-// The transposers (fwd_sm90.cuh's kVtIn warps, vt_fp8.cu) build V^T from ldmatrix.x4.trans
+// The transposers (kernels/sm90/vt_transpose.cuh, vt_fp8.cu) build V^T from ldmatrix.x4.trans
 // of 32 keys: lane t's word from matrices 2h, 2h + 1 holds at byte i the key
 // 8 (2h + i / 2) + 2t + i % 2, stored at k position 16 h + 4 t + i; that is this order.
 constexpr bool fp8_vt_order_is_ldmatrix_order() {

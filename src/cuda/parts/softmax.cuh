@@ -108,7 +108,7 @@ struct OnlineSoftmax {
   // every other fragment's by ptx::exp2_chord on the ALU instead of MUFU.EX2
   // (H200, e4m3 hd128 grid, against the exact form: 1.00-1.07x, S4096 1.07x, S16384 1.06x;
   // all fragments by the chord gained less; docs/results/cuda-sm90-fp8-2026-11-22.md,
-  // session 35). The sums then carry the chord's error, so lse would too: the backend
+  // 2026-11-27, c41386a). The sums then carry the chord's error, so lse would too: the backend
   // takes this only without lse.
   template <int kNF, int kChunk, int kPLog2, bool kChord, typename Emit>
   __device__ __forceinline__ void speculate(const float (&s)[1][kNF][4], float e, Emit& emit, float& sum0,

@@ -1,22 +1,21 @@
-// FwdSm90Traits: the tile, shared-memory, register and schedule constants of one sm90
-// forward instance (fwd_sm90.cuh's kernel and launcher), host-includable so that the
-// backend's registry (backend.cpp: Instance) takes each instance's shared memory and CTAs
-// per SM from them instead of a mirrored formula.
+// FwdSm90Config: the tile, shared-memory, register and schedule constants of one sm90
+// forward instance (the kernel and launcher take them as FwdSm90Traits<T, ...>, by storage
+// type), by element size and fp8-ness so that plain C++ without the CUDA headers reads them
+// too: the registry (registry.cpp) and the policy's tests (tests/cuda/policy_test.cpp) take
+// each instance's shared memory and CTAs per SM from here instead of a mirrored formula.
 #pragma once
-
-#include <cuda_fp8.h>
-
-#include <type_traits>
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
-struct FwdSm90Traits {
-  static constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_e4m3>;
+template <int kElemBytes, bool kIsFp8, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kVariant_>
+struct FwdSm90Config {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kVariant = kVariant_;
+  static constexpr bool kFp8 = kIsFp8;
   // kVariant (the instance row's last column): 0 plain, 1 persistent ("_p"), 2 (fp8, 64-row
   // tiles) V^T made in the kernel ("_vt", kVtIn below).
   static constexpr bool kPersistent = kVariant == 1;
-  static constexpr int kElem = int(sizeof(T));
+  static constexpr int kElem = kElemBytes;
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -35,8 +34,8 @@ struct FwdSm90Traits {
   // Without it the pre-pass (vt_fp8.cu) writes V^T to a workspace that TMA reads. The
   // transposing warps keep up with a memory-bound kernel (decode: B32 H32/8 Sk4096 D128,
   // 163 -> 80 us on an H200) but not with the tensor cores: 128-row tiles ran 0.45-0.6x of
-  // the pre-pass's speed from S2048 (docs/results/cuda-sm90-fp8-2026-11-22.md, session 21),
-  // and 0.70-0.80x with session 27's ldmatrix / stmatrix transposer and a 64 KiB ring (at
+  // the pre-pass's speed from S2048 (docs/results/cuda-sm90-fp8-2026-11-22.md, 2026-11-26,
+  // b9f90f3), and 0.70-0.80x with the ldmatrix / stmatrix transposer (2026-11-27, 5ab2442) and a 64 KiB ring (at
   // hd256 two stages leave the transposer one tile's time between a stage's release and
   // its P V).
   static constexpr int kVtWarps = 3;
@@ -50,8 +49,8 @@ struct FwdSm90Traits {
   // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit kernels): all of O where
   // that fits beside the ring (227 KiB per CTA), else (hd256) half of it, O going out in
   // kOPasses = 2 passes of half its column blocks, the second once the first's stores read
-  // the buffer (kSmem's static_assert says when half does not fit either). (Until session
-  // 23 hd256 staged O in Q's buffer, which the producer could refill only once the stores
+  // the buffer (kSmem's static_assert says when half does not fit either). (Until 2026-11-26
+  // (10b6cc6) hd256 staged O in Q's buffer, which the producer could refill only once the stores
   // had read O out of it: the next item's first S waited for that and for Q's load;
   // docs/results/cuda-sm90-2026-11-22.md.)
   // fp8 (16-bit O, twice Q's bytes) stages O in a buffer of its own, all of it or half
@@ -112,7 +111,7 @@ struct FwdSm90Traits {
   // its main loop with them. fp8's persistent hd128 128x192 one (32 left) takes them at the
   // non-persistent threshold (no spills): H200, Sk = 1024 .. 16384, back to back, 1.05-1.21x
   // its speed without them on randn inputs, 0.98-1.03x on the timing tool's wider codes
-  // (session 30).
+  // (2026-11-27, 6c606da).
   static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
                                      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent && !kFp8 ? 40 : 32);
   // fp8 kernels that speculate have a second compiled form (fwd_sm90_kernel's kChord), which
@@ -123,7 +122,7 @@ struct FwdSm90Traits {
   // the producer loads the next item's Q during this one), where O, S, P and they leave
   // the consumer 32 registers: hd128 128x128_s2_p (H200: 1.01-1.03x; the plain 128x128 and
   // 64x128 kernels with it 0.99-1.02x: not taken; docs/results/cuda-sm90-fp8-2026-11-22.md,
-  // session 34).
+  // 2026-11-27, bae29fb).
   static constexpr bool kQRegs = kFp8 && kPersistent &&
                                  kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + (kSpeculate ? 2 : 1) * kPRegs + kHeadDim / 8) >= 32;
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");

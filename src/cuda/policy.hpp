@@ -1,0 +1,155 @@
+// The CUDA backend's kernel-choice policy: which instance runs a problem (sm90 or sm80
+// family, tile, persistent or not), GQA packing and the KV split count. Pure functions of
+// the problem, a few device facts and the instances on offer: no CUDA runtime calls and no
+// CUDA headers, so tests/cuda/policy_test.cpp checks the choices in every configuration
+// (CPU-only CI too). The registry (registry.cpp) lists this build's instances; the backend
+// (backend.cpp) validates the problem, asks here, and launches (launch.cpp).
+// The measurements behind the thresholds: docs/results/cuda-policy-2026-11-29.md.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/problem.hpp"
+#include "cuda/kernels/sm90/traits.hpp"
+
+namespace flashcore::cuda {
+
+// What the policy needs to know of the device.
+struct DeviceFacts {
+  int major = 0, minor = 0;  // compute capability
+  int smem_optin = 0;        // dynamic shared memory a block may opt in to, bytes
+  int sms = 0;               // multiprocessors
+  bool hopper() const { return major == 9 && minor == 0; }  // the sm_90a kernels run here only
+};
+
+// One row of the instance table (src/cuda/instances.inc), as the registry and the policy
+// see it: its key and the facts that decide whether and when it is taken.
+struct InstanceInfo {
+  const char* key;
+  int arch;  // 80: fwd_sm80 (sm80+), 90: fwd_sm90 (sm_90a: compute capability 9.0 only)
+  DType dtype;
+  int head_dim, block_m, block_n, warps, stages;
+  bool persistent = false;     // sm90 "_p" rows: persistent CTAs (a static list of items each)
+  bool vt_in = false;          // sm90 e4m3 "_vt" rows: V^T made in the kernel (no pre-pass)
+  int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Config::kSmem, kCtasPerSm
+  bool chord = false;          // sm90 rows with FwdSm90Config::kChordForm (FwdParams::exp_chord)
+  bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
+  // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
+  // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Config::kSmem.
+  int smem() const {
+    const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
+    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes;
+  }
+  // CTAs per SM: sm90, FwdSm90Config::kCtasPerSm (64-row tiles two or three, taller ones
+  // one); the sm80 rows (occupancy: their key) one.
+  int ctas_per_sm() const { return arch == 90 ? ctas90 : 1; }
+  // Work items (one CTA each, or a persistent CTA's turn): query blocks of `rows` rows
+  // (packed rows under GQA packing) times `heads` (item heads) times `batch`.
+  int64_t items(int64_t rows, int64_t heads, int64_t batch) const { return (rows + block_m - 1) / block_m * heads * batch; }
+  bool runs_on(const DeviceFacts& d) const { return smem() <= d.smem_optin && (arch != 90 || d.hopper()); }
+};
+
+// A row's InstanceInfo from its instances.inc fields (kDType: the dtype key's storage type;
+// tf32 rows store f32). sm90: the FwdSm90Config of the row gives shared memory, CTAs per SM,
+// the chord form and the fused V^T.
+constexpr InstanceInfo sm80_instance(const char* key, DType dt, int hd, int bm, int bn, int warps, int stages) {
+  return {key, 80, dt, hd, bm, bn, warps, stages};
+}
+template <DType kDType, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+constexpr InstanceInfo sm90_instance(const char* key) {
+  using C = FwdSm90Config<kDType == DType::e4m3 ? 1 : 2, kDType == DType::e4m3, kHeadDim, kBlockM, kBlockN, kStages,
+                          kVariant>;
+  return {key,           90,           kDType,       kHeadDim,     kBlockM,      kBlockN,
+          4 * C::kConsumers + 4,       kStages,      kVariant == 1, kVariant == 2, C::kSmem,
+          C::kCtasPerSm, C::kChordForm, C::kVtFused};
+}
+
+// The dtype keys of the table's rows -> storage dtype (tf32: fp32 storage on TF32 tensor
+// cores), and a row of an expanded table (instances_<dir>.inc lines) as its InstanceInfo:
+//   #define FC_SM80_INST FC_SM80_INSTANCE_INFO / #define FC_SM90_INST FC_SM90_INSTANCE_INFO
+namespace instance_dtype {
+constexpr DType f16 = DType::f16, bf16 = DType::bf16, tf32 = DType::f32, e4m3 = DType::e4m3;
+}  // namespace instance_dtype
+#define FC_SM80_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc) \
+  ::flashcore::cuda::sm80_instance(#key, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, wp, st),
+#define FC_SM90_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
+  ::flashcore::cuda::sm90_instance<::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, ps>(#key),
+
+// The instances on offer, in table order (= preference within a dtype and head dim).
+using InstanceList = std::span<const InstanceInfo>;
+
+// A kernel choice: the instance (null: see the caller), its GQA packing (FwdParams::
+// pack_shift: log2 of the query heads of one KV head packed into an item's rows; sm90 rows
+// only) and its KV split count (FwdParams::kv_splits, >= 1).
+struct KernelChoice {
+  const InstanceInfo* inst = nullptr;
+  int pack_shift = 0;
+  int kv_splits = 1;
+};
+
+// Why the sm90 kernel `i` cannot take this problem ("" when it can): it needs a 9.0
+// device, the problem's dtype, D == Dv == its head dim, its shared memory, and (persistent)
+// 32-bit item numbers.
+std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev);
+
+// The persistent ("_p") row of sm90 tile t (same dtype, head dim, tile and stages), or null.
+const InstanceInfo* persistent_variant(InstanceList list, const InstanceInfo& t);
+
+// GQA packing for the longest query sequence sq: log2 G for G = H / Hkv query heads per KV
+// head (a power of two up to 64, 16-bit or e4m3) when sq < 64, else 0.
+int gqa_pack_shift(const core::AttentionProblem& p, int64_t sq);
+
+// Whether `i` takes KV splits (the sm90 rows without "_p"), and how many for a problem with
+// the longest sequences sq, sk and packing pack_shift (1: none).
+bool kv_splittable(const InstanceInfo& i);
+int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, const InstanceInfo& i, int pack_shift,
+                   const DeviceFacts& dev);
+
+// The Hopper kernel for a 16-bit problem (no forced tile; table order = preference), or
+// null (not a 9.0 device, no qualifying row): the sm80 family runs it.
+const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
+                              InstanceList list);
+
+// The sm80 family's row for head dim hd (the smallest covering one) and the mean sequence
+// lengths sq, sk, matching a forced tile (p.tile_m, p.tile_n). f32 without a forced tile:
+// null when no row fits (the caller runs the exact FFMA kernel); otherwise `why` says.
+struct Sm80Pick {
+  enum class Why { ok, no_head_dim, no_tile, no_fit };
+  const InstanceInfo* inst = nullptr;
+  Why why = Why::ok;
+  int head_dim = 0;  // the head dim looked at (no_tile, no_fit)
+};
+Sm80Pick pick_sm80(const core::AttentionProblem& p, int hd, int64_t sq, int64_t sk, const DeviceFacts& dev,
+                   InstanceList list);
+
+// The e4m3 rule's row (no forced key) for the longest queries sq and the mean key length
+// sk_mean, with packing pack_shift, or null when no e4m3 row takes D, Dv on this device.
+const InstanceInfo* pick_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk_mean, int pack_shift,
+                             const DeviceFacts& dev, InstanceList list);
+
+// The whole choice for problems that passed the backend's checks and leave the choice to
+// the policy (no forced key): 16-bit problems (an sm90 row, else the sm80 family's; `why`
+// set when there is none) and f32 ones allowed on TF32 tensor cores (inst null: the exact
+// FFMA kernel). sq, sk: the longest sequences.
+struct Choice16 {
+  KernelChoice kernel;
+  Sm80Pick sm80;  // the sm80 family's pick where it was asked (its why when inst is null)
+};
+Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
+                       InstanceList list);
+// e4m3 problems: inst null when no row takes them.
+KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
+                               InstanceList list);
+// How an e4m3 instance gets V^T: its own warps (kVtFused rows on fixed-length batches,
+// unless force_prepass: FLASHCORE_SM90_VT_PREPASS=1 for measurements and tests), inside its
+// producer ("_vt" rows), or the pre-pass (vt_fp8.cu) into a workspace. none: not e4m3.
+enum class VtPath { none, prepass, fused, in_kernel };
+VtPath vt_path(const InstanceInfo& inst, bool varlen, bool force_prepass);
+
+// Packing and splits for a given instance (a forced key's; kv_splits 0: the rule's count).
+KernelChoice complete_choice(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
+                             const InstanceInfo* inst, int kv_splits);
+
+}  // namespace flashcore::cuda

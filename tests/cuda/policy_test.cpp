@@ -1,0 +1,277 @@
+// The CUDA backend's kernel-choice policy (src/cuda/policy.cpp) on a table of shapes, without
+// a GPU: built in every configuration (CPU-only CI too). The instances are every row of
+// src/cuda/instances.inc (policy_instances.inc, written by tests/cuda/CMakeLists.txt with the
+// build's own key rules), as a release build with every arch, dtype and head dim has them.
+// Each row's expected kernel, GQA packing and KV split count follow the rules as written in
+// policy.cpp (the comments by a row say which branch decides); they are also what the
+// backend picked before the policy was moved out of backend.cpp (2026-11-29: the old and the
+// new code agreed on 300,000 random problems on five devices and two instance tables).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "cuda/policy.hpp"
+
+namespace flashcore::cuda {
+namespace {
+
+const InstanceInfo kAll[] = {
+#define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#define FC_SM90_INST FC_SM90_INSTANCE_INFO
+#include "policy_instances.inc"
+#undef FC_SM80_INST
+#undef FC_SM90_INST
+};
+
+// Devices: multiprocessors and the opt-in shared memory per block.
+constexpr DeviceFacts kH200{9, 0, 232448, 132};
+constexpr DeviceFacts kA100{8, 0, 166912, 108};
+constexpr DeviceFacts kSm86{8, 6, 101376, 84};
+
+enum class Mask { none, causal, local, both };  // local: a window of 256 keys left, 0 right; both: 128 each side
+
+struct Row {
+  const char* name;
+  DeviceFacts dev;
+  DType dtype;
+  int64_t batch, heads, kv_heads, sq, sk, d, dv;
+  Mask mask;
+  bool varlen;  // equal lengths: p.sq, p.sk the packed totals
+  int tile_m, tile_n;
+  const char* want;  // key, "simt" (the FFMA kernel), "none" (e4m3: no row), or "error:<why>"
+  int pack, splits;
+};
+
+core::AttentionProblem problem(const Row& r) {
+  static const int32_t cu[2] = {0, 0};  // varlen: only its presence matters to the policy
+  core::AttentionProblem p;
+  p.dtype = r.dtype;
+  p.out_dtype = r.dtype == DType::e4m3 ? DType::bf16 : r.dtype;
+  p.batch = r.batch;
+  p.heads = r.heads;
+  p.kv_heads = r.kv_heads;
+  p.d = r.d;
+  p.dv = r.dv;
+  p.sq = r.varlen ? r.sq * r.batch : r.sq;
+  p.sk = r.varlen ? r.sk * r.batch : r.sk;
+  if (r.varlen) p.cu_q = p.cu_k = cu;
+  p.causal = r.mask == Mask::causal;
+  if (r.mask == Mask::local) p.window_left = 256, p.window_right = 0;
+  if (r.mask == Mask::both) p.window_left = p.window_right = 128;
+  p.tile_m = r.tile_m;
+  p.tile_n = r.tile_n;
+  return p;
+}
+
+// The policy's answer in the rows' terms.
+std::string choose(const Row& r, InstanceList list, int* pack, int* splits) {
+  const core::AttentionProblem p = problem(r);
+  KernelChoice c;
+  if (r.dtype == DType::e4m3) {
+    c = choose_kernel_fp8(p, r.sq, r.sk, r.dev, list);
+    if (c.inst == nullptr) return "none";
+  } else {
+    const Choice16 k = choose_kernel(p, r.sq, r.sk, r.dev, list);
+    switch (k.sm80.why) {
+      case Sm80Pick::Why::ok: break;
+      case Sm80Pick::Why::no_head_dim: return "error:no_head_dim";
+      case Sm80Pick::Why::no_tile: return "error:no_tile";
+      case Sm80Pick::Why::no_fit: return "error:no_fit";
+    }
+    c = k.kernel;
+    if (c.inst == nullptr) return "simt";
+  }
+  *pack = c.pack_shift;
+  *splits = c.kv_splits;
+  return c.inst->key;
+}
+
+const DType f16 = DType::f16, bf16 = DType::bf16, f32 = DType::f32, e4m3 = DType::e4m3;
+const Row kRows[] = {
+    // name, device, dtype, B, H, Hkv, Sq, Sk, D, Dv, mask, varlen, tile, want, pack, splits
+    // 16-bit on a Hopper GPU: the sm90 rule.
+    {"hd128 S4096: 128-row tile, persistent (Sk <= 16384, items > SMs)", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"hd128 S32768: 128-row tile, not persistent (Sk > 16384)", kH200, f16, 1, 8, 8, 32768, 32768, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2", 0, 1},
+    {"hd128 causal S2048: persistent (banded, Sk <= 8192)", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::causal, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"hd128 causal S16384: not persistent (banded, Sk > 8192)", kH200, bf16, 1, 16, 16, 16384, 16384, 128, 128, Mask::causal, false, 0, 0, "fwd_sm90_bf16_hd128_128x128_s2", 0, 1},
+    {"hd128 local window S512: 64-row tile (windowed, Sk < 1024), persistent", kH200, f16, 4, 16, 16, 512, 512, 128, 128, Mask::local, false, 0, 0, "fwd_sm90_f16_hd128_64x64_s2_p", 0, 1},
+    {"hd128 window both sides S2048: 128-row tile (Sk >= 1024)", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::both, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"hd128 B1 H4 S512: 128-row items below the SMs, 64-row tile", kH200, f16, 1, 4, 4, 512, 512, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_64x64_s2", 0, 1},
+    {"hd64 S1024: three-CTA 64x64 tile (items > 2 per SM), persistent (Sk <= 1024)", kH200, f16, 16, 32, 32, 1024, 1024, 64, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x64_s2_p", 0, 1},
+    {"hd64 S2048: three-CTA 64x64 tile, not persistent (Sk > 1024)", kH200, f16, 16, 32, 32, 2048, 2048, 64, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x64_s2", 0, 1},
+    {"hd64 causal S8192: 64-row tile (banded, Sk < 16384)", kH200, bf16, 2, 32, 32, 8192, 8192, 64, 64, Mask::causal, false, 0, 0, "fwd_sm90_bf16_hd64_64x64_s2", 0, 1},
+    {"hd64 S16384: 192-row tile (no persistent variant)", kH200, f16, 2, 32, 32, 16384, 16384, 64, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_192x128_s2", 0, 1},
+    {"hd64 causal S2048 B1 H4: 128-row items below the SMs, 64-row tile", kH200, f16, 1, 4, 4, 2048, 2048, 64, 64, Mask::causal, false, 0, 0, "fwd_sm90_f16_hd64_64x128_s2", 0, 1},
+    {"hd64 B1 H8 S512: few items, the two-CTA 64x128 tile", kH200, f16, 1, 8, 8, 512, 512, 64, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x128_s2", 0, 1},
+    {"hd64 B1 H8 Sq512 Sk16384: 4 KV splits", kH200, f16, 1, 8, 8, 512, 16384, 64, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x128_s2", 0, 4},
+    {"hd96 S2048: 128-row tile (no persistent variant)", kH200, f16, 4, 16, 16, 2048, 2048, 96, 96, Mask::none, false, 0, 0, "fwd_sm90_f16_hd96_128x128_s2", 0, 1},
+    {"hd256 S4096: not persistent (Sk > 2048)", kH200, bf16, 2, 8, 8, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "fwd_sm90_bf16_hd256_128x64_s2", 0, 1},
+    {"hd256 S2048: persistent (Sk <= 2048)", kH200, bf16, 4, 16, 16, 2048, 2048, 256, 256, Mask::none, false, 0, 0, "fwd_sm90_bf16_hd256_128x64_s2_p", 0, 1},
+    {"decode H32/8 Sk8192: GQA packing (4), 64-row tile, 16 KV splits", kH200, f16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_64x64_s2", 2, 16},
+    {"B8 H32/8 Sq16 Sk4096: packed rows fill a 64-row tile, 2 KV splits", kH200, bf16, 8, 32, 8, 16, 4096, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_bf16_hd128_64x64_s2", 2, 2},
+    {"H24/8 Sq16: G = 3 is no power of two, no packing; 128-row items cover the SMs", kH200, f16, 8, 24, 8, 16, 4096, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"varlen causal, mean 1024: 128-row tile, persistent", kH200, f16, 8, 16, 16, 1024, 1024, 128, 128, Mask::causal, true, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"varlen decode H32/8 Sk4096: packed, split", kH200, f16, 4, 32, 8, 1, 4096, 128, 128, Mask::none, true, 0, 0, "fwd_sm90_f16_hd128_64x64_s2", 2, 4},
+    // 16-bit problems the sm90 rows do not take: the sm80 family.
+    {"D 128 != Dv 64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 64, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_128x32_w4_o2", 0, 1},
+    {"D 80: the hd96 sm80 row", kH200, f16, 4, 16, 16, 2048, 2048, 80, 80, Mask::none, false, 0, 0, "fwd_sm80_f16_hd96_64x64_w4_o2", 0, 1},
+    {"forced tile 64x64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 64, 64, "fwd_sm80_f16_hd128_64x64_w4_o2", 0, 1},
+    {"forced tile 99x1: none", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 99, 1, "error:no_tile", 0, 1},
+    {"A100 hd128 S2048: first sm80 row", kA100, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_128x32_w4_o2", 0, 1},
+    {"A100 hd128 causal S2048: 64-row sm80 tile (banded, Sk < 12288)", kA100, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::causal, false, 0, 0, "fwd_sm80_f16_hd128_64x64_w4_o2", 0, 1},
+    {"A100 hd128 causal S16384: first sm80 row", kA100, bf16, 1, 16, 16, 16384, 16384, 128, 128, Mask::causal, false, 0, 0, "fwd_sm80_bf16_hd128_128x32_w4_o2", 0, 1},
+    {"A100 hd64 B1 H4 S512: few CTAs, 64-row sm80 tile", kA100, f16, 1, 4, 4, 512, 512, 64, 64, Mask::none, false, 0, 0, "fwd_sm80_f16_hd64_64x64_w4_o2", 0, 1},
+    {"A100 decode H32/8: no packing on sm80", kA100, f16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_64x64_w4_o2", 0, 1},
+    {"A100 hd256: 128x32 (128x64 needs 192 KiB)", kA100, f16, 4, 16, 16, 2048, 2048, 256, 256, Mask::none, false, 0, 0, "fwd_sm80_f16_hd256_128x32_w8_o1", 0, 1},
+    {"sm86 hd256: 64x32 (the 128-row tiles need 128 KiB or more)", kSm86, f16, 4, 16, 16, 2048, 2048, 256, 256, Mask::none, false, 0, 0, "fwd_sm80_f16_hd256_64x32_w4_o2", 0, 1},
+    // fp32: TF32 rows where they fit, else the FFMA kernel.
+    {"f32 hd128 H200: TF32 64x32", kH200, f32, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 0, 0, "fwd_sm80_tf32_hd128_64x32_w4_o2", 0, 1},
+    {"f32 hd256 H200: TF32 128x16 (192 KiB fits)", kH200, f32, 4, 16, 16, 2048, 2048, 256, 256, Mask::none, false, 0, 0, "fwd_sm80_tf32_hd256_128x16_w8_o1", 0, 1},
+    {"f32 hd256 A100: TF32 32x16", kA100, f32, 4, 16, 16, 2048, 2048, 256, 256, Mask::none, false, 0, 0, "fwd_sm80_tf32_hd256_32x16_w2_o2", 0, 1},
+    {"f32 D 40: the hd64 TF32 row", kH200, f32, 4, 16, 16, 2048, 2048, 40, 40, Mask::none, false, 0, 0, "fwd_sm80_tf32_hd64_128x64_w4_o2", 0, 1},
+    {"f32 forced tile 99x1: none", kH200, f32, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 99, 1, "error:no_tile", 0, 1},
+    // e4m3 (Hopper only).
+    {"e4m3 hd128 S8192: 128x192, not persistent (Sk > 4096)", kH200, e4m3, 2, 16, 16, 8192, 8192, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd128_128x192_s3", 0, 1},
+    {"e4m3 hd128 S4096: 128x192 persistent", kH200, e4m3, 4, 16, 16, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd128_128x192_s3_p", 0, 1},
+    {"e4m3 hd128 S1024: 128x128 (Sk < 2048), persistent", kH200, e4m3, 4, 16, 16, 1024, 1024, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd128_128x128_s2_p", 0, 1},
+    {"e4m3 hd128 causal S4096: 128x128 (banded, Sk < 8192), persistent", kH200, e4m3, 2, 16, 16, 4096, 4096, 128, 128, Mask::causal, false, 0, 0, "fwd_sm90_e4m3_hd128_128x128_s2_p", 0, 1},
+    {"e4m3 hd128 causal S16384: 128x192, not persistent", kH200, e4m3, 1, 16, 16, 16384, 16384, 128, 128, Mask::causal, false, 0, 0, "fwd_sm90_e4m3_hd128_128x192_s3", 0, 1},
+    {"e4m3 hd128 B1 H4 S1024: 128-row items leave SMs idle, 64x128", kH200, e4m3, 1, 4, 4, 1024, 1024, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd128_64x128_s2", 0, 1},
+    {"e4m3 decode H32/8 Sk4096: packed rows in one tile, _vt, 8 KV splits", kH200, e4m3, 1, 32, 8, 1, 4096, 128, 128, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd128_64x128_s2_vt", 2, 8},
+    {"e4m3 hd256 S2048: persistent 128x128", kH200, e4m3, 2, 16, 16, 2048, 2048, 256, 256, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd256_128x128_s2_p", 0, 1},
+    {"e4m3 hd256 S8192: 128x128, not persistent", kH200, e4m3, 2, 16, 16, 8192, 8192, 256, 256, Mask::none, false, 0, 0, "fwd_sm90_e4m3_hd256_128x128_s2", 0, 1},
+    {"e4m3 hd64: no row", kH200, e4m3, 2, 16, 16, 2048, 2048, 64, 64, Mask::none, false, 0, 0, "none", 0, 1},
+};
+
+TEST(CudaPolicy, TableOfShapes) {
+  for (const Row& r : kRows) {
+    int pack = 0, splits = 1;
+    const std::string got = choose(r, kAll, &pack, &splits);
+    EXPECT_EQ(got, r.want) << r.name;
+    if (got == r.want && got.rfind("fwd_", 0) == 0) {
+      EXPECT_EQ(pack, r.pack) << r.name << ": GQA packing (log2)";
+      EXPECT_EQ(splits, r.splits) << r.name << ": KV splits";
+    }
+  }
+}
+
+// Every key a row expects is in the table (a renamed or dropped row shows here, not as a
+// confusing mismatch).
+TEST(CudaPolicy, ExpectedKeysExist) {
+  for (const Row& r : kRows) {
+    if (std::strncmp(r.want, "fwd_", 4) != 0) continue;
+    bool found = false;
+    for (const InstanceInfo& i : kAll) found = found || std::strcmp(i.key, r.want) == 0;
+    EXPECT_TRUE(found) << r.want;
+  }
+}
+
+// Every key follows docs/naming.md's CUDA grammar and says what its row holds.
+TEST(CudaPolicy, KeysFollowTheGrammar) {
+  const std::regex sm80(R"(^fwd_sm80_(f16|bf16|tf32)_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)(_s(\d+))?$)");
+  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt)?$)");
+  for (const InstanceInfo& i : kAll) {
+    std::cmatch m;
+    const bool ok = std::regex_match(i.key, m, i.arch == 80 ? sm80 : sm90);
+    ASSERT_TRUE(ok) << i.key;
+    const char* dt = i.dtype == DType::f32 ? "tf32" : to_string(i.dtype);
+    EXPECT_EQ(m[1].str(), dt) << i.key;
+    EXPECT_EQ(std::stoi(m[2].str()), i.head_dim) << i.key;
+    EXPECT_EQ(std::stoi(m[3].str()), i.block_m) << i.key;
+    EXPECT_EQ(std::stoi(m[4].str()), i.block_n) << i.key;
+    if (i.arch == 80) {
+      EXPECT_EQ(std::stoi(m[5].str()), i.warps) << i.key;
+      EXPECT_EQ(m[8].matched ? std::stoi(m[8].str()) : 2, i.stages) << i.key;
+      EXPECT_FALSE(m[8].matched && i.stages == 2) << i.key << ": _s2 is implied";
+    } else {
+      EXPECT_EQ(std::stoi(m[5].str()), i.stages) << i.key;
+      EXPECT_EQ(m[6].str() == "_p", i.persistent) << i.key;
+      EXPECT_EQ(m[6].str() == "_vt", i.vt_in) << i.key;
+    }
+    for (const InstanceInfo& j : kAll) EXPECT_TRUE(&i == &j || std::strcmp(i.key, j.key) != 0) << i.key << " twice";
+  }
+}
+
+// Builds with some axes switched off: the policy takes what is there.
+TEST(CudaPolicy, FilteredTables) {
+  std::vector<InstanceInfo> no90, hd128;
+  for (const InstanceInfo& i : kAll) {
+    if (i.arch == 80) no90.push_back(i);
+    if (i.head_dim == 128) hd128.push_back(i);
+  }
+  int pack = 0, splits = 1;
+  const Row hopper{"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(hopper, no90, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2") << "no sm90 rows: sm80 on Hopper";
+  const Row hd64{"", kH200, f16, 4, 32, 32, 4096, 4096, 64, 64, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(hd64, hd128, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2") << "hd64 on the hd128 rows (padded)";
+  const Row hd256{"", kH200, f16, 4, 32, 32, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(hd256, hd128, &pack, &splits), "error:no_head_dim");
+  const Row f32_256{"", kH200, f32, 4, 32, 32, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(f32_256, hd128, &pack, &splits), "simt") << "f32 without a covering row: the FFMA kernel";
+  const Row fp8{"", kH200, e4m3, 4, 16, 16, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(fp8, no90, &pack, &splits), "none");
+  // A 9.0 device with too little shared memory for the sm90 rows: sm80 family.
+  const Row small{"", {9, 0, 70000, 132}, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(small, kAll, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2");
+  // No sm80 row fits the device's shared memory at all.
+  const Row tiny{"", {8, 0, 16384, 108}, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(choose(tiny, kAll, &pack, &splits), "error:no_fit");
+}
+
+TEST(CudaPolicy, Sm90Refusal) {
+  const InstanceInfo* p128 = nullptr;
+  for (const InstanceInfo& i : kAll)
+    if (std::strcmp(i.key, "fwd_sm90_f16_hd128_128x128_s2_p") == 0) p128 = &i;
+  ASSERT_NE(p128, nullptr);
+  core::AttentionProblem p = problem({"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1});
+  EXPECT_EQ(sm90_refusal(p, *p128, kH200), "");
+  EXPECT_NE(sm90_refusal(p, *p128, kA100).find("9.0"), std::string::npos);
+  p.dv = 64;
+  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("D == Dv == 128"), std::string::npos);
+  p.dv = 128;
+  p.dtype = DType::bf16;
+  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("not a bf16 kernel"), std::string::npos);
+  p.dtype = DType::f16;
+  p.batch = 65535, p.heads = 65535, p.sq = 1 << 20;  // items past 2^31
+  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("32 bits"), std::string::npos);
+  EXPECT_EQ(persistent_variant(kAll, *p128), p128);
+}
+
+TEST(CudaPolicy, GqaPackShift) {
+  core::AttentionProblem p = problem({"", kH200, f16, 1, 64, 1, 1, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1});
+  EXPECT_EQ(gqa_pack_shift(p, 1), 6);    // G = 64
+  EXPECT_EQ(gqa_pack_shift(p, 63), 6);
+  EXPECT_EQ(gqa_pack_shift(p, 64), 0);   // a tile of one head's rows is full
+  p.heads = 128;                         // G = 128: more than a 64-row tile holds
+  EXPECT_EQ(gqa_pack_shift(p, 1), 0);
+  p.heads = 6, p.kv_heads = 2;           // G = 3
+  EXPECT_EQ(gqa_pack_shift(p, 1), 0);
+  p.heads = 8, p.kv_heads = 8;           // G = 1
+  EXPECT_EQ(gqa_pack_shift(p, 1), 0);
+  p.kv_heads = 4;
+  EXPECT_EQ(gqa_pack_shift(p, 1), 1);
+  p.dtype = DType::f32;
+  EXPECT_EQ(gqa_pack_shift(p, 1), 0);
+}
+
+TEST(CudaPolicy, VtPath) {
+  auto key = [](const char* k) {
+    for (const InstanceInfo& i : kAll)
+      if (std::strcmp(i.key, k) == 0) return i;
+    ADD_FAILURE() << k;
+    return kAll[0];
+  };
+  EXPECT_EQ(vt_path(key("fwd_sm90_f16_hd128_128x128_s2"), false, false), VtPath::none);
+  EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd128_128x192_s3"), false, false), VtPath::prepass);
+  EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd128_64x128_s2_vt"), false, false), VtPath::in_kernel);
+  EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd128_128x192_s3_p"), false, false), VtPath::fused);
+  EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd128_128x192_s3_p"), true, false), VtPath::prepass);   // varlen
+  EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd128_128x192_s3_p"), false, true), VtPath::prepass);   // forced
+  EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd256_128x128_s2_p"), false, false), VtPath::prepass);  // no room for it
+}
+
+}  // namespace
+}  // namespace flashcore::cuda
