@@ -36,7 +36,7 @@ stage names names
 cuda_flag=AUTO
 skipped cuda && cuda_flag=OFF
 release() {
-  cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA=$cuda_flag \
+  cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA=$cuda_flag -DFLASHCORE_WERROR=ON \
         -DCMAKE_INSTALL_PREFIX="$root/build/prefix" >/dev/null
   ninja -C build/release -j"$jobs"
   ctest --test-dir build/release --output-on-failure -j"$jobs"
@@ -54,7 +54,7 @@ downstream() {
 skipped downstream || stage downstream downstream
 
 asan() {
-  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFLASHCORE_SANITIZE=ON \
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFLASHCORE_SANITIZE=ON -DFLASHCORE_WERROR=ON \
         -DFLASHCORE_CUDA=OFF -DFLASHCORE_BUILD_BENCH=OFF >/dev/null
   ninja -C build/asan -j"$jobs"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
