@@ -17,7 +17,7 @@ path), on the very same e4m3 q, k, v memory ([B, S, H, D], described to cuDNN as
 stored as e4m3(256 P) by both (cuDNN: scale_s = 256, descale_s = 1/256). cuDNN writes O in
 e4m3 (its only output type on Hopper), ours in bf16 (twice O's bytes). Both write into
 an O allocated once (the graph's variant pack; ours `out=`), unless `--fp8-out alloc`
-(ours then allocates per call, as until session 31). Each row also reports rel_cudnn,
+(ours then allocates per call, as before 90cf3df of 2026-11-27). Each row also reports rel_cudnn,
 ||ours - cuDNN|| / ||cuDNN||, so a mis-described graph shows.
 
 --timing isolated times each call the way cuDNN's published SDPA figures are measured

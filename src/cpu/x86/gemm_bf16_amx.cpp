@@ -55,7 +55,7 @@ constexpr TileConfig kConfig = make_config();
 
 
 // Three schedules of the same 2 x 2 block, listed as separate kernels so one run measures
-// them side by side (docs/results/cpu-x86-2026-11-22.md, session 9: GEMM-only, 1 thread,
+// them side by side (docs/results/cpu-x86-2026-11-22.md, 2026-11-22, e446ba5: GEMM-only, 1 thread,
 // aligned operands, plain 1197, il 1208, ilpf 1075 GFLOP/s; `auto` uses plain):
 //   plain      all four tile loads of a k step, then its four tdpbf16ps;
 //   il         loads interleaved with the products (A0 B0, C00, B1, C01, A1, C10, C11), so a
@@ -68,10 +68,11 @@ constexpr TileConfig kConfig = make_config();
 //   t1         il with B's tiles loaded by TILELOADDT1, the load that hints the data will
 //              not be reused: for a B panel that one row block reads once (stage 2 with a
 //              single block of MR query rows, the GEMM-only row), so the V lines streaming
-//              from L2 do not push the A strip out of L1. Probe (session 27, 1 thread,
+//              from L2 do not push the A strip out of L1. Probe (2026-11-27, c07e6f5, 1 thread,
 //              M 32, L 512, d 256, one call per panel): 57 % -> 66-68 % of the tile peak;
 //              where a second row block reads the same panel (stage 1's resident Q panel,
-//              attention's 64-row blocks) the hint makes it come back from L2 (session 26).
+//              attention's 64-row blocks) the hint makes it come back from L2 (2026-11-27,
+//              2c6ea53).
 template <bool kInterleave, bool kPrefetch, bool kStreamB = false>
 __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int64_t as,
                                                 const void* b_, void* c_, int64_t ldc,
@@ -150,7 +151,7 @@ __attribute__((always_inline)) inline void gemm(int64_t kc, const void* a_, int6
 // configuration (STTILECFG: 64 bytes, zeros when released) and loads ours only when it
 // differs (LDTILECFG also zeroes all eight tiles). A thread-local "configured" flag, the
 // first version, crashed the benchmark once its AMX peak loop had released the tiles. It
-// ran at every kernel call until session 9; on the Sapphire Rapids host that check cost
+// ran at every kernel call until c3fcc88 (2026-11-22); on the Sapphire Rapids host that check cost
 // the GEMM-only loop (32 x 256 x 512, calls of 8 k steps) 1335 -> 1183 GFLOP/s, so it now
 // runs once per pipeline stage (prepare_gemm), before the calls.
 void amx_configure_tiles() {
@@ -169,7 +170,7 @@ void bf16_32x32_amx(int64_t kc, const void* a, int64_t as, const void* b, void* 
 // per 16 rows two A tiles (tmm2, tmm3), two C tiles (tmm0, tmm1), 2 or 4 products. At head
 // dim 64 the 2 x 2 kernel spends 8 tile loads and 4 stores per 8 products; this, 2 loads
 // and 2 stores per 4. Stage-1 probe (K rows 1 KiB apart, one 64-query block, 1 thread,
-// session 20): 663 -> 1076-1115 GFLOP/s, the column max of each 16-row block included.
+// 2026-11-26, f933091): 663 -> 1076-1115 GFLOP/s, the column max of each 16-row block included.
 // The column max is this TU's only vector code (AVX-512F, which AMX CPUs have).
 void bf16_32x32_amx_panel(int64_t kc, const void* a_, int64_t as, int64_t rows, const void* b_, float* c,
                           int64_t ldc, float* mx) {

@@ -22,10 +22,11 @@
 // 12 broadcast loads + 2 B loads for 24 FMAs. The first version (k-major operands, A as an
 // embedded {1to32} 16-bit broadcast: a load uop in every FMA, 26 per 24 FMAs) measured
 // 88.7 % of the fp16 FMA peak GEMM-only; a probe of both inner loops on L1-resident operands
-// (Sapphire Rapids host, 1 thread, session 10) ran the k-pair loop at the FMA peak. In the
+// (Sapphire Rapids host, 1 thread, 2026-11-25) ran the k-pair loop at the FMA peak. In the
 // GEMM-only row (B streamed from L2) both top out at the same 342 GFLOP/s (medians of 3
 // rounds 89.1 % against 83.7 % of the start-up peak, the host's noise included); attention
-// S4096 D128 2 threads 351 -> 392 GFLOP/s (docs/results/cpu-x86-2026-11-22.md, session 10).
+// S4096 D128 2 threads 351 -> 392 GFLOP/s (docs/results/cpu-x86-2026-11-22.md, 2026-11-25,
+// 0c3b530).
 // Register use: 24 fp16 accumulators (12 rows x 2 zmm = 32 columns x 2 k parities) + 2 B +
 // 2 broadcast A.
 #include <cstdint>
