@@ -1,0 +1,158 @@
+// Element-wise steps of the CPU backward (bwd_ops.hpp). Plain loops over branch-free
+// scalar code (core/exp2.hpp, core/dtype.hpp's conversions), which the compiler
+// vectorizes; each entry point is compiled for the baseline and for x86-64-v3.
+#include "cpu/backward/bwd_ops.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/clones.hpp"
+#include "core/dtype.hpp"
+#include "core/exp2.hpp"
+
+namespace flashcore::cpu::bwd {
+namespace {
+
+template <bool kFast>
+inline void probs_rows(float* s, int64_t ld, int64_t m, int64_t n, float c, const float* sub, const int64_t* lo,
+                       const int64_t* hi) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* r = s + i * ld;
+    const int64_t a = std::clamp<int64_t>(lo[i], 0, n), b = std::clamp<int64_t>(hi[i], a, n);
+    const float si = sub[i];
+    std::fill(r, r + a, 0.0f);
+    for (int64_t j = a; j < b; ++j) {
+      const float x = c * r[j] - si;
+      r[j] = kFast ? core::exp2_fast(x) : core::exp2_exact(x);
+    }
+    std::fill(r + b, r + n, 0.0f);
+  }
+}
+
+// Stores of one fp32 value as the operand type E (float, or 16-bit bits).
+struct StoreF32 { using E = float; static float cvt(float x) { return x; } };
+struct StoreF16 { using E = uint16_t; static uint16_t cvt(float x) { return core::f32_to_f16(x); } };
+struct StoreBF16 { using E = uint16_t; static uint16_t cvt(float x) { return core::f32_to_bf16(x); } };
+
+// Transposed sources are walked in square blocks of this many elements a side, so that the
+// strided side of the copy stays within a few cache lines.
+constexpr int64_t kBlock = 16;
+
+template <class S>
+inline void pack_as(const float* src, int64_t lds, bool tr, int64_t kk, int64_t mm, typename S::E* dst, int64_t ld,
+                    Layout lay) {
+  using E = typename S::E;
+  switch (lay) {
+    case Layout::kmajor:
+      if (!tr) {
+        for (int64_t k = 0; k < kk; ++k) {
+          const float* s = src + k * lds;
+          E* d = dst + k * ld;
+          for (int64_t i = 0; i < mm; ++i) d[i] = S::cvt(s[i]);
+        }
+      } else {
+        for (int64_t i0 = 0; i0 < mm; i0 += kBlock)
+          for (int64_t k0 = 0; k0 < kk; k0 += kBlock)
+            for (int64_t k = k0; k < std::min(kk, k0 + kBlock); ++k)
+              for (int64_t i = i0; i < std::min(mm, i0 + kBlock); ++i) dst[k * ld + i] = S::cvt(src[i * lds + k]);
+      }
+      break;
+    case Layout::kpairs:
+      // (k, i) at (k / 2) * 2 * ld + 2 * i + k % 2: the pair row kp holds keys 2 kp, 2 kp + 1.
+      if (!tr) {
+        for (int64_t kp = 0; kp < kk / 2; ++kp) {
+          const float* s0 = src + 2 * kp * lds;
+          const float* s1 = s0 + lds;
+          E* d = dst + kp * 2 * ld;
+          for (int64_t i = 0; i < mm; ++i) {
+            d[2 * i] = S::cvt(s0[i]);
+            d[2 * i + 1] = S::cvt(s1[i]);
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < mm; ++i) {
+          const float* s = src + i * lds;
+          for (int64_t kp = 0; kp < kk / 2; ++kp) {
+            dst[kp * 2 * ld + 2 * i] = S::cvt(s[2 * kp]);
+            dst[kp * 2 * ld + 2 * i + 1] = S::cvt(s[2 * kp + 1]);
+          }
+        }
+      }
+      break;
+    case Layout::rows:
+      // (k, i) at i * ld + k: a transposed source is copied row by row.
+      if (tr) {
+        for (int64_t i = 0; i < mm; ++i) {
+          const float* s = src + i * lds;
+          E* d = dst + i * ld;
+          for (int64_t k = 0; k < kk; ++k) d[k] = S::cvt(s[k]);
+        }
+      } else {
+        for (int64_t k0 = 0; k0 < kk; k0 += kBlock)
+          for (int64_t i0 = 0; i0 < mm; i0 += kBlock)
+            for (int64_t i = i0; i < std::min(mm, i0 + kBlock); ++i)
+              for (int64_t k = k0; k < std::min(kk, k0 + kBlock); ++k) dst[i * ld + k] = S::cvt(src[k * lds + i]);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+FC_PORTABLE_CLONES void probs(float* s, int64_t ld, int64_t m, int64_t n, float c, const float* sub,
+                              const int64_t* lo, const int64_t* hi, Exp2Mode mode) {
+  if (mode == Exp2Mode::fast)
+    probs_rows<true>(s, ld, m, n, c, sub, lo, hi);
+  else
+    probs_rows<false>(s, ld, m, n, c, sub, lo, hi);
+}
+
+FC_PORTABLE_CLONES void dscores(const float* p, float* dp, int64_t ld, int64_t m, int64_t n, const float* d) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* pr = p + i * ld;
+    float* r = dp + i * ld;
+    const float di = d[i];
+    for (int64_t j = 0; j < n; ++j) r[j] = pr[j] * (r[j] - di);
+  }
+}
+
+FC_PORTABLE_CLONES void pack_operand(const float* src, int64_t lds, bool transposed, int64_t kk, int64_t mm,
+                                     void* dst, int64_t ld, DType dt, Layout lay) {
+  switch (dt) {
+    case DType::f16: pack_as<StoreF16>(src, lds, transposed, kk, mm, static_cast<uint16_t*>(dst), ld, lay); break;
+    case DType::bf16: pack_as<StoreBF16>(src, lds, transposed, kk, mm, static_cast<uint16_t*>(dst), ld, lay); break;
+    default: pack_as<StoreF32>(src, lds, transposed, kk, mm, static_cast<float*>(dst), ld, lay); break;
+  }
+}
+
+FC_PORTABLE_CLONES float dot(const float* a, const float* b, int64_t n) {
+  // Eight partial sums: a vectorizable reduction without reassociating one sum by hand.
+  float acc[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[j + l] * b[j + l];
+  for (; j < n; ++j) acc[0] += a[j] * b[j];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+FC_PORTABLE_CLONES void store_scaled(const float* src, int64_t n, float scale, void* dst, DType dt) {
+  switch (dt) {
+    case DType::f16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t j = 0; j < n; ++j) d[j] = core::f32_to_f16(scale * src[j]);
+      break;
+    }
+    case DType::bf16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t j = 0; j < n; ++j) d[j] = core::f32_to_bf16(scale * src[j]);
+      break;
+    }
+    default: {
+      float* d = static_cast<float*>(dst);
+      for (int64_t j = 0; j < n; ++j) d[j] = scale * src[j];
+      break;
+    }
+  }
+}
+
+}  // namespace flashcore::cpu::bwd
