@@ -97,14 +97,15 @@ Plan make_plan(const core::AttentionProblem& p) {
 // The leading dimension of an A operand of kk x mm in layout l (ukernel.hpp).
 int64_t a_ld(Layout l, int64_t kk, int64_t mm) { return l == Layout::rows ? kk : mm; }
 
-// A packed A operand (element (k, i) at data + pack_index(layout, k, i, ld) elements) and a
-// set of packed B panels (panel p, element (k, j) at data + p * kp * NR + pack_index(layout,
-// k, j, NR) elements).
-struct AOp { const char* data; int64_t ld; };
+// A packed A operand: blocks of MR rows i, block r at data + r * bs elements, its element
+// (k, i) at pack_index(layout, k, i, ld) within (one wide panel: bs = pack_index(layout, 0,
+// MR, ld); separate [k][MR] blocks: ld = MR, bs = k * MR). And a set of packed B panels
+// (panel p, element (k, j) at data + p * kp * NR + pack_index(layout, k, j, NR) elements).
+struct AOp { const char* data; int64_t ld, bs; };
 struct BOp { const char* data; int64_t kp; };
 
-// C[m][n] (row stride ldc) = (or +=) sum_{k < kc} A(k, i0 + i) B(k0 + k, p0 * NR + j), m a
-// multiple of MR, n of NR, kc of the kernel's k step. Panels outer: one B panel stays in
+// C[m][n] (row stride ldc) = (or +=) sum_{k < kc} A(k, i0 + i) B(k0 + k, p0 * NR + j), m and
+// i0 multiples of MR, n of NR, kc of the kernel's k step. Panels outer: one B panel stays in
 // L1 while the row blocks of A stream past it.
 void gemm(const Plan& g, int64_t kc, int64_t m, int64_t n, const AOp& a, int64_t i0, const BOp& b, int64_t p0,
           int64_t k0, float* c, int64_t ldc, bool accumulate) {
@@ -116,8 +117,8 @@ void gemm(const Plan& g, int64_t kc, int64_t m, int64_t n, const AOp& a, int64_t
   for (int64_t pn = 0; pn < n / g.nr; ++pn) {
     const char* bp = b.data + ((p0 + pn) * b.kp * g.nr + pack_index(g.bl, k0, 0, g.nr)) * g.es;
     for (int64_t r = 0; r < m / g.mr; ++r)
-      g.k->fn(kc, a.data + pack_index(g.al, 0, i0 + r * g.mr, a.ld) * g.es, a.ld, bp, c + r * g.mr * ldc + pn * g.nr,
-              ldc, accumulate ? 1 : 0);
+      g.k->fn(kc, a.data + (i0 / g.mr + r) * a.bs * g.es, a.ld, bp, c + r * g.mr * ldc + pn * g.nr, ldc,
+              accumulate ? 1 : 0);
   }
 }
 
@@ -127,6 +128,23 @@ void pack_panels(const Plan& g, const float* src, int64_t lds, bool transposed, 
   for (int64_t pn = 0; pn < nn / g.nr; ++pn)
     bwd::pack_operand(src + (transposed ? pn * g.nr * lds : pn * g.nr), lds, transposed, kk, g.nr,
                       dst + pn * kk * g.nr * g.es, g.nr, g.ab, g.bl);
+}
+
+// A wide fp32 panel [kk][mm] (row stride ld) as an A operand of plain kernels, or a
+// packed T x T tile in the kernel's layout (leading dimension ld).
+AOp wide(const Plan& g, const void* data, int64_t ld) {
+  return AOp{static_cast<const char*>(data), ld, pack_index(g.al, 0, g.mr, ld)};
+}
+
+// Blocks of MR rows (i) of an A operand from a transposed fp32 source (element (k, i) at
+// src[i * lds + k]), kk rows of k each, i < mm: each block one contiguous run, so that a
+// micro-kernel call reads its A strip from consecutive lines (a wide panel of a whole head,
+// 2048 queries, puts the strip's k rows 8 KiB apart, all in one L1 set).
+AOp pack_blocks(const Plan& g, const float* src, int64_t lds, int64_t kk, int64_t mm, char* dst) {
+  const int64_t ld = a_ld(g.al, kk, g.mr);
+  for (int64_t r = 0; r < mm / g.mr; ++r)
+    bwd::pack_operand(src + r * g.mr * lds, lds, true, kk, g.mr, dst + r * kk * g.mr * g.es, ld, g.ab, g.al);
+  return AOp{dst, ld, kk * g.mr};
 }
 
 // Rows [r0, r1) of a row source (row r at base + r * stride elements of dt; rows >= valid
@@ -247,8 +265,8 @@ class Item {
     d_ = grow<float>(s.orow, n + g_.w);
     float* orow = d_ + n;
     float* rows = grow<float>(s.rows, std::max(rk_, n) * g_.w);
-    qa_ = grow<char>(s.qa, g_.dk * n * g_.es);
-    oa_ = grow<char>(s.oa, g_.dvk * n * g_.es);
+    char* qa_buf = grow<char>(s.qa, g_.dk * n * g_.es);
+    char* oa_buf = grow<char>(s.oa, g_.dvk * n * g_.es);
     qb_ = grow<char>(s.qb, n * g_.dn * g_.es);
     ob_ = grow<char>(s.ob, n * g_.dvn * g_.es);
     dq_ = grow<float>(s.dq, n * g_.dn);
@@ -264,11 +282,11 @@ class Item {
     const int64_t valid = std::min(sq_, r1_) - r0_;
     stage_rows(in_row(p_.q.data, p_.q.sb, p_.q.ss, p_.q.sh, q_off_ + r0_, h), p_.q.ss, p_.dtype, 0, n, valid, p_.d,
                rows, g_.w);
-    bwd::pack_operand(rows, g_.w, true, g_.dk, n, qa_, a_ld(g_.al, g_.dk, n), g_.ab, g_.al);  // A(k = d, i = query)
+    qa_ = pack_blocks(g_, rows, g_.w, g_.dk, n, qa_buf);  // A(k = d, i = query)
     pack_panels(g_, rows, g_.w, false, n, g_.dn, qb_);  // B(k = query, j = d): dK = dS^T Q
     stage_rows(in_row(bp_.dout.data, bp_.dout.sb, bp_.dout.ss, bp_.dout.sh, q_off_ + r0_, h), bp_.dout.ss, p_.dtype,
                0, n, valid, p_.dv, rows, g_.w);
-    bwd::pack_operand(rows, g_.w, true, g_.dvk, n, oa_, a_ld(g_.al, g_.dvk, n), g_.ab, g_.al);  // A(k = dv, i = query)
+    oa_ = pack_blocks(g_, rows, g_.w, g_.dvk, n, oa_buf);  // A(k = dv, i = query)
     pack_panels(g_, rows, g_.w, false, n, g_.dvn, ob_);  // B(k = query, j = dv): dV = P^T dO
     // D_i = dO_i . O_i in fp32 (padding rows: 0).
     for (int64_t r = 0; r < n; ++r) {
@@ -321,10 +339,9 @@ class Item {
     if (!any) return;  // every entry masked: nothing flows through this tile
     float* S = grow<float>(s.s, t * t);
     float* dP = grow<float>(s.dp, t * t);
-    gemm(g_, g_.dk, t, t, AOp{qa_, a_ld(g_.al, g_.dk, r1_ - r0_)}, qr, BOp{kb1_, g_.dk}, kr / g_.nr, 0, S, t, false);
+    gemm(g_, g_.dk, t, t, qa_, qr, BOp{kb1_, g_.dk}, kr / g_.nr, 0, S, t, false);
     bwd::probs(S, t, t, t, p_.scale * core::kLog2e, sub_ + qr, tlo, thi, p_.exp2);
-    gemm(g_, g_.dvk, t, t, AOp{oa_, a_ld(g_.al, g_.dvk, r1_ - r0_)}, qr, BOp{vb3_, g_.dvk}, kr / g_.nr, 0, dP, t,
-         false);
+    gemm(g_, g_.dvk, t, t, oa_, qr, BOp{vb3_, g_.dvk}, kr / g_.nr, 0, dP, t, false);
     bwd::dscores(S, dP, t, t, t, d_ + qr);
     const int64_t ld = a_ld(g_.al, t, t);
     // P and dS as A(k = query, i = key): the fp32 tiles themselves for plain kernels.
@@ -339,12 +356,12 @@ class Item {
       dsa = dd;
     }
     const int64_t n = r1_ - r0_;
-    gemm(g_, t, t, g_.dvn, AOp{pa, ld}, 0, BOp{ob_, n}, 0, qr, dv_ + kr * g_.dvn, g_.dvn, true);
-    gemm(g_, t, t, g_.dn, AOp{dsa, ld}, 0, BOp{qb_, n}, 0, qr, dk_ + kr * g_.dn, g_.dn, true);
+    gemm(g_, t, t, g_.dvn, wide(g_, pa, ld), 0, BOp{ob_, n}, 0, qr, dv_ + kr * g_.dvn, g_.dvn, true);
+    gemm(g_, t, t, g_.dn, wide(g_, dsa, ld), 0, BOp{qb_, n}, 0, qr, dk_ + kr * g_.dn, g_.dn, true);
     // dS^T as A(k = key, i = query).
     char* dst = grow<char>(s.dsta, t * t * g_.es);
     bwd::pack_operand(dP, t, true, t, t, dst, ld, g_.ab, g_.al);
-    gemm(g_, t, t, g_.dn, AOp{dst, ld}, 0, BOp{kb4_, rk_}, 0, kr, dq_ + qr * g_.dn, g_.dn, true);
+    gemm(g_, t, t, g_.dn, wide(g_, dst, ld), 0, BOp{kb4_, rk_}, 0, kr, dq_ + qr * g_.dn, g_.dn, true);
   }
 
   const core::AttentionBackwardProblem& bp_;
@@ -361,7 +378,8 @@ class Item {
   int64_t r0_ = 0, r1_ = 0;  // the current head's query rows (padded)
   int64_t *lo_ = nullptr, *hi_ = nullptr;
   float *sub_ = nullptr, *d_ = nullptr, *dq_ = nullptr;
-  char *qa_ = nullptr, *oa_ = nullptr, *qb_ = nullptr, *ob_ = nullptr;
+  AOp qa_{}, oa_{};  // Q^T and dO^T of the head as A operands (blocks of MR queries)
+  char *qb_ = nullptr, *ob_ = nullptr;
 };
 
 }  // namespace
