@@ -18,8 +18,13 @@ void check_tensor(const Tensor& t, const char* name, int rank, const char* layou
 // [first byte, one past the last byte) of a non-empty view.
 struct Extent { uintptr_t lo, hi; };
 Extent extent(const Tensor& t);
-// out_name: "overlaps <in_name> in memory" when the two views' extents intersect.
+// out_name: "overlaps <in_name> in memory" when the two views' extents intersect, or when
+// the output's extent meets the in_bytes bytes at `in` (an array read by pointer).
 void check_no_alias(const Tensor& out, const char* out_name, const Tensor& in, const char* in_name);
+void check_no_alias(const Tensor& out, const char* out_name, const void* in, int64_t in_bytes,
+                    const char* in_name);
+// An output whose elements do not all have their own address (zero or overlapping strides).
+void check_no_self_overlap(const Tensor& t, const char* name);
 void check_same_device(const Tensor& t, const char* name, Device d);
 void check_dim(const Tensor& t, const char* name, int dim, const char* dim_name, int64_t expect,
                const char* from);

@@ -11,39 +11,8 @@
 #include "core/errors.hpp"
 
 namespace flashcore::api {
-namespace {
 
 using namespace detail;
-
-// An output whose elements must each have their own address: the dims of more than one
-// element, innermost stride first, each stride past the span of the dims inside it. (This
-// refuses zero strides and the rare interleaved views that do not overlap either.)
-void check_no_self_overlap(const Tensor& t, const char* name) {
-  if (t.numel() == 0) return;
-  int dims[kMaxRank];
-  int n = 0;
-  for (int i = 0; i < t.rank; ++i)
-    if (t.shape[i] > 1) dims[n++] = i;
-  for (int i = 1; i < n; ++i)  // insertion sort by stride (at most four dims)
-    for (int j = i; j > 0 && t.strides[dims[j]] < t.strides[dims[j - 1]]; --j) std::swap(dims[j], dims[j - 1]);
-  int64_t span = 1;  // one past the largest offset of the dims taken so far
-  for (int i = 0; i < n; ++i) {
-    const int d = dims[i];
-    if (t.strides[d] < span)
-      bad(name, "its strides " + std::to_string(t.strides[d]) + " (dim " + std::to_string(d) + ") and shape " +
-                    shape_str(t) + " give several elements one address; a gradient must be a view whose "
-                    "elements do not overlap");
-    span += (t.shape[d] - 1) * t.strides[d];
-  }
-}
-
-// A host or device int32 array of n elements as a 1-d view, for the overlap checks.
-Tensor int32_view(const int32_t* p, int64_t n, Device d) {
-  Tensor t = Tensor::contiguous(const_cast<int32_t*>(p), DType::i32, {n}, d);
-  return t;
-}
-
-}  // namespace
 
 core::AttentionBackwardProblem check_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                                         const Tensor& out, const Tensor& dout, const Tensor& lse,
@@ -90,15 +59,14 @@ core::AttentionBackwardProblem check_attention_backward(const Tensor& q, const T
   check_no_alias(dk, "dk", dq, "dq");
   check_no_alias(dv, "dv", dq, "dq");
   check_no_alias(dv, "dv", dk, "dk");
-  const bool varlen = pr.fwd.cu_q != nullptr;
-  const int64_t nb = params.varlen_batch + 1;
-  const Tensor cu_q = varlen ? int32_view(params.cu_seqlens_q, nb, q.device) : Tensor{};
-  const Tensor cu_k = varlen ? int32_view(params.cu_seqlens_k, nb, q.device) : Tensor{};
-  const std::pair<const Tensor*, const char*> inputs[] = {
-      {&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}, {&dout, "dout"}, {&lse, "lse"},
-      {&cu_q, "params.cu_seqlens_q"}, {&cu_k, "params.cu_seqlens_k"}};
-  for (const auto& [g, gname] : grads)
+  const std::pair<const Tensor*, const char*> inputs[] = {{&q, "q"},     {&k, "k"},       {&v, "v"},
+                                                          {&out, "out"}, {&dout, "dout"}, {&lse, "lse"}};
+  const int64_t cu_bytes = pr.fwd.cu_q != nullptr ? 4 * (params.varlen_batch + 1) : 0;
+  for (const auto& [g, gname] : grads) {
     for (const auto& [in, iname] : inputs) check_no_alias(*g, gname, *in, iname);
+    check_no_alias(*g, gname, params.cu_seqlens_q, cu_bytes, "params.cu_seqlens_q");
+    check_no_alias(*g, gname, params.cu_seqlens_k, cu_bytes, "params.cu_seqlens_k");
+  }
 
   pr.dout = {dout.data, dout.strides[0], dout.strides[1], dout.strides[2]};
   pr.dq = {dq.data, dq.strides[0], dq.strides[1], dq.strides[2]};
