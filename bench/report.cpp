@@ -92,7 +92,8 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     if (!std::isnan(r.speedup_vs_unpacked)) add(fmt("%.2fx vs unpacked", r.speedup_vs_unpacked));
     add(r.check_subset);
     if (c.portable && !flashcore::force_generic()) add("portable kernels forced");
-    if (c.strategy == "auto" && (c.op == "attention" || c.op == "softmax-v") && c.impl != "naive") add("auto chose " + r.strategy_ran);
+    if (c.strategy == "auto" && ((c.op == "attention" && c.pass == "fwd") || c.op == "softmax-v") && c.impl != "naive")
+      add("auto chose " + r.strategy_ran);
     const Phases& p = r.phases;
     auto ph = [&p](double v) { return p.present ? fmt_us(v) : std::string("-"); };
     const std::string op = c.pass == "fwd+bwd" ? c.op + " fwd+bwd" : c.op;

@@ -70,13 +70,16 @@ inline void pack_as(const float* src, int64_t lds, bool tr, int64_t kk, int64_t 
           }
         }
       } else {
-        for (int64_t i = 0; i < mm; ++i) {
-          const float* s = src + i * lds;
-          for (int64_t kp = 0; kp < kk / 2; ++kp) {
-            dst[kp * 2 * ld + 2 * i] = S::cvt(s[2 * kp]);
-            dst[kp * 2 * ld + 2 * i + 1] = S::cvt(s[2 * kp + 1]);
-          }
-        }
+        // A transpose of the source's (k, k + 1) pairs, in square blocks.
+        for (int64_t i0 = 0; i0 < mm; i0 += kBlock)
+          for (int64_t p0 = 0; p0 < kk / 2; p0 += kBlock)
+            for (int64_t kp = p0; kp < std::min(kk / 2, p0 + kBlock); ++kp) {
+              E* d = dst + kp * 2 * ld;
+              for (int64_t i = i0; i < std::min(mm, i0 + kBlock); ++i) {
+                d[2 * i] = S::cvt(src[i * lds + 2 * kp]);
+                d[2 * i + 1] = S::cvt(src[i * lds + 2 * kp + 1]);
+              }
+            }
       }
       break;
     case Layout::rows:
