@@ -153,13 +153,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 // stay 1 (f32/f16/bf16 only), strategy / tile / exact_fp32 are not read.
 // Every input (q, k, v, out, dout, lse, cu_seqlens) must not overlap any output; dq, dk and
 // dv must not overlap each other or themselves (every element its own address).
-// Workspace: the CPU backend allocates it per call and frees it before returning (none is
-// passed in): per thread, its query head's Q and dO rows packed twice each plus a fp32 dQ
-// accumulator and its key range's K / V packed and fp32 dK / dV accumulators (about
-// (4 * Sq + 5 * Sk) * max(D, Dv) * 4 bytes for a non-varlen problem), and when one (batch,
-// KV head) is split over n key ranges (few heads, many threads, or deterministic mode) n fp32
-// partial copies of dq, summed in a fixed order. CUDA tensors: Status::unsupported (the
-// GPU backward is not in this build yet).
+// Workspace: the CPU backend manages it; none is passed in. Per thread (kept by the thread
+// for its next call, grow-only, like the forward's buffers): one query head's Q and dO
+// packed twice each, its fp32 dQ, one key range's K and V packed and its fp32 dK and dV, at
+// most about (5 Sq + 6 Sk) * max(D, Dv) * 4 bytes (Sq, Sk of one sequence; 16-bit kernels
+// less); and per call, when a (batch, KV head) is split over n key ranges (fewer of them than
+// threads, or deterministic mode: docs/backward.md), n fp32 copies of dq (n * B * Sq * H * D
+// * 4 bytes, capped at 256 MiB), summed in range order and freed before the call returns.
+// CUDA tensors: Status::unsupported (the GPU backward is not in this build yet).
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params = {});
