@@ -24,6 +24,16 @@ inline void zero_grad(const GradOut& g, DType t, int64_t nb, int64_t ns, int64_t
         std::memset(static_cast<char*>(g.data) + (b * g.sb + s * g.ss + h * g.sh) * int64_t(es), 0, size_t(d) * es);
 }
 
+// Sequence b of a problem: its first q and k/v rows, its lengths and its batch index in the
+// tensors (varlen: the sequences lie along s of batch entry 0).
+struct Sequence {
+  int64_t q_off, k_off, sq, sk, bb;
+};
+inline Sequence sequence(const AttentionProblem& p, int64_t b) {
+  if (p.cu_q == nullptr) return {0, 0, p.sq, p.sk, b};
+  return {p.cu_q[b], p.cu_k[b], int64_t(p.cu_q[b + 1]) - p.cu_q[b], int64_t(p.cu_k[b + 1]) - p.cu_k[b], 0};
+}
+
 struct AttentionBackwardProblem {
   // The forward problem: q, k, v, o (the forward's output, read here), lse (read here; never
   // null), shapes, masks, varlen, scale, exp2 mode, threads, impl. lse is [B][H][Sq]

@@ -59,10 +59,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t hk = 0; hk < p.kv_heads; ++hk) {
-      const int64_t q_off = p.cu_q ? p.cu_q[b] : 0, k_off = p.cu_k ? p.cu_k[b] : 0;
-      const int64_t sq = p.cu_q ? p.cu_q[b + 1] - p.cu_q[b] : p.sq;
-      const int64_t sk = p.cu_k ? p.cu_k[b + 1] - p.cu_k[b] : p.sk;
-      const int64_t bb = p.cu_q ? 0 : b;
+      const core::Sequence seq = core::sequence(p, b);
+      const int64_t q_off = seq.q_off, k_off = seq.k_off, sq = seq.sq, sk = seq.sk, bb = seq.bb;
       const core::BandMask mask = core::make_mask(p.causal, p.window_left, p.window_right, sq, sk);
       auto kv_at = [&](const void* base, int64_t sb, int64_t ss, int64_t sh) {
         return static_cast<const char*>(base) + (bb * sb + k_off * ss + hk * sh) * es;

@@ -184,11 +184,12 @@ class Item {
   Item(const core::AttentionBackwardProblem& bp, const Plan& g, int64_t b, int64_t hk, int64_t chunk,
        int64_t nchunks, float* partial)
       : bp_(bp), p_(bp.fwd), g_(g), hk_(hk), chunk_(chunk), partial_(partial), es_(int64_t(dtype_size(p_.dtype))) {
-    q_off_ = p_.cu_q ? p_.cu_q[b] : 0;
-    k_off_ = p_.cu_k ? p_.cu_k[b] : 0;
-    sq_ = p_.cu_q ? p_.cu_q[b + 1] - p_.cu_q[b] : p_.sq;
-    sk_ = p_.cu_k ? p_.cu_k[b + 1] - p_.cu_k[b] : p_.sk;
-    bb_ = p_.cu_q ? 0 : b;
+    const core::Sequence sq = core::sequence(p_, b);
+    q_off_ = sq.q_off;
+    k_off_ = sq.k_off;
+    sq_ = sq.sq;
+    sk_ = sq.sk;
+    bb_ = sq.bb;
     mask_ = core::make_mask(p_.causal, p_.window_left, p_.window_right, sq_, sk_);
     const int64_t nkb = ceil_div(sk_, g.t);
     key0_ = std::min(sk_, nkb * chunk / nchunks * g.t);

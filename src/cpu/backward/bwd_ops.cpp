@@ -38,6 +38,22 @@ struct StoreBF16 { using E = uint16_t; static uint16_t cvt(float x) { return cor
 // strided side of the copy stays within a few cache lines.
 constexpr int64_t kBlock = 16;
 
+// dst[r * ld + c] = src[r * lds + c] as S's type, r < rows, c < cols.
+template <class S>
+inline void copy_as(const float* src, int64_t lds, int64_t rows, int64_t cols, typename S::E* dst, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ld + c] = S::cvt(src[r * lds + c]);
+}
+
+// dst[c * ld + r] = src[r * lds + c] as S's type, r < rows, c < cols, in square blocks.
+template <class S>
+inline void transpose_as(const float* src, int64_t lds, int64_t rows, int64_t cols, typename S::E* dst, int64_t ld) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock)
+      for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r) dst[c * ld + r] = S::cvt(src[r * lds + c]);
+}
+
 template <class S>
 inline void pack_as(const float* src, int64_t lds, bool tr, int64_t kk, int64_t mm, typename S::E* dst, int64_t ld,
                     Layout lay) {
@@ -45,16 +61,9 @@ inline void pack_as(const float* src, int64_t lds, bool tr, int64_t kk, int64_t 
   switch (lay) {
     case Layout::kmajor:
       if (!tr) {
-        for (int64_t k = 0; k < kk; ++k) {
-          const float* s = src + k * lds;
-          E* d = dst + k * ld;
-          for (int64_t i = 0; i < mm; ++i) d[i] = S::cvt(s[i]);
-        }
+        copy_as<S>(src, lds, kk, mm, dst, ld);
       } else {
-        for (int64_t i0 = 0; i0 < mm; i0 += kBlock)
-          for (int64_t k0 = 0; k0 < kk; k0 += kBlock)
-            for (int64_t k = k0; k < std::min(kk, k0 + kBlock); ++k)
-              for (int64_t i = i0; i < std::min(mm, i0 + kBlock); ++i) dst[k * ld + i] = S::cvt(src[i * lds + k]);
+        transpose_as<S>(src, lds, mm, kk, dst, ld);
       }
       break;
     case Layout::kpairs:
@@ -85,16 +94,9 @@ inline void pack_as(const float* src, int64_t lds, bool tr, int64_t kk, int64_t 
     case Layout::rows:
       // (k, i) at i * ld + k: a transposed source is copied row by row.
       if (tr) {
-        for (int64_t i = 0; i < mm; ++i) {
-          const float* s = src + i * lds;
-          E* d = dst + i * ld;
-          for (int64_t k = 0; k < kk; ++k) d[k] = S::cvt(s[k]);
-        }
+        copy_as<S>(src, lds, mm, kk, dst, ld);
       } else {
-        for (int64_t k0 = 0; k0 < kk; k0 += kBlock)
-          for (int64_t i0 = 0; i0 < mm; i0 += kBlock)
-            for (int64_t i = i0; i < std::min(mm, i0 + kBlock); ++i)
-              for (int64_t k = k0; k < std::min(kk, k0 + kBlock); ++k) dst[i * ld + k] = S::cvt(src[k * lds + i]);
+        transpose_as<S>(src, lds, kk, mm, dst, ld);
       }
       break;
   }
