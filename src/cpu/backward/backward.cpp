@@ -38,8 +38,12 @@ namespace flashcore::cpu {
 namespace {
 
 // Query and key block: the multiple of the kernel's unit (lcm of MR, NR and its k step)
-// nearest this; S, P, dP and dS tiles are T x T fp32.
-constexpr int64_t kTargetTile = 128;
+// nearest this; S, P, dP and dS tiles are T x T fp32 (144 KiB each at 192: in L2). Longer
+// k runs for the dV, dK and dQ GEMMs (k = T) against 96: B1 H2 S2048 D128, 1 thread,
+// shared dev VM (AVX512-BF16, no AMX), alternated runs: bf16 p50 171-179 -> 146-155 ms,
+// fp32 218-222 -> 210-239 ms (noise-level). Causal tiles on the diagonal cost more at
+// larger T (S512: 15 % more tile area than at 96).
+constexpr int64_t kTargetTile = 192;
 // Deterministic mode: a (batch, KV head) is split into key ranges until there are this many
 // work items (or one range per key block), whatever the thread count.
 constexpr int64_t kDeterministicItems = 16;
