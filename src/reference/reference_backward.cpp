@@ -2,15 +2,18 @@
 // (rounded) inputs, for tests and benchmarks. O, lse and P are recomputed from q, k and v in
 // double (the forward's out and lse are checked, never read), so the truth does not depend
 // on how accurate the forward that produced them was. Plain loops, no blocking.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "api/checks_backward.hpp"
-#include "core/errors.hpp"
 #include "core/backward_problem.hpp"
 #include "core/dtype.hpp"
+#include "core/errors.hpp"
+#include "core/threads.hpp"
 #include "flashcore/flashcore.hpp"
 
 namespace flashcore::reference {
@@ -55,8 +58,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const double scale = double(p.scale);
   const int64_t es = int64_t(dtype_size(p.dtype));
   // One (batch, KV head) per iteration: it owns its dk/dv rows and its query heads' dq
-  // rows, and sums in a fixed order, so the result does not depend on the thread count.
-#pragma omp parallel for collapse(2) schedule(dynamic)
+  // rows, and sums in a fixed order, so the result does not depend on the thread count
+  // (params.threads, or OMP_NUM_THREADS / all cores capped as the fast paths are).
+  const int threads = p.threads > 0 ? p.threads : std::min(omp_get_max_threads(), core::max_threads());
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t hk = 0; hk < p.kv_heads; ++hk) {
       const core::Sequence seq = core::sequence(p, b);

@@ -31,6 +31,7 @@
 
 #include "core/dtype.hpp"
 #include "core/exp2.hpp"
+#include "core/threads.hpp"
 #include "cpu/backward/bwd_ops.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 
@@ -401,7 +402,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
     core::zero_grad(bp.dv, p.dtype, nb, bp.rows_k, p.kv_heads, p.dv);
   }
   if (p.heads == 0 || p.batch == 0) return;
-  const int nthreads = p.threads > 0 ? p.threads : omp_get_max_threads();
+  const int nthreads = p.threads > 0 ? p.threads : std::min(omp_get_max_threads(), core::max_threads());
   const int64_t groups = p.batch * p.kv_heads;
   const int64_t target = bp.deterministic ? kDeterministicItems : nthreads;
   const int64_t dq_bytes = nb * bp.rows_q * p.heads * p.d * 4;
