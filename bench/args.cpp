@@ -27,7 +27,8 @@ bool parse_int(const char* s, int64_t lo, int64_t& out) {
 
 void print_usage(const char* argv0) {
   std::printf(
-      "usage: %s [--op attention|softmax-v|gemm-chain|gemm-ukernel] [--backend cpu|cuda]\n"
+      "usage: %s [--op attention|attention-backward|softmax-v|gemm-chain|gemm-ukernel]\n"
+      "  [--pass fwd|bwd|fwd+bwd] [--backend cpu|cuda]\n"
       "  [--impl NAME|auto|naive] [--strategy auto|two-pass|three-pass|online]\n"
       "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
@@ -48,6 +49,9 @@ void print_usage(const char* argv0) {
       "--prepacked (softmax-v, gemm-chain): V, or B and C, packed once before the timed calls\n"
       "(pack_softmax_v / pack_gemm_chain), which then time the packed call only; --vs-unpacked\n"
       "adds the unpacked call, calls interleaved, as a second row with the ratio.\n"
+      "--op attention-backward (= --pass bwd): dq, dk, dv from the forward's out and lse (made\n"
+      "once, not timed); --pass fwd+bwd times a forward with lse and its backward per call.\n"
+      "Backward GFLOP/s count 2.5x the forward's flops, fwd+bwd 3.5x (FlashAttention's count).\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
       "--paired N (CPU): also N pairs of (the ISA's peak loop, calls), for a %% of peak against\n"
       "the speed of the moment (GEMM-only rows: always, 21 pairs).\n"
@@ -78,7 +82,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",
                     "--heads", "--kv-heads", "--seq-q", "--seq-k", "--head-dim", "--threads",
-                    "--iters", "--suite", "--seed", "--tile", "--paired"})) {
+                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass"})) {
       err = "unknown flag " + a;
       return false;
     }
@@ -99,7 +103,8 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
       return true;
     };
     bool ok = true;
-    if (a == "--op") ok = choice(c.op, {"attention", "softmax-v", "gemm-chain", "gemm-ukernel"});
+    if (a == "--op") ok = choice(c.op, {"attention", "attention-backward", "softmax-v", "gemm-chain", "gemm-ukernel"});
+    else if (a == "--pass") ok = choice(c.pass, {"fwd", "bwd", "fwd+bwd"});
     else if (a == "--backend") ok = choice(c.backend, {"cpu", "cuda"});
     else if (a == "--impl") c.impl = v;
     else if (a == "--strategy") ok = choice(c.strategy, {"auto", "two-pass", "three-pass", "online"});

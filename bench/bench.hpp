@@ -20,7 +20,9 @@ namespace fcbench {
 
 // One configuration to measure. Shape fields follow BENCH.md's mapping per op.
 struct Config {
-  std::string op = "attention";     // attention | softmax-v | gemm-chain (| gemm-ukernel)
+  std::string op = "attention";     // attention | attention-backward | softmax-v | gemm-chain (| gemm-ukernel)
+  std::string pass = "fwd";         // attention: fwd | fwd+bwd (one forward and its backward per call);
+                                    // attention-backward is pass bwd
   std::string backend = "cpu";      // cpu | cuda
   std::string impl = "auto";        // kernel key, "auto", or "naive" (bench-only baseline)
   std::string strategy = "auto";    // auto | two-pass | three-pass | online
@@ -73,7 +75,9 @@ struct Result {
 };
 
 // ---- ops.cpp
-double flop_count(const Config& c);           // BENCH.md's FLOP formulas
+// BENCH.md's FLOP formulas; attention's backward counts 2.5x its forward (FlashAttention's
+// convention: 5 GEMMs to the forward's 2), a forward + backward call 3.5x.
+double flop_count(const Config& c);
 constexpr int64_t kDecodeSq = 16;             // attention rows judged in GB/s up to this Sq
 double decode_bytes(const Config& c);         // Q+K+V+O bytes, or 0 for a non-decode row
 // One row, or two with vs_naive (the row, then its naive baseline timed alongside).

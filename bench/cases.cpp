@@ -173,6 +173,57 @@ CheckResult check_attention(const Config& c, const AttentionData& d, const HostA
   return res;
 }
 
+BackwardData make_backward(const AttentionData& d, Rng& rng) {
+  BackwardData g;
+  const DType t = d.q.dtype;
+  g.dout = random_array(t, d.o.n, -1.0f, 1.0f, rng);
+  g.lse = empty_array(DType::f32, d.b * d.h * d.sq);
+  g.dq = empty_array(t, d.q.n);
+  g.dk = empty_array(t, d.k.n);
+  g.dv = empty_array(t, d.v.n);
+  return g;
+}
+
+CheckResult check_attention_backward(const Config& c, const AttentionData& d, const BackwardData& g) {
+  // The reference spends ~12 D flops per visible (query, key) pair and head.
+  const int64_t group = d.h / d.hkv;
+  const bool whole = 12.0 * double(d.b * d.h * d.sq * d.sk * d.d) <= kRefBudgetFlops;
+  const int64_t nb = whole ? d.b : 1, hk = whole ? d.hkv : 1, hs = hk * group;
+  const int64_t rows = whole ? d.sq : affordable_rows(12.0 * double(hs * d.sk * d.d), d.sq), r0 = d.sq - rows;
+  // Batch-major copies of [nb, rows (from r0) or sk, heads, d] as f32.
+  auto take = [&](const HostArray& a, int64_t s_all, int64_t s0, int64_t n_s, int64_t h_all, int64_t n_h) {
+    std::vector<float> out(size_t(nb * n_s * n_h * d.d));
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t s = 0; s < n_s; ++s)
+        for (int64_t h = 0; h < n_h; ++h)
+          for (int64_t x = 0; x < d.d; ++x)
+            out[size_t(((b * n_s + s) * n_h + h) * d.d + x)] = a.at(((b * s_all + s0 + s) * h_all + h) * d.d + x);
+    return out;
+  };
+  std::vector<float> q = take(d.q, d.sq, r0, rows, d.h, hs), dout = take(g.dout, d.sq, r0, rows, d.h, hs),
+                     out = take(d.o, d.sq, r0, rows, d.h, hs), k = take(d.k, d.sk, 0, d.sk, d.hkv, hk),
+                     v = take(d.v, d.sk, 0, d.sk, d.hkv, hk), lse(size_t(nb * hs * rows), 0.0f);
+  std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+  auto t4 = [&](std::vector<float>& buf, int64_t s, int64_t h) {
+    return Tensor::contiguous(buf.data(), DType::f32, {nb, s, h, d.d});
+  };
+  flashcore::AttentionParams p;
+  p.causal = c.causal;
+  flashcore::reference::attention_backward(t4(q, rows, hs), t4(k, d.sk, hk), t4(v, d.sk, hk), t4(out, rows, hs),
+                                           t4(dout, rows, hs), Tensor::contiguous(lse.data(), DType::f32, {nb, hs, rows}),
+                                           t4(dq, rows, hs), t4(dk, d.sk, hk), t4(dv, d.sk, hk), p);
+  CheckResult res;
+  res.rel_err = rel_error(take(g.dq, d.sq, r0, rows, d.h, hs), dq);
+  if (whole) {
+    res.rel_err = std::max({res.rel_err, rel_error(take(g.dk, d.sk, 0, d.sk, d.hkv, hk), dk),
+                            rel_error(take(g.dv, d.sk, 0, d.sk, d.hkv, hk), dv)});
+  } else {
+    res.subset = "ref on dq only, b 1/" + std::to_string(d.b) + ", heads " + std::to_string(hs) + "/" +
+                 std::to_string(d.h) + ", last rows " + std::to_string(rows) + "/" + std::to_string(d.sq);
+  }
+  return res;
+}
+
 CheckResult check_softmax_v(const SoftmaxVData& d) {
   const int64_t rows = affordable_rows(2.0 * double(d.l * d.d) + 3.0 * double(d.l), d.m);
   std::vector<float> s(size_t(rows * d.l)), v(size_t(d.l * d.d)), got(size_t(rows * d.d)),

@@ -66,6 +66,16 @@ struct CheckResult {
 CheckResult check_attention(const Config& c, const AttentionData& d, const HostArray& out,
                             int64_t max_heads = 0, int64_t max_rows = 0);
 CheckResult check_softmax_v(const SoftmaxVData& d);
+
+// attention's backward: dout (random), the forward's lse, and the gradients.
+struct BackwardData {
+  HostArray dout, lse, dq, dk, dv;
+};
+BackwardData make_backward(const AttentionData& d, Rng& rng);
+// The gradients against the fp64 backward reference: rel_err is the largest of dq's, dk's
+// and dv's. Within the reference budget the whole problem; beyond it dq alone, on the last
+// rows of the first query heads of batch 0 (they see the same keys as in the whole problem).
+CheckResult check_attention_backward(const Config& c, const AttentionData& d, const BackwardData& g);
 CheckResult check_gemm_chain(const GemmChainData& d);
 
 }  // namespace fcbench

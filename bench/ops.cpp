@@ -20,7 +20,11 @@ using flashcore::PhaseTimes;
 void apply_defaults(Config& c) {
   // Per-op defaults: attention a mid-size prefill; softmax-v seed 000's headline case
   // (M=12, L=32768, d=256); gemm-chain the seeds' fused double GEMM block (M=K1=N=256, K2=8192).
-  const bool att = c.op == "attention";
+  // attention-backward and --pass bwd are one thing: op attention-backward, pass bwd.
+  if (c.op == "attention" && c.pass == "bwd") c.op = "attention-backward";
+  if (c.op == "attention-backward") c.pass = "bwd";
+  if (c.op != "attention" && c.op != "attention-backward") c.pass = "fwd";
+  const bool att = c.op == "attention" || c.op == "attention-backward";
   const bool smv = c.op == "softmax-v";
   if (c.batch < 0) c.batch = 1;
   if (c.heads < 0) c.heads = att ? 8 : 1;
@@ -46,11 +50,12 @@ double flop_count(const Config& c) {
     for (int64_t i = 0; i < c.seq_q; ++i)
       pairs += double(std::min<int64_t>(c.seq_k, std::max<int64_t>(0, i + c.seq_k - c.seq_q + 1)));
   }
-  return 4.0 * b * h * pairs * d;
+  const double passes = c.pass == "bwd" ? 2.5 : c.pass == "fwd+bwd" ? 3.5 : 1.0;
+  return passes * 4.0 * b * h * pairs * d;
 }
 
 double decode_bytes(const Config& c) {
-  if (c.op != "attention" || c.seq_q > kDecodeSq) return 0;
+  if (c.op != "attention" || c.pass != "fwd" || c.seq_q > kDecodeSq) return 0;
   const double es = c.dtype == "f32" ? 4 : c.dtype == "e4m3" ? 1 : 2;
   const double qo = 2.0 * double(c.batch * c.heads * c.seq_q * c.head_dim);
   const double kv = 2.0 * double(c.batch * c.kv_heads * c.seq_k * c.head_dim);
@@ -250,6 +255,43 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
           naive_row ? &base : nullptr);
 }
 
+// attention-backward (pass bwd): the backward of one forward made before the timed calls;
+// pass fwd+bwd: a forward with lse and its backward per call. --check compares the gradients
+// with the fp64 backward reference (cases.cpp, check_attention_backward).
+void run_attention_backward(Result& r, Rng& rng) {
+  const Config& c = r.cfg;
+  AttentionData d = make_attention(c, rng);
+  const DType t = d.q.dtype;
+  BackwardData g = make_backward(d, rng);
+  const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
+                          v = view(d.v, {d.b, d.sk, d.hkv, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d}),
+                          lse = view(g.lse, {d.b, d.h, d.sq}), dout = view(g.dout, {d.b, d.sq, d.h, d.d}),
+                          dq = view(g.dq, {d.b, d.sq, d.h, d.d}), dk = view(g.dk, {d.b, d.sk, d.hkv, d.d}),
+                          dv = view(g.dv, {d.b, d.sk, d.hkv, d.d});
+  flashcore::AttentionParams p;
+  p.causal = c.causal;
+  p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
+  p.threads = c.threads;
+  p.impl = impl_arg(c);
+  flashcore::AttentionParams pf = p;  // the forward's: with lse
+  pf.strategy = parse_strategy(c.strategy);
+  pf.impl = nullptr;
+  pf.lse = const_cast<flashcore::Tensor*>(&lse);
+  const bool both = c.pass == "fwd+bwd";
+  if (!both) flashcore::attention(q, k, v, o, pf);
+  measure(r, [&](PhaseTimes*) {
+            if (both) flashcore::attention(q, k, v, o, pf);
+            flashcore::attention_backward(q, k, v, o, dout, lse, dq, dk, dv, p);
+          },
+          [&] { poison(g.dq); poison(g.dk); poison(g.dv); }, [&] { return check_attention_backward(c, d, g); });
+  // The backward's kernel: select_kernels' choice for the storage dtype and --impl (the
+  // backward takes no PhaseTimes).
+  r.kernel = flashcore::cpu::select_kernels(t, p.impl).gemm->key;
+  r.strategy_ran = both ? "fwd+bwd" : "bwd";
+  r.phases.present = false;
+  finish(r, isa_of_kernel(r.kernel));
+}
+
 // --prepacked: `packed_call` is the measured call (its operands packed by the caller, not
 // timed); with --vs-unpacked `plain_call` runs alongside into `plain_row`. Otherwise the
 // plain call is measured.
@@ -313,6 +355,10 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   r.cfg = c0;
   apply_defaults(r.cfg);
   r.seed = seed;
+  if (r.cfg.backend == "cuda" && r.cfg.pass != "fwd") {
+    r.error = "--backend cuda: attention's backward has no CUDA kernels in this build yet (CPU only)";
+    return {r};
+  }
   if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
   const bool packable = r.cfg.op == "softmax-v" || r.cfg.op == "gemm-chain";
@@ -336,6 +382,7 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   try {
     if (r.cfg.op == "gemm-ukernel") run_gemm_ukernel(r, seed);
     else if (r.cfg.impl == "naive") run_naive(r, rng);
+    else if (r.cfg.op == "attention-backward" || r.cfg.pass == "fwd+bwd") run_attention_backward(r, rng);
     else if (r.cfg.op == "attention") run_attention(r, rng, with_naive ? &naive : nullptr);
     else if (r.cfg.op == "softmax-v") run_softmax_v(r, rng, with_unpacked ? &naive : nullptr);
     else run_gemm_chain(r, rng, with_unpacked ? &naive : nullptr);

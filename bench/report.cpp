@@ -92,11 +92,13 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     if (!std::isnan(r.speedup_vs_unpacked)) add(fmt("%.2fx vs unpacked", r.speedup_vs_unpacked));
     add(r.check_subset);
     if (c.portable && !flashcore::force_generic()) add("portable kernels forced");
-    if (c.strategy == "auto" && (c.op == "attention" || c.op == "softmax-v") && c.impl != "naive") add("auto chose " + r.strategy_ran);
+    if (c.strategy == "auto" && ((c.op == "attention" && c.pass == "fwd") || c.op == "softmax-v") && c.impl != "naive")
+      add("auto chose " + r.strategy_ran);
     const Phases& p = r.phases;
     auto ph = [&p](double v) { return p.present ? fmt_us(v) : std::string("-"); };
+    const std::string op = c.pass == "fwd+bwd" ? c.op + " fwd+bwd" : c.op;
     std::printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-                label.c_str(), c.op.c_str(), dt.c_str(), shape(c).c_str(), r.strategy_ran.c_str(),
+                label.c_str(), op.c_str(), dt.c_str(), shape(c).c_str(), r.strategy_ran.c_str(),
                 r.kernel.c_str(), c.threads, fmt_us(r.p50_us).c_str(), fmt_us(r.p90_us).c_str(),
                 fmt("%.1f", r.gflops).c_str(), fmt("%.1f", r.pct_peak).c_str(), err.c_str(),
                 ph(p.pack_us).c_str(), ph(p.max_us).c_str(), ph(p.exp_us).c_str(),
@@ -120,6 +122,7 @@ void print_json(const Result& r) {
     s += json_str(k) + ": " + v;
   };
   kv("op", json_str(c.op));
+  if (c.op == "attention" || c.op == "attention-backward") kv("pass", json_str(c.pass));
   kv("backend", json_str(c.backend));
   kv("impl", json_str(c.impl));
   kv("kernel", json_str(r.kernel));

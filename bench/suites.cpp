@@ -64,6 +64,14 @@ void default_suite(std::vector<Config>& out) {
     out.push_back(smv((std::string("smv-") + s).c_str(), s, 12, 32768, 256));
   // gemm-chain: the seeds' fused double GEMM block (M=K1=N=256, K2=8192).
   out.push_back(gemm_chain(256, 8192, 256));
+  // attention's backward (dq, dk, dv from out and lse), and a causal GQA training step
+  // (forward + backward) in bf16.
+  Config bwd = att("att-backward", "auto", "f32", 1, 2, 2, 1024, 1024, 128);
+  bwd.op = "attention-backward";
+  out.push_back(bwd);
+  Config step = att("att-fwd+bwd", "auto", "bf16", 1, 4, 2, 512, 512, 64, true);
+  step.pass = "fwd+bwd";
+  out.push_back(step);
   // The portable kernels beside the naive baseline (2 threads each, calls interleaved,
   // same inputs).
   Config ours = att("portable-vs-naive", "auto", "f32", 1, 8, 8, 2048, 2048, 128);

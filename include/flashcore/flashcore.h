@@ -1,4 +1,4 @@
-/* flashcore C ABI: the same three operations as flashcore.hpp, with status codes.
+/* flashcore C ABI: the same operations as flashcore.hpp, with status codes.
  * No exception crosses this boundary; on failure fc_last_error() returns the message
  * (thread-local, valid until the next call on this thread). Conventions are those of
  * flashcore.hpp: shapes in logical order, strides in elements, last dim contiguous,
@@ -69,6 +69,9 @@ typedef struct {
   /* varlen: the longest q and k/v sequences, both or neither (0); given, a CUDA call does
    * not copy cu_seqlens to the host (AttentionParams::max_seqlen_q in flashcore.hpp) */
   int64_t max_seqlen_q, max_seqlen_k;
+  /* fc_attention_backward only: bit-identical gradients across runs and thread counts
+   * (AttentionParams::deterministic in flashcore.hpp); 0 = off */
+  int deterministic;
 } fc_attention_params;
 
 /* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp,
@@ -98,9 +101,22 @@ fc_status fc_softmax_v_packed(const fc_tensor* s, const fc_packed* packed, const
 const char* fc_packed_kernel(const fc_packed* packed);
 void fc_packed_free(fc_packed* packed); /* NULL is a no-op */
 
-/* fp64 reference of fc_attention (CPU tensors). */
+/* Gradients of fc_attention (flashcore.hpp, attention_backward): from the forward's q, k, v,
+ * its out and lse (fp32 [B,H,Sq]) and dout = dL/dout, writes dq, dk, dv (q's dtype; strided
+ * views allowed). params->lse must be NULL; the workspace is the library's (per call). */
+fc_status fc_attention_backward(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                                const fc_tensor* out, const fc_tensor* dout, const fc_tensor* lse,
+                                const fc_tensor* dq, const fc_tensor* dk, const fc_tensor* dv,
+                                const fc_attention_params* params);
+
+/* fp64 references of fc_attention and fc_attention_backward (CPU tensors). */
 fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
                                  const fc_tensor* out, const fc_attention_params* params);
+fc_status fc_attention_backward_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                                          const fc_tensor* out, const fc_tensor* dout,
+                                          const fc_tensor* lse, const fc_tensor* dq,
+                                          const fc_tensor* dk, const fc_tensor* dv,
+                                          const fc_attention_params* params);
 
 /* Message of the last failed call on this thread ("" after a success). */
 const char* fc_last_error(void);

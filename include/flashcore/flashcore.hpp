@@ -1,8 +1,9 @@
 // flashcore: fused attention kernels behind one C++ API.
 //
-// Three operations (worked examples: README.md's C++ example, examples/downstream):
+// Three operations, and attention's backward (docs/backward.md); worked examples: README.md's
+// C++ example, examples/downstream:
 //
-//   attention   O = softmax(scale * Q K^T + mask) V
+//   attention   O = softmax(scale * Q K^T + mask) V       (attention_backward: dQ, dK, dV)
 //   softmax_v   O = softmax(scale * S) V            (S given: fp32, or int32 with a scale)
 //   gemm_chain  E = (A B) C                          (A B never materialized)
 //
@@ -105,6 +106,10 @@ struct AttentionParams {
   const float* q_descale_heads = nullptr;
   const float* k_descale_heads = nullptr;
   const float* v_descale_heads = nullptr;
+  // attention_backward only: dq/dk/dv bit-identical across runs *and* thread counts (the
+  // CPU backend then splits the work by the shape alone, never by the thread count). Without
+  // it a CPU result is still bit-identical from run to run at one thread count.
+  bool deterministic = false;
 };
 
 struct SoftmaxVParams {
@@ -130,6 +135,35 @@ struct PhaseTimes {
 // attention: q [B,Sq,H,D], k [B,Sk,Hkv,D], v [B,Sk,Hkv,Dv], out [B,Sq,H,Dv].
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const AttentionParams& params = {}, PhaseTimes* times = nullptr);
+
+// attention_backward: the gradients of attention's O with respect to q, k and v, given the
+// forward's inputs, its output `out` [B,Sq,H,Dv], its lse [B,H,Sq] (fp32, natural log, as
+// AttentionParams::lse receives it; varlen: [1,H,total_q]) and dout = dL/dO [B,Sq,H,Dv].
+// Writes dq [B,Sq,H,D], dk [B,Sk,Hkv,D], dv [B,Sk,Hkv,Dv] (overwritten, in q's dtype; may be
+// strided views with a contiguous last dim). FlashAttention-2's math with fp32 sums:
+//   D_i = sum_d dout_id out_id;  P_ij = exp(scale q_i.k_j - lse_i) (0 where masked);
+//   dv_j = sum_i P_ij dout_i;  dS_ij = P_ij (dout_i.v_j - D_i);
+//   dq_i = scale sum_j dS_ij k_j;  dk_j = scale sum_i dS_ij q_i
+// (GQA: dk/dv of a KV head sum over its query heads). A row whose lse is -inf (fully
+// masked) contributes nothing: its dq row is 0, never NaN. Keys no query sees get dk = dv =
+// 0; so do rows outside every varlen sequence.
+// params: the forward's scale, causal, windows, varlen (cu_seqlens_*, varlen_batch,
+// max_seqlen_*), exp2 mode, threads, impl (a CPU GEMM micro-kernel key; it must sum in fp32)
+// and `deterministic`; params.lse must be null (lse is an argument here), the fp8 descales
+// stay 1 (f32/f16/bf16 only), strategy / tile / exact_fp32 are not read.
+// Every input (q, k, v, out, dout, lse, cu_seqlens) must not overlap any output; dq, dk and
+// dv must not overlap each other or themselves (every element its own address).
+// Workspace: the CPU backend manages it; none is passed in. Per thread (kept by the thread
+// for its next call, grow-only, like the forward's buffers): one query head's Q and dO
+// packed twice each, its fp32 dQ, one key range's K and V packed and its fp32 dK and dV, at
+// most about (5 Sq + 6 Sk) * max(D, Dv) * 4 bytes (Sq, Sk of one sequence; 16-bit kernels
+// less); and per call, when a (batch, KV head) is split over n key ranges (fewer of them than
+// threads, or deterministic mode: docs/backward.md), n fp32 copies of dq (n * B * Sq * H * D
+// * 4 bytes, capped at 256 MiB), summed in range order and freed before the call returns.
+// CUDA tensors: Status::unsupported (the GPU backward is not in this build yet).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const AttentionParams& params = {});
 
 // softmax_v: s [M,L] (f32, or i32 scaled by params.scale), v [L,d], out [M,d] (dtype of v).
 void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
@@ -189,6 +223,11 @@ void softmax_v(const Tensor& s, const PackedOperands& packed, const Tensor& out,
 namespace reference {
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const AttentionParams& params = {});
+// The exact gradients in fp64 (O, lse and P recomputed from q, k and v in fp64: `out` and
+// `lse` are checked as attention_backward checks them, but not read).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const AttentionParams& params = {});
 void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
                const SoftmaxVParams& params = {});
 void gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& out);

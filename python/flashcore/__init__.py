@@ -5,12 +5,14 @@
     o = flashcore.attention(q, q, q, causal=True)           # [B, S, H, D]
 
 Arrays are read in place through DLPack; outputs are allocated in the inputs'
-framework and device. Importing flashcore never imports torch; `flashcore.torch`
-registers the ops with torch.library for torch.compile and CUDA graphs.
+framework and device. flashcore.attention_backward gives the gradients of attention; on
+torch tensors that require grad, flashcore.attention backpropagates by itself. Importing
+flashcore never imports torch; `flashcore.torch` registers the ops (with autograd) with
+torch.library for torch.compile and CUDA graphs.
 """
 
 from . import _core
-from ._api import attention, gemm_chain, softmax_v
+from ._api import attention, attention_backward, gemm_chain, softmax_v
 
 __version__ = _core.version()
 
@@ -30,5 +32,5 @@ def set_force_generic(on: bool) -> None:
     _core.set_force_generic(bool(on))
 
 
-__all__ = ["attention", "softmax_v", "gemm_chain", "list_kernels", "built_with_cuda",
+__all__ = ["attention", "attention_backward", "softmax_v", "gemm_chain", "list_kernels", "built_with_cuda",
            "set_force_generic", "__version__"]

@@ -10,6 +10,7 @@ allocate or to read its current stream.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 import types
@@ -18,7 +19,7 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["attention", "softmax_v", "gemm_chain"]
+__all__ = ["attention", "attention_backward", "softmax_v", "gemm_chain"]
 
 _STRATEGIES = {
     "auto": 0, "automatic": 0,
@@ -112,7 +113,8 @@ def _torch_init() -> None:
         codes={torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float8_e4m3fn: 3,
                torch.float8_e5m2: 4, torch.int32: 5},
         device=c._cuda_getDevice if fast else torch.cuda.current_device,
-        stream=c._cuda_getCurrentRawStream if fast else (lambda d: torch.cuda.current_stream(d).cuda_stream))
+        stream=c._cuda_getCurrentRawStream if fast else (lambda d: torch.cuda.current_stream(d).cuda_stream),
+        grad_enabled=torch.is_grad_enabled)
 
 
 def _torch_view(t):
@@ -243,6 +245,100 @@ def _window(window) -> tuple[int, int]:
     return int(left), int(right)
 
 
+def _params(fw, *, causal=False, window=(-1, -1), scale=None, strategy="auto", exp="exact",
+            cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+            threads=None, impl=None, exact_fp32=False, q_descale=1.0, k_descale=1.0,
+            v_descale=1.0, deterministic=False):
+    """The options of attention / attention_backward as the one _core.AttentionParams of the
+    call: checked, converted, array options in q's framework `fw` (torch: raw views). Only
+    options that differ from the defaults are written (the common call sets none)."""
+    p = _core.AttentionParams()
+    if causal is not False:
+        p.causal = _flag(causal, "causal")
+    if window != (-1, -1):
+        p.window_left, p.window_right = _window(window)
+    if scale is not None:
+        scale = _scale(scale, 0.0)
+        if scale == 0.0:  # the C++ API reads 0 as "default"; a zero scale is not a request
+            raise ValueError("scale: must be non-zero (None = 1/sqrt(D))")
+        p.scale = scale
+    if strategy != "auto":
+        code = _STRATEGIES.get(strategy) if type(strategy) is str else None
+        p.strategy = _strategy(strategy) if code is None else code
+    if exp != "exact":
+        p.exp = _exp(exp)
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
+        _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
+        p.cu_seqlens_q, p.cu_seqlens_k = _view(cu_seqlens_q, fw), _view(cu_seqlens_k, fw)
+    if max_seqlen_q is not None or max_seqlen_k is not None:
+        p.max_seqlen_q = _max_seqlen(max_seqlen_q, "max_seqlen_q")
+        p.max_seqlen_k = _max_seqlen(max_seqlen_k, "max_seqlen_k")
+    if threads is not None:
+        p.threads = _threads(threads)
+    if impl is not None:
+        p.impl = _impl(impl)
+    if exact_fp32 is not False:
+        p.exact_fp32 = _flag(exact_fp32, "exact_fp32")
+    if not (type(q_descale) is float and type(k_descale) is float and type(v_descale) is float
+            and q_descale == k_descale == v_descale == 1.0):
+        for name, x in _descales(q_descale, k_descale, v_descale, fw).items():
+            setattr(p, name, _view(x, fw) if name.endswith("_heads") else x)
+    if deterministic is not False:
+        p.deterministic = _flag(deterministic, "deterministic")
+    return p
+
+
+def _max_seqlen(n, name):
+    """A varlen bound: an int >= 0 (None = 0, not given); the library checks the rest."""
+    if n is None:
+        return 0
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}: must be an int, got {type(n).__name__}")
+    return n
+
+
+def _device_of(x, fw: str):
+    """A context that makes x's GPU the current device (a no-op when it already is)."""
+    if fw == "torch":
+        import torch
+        index = x.device.index
+        if index is None or index == torch.cuda.current_device():
+            return contextlib.nullcontext()
+        return torch.cuda.device(index)
+    if fw == "cupy":
+        return x.device  # cupy.cuda.Device is a context manager
+    return contextlib.nullcontext()
+
+
+def _view(x, fw: str):
+    """An array for _core: a plain torch tensor as its raw view (_torch_view), else itself."""
+    return _torch_view(x) if fw == "torch" and type(x) is _TORCH.tensor else x
+
+
+def _call(op, fw: str, q, params, *arrays):
+    """op(*arrays, params) (a _core function) on q's device: for a CUDA array with that
+    device current and params.stream set to the framework's current stream. torch tensors go
+    as raw views: 12-30 us less host time per CUDA call than DLPack and
+    torch.cuda.current_stream (docs/results/python-2026-11-22.md)."""
+    ctx = None
+    if fw == "torch" and type(q) is _TORCH.tensor:
+        arrays = tuple(None if x is None else _view(x, fw) for x in arrays)
+        if q.is_cuda:
+            dev = q.get_device()
+            params.stream = _TORCH.stream(dev)
+            if _TORCH.device() != dev:
+                ctx = _device_of(q, fw)
+    elif fw != "numpy" and _is_cuda(q, fw):
+        ctx = _device_of(q, fw)
+    if ctx is None:
+        return op(*arrays, params)
+    with ctx:  # q's device current: its stream, its launch
+        if fw != "torch" or type(q) is not _TORCH.tensor:
+            params.stream = _cuda_stream(q, fw)
+        return op(*arrays, params)
+
+
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
               out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
               threads=None, impl=None, exact_fp32=False, q_descale=1.0, k_descale=1.0,
@@ -268,39 +364,43 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     (None = all cores). impl: force a kernel key (see list_kernels()). exact_fp32: CUDA
     fp32 without TF32. CUDA arrays run on the framework's current stream.
 
+    torch tensors that require grad (with grad mode on) give an out that backpropagates
+    into q, k and v through attention_backward (flashcore.torch's registered op; lse, when
+    returned, is not differentiable; out= is then refused).
+
     fp8 (float8_e4m3fn q, k, v on a Hopper GPU): the factors q_descale, k_descale,
     v_descale (scores = scale * q_descale * k_descale * Q K^T, O = v_descale * P V; they
     must be 1 for other dtypes) and out in bfloat16 (the default) or float16. Each factor
     is a float (per tensor) or a float32 array [B, Hkv] on q's device (per batch entry and
     KV head, as FlashAttention-3's descale tensors; a query head takes its KV head's).
     """
-    # Written for the common call (numpy or torch, default options) to cost about a
-    # microsecond: a dict lookup per option, no helper calls unless something is unusual.
+    # Written for the common call (numpy or torch, default options) to cost a few
+    # microseconds: _params writes only the options that differ from the defaults.
     tq = type(q)
     fw = _FRAMEWORK_OF_TYPE.get(tq) or _framework(q, "q")
     if type(k) is not tq:
         _same_framework(k, "k", fw, "q")
     if type(v) is not tq:
         _same_framework(v, "v", fw, "q")
-    if window == (-1, -1):
-        wl = wr = -1
-    else:
-        wl, wr = _window(window)
-    code_s = _STRATEGIES.get(strategy) if type(strategy) is str else None
-    if code_s is None:
-        code_s = _strategy(strategy)
-    code_e = _EXP_MODES.get(exp) if type(exp) is str else None
-    if code_e is None:
-        code_e = _exp(exp)
     if type(return_lse) is not bool:
         return_lse = _flag(return_lse, "return_lse")
-    if type(causal) is not bool:
-        causal = _flag(causal, "causal")
-    if type(exact_fp32) is not bool:
-        exact_fp32 = _flag(exact_fp32, "exact_fp32")
     # Varlen: rows past cu_seqlens_q[-1] belong to no sequence and the library does not
     # write them; outputs allocated here are defined there (out 0, lse -inf: no keys).
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if fw == "torch" and (q.requires_grad or k.requires_grad or v.requires_grad) and _TORCH.grad_enabled():
+        if out is not None:
+            raise ValueError("out: cannot be given when q, k or v require grad (autograd makes out)")
+        from . import torch as _fct  # imports torch, already loaded by the caller
+        return _fct._differentiable(q, k, v, causal=causal, window=window, scale=scale,
+                                    return_lse=return_lse, strategy=strategy, exp=exp,
+                                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                    threads=threads, impl=impl, max_seqlen_q=max_seqlen_q,
+                                    max_seqlen_k=max_seqlen_k)
+    params = _params(fw, causal=causal, window=window, scale=scale, strategy=strategy, exp=exp,
+                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, threads=threads,
+                     impl=impl, exact_fp32=exact_fp32, q_descale=q_descale, k_descale=k_descale,
+                     v_descale=v_descale)
     if out is None or return_lse:
         shape = q.shape
         if len(shape) != 4:
@@ -314,70 +414,54 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     elif type(out) is not tq:
         _same_framework(out, "out", fw, "q")
     lse = _empty(q, fw, (b, h, sq), float32=True, fill=-math.inf if varlen else None) if return_lse else None
-    if varlen:
-        _same_framework(cu_seqlens_q, "cu_seqlens_q", fw, "q", optional=True)
-        _same_framework(cu_seqlens_k, "cu_seqlens_k", fw, "q", optional=True)
-    if scale is not None:
-        scale = _scale(scale, 0.0)
-        if scale == 0.0:  # the C++ API reads 0 as "default"; a zero scale is not a request
-            raise ValueError("scale: must be non-zero (None = 1/sqrt(D))")
-    if threads is not None:
-        threads = _threads(threads)
-    if impl is not None:
-        _impl(impl)
-    kw = {}  # optional keywords of _core.attention
-    if max_seqlen_q is not None or max_seqlen_k is not None:
-        kw["max_seqlen_q"] = _max_seqlen(max_seqlen_q, "max_seqlen_q")
-        kw["max_seqlen_k"] = _max_seqlen(max_seqlen_k, "max_seqlen_k")
-    if not (type(q_descale) is float and type(k_descale) is float and type(v_descale) is float
-            and q_descale == k_descale == v_descale == 1.0):
-        kw.update(_descales(q_descale, k_descale, v_descale, fw))
-    if fw == "torch" and type(q) is _TORCH.tensor:
-        # torch tensors as raw views (_torch_view), the stream and device from torch's C
-        # functions: 12-30 us less host time per CUDA call than DLPack and
-        # torch.cuda.current_stream (docs/results/python-2026-11-22.md).
-        if kw:
-            kw = {n: _torch_view(x) if type(x) is tq else x for n, x in kw.items()}
-        dev = q.get_device() if q.is_cuda else -1
-        args = (_torch_view(q), _torch_view(k), _torch_view(v), _torch_view(out),
-                None if lse is None else _torch_view(lse), scale or 0.0, causal, wl, wr,
-                code_s, code_e, None if cu_seqlens_q is None else _torch_view(cu_seqlens_q),
-                None if cu_seqlens_k is None else _torch_view(cu_seqlens_k), threads or 0, impl)
-        stream = _TORCH.stream(dev) if dev >= 0 else 0  # (_cuda_stream would read the device again)
-        with _device_of(q, fw) if dev >= 0 and _TORCH.device() != dev else contextlib.nullcontext():
-            _core.attention(*args, stream, exact_fp32, **kw)
-    elif fw != "numpy" and _is_cuda(q, fw):
-        with _device_of(q, fw):  # q's device current: its stream, its launch
-            _core.attention(q, k, v, out, lse, scale or 0.0, causal, wl, wr, code_s,
-                            code_e, cu_seqlens_q, cu_seqlens_k, threads or 0, impl,
-                            _cuda_stream(q, fw), exact_fp32, **kw)
-    else:
-        _core.attention(q, k, v, out, lse, scale or 0.0, causal, wl, wr, code_s, code_e,
-                        cu_seqlens_q, cu_seqlens_k, threads or 0, impl, 0, exact_fp32,
-                        **kw)
+    _call(_core.attention, fw, q, params, q, k, v, out, lse)
     return (out, lse) if return_lse else out
 
 
-def _max_seqlen(n, name):
-    """A varlen bound: an int >= 0 (None = 0, not given); the library checks the rest."""
-    if n is None:
-        return 0
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name}: must be an int, got {type(n).__name__}")
-    return n
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1), scale=None,
+                       exp="exact", cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                       max_seqlen_k=None, threads=None, impl=None, deterministic=False,
+                       dq=None, dk=None, dv=None):
+    """The gradients (dq, dk, dv) of attention's out, given dout = dL/d(out).
+
+    q, k, v and the options are the forward's; out and lse are what the forward returned
+    (attention(..., return_lse=True)); dout has out's shape and dtype. dq, dk, dv come back
+    in the shapes, dtype and framework of q, k, v (or are written into the given arrays,
+    which may be strided views with a contiguous last dim). The math is FlashAttention-2's
+    (P recomputed from lse, fp32 sums; docs/backward.md); a fully masked row gives zero
+    gradients. GQA: dk/dv of a KV head sum over its query heads. deterministic=True: the
+    same bits whatever the thread count (CPU; default: the same bits from run to run at one
+    thread count). impl: a CPU GEMM micro-kernel key. CUDA arrays are refused for now (no
+    GPU backward in this build).
+    """
+    return _backward(q, k, v, out, dout, lse, causal=causal, window=window, scale=scale, exp=exp,
+                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, threads=threads,
+                     impl=impl, deterministic=deterministic, dq=dq, dk=dk, dv=dv)
 
 
-def _device_of(x, fw: str):
-    """A context that makes x's GPU the current device (a no-op when it already is)."""
-    if fw == "torch":
-        import torch
-        index = x.device.index
-        if index is None or index == torch.cuda.current_device():
-            return contextlib.nullcontext()
-        return torch.cuda.device(index)
-    if fw == "cupy":
-        return x.device  # cupy.cuda.Device is a context manager
-    return contextlib.nullcontext()
+def _backward(q, k, v, out, dout, lse, *, dq=None, dk=None, dv=None, reference=False, **options):
+    """attention_backward; reference=True runs the library's fp64 reference instead (tests)."""
+    fw = _framework(q, "q")
+    for x, name in ((k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
+        _same_framework(x, name, fw, "q")
+    grads = []
+    for g, like, name, layout in ((dq, q, "dq", "[B, Sq, H, D]"), (dk, k, "dk", "[B, Sk, Hkv, D]"),
+                                  (dv, v, "dv", "[B, Sk, Hkv, Dv]")):
+        if g is None:
+            g = _empty(like, fw, _shape(like, name[1:], 4, layout))
+        else:
+            _same_framework(g, name, fw, "q")
+        grads.append(g)
+    params = _params(fw, **options)
+    op = _REFERENCE_BACKWARD if reference else _core.attention_backward
+    _call(op, fw, q, params, q, k, v, out, dout, lse, *grads)
+    return tuple(grads)
+
+
+# The library's fp64 reference of attention_backward (CPU arrays; O, lse and P recomputed
+# in fp64, out and lse only checked): for tests (tests/python/test_backward.py).
+_REFERENCE_BACKWARD = functools.partial(_core.attention_backward, reference=True)
 
 
 def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact", out=None, threads=None,

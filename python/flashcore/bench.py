@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from . import _core, attention, gemm_chain, softmax_v
+from ._api import _params
 
 _STRATEGIES = ("auto", "two-pass", "three-pass", "online")
 
@@ -184,9 +185,9 @@ def run_config(c: Config, iters: int, check: bool, torch):
         fn = lambda: attention(qq, kk, vv, causal=c.causal, strategy=c.strategy, exp=c.exp,
                                threads=thr, impl=c.impl, out=out)
         if not cuda:
-            info = _core.attention_loop(q, k, v, out, None, 0.0, c.causal, -1, -1,
-                                        {"auto": 0, "two-pass": 1, "three-pass": 2, "online": 3}[c.strategy],
-                                        1 if c.exp == "fast" else 0, None, None, c.threads, c.impl, 0, False, 1)
+            params = _params("numpy", causal=c.causal, strategy=c.strategy, exp=c.exp, threads=thr,
+                             impl=c.impl)
+            info = _core.attention_loop(q, k, v, out, None, params, 1)
             row["kernel"] = info[1] or "-"
             if c.strategy == "auto" and info[2]:
                 row["note"] = "auto chose " + info[2]
@@ -271,8 +272,7 @@ def measure_overhead(iters=3000, threads=1):
         attention(q, k, v, threads=threads, out=out)
         t1 = clock()
         diffs_out.append((t1 - t0 - last()) / 1e3)
-    ns = _core.attention_loop(q, k, v, out, None, 0.0, False, -1, -1, 0, 0, None, None,
-                              threads, None, 0, False, iters)[0]
+    ns = _core.attention_loop(q, k, v, out, None, _params("numpy", threads=threads), iters)[0]
     cpp = statistics.median(ns) / 1e3
     return {"shape": "B1 H8 S128 D64 f32 cpu", "threads": threads,
             "overhead_us": statistics.median(diffs), "overhead_out_us": statistics.median(diffs_out),

@@ -1,17 +1,22 @@
-"""flashcore ops registered with torch.library, for torch.compile and CUDA graphs.
+"""flashcore ops registered with torch.library, for autograd, torch.compile and CUDA graphs.
 
     import torch, flashcore.torch
     out = flashcore.torch.attention(q, k, v, causal=True)        # q/k/v: [B, S, H, D]
+    out.sum().backward()                                         # dq, dk, dv by attention_backward
     out = torch.ops.flashcore.attention(q, k, v, True, -1, -1, 0.0, "auto", "exact",
                                         None, None)[0]
 
 Importing this module imports torch; importing `flashcore` alone never does. Each op
 is a `torch.library.custom_op` with a fake (meta) implementation that gives the output
 shapes and dtypes without running anything, so torch.compile traces through it and
-CUDA-graph capture records the kernel launched on the current stream. The ops are
-forward-only: no autograd formula is registered (a backward through them fails).
-Under CUDA-graph capture, varlen on CUDA needs max_seqlen_q / max_seqlen_k (without them
-cu_seqlens are copied to the host, which synchronizes the stream).
+CUDA-graph capture records the kernel launched on the current stream.
+`flashcore::attention` has an autograd formula (`register_autograd`): its backward is the
+op `flashcore::attention_backward` (flashcore.attention_backward), so a loss backpropagates
+into q, k and v, and torch.compile(fullgraph=True) traces the forward and the backward.
+lse, the op's second output, is not differentiable. flashcore.attention on tensors that
+require grad goes through this op. Under CUDA-graph capture, varlen on CUDA needs
+max_seqlen_q / max_seqlen_k (without them cu_seqlens are copied to the host, which
+synchronizes the stream).
 """
 
 
@@ -21,33 +26,87 @@ import torch
 
 from . import _api
 
-__all__ = ["attention", "softmax_v", "gemm_chain"]
+__all__ = ["attention", "attention_backward", "softmax_v", "gemm_chain"]
 
 _Tensor = torch.Tensor
+
+
+def _opt(n):
+    """0 / "" (the ops' spelling of "not given") as None for flashcore's Python API."""
+    return n or None
 
 
 @torch.library.custom_op("flashcore::attention", mutates_args=())
 def _attention(q: _Tensor, k: _Tensor, v: _Tensor, causal: bool, window_left: int,
                window_right: int, scale: float, strategy: str, exp: str,
                cu_seqlens_q: Optional[_Tensor], cu_seqlens_k: Optional[_Tensor],
-               max_seqlen_q: int = 0, max_seqlen_k: int = 0) -> tuple[_Tensor, _Tensor]:
-    out, lse = _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
-                              scale=None if scale == 0.0 else scale, return_lse=True,
-                              strategy=strategy, exp=exp, cu_seqlens_q=cu_seqlens_q,
-                              cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                              max_seqlen_k=max_seqlen_k)  # 0 and 0: no bounds
+               max_seqlen_q: int = 0, max_seqlen_k: int = 0, threads: int = 0, impl: str = "",
+               deterministic: bool = False) -> tuple[_Tensor, _Tensor]:
+    # (deterministic is the backward's: kept here for the autograd formula to read)
+    with torch.no_grad():  # (flashcore.attention would route tensors that require grad here)
+        out, lse = _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
+                                  scale=_opt(scale), return_lse=True, strategy=strategy, exp=exp,
+                                  cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                  threads=_opt(threads), impl=_opt(impl))
     return out, lse
 
 
 @_attention.register_fake
 def _attention_fake(q, k, v, causal, window_left, window_right, scale, strategy, exp,
-                    cu_seqlens_q, cu_seqlens_k, max_seqlen_q=0, max_seqlen_k=0):
+                    cu_seqlens_q, cu_seqlens_k, max_seqlen_q=0, max_seqlen_k=0, threads=0,
+                    impl="", deterministic=False):
     torch._check(q.dim() == 4, lambda: f"q: expected rank 4 [B, Sq, H, D], got {q.dim()}")
     torch._check(v.dim() == 4, lambda: f"v: expected rank 4 [B, Sk, Hkv, Dv], got {v.dim()}")
     b, sq, h, _ = q.shape
     out = q.new_empty((b, sq, h, v.shape[3]))
     lse = q.new_empty((b, h, sq), dtype=torch.float32)
     return out, lse
+
+
+@torch.library.custom_op("flashcore::attention_backward", mutates_args=())
+def _attention_backward(q: _Tensor, k: _Tensor, v: _Tensor, out: _Tensor, dout: _Tensor,
+                        lse: _Tensor, causal: bool, window_left: int, window_right: int,
+                        scale: float, exp: str, cu_seqlens_q: Optional[_Tensor],
+                        cu_seqlens_k: Optional[_Tensor], max_seqlen_q: int = 0,
+                        max_seqlen_k: int = 0, threads: int = 0, impl: str = "",
+                        deterministic: bool = False) -> tuple[_Tensor, _Tensor, _Tensor]:
+    # autograd hands dout in any layout (out.sum() gives an expanded one: zero strides); the
+    # library wants a contiguous last dim
+    if dout.dim() == 4 and dout.stride(3) != 1:
+        dout = dout.contiguous()
+    return _api.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                   window=(window_left, window_right), scale=_opt(scale), exp=exp,
+                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                   threads=_opt(threads), impl=_opt(impl),
+                                   deterministic=deterministic)
+
+
+@_attention_backward.register_fake
+def _attention_backward_fake(q, k, v, out, dout, lse, *args, **kwargs):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, causal, wl, wr, scale, _strategy, exp, cu_q, cu_k, max_q, max_k, threads, impl,
+     deterministic) = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.options = (causal, wl, wr, scale, exp, max_q, max_k, threads, impl, deterministic)
+
+
+def _backward(ctx, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    causal, wl, wr, scale, exp, max_q, max_k, threads, impl, deterministic = ctx.options
+    dq, dk, dv = torch.ops.flashcore.attention_backward(
+        q, k, v, out, dout, lse, causal, wl, wr, scale, exp, cu_q, cu_k, max_q, max_k, threads,
+        impl, deterministic)
+    return (dq, dk, dv) + (None,) * 13
+
+
+_attention.register_autograd(_backward, setup_context=_setup_context)
 
 
 @torch.library.custom_op("flashcore::softmax_v", mutates_args=())
@@ -74,14 +133,35 @@ def _gemm_chain_fake(a, b, c):
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
               strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
-              max_seqlen_q=None, max_seqlen_k=None):
+              max_seqlen_q=None, max_seqlen_k=None, threads=None, impl=None,
+              deterministic=False):
     """flashcore.attention as the registered op torch.ops.flashcore.attention (see
-    flashcore.attention for the arguments). Returns out, or (out, lse)."""
+    flashcore.attention for the arguments), differentiable: its backward runs
+    flashcore.attention_backward (deterministic: that call's option). Returns out, or
+    (out, lse)."""
     wl, wr = _api._window(window)
     out, lse = torch.ops.flashcore.attention(
-        q, k, v, bool(causal), wl, wr, 0.0 if scale is None else _api._scale(scale, 0.0),
-        strategy, exp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q or 0, max_seqlen_k or 0)
+        q, k, v, _api._flag(causal, "causal"), wl, wr, 0.0 if scale is None else _api._scale(scale, 0.0),
+        strategy, exp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q or 0, max_seqlen_k or 0,
+        _api._threads(threads), _api._impl(impl) or "", _api._flag(deterministic, "deterministic"))
     return (out, lse) if return_lse else out
+
+
+def _differentiable(q, k, v, **options):
+    """flashcore.attention's route for tensors that require grad."""
+    return attention(q, k, v, **options)
+
+
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1), scale=None,
+                       exp="exact", cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                       max_seqlen_k=None, threads=None, impl=None, deterministic=False):
+    """flashcore.attention_backward as torch.ops.flashcore.attention_backward: (dq, dk, dv)."""
+    wl, wr = _api._window(window)
+    return torch.ops.flashcore.attention_backward(
+        q, k, v, out, dout, lse, _api._flag(causal, "causal"), wl, wr,
+        0.0 if scale is None else _api._scale(scale, 0.0), exp, cu_seqlens_q, cu_seqlens_k,
+        max_seqlen_q or 0, max_seqlen_k or 0, _api._threads(threads), _api._impl(impl) or "",
+        _api._flag(deterministic, "deterministic"))
 
 
 def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact"):

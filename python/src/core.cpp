@@ -220,46 +220,50 @@ fc::Exp2Mode to_exp(int e) {
   return fc::Exp2Mode(e);
 }
 
-// Everything one attention call needs, imported and checked; the library's own checks
-// (shapes, strides, aliasing, cu_seqlens contents) still run inside fc::attention.
-struct AttentionCall {
-  Arg q, k, v, out, lse, cu_q, cu_k, qdh, kdh, vdh;
-  bool has_lse = false;
+// The options of attention and attention_backward as one object (flashcore._core.AttentionParams),
+// built by the Python package in one place (_api._params): AttentionParams' fields with the
+// Python API's spelling; arrays (cu_seqlens, per-head descales) as the caller's arrays,
+// imported for the call. Defaults are the library's.
+struct PyParams {
+  double scale = 0.0;  // 0 = 1/sqrt(D)
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  int strategy = 0, exp = 0;  // fc::Strategy, fc::Exp2Mode codes
+  nb::object cu_seqlens_q = nb::none(), cu_seqlens_k = nb::none();
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  int threads = 0;
+  nb::object impl = nb::none();
+  uintptr_t stream = 0;
+  bool exact_fp32 = false;
+  double q_descale = 1.0, k_descale = 1.0, v_descale = 1.0;
+  nb::object q_descale_heads = nb::none(), k_descale_heads = nb::none(), v_descale_heads = nb::none();
+  bool deterministic = false;
+};
+
+// q, k, v and the options, imported and checked as far as the library cannot (which
+// argument is not an array, mixed devices, dtypes); the library's own checks (shapes,
+// strides, aliasing, cu_seqlens contents) run inside the call. `p` refers to the imports.
+struct AttentionInputs {
+  Arg q, k, v, cu_q, cu_k, qdh, kdh, vdh;
   std::string impl;
   fc::AttentionParams p;
 
-  AttentionCall(nb::handle q_, nb::handle k_, nb::handle v_, nb::handle out_, nb::handle lse_,
-                double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
-                nb::handle cu_q_, nb::handle cu_k_, int threads, nb::handle impl_,
-                uintptr_t stream, bool exact_fp32, double q_descale, double k_descale, double v_descale,
-                nb::handle qdh_, nb::handle kdh_, nb::handle vdh_, int64_t max_q, int64_t max_k) {
+  AttentionInputs(nb::handle q_, nb::handle k_, nb::handle v_, const PyParams& o) {
     q = import_array(q_, "q", false);
     k = import_array(k_, "k", false);
     v = import_array(v_, "v", false);
-    out = import_array(out_, "out", true);
     same_device(k, "k", q, "q");
     same_device(v, "v", q, "q");
-    same_device(out, "out", q, "q");
     float_storage(q, "q");
     need_dtype(k, "k", q.t.dtype, "q");
     need_dtype(v, "v", q.t.dtype, "q");
-    const bool fp8 = q.t.dtype == fc::DType::e4m3 || q.t.dtype == fc::DType::e5m2;
-    if (!fp8) need_dtype(out, "out", q.t.dtype, "q");
-    if (!is_none(lse_)) {
-      lse = import_array(lse_, "lse", true);
-      same_device(lse, "lse", q, "q");
-      if (lse.t.dtype != fc::DType::f32)
-        raise_type(std::string("lse: must be float32, got ") + fc::to_string(lse.t.dtype));
-      has_lse = true;
-      p.lse = &lse.t;
-    }
-    const bool has_cq = !is_none(cu_q_), has_ck = !is_none(cu_k_);
+    const bool has_cq = !is_none(o.cu_seqlens_q), has_ck = !is_none(o.cu_seqlens_k);
     if (has_cq != has_ck)
       raise_value(has_cq ? "cu_seqlens_k: must be given together with cu_seqlens_q"
                          : "cu_seqlens_q: must be given together with cu_seqlens_k");
     if (has_cq) {
-      cu_q = import_cu(cu_q_, "cu_seqlens_q");
-      cu_k = import_cu(cu_k_, "cu_seqlens_k");
+      cu_q = import_cu(o.cu_seqlens_q, "cu_seqlens_q");
+      cu_k = import_cu(o.cu_seqlens_k, "cu_seqlens_k");
       if (cu_q.t.shape[0] != cu_k.t.shape[0])
         raise_value("cu_seqlens_k: has " + std::to_string(cu_k.t.shape[0]) +
                     " entries but cu_seqlens_q has " + std::to_string(cu_q.t.shape[0]));
@@ -267,23 +271,39 @@ struct AttentionCall {
       p.cu_seqlens_k = static_cast<const int32_t*>(cu_k.t.data);
       p.varlen_batch = cu_q.t.shape[0] - 1;
     }
-    p.max_seqlen_q = max_q;  // the library checks them (named errors)
-    p.max_seqlen_k = max_k;
-    p.scale = float(scale);
-    p.causal = causal;
-    p.window_left = wl;
-    p.window_right = wr;
-    p.strategy = to_strategy(strategy);
-    p.exp2 = to_exp(exp);
-    set_threads_impl(p, threads, impl_, impl);
-    p.stream = reinterpret_cast<void*>(stream);
-    p.exact_fp32 = exact_fp32;
-    p.q_descale = float(q_descale);  // fp8 only; the library checks them (named errors)
-    p.k_descale = float(k_descale);
-    p.v_descale = float(v_descale);
-    p.q_descale_heads = import_head_descale(qdh_, qdh, "q_descale");
-    p.k_descale_heads = import_head_descale(kdh_, kdh, "k_descale");
-    p.v_descale_heads = import_head_descale(vdh_, vdh, "v_descale");
+    p.max_seqlen_q = o.max_seqlen_q;  // the library checks them (named errors)
+    p.max_seqlen_k = o.max_seqlen_k;
+    p.scale = float(o.scale);
+    p.causal = o.causal;
+    p.window_left = o.window_left;
+    p.window_right = o.window_right;
+    p.strategy = to_strategy(o.strategy);
+    p.exp2 = to_exp(o.exp);
+    set_threads_impl(p, o.threads, o.impl, impl);
+    p.stream = reinterpret_cast<void*>(o.stream);
+    p.exact_fp32 = o.exact_fp32;
+    p.q_descale = float(o.q_descale);  // fp8 only; the library checks them (named errors)
+    p.k_descale = float(o.k_descale);
+    p.v_descale = float(o.v_descale);
+    p.q_descale_heads = import_head_descale(o.q_descale_heads, qdh, "q_descale");
+    p.k_descale_heads = import_head_descale(o.k_descale_heads, kdh, "k_descale");
+    p.v_descale_heads = import_head_descale(o.v_descale_heads, vdh, "v_descale");
+    p.deterministic = o.deterministic;
+  }
+  AttentionInputs(const AttentionInputs&) = delete;
+
+  // An array on q's device of q's dtype (what the forward writes and the backward reads);
+  // `lse`: float32.
+  Arg like_q(nb::handle h, const char* name, bool writable) const {
+    Arg a = import_array(h, name, writable);
+    same_device(a, name, q, "q");
+    if (std::strcmp(name, "lse") == 0) {
+      if (a.t.dtype != fc::DType::f32)
+        raise_type(std::string("lse: must be float32, got ") + fc::to_string(a.t.dtype));
+    } else if (q.t.dtype != fc::DType::e4m3 && q.t.dtype != fc::DType::e5m2) {  // (fp8 writes bf16 / f16)
+      need_dtype(a, name, q.t.dtype, "q");
+    }
+    return a;
   }
 
   // A per-head descale (fp8): a float32 [B, Hkv] array, contiguous, on q's device (B: the
@@ -313,11 +333,26 @@ struct AttentionCall {
     if (a.t.strides[0] != 1) raise_value(std::string(name) + ": must be contiguous");
     return a;
   }
+};
 
-  void run() {
+// The forward's call: the inputs, out (writable) and optional lse (writable).
+struct AttentionCall {
+  AttentionInputs in;
+  Arg out, lse;
+
+  AttentionCall(nb::handle q, nb::handle k, nb::handle v, nb::handle out_, nb::handle lse_, const PyParams& o)
+      : in(q, k, v, o) {
+    out = in.like_q(out_, "out", true);
+    if (!is_none(lse_)) {
+      lse = in.like_q(lse_, "lse", true);
+      in.p.lse = &lse.t;
+    }
+  }
+
+  void run(fc::PhaseTimes* times = nullptr) {
     nb::gil_scoped_release nogil;
     const auto t0 = std::chrono::steady_clock::now();
-    fc::attention(q.t, k.t, v.t, out.t, p);
+    fc::attention(in.q.t, in.k.t, in.v.t, out.t, in.p, times);
     last_call_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now() - t0).count();
   }
@@ -328,45 +363,41 @@ struct AttentionCall {
 };
 thread_local int64_t AttentionCall::last_call_ns = 0;
 
-void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
-               double scale, bool causal, int64_t wl, int64_t wr, int strategy, int exp,
-               nb::handle cu_q, nb::handle cu_k, int threads, nb::handle impl, uintptr_t stream,
-               bool exact_fp32, double q_descale, double k_descale, double v_descale, nb::handle qdh,
-               nb::handle kdh, nb::handle vdh, int64_t max_q, int64_t max_k) {
-  AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh, max_q, max_k);
-  c.run();
+void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, const PyParams& params) {
+  AttentionCall(q, k, v, out, lse, params).run();
 }
 
 // The C++ side of the overhead measurement: the same call as `attention`, imported once
 // and then run `iters` times in C++. Returns (each call's time in ns, the micro-kernel and
 // the strategy that ran, from one more call with PhaseTimes).
-nb::tuple attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                                   nb::handle lse, double scale, bool causal, int64_t wl,
-                                   int64_t wr, int strategy, int exp, nb::handle cu_q,
-                                   nb::handle cu_k, int threads, nb::handle impl,
-                                   uintptr_t stream, bool exact_fp32, int iters, double q_descale,
-                                   double k_descale, double v_descale, nb::handle qdh, nb::handle kdh,
-                                   nb::handle vdh, int64_t max_q, int64_t max_k) {
+nb::tuple attention_loop(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+                         const PyParams& params, int iters) {
   if (iters < 1) raise_value("iters: must be >= 1, got " + std::to_string(iters));
-  AttentionCall c(q, k, v, out, lse, scale, causal, wl, wr, strategy, exp, cu_q, cu_k, threads,
-                  impl, stream, exact_fp32, q_descale, k_descale, v_descale, qdh, kdh, vdh, max_q, max_k);
+  AttentionCall c(q, k, v, out, lse, params);
   std::vector<double> ns(size_t(iters), 0.0);
-  {
-    nb::gil_scoped_release nogil;
-    for (int i = 0; i < iters; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      fc::attention(c.q.t, c.k.t, c.v.t, c.out.t, c.p);
-      const auto t1 = std::chrono::steady_clock::now();
-      ns[size_t(i)] = double(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-    }
+  for (int i = 0; i < iters; ++i) {
+    c.run();
+    ns[size_t(i)] = double(AttentionCall::last_call_ns);
   }
   fc::PhaseTimes times;
-  {
-    nb::gil_scoped_release nogil;
-    fc::attention(c.q.t, c.k.t, c.v.t, c.out.t, c.p, &times);
-  }
+  c.run(&times);
   return nb::make_tuple(ns, times.kernel, times.strategy);
+}
+
+// attention_backward (and, with `reference`, the fp64 reference of it, for tests):
+// q, k, v, out, dout, lse read, dq, dk, dv written.
+void attention_backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out_, nb::handle dout_,
+                        nb::handle lse_, nb::handle dq_, nb::handle dk_, nb::handle dv_, const PyParams& params,
+                        bool reference) {
+  AttentionInputs in(q, k, v, params);
+  const Arg out = in.like_q(out_, "out", false), dout = in.like_q(dout_, "dout", false),
+            lse = in.like_q(lse_, "lse", false), dq = in.like_q(dq_, "dq", true), dk = in.like_q(dk_, "dk", true),
+            dv = in.like_q(dv_, "dv", true);
+  nb::gil_scoped_release nogil;
+  if (reference)
+    fc::reference::attention_backward(in.q.t, in.k.t, in.v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, in.p);
+  else
+    fc::attention_backward(in.q.t, in.k.t, in.v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, in.p);
 }
 
 void softmax_v(nb::handle s_, nb::handle v_, nb::handle out_, double scale, int strategy, int exp,
@@ -461,19 +492,36 @@ NB_MODULE(_core, m) {
   m.doc() = "flashcore C++ bindings (internal; use the flashcore package)";
   nb::register_exception_translator(translate);
 
-  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "scale"_a,
-        "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
-        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
-        "stream"_a, "exact_fp32"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0, "v_descale"_a = 1.0,
-        "q_descale_heads"_a.none() = nb::none(), "k_descale_heads"_a.none() = nb::none(),
-        "v_descale_heads"_a.none() = nb::none(), "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0);
-  m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
-        "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "strategy"_a, "exp"_a,
-        "cu_seqlens_q"_a.none(), "cu_seqlens_k"_a.none(), "threads"_a, "impl"_a.none(),
-        "stream"_a, "exact_fp32"_a, "iters"_a, "q_descale"_a = 1.0, "k_descale"_a = 1.0,
-        "v_descale"_a = 1.0, "q_descale_heads"_a.none() = nb::none(),
-        "k_descale_heads"_a.none() = nb::none(), "v_descale_heads"_a.none() = nb::none(),
-        "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0);
+  const auto kNone = nb::for_setter(nb::arg("value").none());  // array / str fields take None
+  nb::class_<PyParams>(m, "AttentionParams",
+                       "Options of attention / attention_backward (flashcore.hpp's AttentionParams; built by "
+                       "flashcore._api._params)")
+      .def(nb::init<>())
+      .def_rw("scale", &PyParams::scale)
+      .def_rw("causal", &PyParams::causal)
+      .def_rw("window_left", &PyParams::window_left)
+      .def_rw("window_right", &PyParams::window_right)
+      .def_rw("strategy", &PyParams::strategy)
+      .def_rw("exp", &PyParams::exp)
+      .def_rw("cu_seqlens_q", &PyParams::cu_seqlens_q, kNone)
+      .def_rw("cu_seqlens_k", &PyParams::cu_seqlens_k, kNone)
+      .def_rw("max_seqlen_q", &PyParams::max_seqlen_q)
+      .def_rw("max_seqlen_k", &PyParams::max_seqlen_k)
+      .def_rw("threads", &PyParams::threads)
+      .def_rw("impl", &PyParams::impl, kNone)
+      .def_rw("stream", &PyParams::stream)
+      .def_rw("exact_fp32", &PyParams::exact_fp32)
+      .def_rw("q_descale", &PyParams::q_descale)
+      .def_rw("k_descale", &PyParams::k_descale)
+      .def_rw("v_descale", &PyParams::v_descale)
+      .def_rw("q_descale_heads", &PyParams::q_descale_heads, kNone)
+      .def_rw("k_descale_heads", &PyParams::k_descale_heads, kNone)
+      .def_rw("v_descale_heads", &PyParams::v_descale_heads, kNone)
+      .def_rw("deterministic", &PyParams::deterministic);
+  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a);
+  m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a, "iters"_a);
+  m.def("attention_backward", &attention_backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a,
+        "dv"_a, "params"_a, "reference"_a = false);
   m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
         "Nanoseconds the last attention() spent in the C++ call (this thread).");
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,

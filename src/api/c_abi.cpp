@@ -98,6 +98,7 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.q_descale_heads = p->q_descale_heads;
   r.k_descale_heads = p->k_descale_heads;
   r.v_descale_heads = p->v_descale_heads;
+  r.deterministic = p->deterministic != 0;
   return r;
 }
 
@@ -125,6 +126,23 @@ fc_status pack_into(fc_packed** out, F&& make) {
   fc_status st = FC_OK;
   if (null_arg(out, "packed", &st)) return st;
   return guarded([&] { *out = new fc_packed{make()}; });
+}
+
+// fc_attention_backward and its reference: `run` is the C++ function (same arguments).
+template <class F>
+fc_status backward_call(F run, const fc_tensor* q, const fc_tensor* k, const fc_tensor* v, const fc_tensor* out,
+                        const fc_tensor* dout, const fc_tensor* lse, const fc_tensor* dq, const fc_tensor* dk,
+                        const fc_tensor* dv, const fc_attention_params* params) {
+  fc_status st = FC_OK;
+  if (null_arg(q, "q", &st) || null_arg(k, "k", &st) || null_arg(v, "v", &st) || null_arg(out, "out", &st) ||
+      null_arg(dout, "dout", &st) || null_arg(lse, "lse", &st) || null_arg(dq, "dq", &st) ||
+      null_arg(dk, "dk", &st) || null_arg(dv, "dv", &st))
+    return st;
+  return guarded([&] {
+    flashcore::Tensor params_lse;
+    run(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out), to_cpp(*dout), to_cpp(*lse), to_cpp(*dq), to_cpp(*dk),
+        to_cpp(*dv), to_cpp(params, &params_lse));
+  });
 }
 
 }  // namespace
@@ -163,6 +181,19 @@ fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const f
     flashcore::reference::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out),
                                     to_cpp(params, &lse));
   });
+}
+
+fc_status fc_attention_backward(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v, const fc_tensor* out,
+                                const fc_tensor* dout, const fc_tensor* lse, const fc_tensor* dq,
+                                const fc_tensor* dk, const fc_tensor* dv, const fc_attention_params* params) {
+  return backward_call(flashcore::attention_backward, q, k, v, out, dout, lse, dq, dk, dv, params);
+}
+
+fc_status fc_attention_backward_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
+                                          const fc_tensor* out, const fc_tensor* dout, const fc_tensor* lse,
+                                          const fc_tensor* dq, const fc_tensor* dk, const fc_tensor* dv,
+                                          const fc_attention_params* params) {
+  return backward_call(flashcore::reference::attention_backward, q, k, v, out, dout, lse, dq, dk, dv, params);
 }
 
 fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* out, float scale,

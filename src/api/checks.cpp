@@ -9,13 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "api/check_helpers.hpp"
 #include "core/cu_seqlens.hpp"
 #include "core/errors.hpp"
 #include "core/threads.hpp"
 #include "cpu/pipelines/packed.hpp"
 
 namespace flashcore::api {
-namespace {
+// The helpers below are shared with the backward's checks (check_helpers.hpp).
+namespace detail {
 
 // Shapes and strides beyond this are refused so that byte extents cannot overflow int64.
 constexpr int64_t kMaxDim = int64_t(1) << 40;
@@ -68,8 +70,7 @@ void check_tensor(const Tensor& t, const char* name, int rank, const char* layou
   if (count > 0 && t.data == nullptr) bad(name, "data is a null pointer");
 }
 
-// [first byte, one past last byte) of a non-empty view.
-struct Extent { uintptr_t lo, hi; };
+// [first byte, one past last byte) of a non-empty view (Extent: check_helpers.hpp).
 Extent extent(const Tensor& t) {
   int64_t span = 0;
   for (int i = 0; i < t.rank; ++i) span += (t.shape[i] - 1) * t.strides[i];
@@ -158,7 +159,8 @@ void check_strategy(Strategy s, Exp2Mode e, int threads) {
   check_threads(threads);
 }
 
-}  // namespace
+}  // namespace detail
+using namespace detail;
 
 core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& out, const AttentionParams& p, bool reference) {

@@ -1,5 +1,5 @@
-/* The C ABI, from C: a correct attention call against fc_attention_reference, the
- * other two operations, bad inputs returning their status with fc_last_error() naming
+/* The C ABI, from C: a correct attention call against fc_attention_reference, its
+ * backward against fc_attention_backward_reference, the other two operations, bad inputs returning their status with fc_last_error() naming
  * the argument (and the output untouched), and null struct pointers. Exit code 0 = pass. */
 #include <math.h>
 #include <stdio.h>
@@ -288,6 +288,53 @@ int main(void) {
     expect_fail(fc_softmax_v_packed(&ts2, pbc, &to2, 1.0f, FC_AUTO, FC_EXP_EXACT, 1), FC_INVALID_ARGUMENT,
                 "packed: was packed for gemm_chain", e, e_copy, M * N, "softmax_v with gemm_chain's packed");
     fc_packed_free(pbc);
+  }
+
+  /* attention_backward: the gradients of a causal call against the fp64 reference (also in
+   * deterministic mode), then a bad argument and a null one named, the gradients untouched. */
+  {
+    float* dout = malloc(nq * sizeof(float));
+    float* grads = malloc((2 * nq + 4 * nk) * sizeof(float));
+    float* dq = grads;
+    float* dk = dq + nq;
+    float* dv = dk + nk;
+    float* dq_ref = dv + nk;
+    float* dk_ref = dq_ref + nq;
+    float* dv_ref = dk_ref + nk;
+    fill(dout, nq, &seed);
+    fc_attention_params_init(&p);
+    p.causal = 1;
+    p.lse = &tlse;
+    CHECK(fc_attention(&tq, &tk, &tv, &tout, &p) == FC_OK, "%s", fc_last_error());
+    p.lse = NULL;
+    fc_tensor tdo = tensor4(dout, B, SQ, H, D);
+    fc_tensor tdq = tensor4(dq, B, SQ, H, D), tdk = tensor4(dk, B, SK, HKV, D), tdv = tensor4(dv, B, SK, HKV, D);
+    fc_tensor rdq = tensor4(dq_ref, B, SQ, H, D), rdk = tensor4(dk_ref, B, SK, HKV, D), rdv = tensor4(dv_ref, B, SK, HKV, D);
+    CHECK(fc_attention_backward_reference(&tq, &tk, &tv, &tout, &tdo, &tlse, &rdq, &rdk, &rdv, &p) == FC_OK, "%s",
+          fc_last_error());
+    for (int det = 0; det <= 1; ++det) {
+      poison(dq, nq + 2 * nk);
+      p.deterministic = det;
+      CHECK(fc_attention_backward(&tq, &tk, &tv, &tout, &tdo, &tlse, &tdq, &tdk, &tdv, &p) == FC_OK, "%s",
+            fc_last_error());
+      CHECK(rel_err(dq, dq_ref, nq) <= 1e-5, "dq rel_err %g", rel_err(dq, dq_ref, nq));
+      CHECK(rel_err(dk, dk_ref, nk) <= 1e-5, "dk rel_err %g", rel_err(dk, dk_ref, nk));
+      CHECK(rel_err(dv, dv_ref, nk) <= 1e-5, "dv rel_err %g", rel_err(dv, dv_ref, nk));
+    }
+    poison(dq, nq);
+    memcpy(copy, dq, nq * sizeof(float));
+    p.lse = &tlse;
+    expect_fail(fc_attention_backward(&tq, &tk, &tv, &tout, &tdo, &tlse, &tdq, &tdk, &tdv, &p), FC_INVALID_ARGUMENT,
+                "params.lse", dq, copy, nq, "backward with params.lse");
+    p.lse = NULL;
+    expect_fail(fc_attention_backward(&tq, &tk, &tv, &tout, NULL, &tlse, &tdq, &tdk, &tdv, &p), FC_INVALID_ARGUMENT,
+                "dout", dq, copy, nq, "backward null dout");
+    fc_tensor shared = tdk;
+    shared.data = dq;
+    expect_fail(fc_attention_backward(&tq, &tk, &tv, &tout, &tdo, &tlse, &tdq, &shared, &tdv, &p), FC_INVALID_ARGUMENT,
+                "dk: overlaps dq", dq, copy, nq, "backward dk over dq");
+    free(dout);
+    free(grads);
   }
 
   CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");

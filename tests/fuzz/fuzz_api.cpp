@@ -1,7 +1,7 @@
 // libFuzzer target: random bytes -> shapes, strides, dtypes, devices, null and aliasing
 // pointers, parameters (thread counts far beyond the machine too) -> attention /
-// softmax_v / gemm_chain / reference / the C ABI (or, for calls that would do too much
-// work to keep the fuzzer fast, the checks alone). Every call must return normally or
+// attention_backward / softmax_v / gemm_chain / reference / the C ABI (or, for calls that
+// would do too much work to keep the fuzzer fast, the checks alone). Every call must return normally or
 // throw flashcore::Error (the C ABI: return a status with a message); anything else
 // (another exception, a sanitizer report, a leak, a timeout, the process ending) is a bug.
 //
@@ -303,6 +303,53 @@ fc_tensor to_c(const fc::Tensor& t) {
   return c;
 }
 
+// attention's options (the backward ignores the strategy), read in this order.
+fc::AttentionParams attention_params(Reader& r) {
+  fc::AttentionParams p;
+  p.scale = scale_of(r);
+  p.causal = r.bit();
+  p.window_left = (r.u8() & 3) ? -1 : r.dim();
+  p.window_right = (r.u8() & 3) ? -1 : r.dim();
+  p.strategy = static_cast<fc::Strategy>(r.u8() % 6);
+  p.exp2 = static_cast<fc::Exp2Mode>(r.u8() % 3);
+  p.threads = threads_of(r);
+  p.impl = impl_of(r);
+  return p;
+}
+
+// Sometimes varlen: the arrays always hold varlen_batch + 1 entries (a shorter array is a
+// caller bug the library cannot see); sometimes one of them null.
+void read_varlen(Reader& r, fc::AttentionParams& p, int32_t* cu_q, int32_t* cu_k) {
+  if ((r.u8() & 7) != 0) return;
+  p.varlen_batch = int64_t(r.u8() % 8) - 1;
+  for (int i = 0; i < 8; ++i) {
+    cu_q[i] = int32_t(int8_t(r.u8()));
+    cu_k[i] = int32_t(int8_t(r.u8()));
+  }
+  const uint8_t which = r.u8() % 4;
+  p.cu_seqlens_q = which == 1 ? nullptr : cu_q;
+  p.cu_seqlens_k = which == 2 ? nullptr : cu_k;
+}
+
+// The options the fuzzer sets, as the C struct (lse left null).
+fc_attention_params to_c(const fc::AttentionParams& p) {
+  fc_attention_params cp;
+  fc_attention_params_init(&cp);
+  cp.scale = p.scale;
+  cp.causal = p.causal;
+  cp.window_left = p.window_left;
+  cp.window_right = p.window_right;
+  cp.strategy = static_cast<fc_strategy>(p.strategy);
+  cp.exp2 = static_cast<fc_exp2_mode>(p.exp2);
+  cp.threads = p.threads;
+  cp.impl = p.impl;
+  cp.cu_seqlens_q = p.cu_seqlens_q;
+  cp.cu_seqlens_k = p.cu_seqlens_k;
+  cp.varlen_batch = p.varlen_batch;
+  cp.deterministic = p.deterministic;
+  return cp;
+}
+
 void fuzz_attention(Reader& r) {
   const int64_t b = r.dim(), sq = r.dim(), sk = r.dim(), h = r.dim(), d = r.dim(), dv = r.dim();
   const uint8_t g = r.u8();
@@ -313,34 +360,15 @@ void fuzz_attention(Reader& r) {
   const fc::Tensor o = make_tensor(r, 4, od, dt);
   trace("q", q), trace("k", k), trace("v", v), trace("out", o);
   plant_values(r, {&q, &k, &v});
-  fc::AttentionParams p;
-  p.scale = scale_of(r);
-  p.causal = r.bit();
-  p.window_left = (r.u8() & 3) ? -1 : r.dim();
-  p.window_right = (r.u8() & 3) ? -1 : r.dim();
-  p.strategy = static_cast<fc::Strategy>(r.u8() % 6);
-  p.exp2 = static_cast<fc::Exp2Mode>(r.u8() % 3);
-  p.threads = threads_of(r);
-  p.impl = impl_of(r);
+  fc::AttentionParams p = attention_params(r);
   fc::Tensor lse;
   if (r.bit()) {
     const int64_t ld[] = {b, h, sq};
     lse = make_tensor(r, 3, ld, (r.u8() & 7) == 0 ? fc::DType::f16 : fc::DType::f32);
     p.lse = &lse;
   }
-  // Varlen: the arrays always hold varlen_batch + 1 entries (a shorter array is a caller
-  // bug the library cannot see).
   int32_t cu_q[8], cu_k[8];
-  if ((r.u8() & 7) == 0) {
-    p.varlen_batch = int64_t(r.u8() % 8) - 1;
-    for (int i = 0; i < 8; ++i) {
-      cu_q[i] = int32_t(int8_t(r.u8()));
-      cu_k[i] = int32_t(int8_t(r.u8()));
-    }
-    const uint8_t which = r.u8() % 4;
-    p.cu_seqlens_q = which == 1 ? nullptr : cu_q;
-    p.cu_seqlens_k = which == 2 ? nullptr : cu_k;
-  }
+  read_varlen(r, p, cu_q, cu_k);
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], Sk = k.shape[1];
   if (work({B, Sq, H, Sk, q.shape[3]}) + work({B, Sq, H, Sk, v.shape[3]}) > kMaxWork) {
     expect_clean([&] { fc::api::check_attention(q, k, v, o, p); });
@@ -363,20 +391,8 @@ void fuzz_attention(Reader& r) {
 
   // The same call through the C ABI (sometimes with a null struct pointer).
   fc_tensor cq = to_c(q), ck = to_c(k), cv = to_c(v), co = to_c(o), cl = to_c(lse);
-  fc_attention_params cp;
-  fc_attention_params_init(&cp);
-  cp.scale = p.scale;
-  cp.causal = p.causal;
-  cp.window_left = p.window_left;
-  cp.window_right = p.window_right;
-  cp.strategy = static_cast<fc_strategy>(p.strategy);
-  cp.exp2 = static_cast<fc_exp2_mode>(p.exp2);
-  cp.threads = p.threads;
-  cp.impl = p.impl;
+  fc_attention_params cp = to_c(p);
   cp.lse = p.lse ? &cl : nullptr;
-  cp.cu_seqlens_q = p.cu_seqlens_q;
-  cp.cu_seqlens_k = p.cu_seqlens_k;
-  cp.varlen_batch = p.varlen_batch;
   const uint8_t nul = r.u8();
   const fc_status st = fc_attention(nul == 1 ? nullptr : &cq, &ck, &cv, nul == 2 ? nullptr : &co,
                                     nul == 3 ? nullptr : &cp);
@@ -438,12 +454,51 @@ void fuzz_gemm_chain(Reader& r) {
   if (status != FC_OK && fc_last_error()[0] == '\0') std::abort();
 }
 
+// attention_backward: the forward's arguments, dout, lse and three gradients, each of which
+// may be malformed, aliased (all point into one buffer) or on the wrong device.
+void fuzz_attention_backward(Reader& r) {
+  const int64_t b = r.dim(), sq = r.dim(), sk = r.dim(), h = r.dim(), d = r.dim(), dv = r.dim();
+  const uint8_t g = r.u8();
+  const int64_t hkv = (g & 0x80) ? r.dim() : std::max<int64_t>(1, h / std::max(1, g & 7));
+  const fc::DType dt = dtype_of(r.u8());
+  const int64_t qd[] = {b, sq, h, d}, kd[] = {b, sk, hkv, d}, vd[] = {b, sk, hkv, dv}, od[] = {b, sq, h, dv},
+                ld[] = {b, h, sq};
+  const fc::Tensor q = make_tensor(r, 4, qd, dt), k = make_tensor(r, 4, kd, dt), v = make_tensor(r, 4, vd, dt),
+                   o = make_tensor(r, 4, od, dt), dout = make_tensor(r, 4, od, dt),
+                   lse = make_tensor(r, 3, ld, (r.u8() & 7) == 0 ? fc::DType::f16 : fc::DType::f32),
+                   dq = make_tensor(r, 4, qd, dt), dk = make_tensor(r, 4, kd, dt), dvt = make_tensor(r, 4, vd, dt);
+  trace("q", q), trace("k", k), trace("v", v), trace("out", o), trace("dout", dout), trace("lse", lse);
+  trace("dq", dq), trace("dk", dk), trace("dv", dvt);
+  fc::AttentionParams p = attention_params(r);
+  p.deterministic = r.bit();
+  int32_t cu_q[8], cu_k[8];
+  read_varlen(r, p, cu_q, cu_k);
+  const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], Sk = k.shape[1];
+  if (3 * work({B, Sq, H, Sk, q.shape[3]}) + 2 * work({B, Sq, H, Sk, v.shape[3]}) > kMaxWork) return;
+  bool ok = false;
+  expect_clean([&] {
+    fc::attention_backward(q, k, v, o, dout, lse, dq, dk, dvt, p);
+    ok = true;
+  });
+  if (ok) expect_clean([&] { fc::reference::attention_backward(q, k, v, o, dout, lse, dq, dk, dvt, p); });
+  fc_tensor c[9] = {to_c(q), to_c(k), to_c(v), to_c(o), to_c(dout), to_c(lse), to_c(dq), to_c(dk), to_c(dvt)};
+  const fc_attention_params cp = to_c(p);
+  const fc_status st = fc_attention_backward(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &cp);
+  if (int(st) < 0 || int(st) > 4) std::abort();
+  if (st != FC_OK && fc_last_error()[0] == '\0') std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Arena::reset();
   Reader r(data, size);
-  switch (r.u8() % 3) {
+  const uint8_t op = r.u8();
+  if (op >= 0xF0) {  // (the three forward ops keep the mapping of the inputs below 0xF0)
+    fuzz_attention_backward(r);
+    return 0;
+  }
+  switch (op % 3) {
     case 0: fuzz_attention(r); break;
     case 1: fuzz_softmax_v(r); break;
     default: fuzz_gemm_chain(r); break;

@@ -10,21 +10,13 @@ def f64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
 
-def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None):
-    """O [B,Sq,H,Dv] and lse [B,H,Sq] of softmax(scale Q K^T + mask) V in float64.
-
-    Masks align to the bottom-right corner: query i sees key j iff
-    j <= i + (Sk - Sq) + right (right = 0 when causal) and j >= i + (Sk - Sq) - left.
-    A fully masked row gives O = 0 and lse = -inf.
-    """
-    q, k, v = f64(q), f64(k), f64(v)
+def _probs(q, k, causal, window, scale):
+    """P [B,H,Sq,Sk] (rows with no visible key: 0) and lse [B,H,Sq] in float64."""
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    group = h // hkv
     if scale is None:
         scale = 1.0 / np.sqrt(d)
-    kk = np.repeat(k, group, axis=2)  # query head h reads kv head h // group
-    vv = np.repeat(v, group, axis=2)
+    kk = np.repeat(k, h // hkv, axis=2)  # query head h reads kv head h // group
     s = np.einsum("bqhd,bkhd->bhqk", q, kk) * scale
     i = np.arange(sq)[:, None]
     j = np.arange(sk)[None, :]
@@ -42,10 +34,50 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None):
     m_safe = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m_safe)
     l = p.sum(axis=-1, keepdims=True)
-    o = np.einsum("bhqk,bkhd->bqhd", p / np.where(l > 0, l, 1.0), vv)
     with np.errstate(divide="ignore"):
         lse = np.where(l[..., 0] > 0, np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0)) + m_safe[..., 0], -np.inf)
-    return o, lse
+    return p / np.where(l > 0, l, 1.0), lse, scale
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None):
+    """O [B,Sq,H,Dv] and lse [B,H,Sq] of softmax(scale Q K^T + mask) V in float64.
+
+    Masks align to the bottom-right corner: query i sees key j iff
+    j <= i + (Sk - Sq) + right (right = 0 when causal) and j >= i + (Sk - Sq) - left.
+    A fully masked row gives O = 0 and lse = -inf.
+    """
+    q, k, v = f64(q), f64(k), f64(v)
+    p, lse, _ = _probs(q, k, causal, window, scale)
+    vv = np.repeat(v, q.shape[2] // k.shape[2], axis=2)
+    return np.einsum("bhqk,bkhd->bqhd", p, vv), lse
+
+
+def attention_backward(q, k, v, dout, *, causal=False, window=(-1, -1), scale=None):
+    """(dq, dk, dv) of L = sum(dout * O) in float64, from the definitions: dV = P^T dO,
+    dS = P (dO V^T - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q; a KV head's dk, dv
+    sum over its query heads."""
+    q, k, v, do = f64(q), f64(k), f64(v), f64(dout)
+    b, sq, h, d = q.shape
+    sk, hkv, dv_ = k.shape[1], k.shape[2], v.shape[3]
+    group = h // hkv
+    p, _, scale = _probs(q, k, causal, window, scale)
+    kk, vv = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
+    o = np.einsum("bhqk,bkhd->bqhd", p, vv)
+    ds = p * (np.einsum("bqhd,bkhd->bhqk", do, vv) - np.einsum("bqhd,bqhd->bhq", do, o)[..., None])
+    dq = scale * np.einsum("bhqk,bkhd->bqhd", ds, kk)
+    dk = scale * np.einsum("bhqk,bqhd->bkhd", ds, q).reshape(b, sk, hkv, group, d).sum(axis=3)
+    dv = np.einsum("bhqk,bqhd->bkhd", p, do).reshape(b, sk, hkv, group, dv_).sum(axis=3)
+    return dq, dk, dv
+
+
+def attention_backward_varlen(q, k, v, dout, cu_q, cu_k, **kw):
+    """Packed sequences (B = 1); rows outside every sequence get zero gradients."""
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        g = attention_backward(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], dout[:, q0:q1], **kw)
+        dq[:, q0:q1], dk[:, k0:k1], dv[:, k0:k1] = g
+    return dq, dk, dv
 
 
 def attention_varlen(q, k, v, cu_q, cu_k, **kw):

@@ -1,0 +1,411 @@
+// attention_backward: the fp64 reference against central finite differences of the fp64
+// forward reference (tiny shapes), then the CPU backward against the reference: odd sizes
+// (1, 7, 1000), GQA 8:1, causal with Sq < Sk and Sq > Sk (fully masked rows: zero dq),
+// windows, varlen with rows outside every sequence, D != Dv and odd D, a negative scale,
+// f32/f16/bf16, BHSD and padded (strided) gradient views, every GEMM micro-kernel forced
+// by key, the portable kernels forced, zero-sized problems, bitwise determinism across
+// runs and thread counts, and bad arguments named before anything is written.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/test_util.hpp"
+#include "cpu/dispatch/dispatch.hpp"
+
+namespace fctest {
+namespace {
+
+namespace fc = flashcore;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct BwdCase {
+  const char* name;
+  int64_t b, sq, sk, h, hkv, d, dv;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  bool bhsd = false;  // memory order [B, H, S, D] for every tensor and gradient
+  int64_t pad = 0;    // extra elements after every row of D
+  float scale = 0.0f;
+  // varlen: B = 1, sq / sk are the packed rows; the prefix sums (one more than sequences)
+  std::vector<int32_t> cu_q = {}, cu_k = {};
+};
+
+std::vector<int> order_of(bool bhsd) {
+  return bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 2, 3};
+}
+
+fc::AttentionParams params_of(const BwdCase& c) {
+  fc::AttentionParams p;
+  p.scale = c.scale;
+  p.causal = c.causal;
+  p.window_left = c.window_left;
+  p.window_right = c.window_right;
+  if (!c.cu_q.empty()) {
+    p.cu_seqlens_q = c.cu_q.data();
+    p.cu_seqlens_k = c.cu_k.data();
+    p.varlen_batch = int64_t(c.cu_q.size()) - 1;
+  }
+  return p;
+}
+
+// Inputs, the forward's out and lse (by the library, in the storage dtype, as a training
+// step has them), and the fp64 gradients of the f32-widened inputs.
+struct BwdFixture {
+  BwdCase c;
+  DType dtype;
+  HostTensor q, k, v, dout, out, lse, ref_dq, ref_dk, ref_dv;
+
+  BwdFixture(const BwdCase& cs, DType dt, Rng& rng) : c(cs), dtype(dt) {
+    const auto ord = order_of(c.bhsd);
+    q = HostTensor(dt, {c.b, c.sq, c.h, c.d}, ord, c.pad);
+    k = HostTensor(dt, {c.b, c.sk, c.hkv, c.d}, ord, c.pad);
+    v = HostTensor(dt, {c.b, c.sk, c.hkv, c.dv}, ord, c.pad);
+    dout = HostTensor(dt, {c.b, c.sq, c.h, c.dv}, ord, c.pad);
+    out = HostTensor(dt, {c.b, c.sq, c.h, c.dv}, ord, c.pad);
+    lse = HostTensor(DType::f32, {c.b, c.h, c.sq}, {}, 1);
+    q.fill_uniform(rng, -2, 2);
+    k.fill_uniform(rng, -2, 2);
+    v.fill_uniform(rng, -1, 1);
+    dout.fill_uniform(rng, -1, 1);
+    fc::AttentionParams p = params_of(c);
+    p.lse = c.dv > 0 ? lse.ptr() : nullptr;  // (Dv = 0: the forward computes no lse; any lse will do)
+    fc::attention(q.view(), k.view(), v.view(), out.view(), p);
+    // varlen rows past the last sequence: the forward leaves them; give them values
+    for (int64_t i = 0; i < out.numel(); ++i)
+      if (std::isnan(out.get(i))) out.set(i, 0.0);
+    for (int64_t i = 0; i < lse.numel(); ++i)
+      if (std::isnan(lse.get(i))) lse.set(i, 0.0);
+    HostTensor qf = to_f32(q), kf = to_f32(k), vf = to_f32(v), df = to_f32(dout), of = to_f32(out);
+    ref_dq = HostTensor(DType::f32, {c.b, c.sq, c.h, c.d});
+    ref_dk = HostTensor(DType::f32, {c.b, c.sk, c.hkv, c.d});
+    ref_dv = HostTensor(DType::f32, {c.b, c.sk, c.hkv, c.dv});
+    fc::reference::attention_backward(qf.view(), kf.view(), vf.view(), of.view(), df.view(), lse.view(),
+                                      ref_dq.view(), ref_dk.view(), ref_dv.view(), params_of(c));
+  }
+
+  // Gradient buffers in the case's layout, every byte NaN before the call.
+  struct Grads {
+    HostTensor dq, dk, dv;
+  };
+  Grads grads() const {
+    const auto ord = order_of(c.bhsd);
+    Grads g{HostTensor(dtype, {c.b, c.sq, c.h, c.d}, ord, c.pad), HostTensor(dtype, {c.b, c.sk, c.hkv, c.d}, ord, c.pad),
+            HostTensor(dtype, {c.b, c.sk, c.hkv, c.dv}, ord, c.pad)};
+    g.dq.poison();
+    g.dk.poison();
+    g.dv.poison();
+    return g;
+  }
+
+  void run(Grads& g, fc::AttentionParams p) const {
+    fc::attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), g.dq.view(),
+                           g.dk.view(), g.dv.view(), p);
+  }
+
+  void check(int threads, const char* impl, DType kernel_ab, bool deterministic = false) const {
+    SCOPED_TRACE("threads " + std::to_string(threads) + ", impl " + (impl ? impl : "auto") +
+                 (deterministic ? ", deterministic" : ""));
+    Grads g = grads();
+    fc::AttentionParams p = params_of(c);
+    p.threads = threads;
+    p.impl = impl;
+    p.deterministic = deterministic;
+    run(g, p);
+    const double tol = tolerance(dtype, kernel_ab, Exp2Mode::exact, c.sk);
+    EXPECT_TRUE(close(g.dq, ref_dq, tol)) << "dq";
+    EXPECT_TRUE(close(g.dk, ref_dk, tol)) << "dk";
+    EXPECT_TRUE(close(g.dv, ref_dv, tol)) << "dv";
+    EXPECT_TRUE(g.dq.padding_untouched() && g.dk.padding_untouched() && g.dv.padding_untouched())
+        << "attention_backward wrote outside a gradient view";
+    // Fully masked rows (lse = -inf): dq exactly 0.
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t h = 0; h < c.h; ++h)
+        for (int64_t i = 0; i < c.sq; ++i) {
+          if (lse.get((b * c.h + h) * c.sq + i) != -kInf) continue;
+          for (int64_t e = 0; e < c.d; ++e)
+            ASSERT_EQ(g.dq.get(((b * c.sq + i) * c.h + h) * c.d + e), 0.0) << "masked row b=" << b << " h=" << h << " i=" << i;
+        }
+  }
+};
+
+// Together: Sq, Sk take 1, 7, ~1000; D 7 to 128; GQA 8:1 and 3:1; every mask shape.
+const BwdCase kCases[] = {
+    {"tiny_d32", 1, 1, 1, 1, 1, 32, 32},
+    {"gqa8to1_bhsd_pad_d80", 2, 7, 63, 8, 1, 80, 80, false, -1, -1, true, 3},
+    {"causal_sq_gt_sk_gqa3_d96", 1, 63, 7, 6, 2, 96, 96, true},
+    {"causal_sq_lt_sk_d64", 1, 100, 300, 2, 1, 64, 64, true},
+    {"window_sq_lt_sk_pad_d128", 1, 63, 1000, 2, 1, 128, 128, false, 100, 20, false, 5},
+    {"causal_square_1000_d64", 1, 1000, 1000, 2, 2, 64, 64, true},
+    {"window_sq_gt_sk_d40_dv24", 1, 257, 129, 3, 1, 40, 24, false, 8, 3, true, 1, 0.5f},
+    {"odd_d7_dv5_negative_scale", 2, 33, 45, 2, 2, 7, 5, false, -1, -1, false, 0, -0.3f},
+    {"varlen_causal_gqa2_d64", 1, 310, 410, 4, 2, 64, 64, true, -1, -1, false, 0, 0.0f,
+     {0, 5, 5, 300}, {0, 17, 40, 400}},
+};
+
+class BackwardTest : public ::testing::TestWithParam<std::tuple<BwdCase, DType>> {};
+
+TEST_P(BackwardTest, MatchesReference) {
+  const auto& [c, dt] = GetParam();
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  BwdFixture f(c, dt, rng);
+  f.check(2, nullptr, DType::f32);
+  f.check(1, nullptr, DType::f32, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackwardTest,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kStorageTypes)),
+                         CaseDtypeName());
+
+// The first kernel `auto` picks per storage dtype may hold P and dS in 16 bits (bf16 kernels).
+DType auto_ab(DType storage) { return fc::cpu::select_kernels(storage, nullptr).gemm->ab; }
+
+TEST(Backward, AutoKernelBf16Operands) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const BwdCase c{"auto_bf16", 1, 150, 200, 4, 2, 64, 48, true, -1, -1, false, 2};
+  BwdFixture f(c, DType::bf16, rng);
+  f.check(2, nullptr, auto_ab(DType::bf16));
+}
+
+// Every GEMM micro-kernel that sums in fp32, forced by its key; fp16-summing ones refused.
+class BackwardKernelTest : public KernelTest {};
+
+TEST_P(BackwardKernelTest, ForcedKernelMatchesReference) {
+  const fc::cpu::GemmUkernel& kern = kernel();
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const BwdCase c{"forced", 1, 70, 300, 4, 2, 80, 72, true, 150, -1, false, 2};
+  if (kern.acc != DType::f32) {
+    BwdFixture f(c, DType::f16, rng);
+    BwdFixture::Grads g = f.grads();
+    fc::AttentionParams p = params_of(c);
+    p.impl = kern.key;
+    try {
+      f.run(g, p);
+      FAIL() << "a kernel that sums in fp16 was taken";
+    } catch (const fc::Error& e) {
+      EXPECT_EQ(e.code(), fc::Status::unsupported);
+      EXPECT_NE(std::string(e.what()).find("impl"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  for (DType dt : kStorageTypes) {
+    SCOPED_TRACE("storage " + name(dt));
+    BwdFixture f(c, dt, rng);
+    f.check(2, kern.key, kern.ab);
+  }
+  const BwdCase odd{"forced_odd_d", 1, 37, 130, 2, 1, 33, 17, false, -1, -1, true, 1};
+  BwdFixture f(odd, DType::bf16, rng);
+  f.check(1, kern.key, kern.ab);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackwardKernelTest, ::testing::Range(0, fc::cpu::gemm_ukernel_count()), KernelName());
+
+TEST(Backward, ForcedPortableKernels) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  ForceGeneric generic(true);
+  const BwdCase c{"generic", 1, 90, 170, 4, 1, 64, 64, true};
+  for (DType dt : kStorageTypes) {
+    BwdFixture f(c, dt, rng);
+    f.check(2, nullptr, DType::f32);
+  }
+}
+
+// Gradient bytes of one run.
+std::vector<uint8_t> bytes_of(const BwdFixture::Grads& g) {
+  std::vector<uint8_t> all = g.dq.snapshot();
+  for (const HostTensor* t : {&g.dk, &g.dv}) {
+    const std::vector<uint8_t> s = t->snapshot();
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  return all;
+}
+
+// Deterministic mode: the same bits from every run and every thread count. Few heads (one
+// KV head, GQA 4:1) so that each KV head is split into key ranges whose dq partial copies
+// are summed; by default the split follows the thread count, and each run at one thread
+// count still gives the same bits.
+TEST(Backward, DeterministicAcrossRunsAndThreadCounts) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (DType dt : kStorageTypes) {
+    SCOPED_TRACE("storage " + name(dt));
+    const BwdCase c{"det", 1, 300, 700, 4, 1, 64, 64, false, 200, 50};
+    BwdFixture f(c, dt, rng);
+    std::vector<uint8_t> first;
+    for (int threads : {1, 2, 3, 2}) {
+      BwdFixture::Grads g = f.grads();
+      fc::AttentionParams p = params_of(c);
+      p.threads = threads;
+      p.deterministic = true;
+      f.run(g, p);
+      const std::vector<uint8_t> b = bytes_of(g);
+      if (first.empty())
+        first = b;
+      else
+        EXPECT_TRUE(b == first) << "deterministic run with " << threads << " threads differs";
+    }
+    f.check(3, nullptr, DType::f32, true);
+    for (int threads : {1, 3}) {
+      std::vector<uint8_t> again;
+      for (int run = 0; run < 2; ++run) {
+        BwdFixture::Grads g = f.grads();
+        fc::AttentionParams p = params_of(c);
+        p.threads = threads;
+        f.run(g, p);
+        if (run == 0)
+          again = bytes_of(g);
+        else
+          EXPECT_TRUE(bytes_of(g) == again) << "two default runs with " << threads << " threads differ";
+      }
+    }
+  }
+}
+
+// Zero-sized dims: nothing to sum; gradients that exist are zero, nothing else is written.
+TEST(Backward, ZeroSizedProblems) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const BwdCase cases[] = {{"sq0", 1, 0, 5, 2, 1, 8, 8}, {"sk0", 1, 5, 0, 2, 1, 8, 8}, {"b0", 0, 5, 5, 2, 1, 8, 8},
+                           {"dv0", 1, 5, 6, 2, 2, 8, 0}, {"h0", 1, 5, 6, 0, 1, 8, 8}};
+  for (const BwdCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    BwdFixture f(c, DType::f32, rng);
+    BwdFixture::Grads g = f.grads();
+    f.run(g, params_of(c));
+    for (const HostTensor* t : {&g.dq, &g.dk, &g.dv})
+      for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->get(i), 0.0) << "element " << i;
+  }
+}
+
+// Finite differences of L = sum(dout * O) over the fp64 forward reference (f32 tensors),
+// by the fourth-order central stencil, against the fp64 backward reference.
+void check_finite_differences(const BwdCase& c) {
+  SCOPED_TRACE(c.name);
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  HostTensor q(DType::f32, {c.b, c.sq, c.h, c.d}), k(DType::f32, {c.b, c.sk, c.hkv, c.d}),
+      v(DType::f32, {c.b, c.sk, c.hkv, c.dv}), dout(DType::f32, {c.b, c.sq, c.h, c.dv}),
+      out(DType::f32, {c.b, c.sq, c.h, c.dv}), lse(DType::f32, {c.b, c.h, c.sq});
+  q.fill_uniform(rng, -1, 1);
+  k.fill_uniform(rng, -1, 1);
+  v.fill_uniform(rng, -1, 1);
+  dout.fill_uniform(rng, -1, 1);
+  for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);  // (varlen: rows past the sequences stay 0)
+  auto loss = [&] {
+    fc::AttentionParams p = params_of(c);
+    p.lse = lse.ptr();
+    fc::reference::attention(q.view(), k.view(), v.view(), out.view(), p);
+    double s = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) s += dout.get(i) * out.get(i);
+    return s;
+  };
+  loss();
+  HostTensor dq(DType::f32, {c.b, c.sq, c.h, c.d}), dk(DType::f32, {c.b, c.sk, c.hkv, c.d}),
+      dv(DType::f32, {c.b, c.sk, c.hkv, c.dv});
+  fc::reference::attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), dq.view(),
+                                    dk.view(), dv.view(), params_of(c));
+  const double h = 1.0 / 64;  // exact in f32 around values in [-1, 1]
+  for (auto [x, grad, label] : {std::tuple<HostTensor*, HostTensor*, const char*>{&q, &dq, "dq"},
+                                {&k, &dk, "dk"}, {&v, &dv, "dv"}}) {
+    HostTensor fd(DType::f32, x->shape());
+    for (int64_t i = 0; i < x->numel(); ++i) {
+      const double x0 = x->get(i);
+      double l[4];
+      const double steps[4] = {-2 * h, -h, h, 2 * h};
+      for (int s = 0; s < 4; ++s) {
+        x->set(i, x0 + steps[s]);
+        l[s] = loss();
+      }
+      x->set(i, x0);
+      fd.set(i, (l[0] - 8 * l[1] + 8 * l[2] - l[3]) / (12 * h));
+    }
+    EXPECT_TRUE(close(*grad, fd, 1e-4)) << label;
+  }
+}
+
+TEST(BackwardReference, MatchesFiniteDifferences) {
+  check_finite_differences({"plain", 1, 3, 4, 1, 1, 4, 3});
+  check_finite_differences({"gqa2to1_scale", 2, 3, 5, 4, 2, 3, 2, false, -1, -1, false, 0, 0.8f});
+  check_finite_differences({"causal_sq_lt_sk", 1, 3, 6, 2, 1, 4, 4, true});
+  check_finite_differences({"causal_sq_gt_sk_masked_rows", 1, 6, 3, 2, 2, 3, 3, true});
+  check_finite_differences({"window", 1, 5, 7, 1, 1, 3, 4, false, 1, 2});
+  check_finite_differences({"varlen", 1, 7, 9, 2, 1, 3, 3, true, -1, -1, false, 0, 0.0f, {0, 3, 3, 6}, {0, 4, 5, 8}});
+}
+
+// ---------------------------------------------------------------- bad arguments
+// Each call must fail with the named argument in its message, before anything is written.
+struct BadCall {
+  BwdFixture& f;
+  void expect(const char* arg, fc::Status code, const std::function<void(BwdFixture::Grads&, fc::AttentionParams&,
+                                                                         std::vector<fc::Tensor>&)>& spoil) {
+    SCOPED_TRACE(std::string("argument ") + arg);
+    BwdFixture::Grads g = f.grads();
+    fc::AttentionParams p = params_of(f.c);
+    std::vector<fc::Tensor> t = {f.q.view(), f.k.view(), f.v.view(), f.out.view(), f.dout.view(), f.lse.view(),
+                                 g.dq.view(), g.dk.view(), g.dv.view()};
+    spoil(g, p, t);
+    const auto before = bytes_of(g);
+    try {
+      fc::attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], p);
+      ADD_FAILURE() << "accepted";
+    } catch (const fc::Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(arg, 0), 0u) << e.what();
+    }
+    EXPECT_TRUE(bytes_of(g) == before) << "an output was written";
+  }
+};
+
+TEST(Backward, BadArgumentsNamed) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  BwdFixture f({"bad", 1, 9, 11, 4, 2, 16, 8}, DType::f32, rng);
+  BadCall bad{f};
+  using G = BwdFixture::Grads;
+  using P = fc::AttentionParams;
+  using T = std::vector<fc::Tensor>;
+  const fc::Status inval = fc::Status::invalid_argument;
+  bad.expect("dout", inval, [](G&, P&, T& t) { t[4].shape[3] = 9; });
+  bad.expect("dout", inval, [](G&, P&, T& t) { t[4].dtype = DType::f16; });
+  bad.expect("lse", inval, [](G&, P&, T& t) { t[5].shape[2] = 8; });
+  bad.expect("lse", inval, [](G&, P&, T& t) { t[5].dtype = DType::bf16; });
+  bad.expect("lse", inval, [](G&, P&, T& t) { t[5].rank = 4; });
+  bad.expect("dq", inval, [](G&, P&, T& t) { t[6].shape[1] = 10; });
+  bad.expect("dk", inval, [](G&, P&, T& t) { t[7].dtype = DType::f16; });
+  bad.expect("dv", inval, [](G&, P&, T& t) { t[8].shape[2] = 4; });
+  bad.expect("dq", inval, [](G&, P&, T& t) { t[6].strides[3] = 2; });  // last dim not contiguous
+  bad.expect("dk", inval, [](G&, P&, T& t) { t[7].strides[1] = 0; });  // rows share memory
+  bad.expect("dv", inval, [](G&, P&, T& t) { t[8].strides[2] = 4; });  // heads overlap the next head's row
+  bad.expect("dq", inval, [](G&, P&, T& t) { t[6].data = t[0].data; });              // dq over q
+  bad.expect("dk", inval, [](G&, P&, T& t) { t[7].data = t[6].data; });              // dk over dq
+  bad.expect("dv", inval, [](G&, P&, T& t) { t[8].data = t[5].data; });              // dv over lse
+  bad.expect("dq", inval, [](G&, P&, T& t) { t[6].data = t[4].data; });              // dq over dout
+  bad.expect("dk", inval, [](G&, P&, T& t) { t[7].data = t[3].data; });              // dk over out
+  bad.expect("params.lse", inval, [&](G&, P& p, T&) { p.lse = f.lse.ptr(); });
+  bad.expect("params.window_left", inval, [](G&, P& p, T&) { p.window_left = -2; });
+  bad.expect("dq", inval, [](G&, P&, T& t) { t[0].shape[3] = 15; t[1].shape[3] = 15; });  // dq's D stays 16
+  bad.expect("q", inval, [](G&, P&, T& t) { t[0].data = nullptr; });
+  bad.expect("q", fc::Status::unsupported, [](G&, P&, T& t) {
+    for (fc::Tensor& x : t) x.device = fc::Device::cuda;
+  });
+  bad.expect("params.threads", inval, [](G&, P& p, T&) { p.threads = -1; });
+  bad.expect("impl", inval, [](G&, P& p, T&) { p.impl = "no_such_kernel"; });
+  // Varlen: cu_seqlens checked, and an output over cu_seqlens refused.
+  std::vector<int32_t> cu = {0, 5, 3};
+  bad.expect("params.cu_seqlens_q", inval, [&](G&, P& p, T&) {
+    p.cu_seqlens_q = cu.data();
+    p.cu_seqlens_k = cu.data();
+    p.varlen_batch = 2;
+  });
+}
+
+}  // namespace
+}  // namespace fctest
