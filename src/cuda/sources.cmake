@@ -136,7 +136,7 @@ endif()
 # The host side: coordination and checks (backend.cpp), the kernel-choice policy (plain C++,
 # tested without a GPU), the instance registry, device queries, workspace and launches.
 target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/device.cpp cuda/launch.cpp cuda/policy.cpp
-                                     cuda/registry.cpp cuda/workspace.cpp)
+                                     cuda/problem_checks.cpp cuda/registry.cpp cuda/workspace.cpp)
 # The kernels go into both libraries next to flashcore_obj's objects; the libraries are
 # created after this file is included, hence the deferred calls.
 cmake_language(DEFER CALL target_sources flashcore PRIVATE ${_fc_cuda_objs})
