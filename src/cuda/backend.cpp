@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "cuda/bwd_backend.hpp"
 #include "cuda/device.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/launch.hpp"
@@ -270,6 +271,7 @@ std::vector<KernelInfo> kernels() {
   for (const InstanceInfo& i : instances())
     out.push_back({i.key, i.arch == 90 ? "sm90" : "sm80", dev.has_value() && i.runs_on(*dev)});
   out.push_back({kSimtKey, "sm80", dev.has_value()});
+  append_backward_kernels(out, dev.has_value() ? &*dev : nullptr);
   return out;
 }
 
