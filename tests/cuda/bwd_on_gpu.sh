@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the CUDA attention backward (src/cuda/bwd_*, kernels/bwd_sm80.cuh):
-#   build     cmake + ninja on the machine's cores: flashcore_cuda_tests and
+#   build     cmake + ninja on the machine's cores: flashcore_cuda_backward_tests and
 #             flashcore_cuda_bwd_timing for sm_90a, f16 / bf16 instances only (the sm90
 #             forward family is not built: FLASHCORE_CUDA_ARCHS=90a keeps "90" out of the list)
 #   tests     the backward's tests (gtest shards in parallel processes), with, beside them,
@@ -16,8 +16,11 @@
 # GoogleTest is not on the device image: its sources travel. Once, in the repo root here:
 #   cp -r /usr/src/googletest .gtest && echo /.gtest/ >> .git/info/exclude
 # then the device tool: run(command="bash tests/cuda/bwd_on_gpu.sh", carry=[".gtest"], timeout_s=600)
-# STAGES (default "build tests sanitize timing peers") picks stages; HDIMS (default 64,128)
-# and SEQS (default 512,1024,2048,4096,8192,16384) the grid; TESTS_FILTER narrows the tests.
+# STAGES (default "build tests sanitize timing peers") picks stages; HDIMS (default 64,128),
+# SEQS (default 512,1024,2048,4096,8192,16384) and ITERS (default 10) the grid and its
+# medians; TESTS_FILTER narrows the tests. Should one call not finish in its 600 s (the
+# build's time there is not known yet), a second with STAGES="timing peers" on the warm
+# machine reuses the build (build/ is ignored: it stays between calls).
 set -u
 OUT=${OUT:-/tmp/out}
 LOG=${LOG:-/tmp/fc_bwd_logs}
@@ -25,6 +28,7 @@ B=${BUILD:-build/bwd_gpu}
 STAGES=${STAGES:-build tests sanitize timing peers}
 HDIMS=${HDIMS:-64,128}
 SEQS=${SEQS:-512,1024,2048,4096,8192,16384}
+ITERS=${ITERS:-10}  # timed calls per row (medians), flashcore's and the peers'
 mkdir -p "$OUT"
 rm -rf "$LOG" && mkdir -p "$LOG"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -41,13 +45,13 @@ if has build; then
   cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_BUILD_BENCH=OFF -DFLASHCORE_CUDA=ON \
     -DFLASHCORE_CUDA_ARCHS=90a "-DFLASHCORE_CUDA_DTYPES=f16;bf16" "-DFLASHCORE_CUDA_HDIMS=64;96;128;256" "${gt[@]}" \
     > "$LOG/build.log" 2>&1 &&
-    ninja -C "$B" -j "$(nproc)" flashcore_cuda_tests flashcore_cuda_bwd_timing >> "$LOG/build.log" 2>&1
+    ninja -C "$B" -j "$(nproc)" flashcore_cuda_backward_tests flashcore_cuda_bwd_timing >> "$LOG/build.log" 2>&1
   rc=$?
   echo "build rc=$rc"
   grep -E "warning|error" "$LOG/build.log" | sort | uniq -c | head -20
   if [ $rc -ne 0 ]; then tail -40 "$LOG/build.log"; stamp stopped; exit 1; fi
 fi
-T=$B/tests/cuda/flashcore_cuda_tests
+T=$B/tests/cuda/flashcore_cuda_backward_tests
 CS="compute-sanitizer --error-exitcode 9"
 small='Cuda/CudaBackward.MatchesReference/tiny_d64_f16:Cuda/CudaBackward.MatchesReference/odd_7x100_d64_bf16'
 small="$small:Cuda/CudaBackward.MatchesReference/gqa4_causal_sq_gt_sk_d128_f16:Cuda/CudaBackward.MatchesReference/varlen_*"
@@ -67,7 +71,7 @@ if has tests; then
   pids=()
   for ((i = 0; i < 8; ++i)); do
     OMP_WAIT_POLICY=passive GTEST_TOTAL_SHARDS=8 GTEST_SHARD_INDEX=$i timeout 300 "$T" \
-      --gtest_filter="${TESTS_FILTER:-*Backward*}" > "$LOG/tests.$i.log" 2>&1 &
+      --gtest_filter="${TESTS_FILTER:-*}" > "$LOG/tests.$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "tests shard $i rc=$?"; done
@@ -83,13 +87,13 @@ fi
 if has timing; then
   stamp timing
   timeout 240 "$B/tests/cuda/flashcore_cuda_bwd_timing" --dtype bf16 --hdims "$HDIMS" --seqs "$SEQS" --all-tiles \
-    --deterministic > "$LOG/flashcore_bwd.jsonl" 2> "$LOG/timing.err"
+    --deterministic --iters "$ITERS" > "$LOG/flashcore_bwd.jsonl" 2> "$LOG/timing.err"
   echo "timing rc=$?"
 fi
 if has peers; then
   stamp peers
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/peers/sdpa_bwd_peers.py --dtype bf16 --hdims "$HDIMS" --seqs "$SEQS" \
-    > "$LOG/peers_bwd.jsonl" 2> "$LOG/peers.err"
+    --iters "$ITERS" > "$LOG/peers_bwd.jsonl" 2> "$LOG/peers.err"
   echo "peers rc=$?"
   tail -2 "$LOG/peers.err"
 fi
