@@ -25,35 +25,18 @@
 
 #include "core/dtype.hpp"
 #include "flashcore/flashcore.hpp"
+#include "timing_util.hpp"
 
 namespace {
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));     \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+using fctiming::median;
+using fctiming::read_ints;
 
 struct Shape {
   long long B, H, S, D;
   bool causal;
   long long Hkv = 0;  // 0: H
 };
-
-// Comma-separated integers: false where a field is not a number.
-bool read_ints(const char*& c, std::vector<long long>& out) {
-  for (char* end = nullptr;; c = end + 1) {
-    out.push_back(std::strtoll(c, &end, 10));
-    if (end == c) return false;
-    if (*end != ',') {
-      c = *end == ';' ? end + 1 : end;
-      return true;
-    }
-  }
-}
 
 // Device buffer of n standard normal values stored as t (fixed seed per buffer). The host
 // values are kept per (dtype, n, seed): the grid's shapes share their element counts
@@ -71,11 +54,6 @@ void* randn_device(flashcore::DType t, int64_t n, uint64_t seed) {
   CK(cudaMalloc(&d, h.size()));
   CK(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
   return d;
-}
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Times every kernel of `impls` ("auto": the backend's choice) on one shape.

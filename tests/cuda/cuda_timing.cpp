@@ -39,8 +39,12 @@
 
 #include "core/dtype.hpp"
 #include "flashcore/flashcore.hpp"
+#include "timing_util.hpp"
 
 namespace {
+
+using fctiming::median;
+using fctiming::read_ints;
 
 struct Shape {
   const char* tag;
@@ -48,33 +52,6 @@ struct Shape {
   bool causal;
   int64_t Hkv = 0, Sq = 0;  // GQA rows: KV heads and queries (0: H, S)
 };
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
-
-// Reads comma-separated integers at c up to a ';' (passed) or the end: false where a field
-// is not a number. --hdims / --seqs take one such list, --shapes one per shape.
-bool read_ints(const char*& c, std::vector<long long>& out) {
-  for (char* end = nullptr;; c = end + 1) {
-    out.push_back(std::strtoll(c, &end, 10));
-    if (end == c) return false;
-    if (*end != ',') {
-      c = *end == ';' ? end + 1 : end;
-      return true;
-    }
-  }
-}
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 bool g_descale_heads = false;  // --descale-heads
 bool g_randn = true;           // --inputs randn (default) | pattern
