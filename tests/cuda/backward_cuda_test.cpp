@@ -11,15 +11,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/backward_fixture.hpp"
 #include "common/test_util.hpp"
 #include "cuda_test_util.hpp"
 #include "flashcore/flashcore.hpp"
@@ -28,47 +26,8 @@ namespace {
 
 namespace fc = flashcore;
 using fc::DType;
+using fctest::BwdCase;
 using fctest::HostTensor;
-
-struct BwdCase {
-  const char* name;
-  int64_t b, sq, sk, h, hkv, d, dv;
-  bool causal = false;
-  int64_t wl = -1, wr = -1;
-  bool bhsd = false;  // memory order [B, H, S, D] for every tensor and gradient
-  int64_t pad = 0;    // extra elements after every row of D (16-byte rows: a multiple of 8)
-  float scale = 0.0f;
-  // varlen: B = 1, sq / sk are the packed rows; the prefix sums (one more than sequences)
-  std::vector<int32_t> cu_q = {}, cu_k = {};
-  bool max_seqlen = false;  // varlen: pass the longest lengths (no host copy of cu_seqlens)
-};
-
-std::vector<int> order_of(bool bhsd) { return bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 2, 3}; }
-
-int64_t longest(const std::vector<int32_t>& cu) {
-  int64_t m = 0;
-  for (size_t i = 1; i < cu.size(); ++i) m = std::max<int64_t>(m, cu[i] - cu[i - 1]);
-  return m;
-}
-
-// Parameters with host (or, given, device) cu_seqlens.
-fc::AttentionParams params_of(const BwdCase& c, const int32_t* cu_q = nullptr, const int32_t* cu_k = nullptr) {
-  fc::AttentionParams p;
-  p.scale = c.scale;
-  p.causal = c.causal;
-  p.window_left = c.wl;
-  p.window_right = c.wr;
-  if (!c.cu_q.empty()) {
-    p.cu_seqlens_q = cu_q != nullptr ? cu_q : c.cu_q.data();
-    p.cu_seqlens_k = cu_k != nullptr ? cu_k : c.cu_k.data();
-    p.varlen_batch = int64_t(c.cu_q.size()) - 1;
-    if (c.max_seqlen) {
-      p.max_seqlen_q = longest(c.cu_q);
-      p.max_seqlen_k = longest(c.cu_k);
-    }
-  }
-  return p;
-}
 
 // Device int32 array.
 struct DevInts {
@@ -83,40 +42,12 @@ struct DevInts {
   DevInts& operator=(const DevInts&) = delete;
 };
 
-// Inputs, the forward's out and lse (the library's CPU forward, in the storage dtype, as a
-// training step would have them), device copies, and the fp64 gradients of the f32-widened
-// inputs.
-struct BwdFixture {
-  BwdCase c;
-  DType dtype;
-  HostTensor q, k, v, dout, out, lse, ref_dq, ref_dk, ref_dv;
+// The shared case data (common/backward_fixture.hpp), its device copies, and a CUDA run.
+struct BwdFixture : fctest::BwdData {
   std::unique_ptr<DevTensor> qd_, kd_, vd_, doutd_, outd_, lsed_;  // device copies of the inputs
   std::unique_ptr<DevInts> cu_q, cu_k;
 
-  BwdFixture(const BwdCase& cs, DType dt, fctest::Rng& rng) : c(cs), dtype(dt) {
-    const auto ord = order_of(c.bhsd);
-    q = HostTensor(dt, {c.b, c.sq, c.h, c.d}, ord, c.pad);
-    k = HostTensor(dt, {c.b, c.sk, c.hkv, c.d}, ord, c.pad);
-    v = HostTensor(dt, {c.b, c.sk, c.hkv, c.dv}, ord, c.pad);
-    dout = HostTensor(dt, {c.b, c.sq, c.h, c.dv}, ord, c.pad);
-    out = HostTensor(dt, {c.b, c.sq, c.h, c.dv}, ord, c.pad);
-    lse = HostTensor(DType::f32, {c.b, c.h, c.sq});
-    q.fill_uniform(rng, -2, 2);
-    k.fill_uniform(rng, -2, 2);
-    v.fill_uniform(rng, -1, 1);
-    dout.fill_uniform(rng, -1, 1);
-    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);  // varlen rows past the sequences stay 0
-    for (int64_t i = 0; i < lse.numel(); ++i) lse.set(i, 0.0);
-    fc::AttentionParams p = params_of(c);
-    p.lse = lse.ptr();
-    fc::attention(q.view(), k.view(), v.view(), out.view(), p);
-    HostTensor qf = fctest::to_f32(q), kf = fctest::to_f32(k), vf = fctest::to_f32(v), df = fctest::to_f32(dout),
-               of = fctest::to_f32(out);
-    ref_dq = HostTensor(DType::f32, {c.b, c.sq, c.h, c.d});
-    ref_dk = HostTensor(DType::f32, {c.b, c.sk, c.hkv, c.d});
-    ref_dv = HostTensor(DType::f32, {c.b, c.sk, c.hkv, c.dv});
-    fc::reference::attention_backward(qf.view(), kf.view(), vf.view(), of.view(), df.view(), lse.view(),
-                                      ref_dq.view(), ref_dk.view(), ref_dv.view(), params_of(c));
+  BwdFixture(const BwdCase& cs, DType dt, fctest::Rng& rng) : BwdData(cs, dt, rng) {
     qd_ = std::make_unique<DevTensor>(q);
     kd_ = std::make_unique<DevTensor>(k);
     vd_ = std::make_unique<DevTensor>(v);
@@ -127,61 +58,39 @@ struct BwdFixture {
     cu_k = std::make_unique<DevInts>(c.cu_k);
   }
 
-  fc::AttentionParams params() const { return params_of(c, cu_q->p, cu_k->p); }
+  fc::AttentionParams params() const { return fctest::bwd_params(c, cu_q->p, cu_k->p); }
 
-  // Gradient buffers in the case's layout, every byte NaN before the call, on host and device.
-  struct Grads {
-    HostTensor dq, dk, dv;
-    std::unique_ptr<DevTensor> ddq, ddk, ddv;
+  // Poisoned gradient buffers (grads()) and their device copies.
+  struct DevGrads {
+    Grads h;
+    std::unique_ptr<DevTensor> dq, dk, dv;
     void download() {
-      ddq->download(dq);
-      ddk->download(dk);
-      ddv->download(dv);
+      dq->download(h.dq);
+      dk->download(h.dk);
+      dv->download(h.dv);
     }
   };
-  Grads grads(int64_t grad_pad = -1) const {
-    const auto ord = order_of(c.bhsd);
-    const int64_t pad = grad_pad >= 0 ? grad_pad : c.pad;
-    Grads g{HostTensor(dtype, {c.b, c.sq, c.h, c.d}, ord, pad), HostTensor(dtype, {c.b, c.sk, c.hkv, c.d}, ord, pad),
-            HostTensor(dtype, {c.b, c.sk, c.hkv, c.dv}, ord, pad), nullptr, nullptr, nullptr};
-    g.dq.poison();
-    g.dk.poison();
-    g.dv.poison();
-    g.ddq = std::make_unique<DevTensor>(g.dq);
-    g.ddk = std::make_unique<DevTensor>(g.dk);
-    g.ddv = std::make_unique<DevTensor>(g.dv);
+  DevGrads dev_grads(int64_t grad_pad = -1) const {
+    DevGrads g{grads(grad_pad), nullptr, nullptr, nullptr};
+    g.dq = std::make_unique<DevTensor>(g.h.dq);
+    g.dk = std::make_unique<DevTensor>(g.h.dk);
+    g.dv = std::make_unique<DevTensor>(g.h.dv);
     return g;
   }
 
-  void run(Grads& g, const fc::AttentionParams& p) const {
+  void run(DevGrads& g, const fc::AttentionParams& p) const {
     fc::attention_backward(qd_->view(), kd_->view(), vd_->view(), outd_->view(), doutd_->view(), lsed_->view(),
-                           g.ddq->view(), g.ddk->view(), g.ddv->view(), p);
+                           g.dq->view(), g.dk->view(), g.dv->view(), p);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     g.download();
   }
 
-  void check(Grads& g) const {
-    const double tol = fctest::tolerance(dtype, fc::Exp2Mode::exact, c.sk);
-    EXPECT_TRUE(fctest::close(g.dq, ref_dq, tol)) << "dq";
-    EXPECT_TRUE(fctest::close(g.dk, ref_dk, tol)) << "dk";
-    EXPECT_TRUE(fctest::close(g.dv, ref_dv, tol)) << "dv";
-    EXPECT_TRUE(g.dq.padding_untouched() && g.dk.padding_untouched() && g.dv.padding_untouched())
-        << "attention_backward wrote outside a gradient view";
-    // Fully masked rows (lse = -inf): dq exactly 0.
-    for (int64_t b = 0; b < c.b; ++b)
-      for (int64_t h = 0; h < c.h; ++h)
-        for (int64_t i = 0; i < c.sq; ++i) {
-          if (lse.get((b * c.h + h) * c.sq + i) != -std::numeric_limits<double>::infinity()) continue;
-          for (int64_t e = 0; e < c.d; ++e)
-            ASSERT_EQ(g.dq.get(((b * c.sq + i) * c.h + h) * c.d + e), 0.0)
-                << "masked row b=" << b << " h=" << h << " i=" << i;
-        }
-  }
+  void check(const DevGrads& g) const { BwdData::check(g.h, fctest::tolerance(dtype, fc::Exp2Mode::exact, c.sk)); }
 
-  // One run with params p (impl, deterministic, stream) checked against the reference.
+  // One run (impl, deterministic; gradients with other padding) checked against the reference.
   void check_run(const char* impl = nullptr, bool deterministic = false, int64_t grad_pad = -1) const {
     SCOPED_TRACE(std::string("impl ") + (impl ? impl : "auto") + (deterministic ? ", deterministic" : ""));
-    Grads g = grads(grad_pad);
+    DevGrads g = dev_grads(grad_pad);
     fc::AttentionParams p = params();
     p.impl = impl;
     p.deterministic = deterministic;
@@ -257,16 +166,6 @@ TEST(CudaBackwardKernels, EveryInstanceForced) {
   }
 }
 
-// Gradient bytes of one run.
-std::vector<uint8_t> bytes_of(const BwdFixture::Grads& g) {
-  std::vector<uint8_t> all = g.dq.snapshot();
-  for (const HostTensor* t : {&g.dk, &g.dv}) {
-    const std::vector<uint8_t> s = t->snapshot();
-    all.insert(all.end(), s.begin(), s.end());
-  }
-  return all;
-}
-
 // Deterministic mode: the same bits from every run. One KV head (GQA 4:1) and many key blocks,
 // so that the dQ sums are split over several slices (one per CTA along the keys); causal and
 // not, and on a caller's stream.
@@ -283,16 +182,16 @@ TEST(CudaBackwardDeterministic, BitwiseAcrossRuns) {
       BwdFixture f(c, dt, rng);
       std::vector<uint8_t> first;
       for (int run = 0; run < 3; ++run) {
-        BwdFixture::Grads g = f.grads();
+        BwdFixture::DevGrads g = f.dev_grads();
         fc::AttentionParams p = f.params();
         p.deterministic = true;
         p.stream = run == 2 ? stream : nullptr;
         f.run(g, p);
         if (run == 0) {
           f.check(g);
-          first = bytes_of(g);
+          first = fctest::bytes_of(g.h);
         } else {
-          EXPECT_TRUE(bytes_of(g) == first) << "deterministic run " << run << " differs from the first";
+          EXPECT_TRUE(fctest::bytes_of(g.h) == first) << "deterministic run " << run << " differs from the first";
         }
       }
     }
@@ -310,9 +209,9 @@ TEST(CudaBackwardKernels, ZeroSizedProblems) {
   for (const BwdCase& c : cases) {
     SCOPED_TRACE(c.name);
     BwdFixture f(c, DType::f16, rng);
-    BwdFixture::Grads g = f.grads();
+    BwdFixture::DevGrads g = f.dev_grads();
     f.run(g, f.params());
-    for (const HostTensor* t : {&g.dq, &g.dk, &g.dv})
+    for (const HostTensor* t : {&g.h.dq, &g.h.dk, &g.h.dv})
       for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->get(i), 0.0) << "element " << i;
   }
 }
@@ -328,22 +227,16 @@ TEST(CudaBackwardErrors, BadArgumentsNamed) {
   using T = std::vector<fc::Tensor>;
   auto expect = [&](const char* arg, fc::Status code, const std::function<void(fc::AttentionParams&, T&)>& spoil) {
     SCOPED_TRACE(std::string("argument ") + arg);
-    BwdFixture::Grads g = f.grads();
+    BwdFixture::DevGrads g = f.dev_grads();
     fc::AttentionParams p = f.params();
     T t = {f.qd_->view(), f.kd_->view(), f.vd_->view(), f.outd_->view(), f.doutd_->view(), f.lsed_->view(),
-           g.ddq->view(), g.ddk->view(), g.ddv->view()};
+           g.dq->view(), g.dk->view(), g.dv->view()};
     spoil(p, t);
-    const auto before = bytes_of(g);
-    try {
-      fc::attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], p);
-      ADD_FAILURE() << "accepted";
-    } catch (const fc::Error& e) {
-      EXPECT_EQ(e.code(), code) << e.what();
-      EXPECT_EQ(std::string(e.what()).rfind(arg, 0), 0u) << e.what();
-    }
+    const auto before = fctest::bytes_of(g.h);
+    fctest::expect_refused(t, p, arg, code);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     g.download();
-    EXPECT_TRUE(bytes_of(g) == before) << "a gradient was written";
+    EXPECT_TRUE(fctest::bytes_of(g.h) == before) << "a gradient was written";
   };
   const fc::Status inval = fc::Status::invalid_argument, unsup = fc::Status::unsupported;
   HostTensor host_dq(DType::f16, {1, 9, 4, 64});

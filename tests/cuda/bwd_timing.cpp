@@ -29,7 +29,6 @@
 
 namespace {
 
-using fctiming::median;
 using fctiming::read_ints;
 
 struct Shape {
@@ -107,17 +106,8 @@ void run(const Shape& s, flashcore::DType dt, const std::vector<std::string>& im
       }
       for (int i = 0; i < 5; ++i) attention_backward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, p);
       CK(cudaStreamSynchronize(st));
-      std::vector<float> ts;
-      for (int i = 0; i < iters; ++i) {
-        CK(cudaEventRecord(a, st));
-        attention_backward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, p);
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms);
-      }
-      const double us = median(ts) * 1e3;
+      const double us = fctiming::median_event_us(
+          st, a, b, iters, [&] { attention_backward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, p); });
       std::printf(
           "{\"tag\":\"bwd\",\"backend\":\"flashcore\",\"kernel\":\"%s\",\"dispatcher\":%s,\"deterministic\":%s,"
           "\"dtype\":\"%s\",\"B\":%lld,\"H\":%lld,\"S\":%lld,\"D\":%lld,\"causal\":%s,\"Hkv\":%lld,\"us\":%.2f,"

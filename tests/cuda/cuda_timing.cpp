@@ -162,17 +162,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  std::vector<float> ts;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a, st));
-    attention(tq, tk, tv, to, p);
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  const double us = median(ts) * 1e3;
+  const double us = fctiming::median_event_us(st, a, b, iters, [&] { attention(tq, tk, tv, to, p); });
   // Short shapes (every shape with --b2b): the host time of one call (API checks,
   // dispatch, launch; the call returns before the kernel ends) and the GPU time of one
   // call among back-to-back ones (b2b_us: events around the batch), medians of 20 batches

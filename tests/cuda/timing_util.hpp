@@ -1,5 +1,5 @@
 // Helpers of the CUDA timing drivers (flashcore_cuda_timing, flashcore_cuda_bwd_timing):
-// CUDA errors end the program, integer lists from the command line, medians.
+// CUDA errors end the program, integer lists from the command line, medians (of event times).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,6 +36,23 @@ inline bool read_ints(const char*& c, std::vector<long long>& out) {
 inline double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The median over `iters` calls of call() on stream st, each between two events a and b, in
+// microseconds.
+template <class Call>
+double median_event_us(cudaStream_t st, cudaEvent_t a, cudaEvent_t b, int iters, Call&& call) {
+  std::vector<float> ts;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(a, st));
+    call();
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    ts.push_back(ms);
+  }
+  return median(ts) * 1e3;
 }
 
 }  // namespace fctiming
