@@ -108,7 +108,9 @@ struct AttentionParams {
   const float* v_descale_heads = nullptr;
   // attention_backward only: dq/dk/dv bit-identical across runs *and* thread counts (the
   // CPU backend then splits the work by the shape alone, never by the thread count). Without
-  // it a CPU result is still bit-identical from run to run at one thread count.
+  // it a CPU result is still bit-identical from run to run at one thread count. CUDA: no
+  // result depends on the order of atomic additions then (the bits follow the shape and the
+  // device's SM count); by default dq's sums are atomic and may differ in the last bits.
   bool deterministic = false;
 };
 
@@ -160,7 +162,13 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 // less); and per call, when a (batch, KV head) is split over n key ranges (fewer of them than
 // threads, or deterministic mode: docs/backward.md), n fp32 copies of dq (n * B * Sq * H * D
 // * 4 bytes, capped at 256 MiB), summed in range order and freed before the call returns.
-// CUDA tensors: Status::unsupported (the GPU backward is not in this build yet).
+// CUDA tensors (f16 / bf16; f32 is Status::unsupported there; head dims multiples of 8 up to
+// 256, 16-byte aligned rows of q, k, v, out and dout): the workspace comes from the library's
+// per-device stream-ordered pool and goes back in stream order: nb H rows_q (8 + 4 hd) bytes
+// (nb = B, or 1 for varlen; rows_q = Sq or the packed rows; hd = D rounded up to 64, 96, 128
+// or 256), the dq sums times the number of dq slices in deterministic mode (one per CTA
+// along the keys, at most 1 GiB of them; docs/cuda.md). Varlen cu_seqlens as for attention
+// (copied to the host unless max_seqlen_q/k are given). Runs asynchronously on params.stream.
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params = {});

@@ -3,6 +3,9 @@
 #include "core/errors.hpp"
 #include "cpu/backward/backward.hpp"
 #include "flashcore/flashcore.hpp"
+#if defined(FC_BUILD_CUDA)
+#include "cuda/backend.hpp"
+#endif
 
 namespace flashcore {
 
@@ -11,11 +14,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const AttentionParams& params) {
   const core::AttentionBackwardProblem p = api::check_attention_backward(q, k, v, out, dout, lse, dq, dk, dv, params);
   if (p.fwd.device == Device::cuda) {
-    // The CUDA backward plugs in here (a cuda::attention_backward(p) beside cuda::attention,
-    // under FC_BUILD_CUDA), taking the same checked problem; until then CUDA tensors are
-    // refused before anything runs.
-    throw_error(Status::unsupported,
-                "q: attention_backward on CUDA tensors is not available yet (this build has the CPU backward only)");
+#if defined(FC_BUILD_CUDA)
+    cuda::attention_backward(p);
+    return;
+#else
+    throw_error(Status::unsupported, "q: CUDA tensors given, but this flashcore was built without CUDA");
+#endif
   }
   cpu::attention_backward(p);
 }

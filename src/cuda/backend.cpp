@@ -16,42 +16,19 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "cuda/bwd_backend.hpp"
 #include "cuda/device.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/parts/fp8.hpp"
 #include "cuda/policy.hpp"
+#include "cuda/problem_checks.hpp"
 #include "cuda/registry.hpp"
 
 namespace flashcore::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
-
-// The kernels' index limits: B and H are grid dimensions (<= 65535), row arithmetic is
-// 32-bit (the tensors' rows <= 2^30; varlen's longest sequence is at most its total).
-void check_kernel_limits(const core::AttentionProblem& p) {
-  if (p.heads > 65535 || p.batch > 65535)
-    throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
-                                         ": the CUDA kernels take at most 65535 of each");
-  if (p.sq > INT_MAX / 2 || p.sk > INT_MAX / 2)
-    throw_error(Status::unsupported, "q: sequence lengths above 2^30 are not supported by the CUDA kernels");
-}
-
-// 16-byte cp.async loads need 16-byte aligned rows: the base and every stride that
-// is used (its dim > 1) a multiple of `bytes` / (element size) elements. Returns why not
-// ("" when aligned).
-using Strides = std::initializer_list<std::pair<int64_t, int64_t>>;
-std::string misalignment(const void* ptr, int64_t bytes, int64_t elem_size, Strides strides) {
-  const int64_t elems = std::max<int64_t>(bytes / elem_size, 1);
-  if (reinterpret_cast<uintptr_t>(ptr) % uintptr_t(bytes) != 0)
-    return "data pointer must be " + std::to_string(bytes) + "-byte aligned for the CUDA kernels";
-  for (const auto& [stride, extent] : strides)
-    if (extent > 1 && stride % elems != 0)
-      return "stride " + std::to_string(stride) + " is not a multiple of " + std::to_string(elems) +
-             " elements (rows must be " + std::to_string(bytes) + "-byte aligned for the CUDA kernels)";
-  return {};
-}
 
 // The q/k/v (16 bytes) and out (4 bytes) alignment the tensor-core kernels need; the
 // first violation, or "" when none.
@@ -294,6 +271,7 @@ std::vector<KernelInfo> kernels() {
   for (const InstanceInfo& i : instances())
     out.push_back({i.key, i.arch == 90 ? "sm90" : "sm80", dev.has_value() && i.runs_on(*dev)});
   out.push_back({kSimtKey, "sm80", dev.has_value()});
+  append_backward_kernels(out, dev.has_value() ? &*dev : nullptr);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backward_problem.hpp"
 #include "core/problem.hpp"
 #include "flashcore/flashcore.hpp"
 
@@ -13,6 +14,11 @@ namespace flashcore::cuda {
 // Runs attention on device tensors; throws flashcore::Error (unsupported arch/head dim,
 // host pointers, launch failures) before or instead of writing a wrong result.
 void attention(const core::AttentionProblem& p, PhaseTimes* times);
+
+// The gradients of attention on device tensors (bwd_backend.cpp; f16 / bf16): throws
+// flashcore::Error before launching anything when the problem cannot run, or when a
+// launch fails.
+void attention_backward(const core::AttentionBackwardProblem& p);
 
 // Kernel keys compiled into this build, with whether the current device can run them.
 std::vector<KernelInfo> kernels();

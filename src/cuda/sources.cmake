@@ -58,7 +58,7 @@ function(_fc_instances family dir out_var)
       list(GET _fc_rows_TMPLS ${i} tmpl_args)
       string(APPEND enabled "${reg}\n")
       set(src ${_fc_inst_dir}/${key}.cu)
-      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/${dir}_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const FwdParams& p, cudaStream_t stream) {\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/${dir}_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const ${_fc_params_${dir}}& p, cudaStream_t stream) {\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
       _fc_write_if_changed(${src} "${txt}")
       list(APPEND sources ${src})
     endforeach()
@@ -67,7 +67,11 @@ function(_fc_instances family dir out_var)
   set(_fc_enabled_${dir} "${enabled}" PARENT_SCOPE)
 endfunction()
 
-set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu)
+# The launchers' parameters per direction (kernels/params.hpp, kernels/bwd_params.hpp).
+set(_fc_params_fwd FwdParams)
+set(_fc_params_bwd BwdParams)
+set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/bwd_aux.cu)
 set(_fc_sm90_sources "")
 foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
   set(_fc_enabled_${dir} "")
@@ -135,8 +139,8 @@ endif()
 
 # The host side: coordination and checks (backend.cpp), the kernel-choice policy (plain C++,
 # tested without a GPU), the instance registry, device queries, workspace and launches.
-target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/device.cpp cuda/launch.cpp cuda/policy.cpp
-                                     cuda/registry.cpp cuda/workspace.cpp)
+target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/bwd_backend.cpp cuda/device.cpp cuda/launch.cpp
+                                     cuda/policy.cpp cuda/problem_checks.cpp cuda/registry.cpp cuda/workspace.cpp)
 # The kernels go into both libraries next to flashcore_obj's objects; the libraries are
 # created after this file is included, hence the deferred calls.
 cmake_language(DEFER CALL target_sources flashcore PRIVATE ${_fc_cuda_objs})

@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "common/backward_fixture.hpp"
 #include "common/test_util.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 
@@ -21,86 +21,9 @@ namespace {
 
 namespace fc = flashcore;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-struct BwdCase {
-  const char* name;
-  int64_t b, sq, sk, h, hkv, d, dv;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  bool bhsd = false;  // memory order [B, H, S, D] for every tensor and gradient
-  int64_t pad = 0;    // extra elements after every row of D
-  float scale = 0.0f;
-  // varlen: B = 1, sq / sk are the packed rows; the prefix sums (one more than sequences)
-  std::vector<int32_t> cu_q = {}, cu_k = {};
-};
-
-std::vector<int> order_of(bool bhsd) {
-  return bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 2, 3};
-}
-
-fc::AttentionParams params_of(const BwdCase& c) {
-  fc::AttentionParams p;
-  p.scale = c.scale;
-  p.causal = c.causal;
-  p.window_left = c.window_left;
-  p.window_right = c.window_right;
-  if (!c.cu_q.empty()) {
-    p.cu_seqlens_q = c.cu_q.data();
-    p.cu_seqlens_k = c.cu_k.data();
-    p.varlen_batch = int64_t(c.cu_q.size()) - 1;
-  }
-  return p;
-}
-
-// Inputs, the forward's out and lse (by the library, in the storage dtype, as a training
-// step has them), and the fp64 gradients of the f32-widened inputs.
-struct BwdFixture {
-  BwdCase c;
-  DType dtype;
-  HostTensor q, k, v, dout, out, lse, ref_dq, ref_dk, ref_dv;
-
-  BwdFixture(const BwdCase& cs, DType dt, Rng& rng) : c(cs), dtype(dt) {
-    const auto ord = order_of(c.bhsd);
-    q = HostTensor(dt, {c.b, c.sq, c.h, c.d}, ord, c.pad);
-    k = HostTensor(dt, {c.b, c.sk, c.hkv, c.d}, ord, c.pad);
-    v = HostTensor(dt, {c.b, c.sk, c.hkv, c.dv}, ord, c.pad);
-    dout = HostTensor(dt, {c.b, c.sq, c.h, c.dv}, ord, c.pad);
-    out = HostTensor(dt, {c.b, c.sq, c.h, c.dv}, ord, c.pad);
-    lse = HostTensor(DType::f32, {c.b, c.h, c.sq}, {}, 1);
-    q.fill_uniform(rng, -2, 2);
-    k.fill_uniform(rng, -2, 2);
-    v.fill_uniform(rng, -1, 1);
-    dout.fill_uniform(rng, -1, 1);
-    fc::AttentionParams p = params_of(c);
-    p.lse = c.dv > 0 ? lse.ptr() : nullptr;  // (Dv = 0: the forward computes no lse; any lse will do)
-    fc::attention(q.view(), k.view(), v.view(), out.view(), p);
-    // varlen rows past the last sequence: the forward leaves them; give them values
-    for (int64_t i = 0; i < out.numel(); ++i)
-      if (std::isnan(out.get(i))) out.set(i, 0.0);
-    for (int64_t i = 0; i < lse.numel(); ++i)
-      if (std::isnan(lse.get(i))) lse.set(i, 0.0);
-    HostTensor qf = to_f32(q), kf = to_f32(k), vf = to_f32(v), df = to_f32(dout), of = to_f32(out);
-    ref_dq = HostTensor(DType::f32, {c.b, c.sq, c.h, c.d});
-    ref_dk = HostTensor(DType::f32, {c.b, c.sk, c.hkv, c.d});
-    ref_dv = HostTensor(DType::f32, {c.b, c.sk, c.hkv, c.dv});
-    fc::reference::attention_backward(qf.view(), kf.view(), vf.view(), of.view(), df.view(), lse.view(),
-                                      ref_dq.view(), ref_dk.view(), ref_dv.view(), params_of(c));
-  }
-
-  // Gradient buffers in the case's layout, every byte NaN before the call.
-  struct Grads {
-    HostTensor dq, dk, dv;
-  };
-  Grads grads() const {
-    const auto ord = order_of(c.bhsd);
-    Grads g{HostTensor(dtype, {c.b, c.sq, c.h, c.d}, ord, c.pad), HostTensor(dtype, {c.b, c.sk, c.hkv, c.d}, ord, c.pad),
-            HostTensor(dtype, {c.b, c.sk, c.hkv, c.dv}, ord, c.pad)};
-    g.dq.poison();
-    g.dk.poison();
-    g.dv.poison();
-    return g;
-  }
+// The shared case data (common/backward_fixture.hpp) and a CPU run of it.
+struct BwdFixture : BwdData {
+  using BwdData::BwdData;
 
   void run(Grads& g, fc::AttentionParams p) const {
     fc::attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), g.dq.view(),
@@ -111,25 +34,12 @@ struct BwdFixture {
     SCOPED_TRACE("threads " + std::to_string(threads) + ", impl " + (impl ? impl : "auto") +
                  (deterministic ? ", deterministic" : ""));
     Grads g = grads();
-    fc::AttentionParams p = params_of(c);
+    fc::AttentionParams p = bwd_params(c);
     p.threads = threads;
     p.impl = impl;
     p.deterministic = deterministic;
     run(g, p);
-    const double tol = tolerance(dtype, kernel_ab, Exp2Mode::exact, c.sk);
-    EXPECT_TRUE(close(g.dq, ref_dq, tol)) << "dq";
-    EXPECT_TRUE(close(g.dk, ref_dk, tol)) << "dk";
-    EXPECT_TRUE(close(g.dv, ref_dv, tol)) << "dv";
-    EXPECT_TRUE(g.dq.padding_untouched() && g.dk.padding_untouched() && g.dv.padding_untouched())
-        << "attention_backward wrote outside a gradient view";
-    // Fully masked rows (lse = -inf): dq exactly 0.
-    for (int64_t b = 0; b < c.b; ++b)
-      for (int64_t h = 0; h < c.h; ++h)
-        for (int64_t i = 0; i < c.sq; ++i) {
-          if (lse.get((b * c.h + h) * c.sq + i) != -kInf) continue;
-          for (int64_t e = 0; e < c.d; ++e)
-            ASSERT_EQ(g.dq.get(((b * c.sq + i) * c.h + h) * c.d + e), 0.0) << "masked row b=" << b << " h=" << h << " i=" << i;
-        }
+    BwdData::check(g, tolerance(dtype, kernel_ab, Exp2Mode::exact, c.sk));
   }
 };
 
@@ -184,7 +94,7 @@ TEST_P(BackwardKernelTest, ForcedKernelMatchesReference) {
   if (kern.acc != DType::f32) {
     BwdFixture f(c, DType::f16, rng);
     BwdFixture::Grads g = f.grads();
-    fc::AttentionParams p = params_of(c);
+    fc::AttentionParams p = bwd_params(c);
     p.impl = kern.key;
     try {
       f.run(g, p);
@@ -218,16 +128,6 @@ TEST(Backward, ForcedPortableKernels) {
   }
 }
 
-// Gradient bytes of one run.
-std::vector<uint8_t> bytes_of(const BwdFixture::Grads& g) {
-  std::vector<uint8_t> all = g.dq.snapshot();
-  for (const HostTensor* t : {&g.dk, &g.dv}) {
-    const std::vector<uint8_t> s = t->snapshot();
-    all.insert(all.end(), s.begin(), s.end());
-  }
-  return all;
-}
-
 // Deterministic mode: the same bits from every run and every thread count. Few heads (one
 // KV head, GQA 4:1) so that each KV head is split into key ranges whose dq partial copies
 // are summed; by default the split follows the thread count, and each run at one thread
@@ -242,7 +142,7 @@ TEST(Backward, DeterministicAcrossRunsAndThreadCounts) {
     std::vector<uint8_t> first;
     for (int threads : {1, 2, 3, 2}) {
       BwdFixture::Grads g = f.grads();
-      fc::AttentionParams p = params_of(c);
+      fc::AttentionParams p = bwd_params(c);
       p.threads = threads;
       p.deterministic = true;
       f.run(g, p);
@@ -257,7 +157,7 @@ TEST(Backward, DeterministicAcrossRunsAndThreadCounts) {
       std::vector<uint8_t> again;
       for (int run = 0; run < 2; ++run) {
         BwdFixture::Grads g = f.grads();
-        fc::AttentionParams p = params_of(c);
+        fc::AttentionParams p = bwd_params(c);
         p.threads = threads;
         f.run(g, p);
         if (run == 0)
@@ -279,7 +179,7 @@ TEST(Backward, ZeroSizedProblems) {
     SCOPED_TRACE(c.name);
     BwdFixture f(c, DType::f32, rng);
     BwdFixture::Grads g = f.grads();
-    f.run(g, params_of(c));
+    f.run(g, bwd_params(c));
     for (const HostTensor* t : {&g.dq, &g.dk, &g.dv})
       for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->get(i), 0.0) << "element " << i;
   }
@@ -300,7 +200,7 @@ void check_finite_differences(const BwdCase& c) {
   dout.fill_uniform(rng, -1, 1);
   for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);  // (varlen: rows past the sequences stay 0)
   auto loss = [&] {
-    fc::AttentionParams p = params_of(c);
+    fc::AttentionParams p = bwd_params(c);
     p.lse = lse.ptr();
     fc::reference::attention(q.view(), k.view(), v.view(), out.view(), p);
     double s = 0;
@@ -311,7 +211,7 @@ void check_finite_differences(const BwdCase& c) {
   HostTensor dq(DType::f32, {c.b, c.sq, c.h, c.d}), dk(DType::f32, {c.b, c.sk, c.hkv, c.d}),
       dv(DType::f32, {c.b, c.sk, c.hkv, c.dv});
   fc::reference::attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), dq.view(),
-                                    dk.view(), dv.view(), params_of(c));
+                                    dk.view(), dv.view(), bwd_params(c));
   const double h = 1.0 / 64;  // exact in f32 around values in [-1, 1]
   for (auto [x, grad, label] : {std::tuple<HostTensor*, HostTensor*, const char*>{&q, &dq, "dq"},
                                 {&k, &dk, "dk"}, {&v, &dv, "dv"}}) {
@@ -348,18 +248,12 @@ struct BadCall {
                                                                          std::vector<fc::Tensor>&)>& spoil) {
     SCOPED_TRACE(std::string("argument ") + arg);
     BwdFixture::Grads g = f.grads();
-    fc::AttentionParams p = params_of(f.c);
+    fc::AttentionParams p = bwd_params(f.c);
     std::vector<fc::Tensor> t = {f.q.view(), f.k.view(), f.v.view(), f.out.view(), f.dout.view(), f.lse.view(),
                                  g.dq.view(), g.dk.view(), g.dv.view()};
     spoil(g, p, t);
     const auto before = bytes_of(g);
-    try {
-      fc::attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], p);
-      ADD_FAILURE() << "accepted";
-    } catch (const fc::Error& e) {
-      EXPECT_EQ(e.code(), code) << e.what();
-      EXPECT_EQ(std::string(e.what()).rfind(arg, 0), 0u) << e.what();
-    }
+    expect_refused(t, p, arg, code);
     EXPECT_TRUE(bytes_of(g) == before) << "an output was written";
   }
 };

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/test_util.hpp"
+#include "cuda_test_util.hpp"
 #include "cuda/kernels/item_order.hpp"
 #include "cuda/kernels/params.hpp"
 #include "flashcore/flashcore.hpp"
@@ -32,52 +33,6 @@ using flashcore::DType;
 using flashcore::Error;
 using flashcore::Status;
 using fctest::HostTensor;
-
-// Empty when an sm80+ GPU is usable, else why not.
-std::string gpu_missing() {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("no CUDA device (") + cudaGetErrorString(e) + ")";
-  }
-  if (n == 0) return "no CUDA device";
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  if (major < 8) return "CUDA device is older than sm80";
-  return {};
-}
-
-#define FC_REQUIRE_GPU()                                 \
-  do {                                                   \
-    const std::string why = gpu_missing();               \
-    if (!why.empty()) { GTEST_SKIP() << why << ": CUDA test skipped"; } \
-  } while (0)
-
-// Device copy of a host tensor's whole storage (padding included), with the same view.
-class DevTensor {
- public:
-  explicit DevTensor(const HostTensor& h) : bytes_(h.bytes()) {
-    EXPECT_EQ(cudaMalloc(&base_, bytes_), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(base_, h.raw(), bytes_, cudaMemcpyHostToDevice), cudaSuccess);
-    view_ = h.view();
-    view_.device = Device::cuda;
-    view_.data = static_cast<uint8_t*>(base_) + (static_cast<const uint8_t*>(h.view().data) - h.raw());
-  }
-  ~DevTensor() { cudaFree(base_); }
-  DevTensor(const DevTensor&) = delete;
-  DevTensor& operator=(const DevTensor&) = delete;
-  flashcore::Tensor& view() { return view_; }
-  // Copies the device storage back into h (same layout).
-  void download(HostTensor& h) const {
-    ASSERT_EQ(cudaMemcpy(const_cast<uint8_t*>(h.raw()), base_, bytes_, cudaMemcpyDeviceToHost), cudaSuccess);
-  }
-
- private:
-  void* base_ = nullptr;
-  size_t bytes_;
-  flashcore::Tensor view_;
-};
 
 struct Case {
   DType dtype = DType::f16;

@@ -39,8 +39,12 @@
 
 #include "core/dtype.hpp"
 #include "flashcore/flashcore.hpp"
+#include "timing_util.hpp"
 
 namespace {
+
+using fctiming::median;
+using fctiming::read_ints;
 
 struct Shape {
   const char* tag;
@@ -48,33 +52,6 @@ struct Shape {
   bool causal;
   int64_t Hkv = 0, Sq = 0;  // GQA rows: KV heads and queries (0: H, S)
 };
-
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
-
-// Reads comma-separated integers at c up to a ';' (passed) or the end: false where a field
-// is not a number. --hdims / --seqs take one such list, --shapes one per shape.
-bool read_ints(const char*& c, std::vector<long long>& out) {
-  for (char* end = nullptr;; c = end + 1) {
-    out.push_back(std::strtoll(c, &end, 10));
-    if (end == c) return false;
-    if (*end != ',') {
-      c = *end == ';' ? end + 1 : end;
-      return true;
-    }
-  }
-}
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 bool g_descale_heads = false;  // --descale-heads
 bool g_randn = true;           // --inputs randn (default) | pattern
@@ -185,17 +162,7 @@ void run(const Shape& s, flashcore::DType dt, const char* impl, int iters) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  std::vector<float> ts;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(a, st));
-    attention(tq, tk, tv, to, p);
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    ts.push_back(ms);
-  }
-  const double us = median(ts) * 1e3;
+  const double us = fctiming::median_event_us(st, a, b, iters, [&] { attention(tq, tk, tv, to, p); });
   // Short shapes (every shape with --b2b): the host time of one call (API checks,
   // dispatch, launch; the call returns before the kernel ends) and the GPU time of one
   // call among back-to-back ones (b2b_us: events around the batch), medians of 20 batches

@@ -1,0 +1,232 @@
+// CUDA attention backward: validates what only the device can tell (pointer kinds,
+// alignment, arch, shared memory, device-resident cu_seqlens), picks a bwd_sm80 instance
+// (instances.inc's bwd rows) and runs, on the caller's stream:
+//   memset     the fp32 dQ accumulator slices
+//   prepare    per query row: D = rowsum(dO * O) and lse log2 e (bwd_aux.cu)
+//   main       dK, dV, and dQ's sums (kernels/bwd_sm80.cuh)
+//   finish     dQ = scale * sum of the slices, converted; varlen: dK, dV rows past the
+//              last sequence zeroed (bwd_aux.cu)
+// Every CUDA error becomes a flashcore::Error; nothing is launched until every check has
+// passed. Workspace (from the per-device stream-ordered pool, back to it in stream order
+// whatever launched): the row stats, nb H rows_q float2 (nb = B, or 1 for varlen; rows_q =
+// Sq or the packed rows), rounded up to 16 bytes; then `splits` dQ slices of nb H rows_q hd
+// floats (hd: the instance's head dim, D rounded up to 64, 96, 128 or 256).
+// splits = 1 by default (every CTA adds into the one slice with atomic reductions); in
+// deterministic mode each CTA adds into a slice of its own (bwd_sm80.cuh), as many as
+// there are CTAs along the keys (deterministic_splits), at most kDeterministicBudget bytes
+// of slices.
+#include "cuda/bwd_backend.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "cuda/backend.hpp"
+#include "cuda/kernels/bwd_params.hpp"
+#include "cuda/launch.hpp"
+#include "cuda/problem_checks.hpp"
+#include "cuda/workspace.hpp"
+
+namespace flashcore::cuda {
+
+using BwdLaunchFn = cudaError_t (*)(const BwdParams&, cudaStream_t);
+
+// The kernels: bwd_aux.cu and one generated TU per bwd row of instances.inc (names = keys;
+// sources.cmake lists the enabled ones in instances_bwd.inc).
+cudaError_t bwd_prepare(const BwdParams&, bool bf16, cudaStream_t);
+cudaError_t bwd_finish(const BwdParams&, bool bf16, cudaStream_t);
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) cudaError_t key(const BwdParams&, cudaStream_t);
+#include "instances_bwd.inc"
+#undef FC_SM80_INST
+
+namespace {
+
+struct BwdInstance {
+  const char* key;
+  DType dtype;
+  int head_dim, block_m, block_n, stages, dsplit;
+  BwdLaunchFn fn;
+  int smem() const { return bwd_sm80_smem(head_dim, block_m, block_n, stages, int(dtype_size(dtype))); }
+};
+
+constexpr DType bwd_dtype_f16 = DType::f16, bwd_dtype_bf16 = DType::bf16;
+const BwdInstance kBwdInstances[] = {
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) {#key, bwd_dtype_##dt, hd, bm, bn, st, ds, key},
+#include "instances_bwd.inc"
+#undef FC_SM80_INST
+};
+
+// Deterministic mode: the dQ slices take at most this many bytes (fewer slices beyond it;
+// one slice always).
+constexpr size_t kDeterministicBudget = size_t(1) << 30;
+
+// The instance for this problem: the forced key (params.impl), else the first row (table
+// order = preference) of the smallest head dim that covers D and Dv and fits the device's
+// shared memory.
+const BwdInstance& pick_bwd(const core::AttentionProblem& p, const DeviceInfo& dev) {
+  const int64_t hd = std::max(p.d, p.dv);
+  if (p.impl != nullptr && p.impl[0] != '\0') {
+    for (const BwdInstance& i : kBwdInstances)
+      if (std::strcmp(i.key, p.impl) == 0) {
+        if (i.dtype != p.dtype || i.head_dim < hd)
+          throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
+                                               "' is not a CUDA backward kernel for " + to_string(p.dtype) +
+                                               " head dim " + std::to_string(hd));
+        if (i.smem() > dev.smem_optin)
+          throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
+                                               "' needs more shared memory than this device has");
+        return i;
+      }
+    throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
+                                         "' is not a CUDA backward kernel of this build (bwd_sm80_* keys: "
+                                         "list_kernels)");
+  }
+  int best_hd = INT_MAX;
+  for (const BwdInstance& i : kBwdInstances)
+    if (i.dtype == p.dtype && i.head_dim >= hd) best_hd = std::min(best_hd, i.head_dim);
+  if (best_hd == INT_MAX)
+    throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
+                                         ") has no CUDA backward instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
+  for (const BwdInstance& i : kBwdInstances)
+    if (i.dtype == p.dtype && i.head_dim == best_hd && i.smem() <= dev.smem_optin) return i;
+  throw_error(Status::unsupported, "q: no CUDA backward instance for head dim " + std::to_string(best_hd) +
+                                       " fits this device's shared memory (" + std::to_string(dev.smem_optin) +
+                                       " bytes)");
+}
+
+// Deterministic mode's CTAs along the keys (each with a dQ slice of its own), for `items`
+// CTAs per key-block position (B Hkv, times the column splits) and `key_blocks` blocks: the
+// count s <= min(key_blocks, most) with the fewest block-times, ceil(items s / SMs) waves of
+// ceil(key_blocks / s) blocks each (one CTA per SM: the kernels' register budget), the
+// smallest such s (the least workspace). E.g. 132 SMs, 16 KV heads, 128 key blocks: 8 (one
+// wave of 128 CTAs, 16 blocks each, as long as the 16 waves of the default mode); 9 would
+// start a second wave.
+int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int sms) {
+  items = std::max<int64_t>(items, 1);
+  const int64_t sm = std::max(sms, 1), top = std::max<int64_t>(std::min(key_blocks, most), 1);
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= top; ++s) {
+    const int64_t cost = (items * s + sm - 1) / sm * ((key_blocks + s - 1) / s);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return int(best);
+}
+
+// Pointers, head dims and alignment: q, k, v, out and dout are read 16 bytes at a time
+// (cp.async, vector loads), dq, dk and dv written in pairs (4 bytes).
+void check_backward(const core::AttentionBackwardProblem& bp, const DeviceInfo& dev) {
+  const core::AttentionProblem& p = bp.fwd;
+  check_pointers(p, dev);
+  check_device_pointer(bp.dout.data, "dout", dev.id);
+  check_device_pointer(bp.dq.data, "dq", dev.id);
+  check_device_pointer(bp.dk.data, "dk", dev.id);
+  check_device_pointer(bp.dv.data, "dv", dev.id);
+  if (p.d % 8 != 0 || p.dv % 8 != 0)
+    throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
+                                         " must be multiples of 8 for the CUDA backward");
+  check_kernel_limits(p);
+  const int64_t es = int64_t(dtype_size(p.dtype)), nb = p.cu_q != nullptr ? 1 : p.batch;
+  const int64_t sq = bp.rows_q, sk = bp.rows_k;
+  const std::pair<const char*, std::string> checks[] = {
+      {"q", misalignment(p.q.data, 16, es, {{p.q.sb, nb}, {p.q.ss, sq}, {p.q.sh, p.heads}})},
+      {"k", misalignment(p.k.data, 16, es, {{p.k.sb, nb}, {p.k.ss, sk}, {p.k.sh, p.kv_heads}})},
+      {"v", misalignment(p.v.data, 16, es, {{p.v.sb, nb}, {p.v.ss, sk}, {p.v.sh, p.kv_heads}})},
+      {"out", misalignment(p.o, 16, es, {{p.o_sb, nb}, {p.o_ss, sq}, {p.o_sh, p.heads}})},
+      {"dout", misalignment(bp.dout.data, 16, es, {{bp.dout.sb, nb}, {bp.dout.ss, sq}, {bp.dout.sh, p.heads}})},
+      {"dq", misalignment(bp.dq.data, 4, es, {{bp.dq.sb, nb}, {bp.dq.ss, sq}, {bp.dq.sh, p.heads}})},
+      {"dk", misalignment(bp.dk.data, 4, es, {{bp.dk.sb, nb}, {bp.dk.ss, sk}, {bp.dk.sh, p.kv_heads}})},
+      {"dv", misalignment(bp.dv.data, 4, es, {{bp.dv.sb, nb}, {bp.dv.ss, sk}, {bp.dv.sh, p.kv_heads}})},
+  };
+  for (const auto& [name, why] : checks)
+    if (!why.empty()) throw_error(Status::invalid_argument, std::string(name) + ": " + why);
+}
+
+// Query rows of all heads (the row stats) and one dQ slice's bytes.
+size_t query_rows(const BwdParams& b) { return size_t(b.nb) * size_t(b.f.heads) * size_t(b.rows_q); }
+size_t slice_bytes_of(const BwdParams& b) { return query_rows(b) * size_t(b.acc_ld) * 4; }
+
+// The launches of one call; the workspace goes back to the pool whatever launched, and the
+// first failure is named.
+void run(const BwdInstance& inst, BwdParams& b, const DeviceInfo& dev, cudaStream_t stream) {
+  const bool bf16 = inst.dtype == DType::bf16;
+  const size_t stat_bytes = (query_rows(b) * 8 + 15) / 16 * 16, slice_bytes = slice_bytes_of(b);
+  const size_t total = stat_bytes + size_t(b.splits) * slice_bytes;
+  char* ws = nullptr;
+  if (total > 0) {
+    const cudaError_t ea =
+        cudaMallocFromPoolAsync(reinterpret_cast<void**>(&ws), total, workspace_pool(dev.id), stream);
+    if (ea != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the backward's workspace failed", ea);
+  }
+  b.rowstat = reinterpret_cast<float2*>(ws);
+  b.dq_acc = reinterpret_cast<float*>(ws + stat_bytes);
+  const char* what = "the dQ accumulator's memset";
+  cudaError_t e = slice_bytes > 0 ? cudaMemsetAsync(b.dq_acc, 0, size_t(b.splits) * slice_bytes, stream) : cudaSuccess;
+  if (e == cudaSuccess) {
+    what = "bwd_row_stats";
+    e = bwd_prepare(b, bf16, stream);
+  }
+  if (e == cudaSuccess && b.key_ctas > 0 && b.kv_heads > 0 && b.f.batch > 0) {
+    what = inst.key;
+    e = inst.fn(b, stream);
+  }
+  if (e == cudaSuccess) {
+    what = "bwd_dq_store / bwd_zero_tail";
+    e = bwd_finish(b, bf16, stream);
+  }
+  const cudaError_t ef = ws != nullptr ? cudaFreeAsync(ws, stream) : cudaSuccess;
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
+  if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the backward's workspace failed", ef);
+}
+
+}  // namespace
+
+void attention_backward(const core::AttentionBackwardProblem& bp) {
+  const core::AttentionProblem& p = bp.fwd;
+  const DeviceInfo dev = device_info(true);
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16)
+    throw_error(Status::unsupported, std::string("q: attention_backward on CUDA tensors takes f16 or bf16, got ") +
+                                         to_string(p.dtype) + " (fp32 storage: the CPU backend)");
+  check_backward(bp, dev);
+  const BwdInstance& inst = pick_bwd(p, dev);
+  int64_t sq = p.sq, sk = p.sk;
+  longest_sequences(p, &sq, &sk);
+
+  BwdParams b;
+  b.f = fwd_params(p, sq, sk, dev);
+  b.dout = bp.dout.data;
+  b.do_sb = bp.dout.sb, b.do_ss = bp.dout.ss, b.do_sh = bp.dout.sh;
+  b.dq = bp.dq.data, b.dk = bp.dk.data, b.dv = bp.dv.data;
+  b.dq_sb = bp.dq.sb, b.dq_ss = bp.dq.ss, b.dq_sh = bp.dq.sh;
+  b.dk_sb = bp.dk.sb, b.dk_ss = bp.dk.ss, b.dk_sh = bp.dk.sh;
+  b.dv_sb = bp.dv.sb, b.dv_ss = bp.dv.ss, b.dv_sh = bp.dv.sh;
+  b.scale = p.scale;
+  b.kv_heads = int(p.kv_heads);
+  b.nb = p.cu_q != nullptr ? 1 : int(p.batch);
+  b.rows_q = int(bp.rows_q);
+  b.rows_k = int(bp.rows_k);
+  b.acc_ld = inst.head_dim;
+  const int key_blocks = int((sk + inst.block_n - 1) / inst.block_n);
+  b.key_ctas = key_blocks;
+  if (bp.deterministic) {
+    const size_t slice_bytes = slice_bytes_of(b);
+    const int64_t most = slice_bytes > 0 ? int64_t(kDeterministicBudget / slice_bytes) : key_blocks;
+    b.splits = deterministic_splits(p.batch * p.kv_heads * inst.dsplit, key_blocks, most, dev.sms);
+    b.key_ctas = key_blocks > 0 ? b.splits : 0;
+    b.dq_split = int64_t(slice_bytes / 4);
+  }
+  if (b.nb == 0) return;  // (no query heads: the main kernel still writes dK = dV = 0)
+  run(inst, b, dev, static_cast<cudaStream_t>(p.stream));
+}
+
+void append_backward_kernels(std::vector<KernelInfo>& out, const DeviceInfo* dev) {
+  for (const BwdInstance& i : kBwdInstances)
+    out.push_back({i.key, "sm80", dev != nullptr && i.smem() <= dev->smem_optin});
+}
+
+}  // namespace flashcore::cuda
