@@ -63,6 +63,15 @@ void check_forced_splits(const char* impl, int kv_splits, const InstanceInfo& i)
                 std::string("params.impl: '") + impl + "': KV splits run on the sm90 kernels without '_p'");
 }
 
+// A forced key's kernel (inst, or the FFMA kernel's key) that takes another dtype than the
+// tensors' (dt): refused, naming params.impl.
+void check_forced_dtype(const char* impl, const InstanceInfo* inst, bool simt, DType dt) {
+  const DType kernel_dt = simt ? DType::f32 : inst != nullptr ? inst->dtype : dt;
+  if (kernel_dt != dt)
+    throw_error(Status::unsupported, std::string("params.impl: '") + impl + "' is a kernel for " +
+                                         to_string(kernel_dt) + " tensors; q, k and v are " + to_string(dt));
+}
+
 // A forced key, "<key>" or "<key>+kv<N>": the key into *key, N (1 .. 64) returned, 1 without.
 int forced_key(const char* impl, std::string* key) {
   *key = impl;
@@ -119,6 +128,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
     std::string key;
     const int kv_splits = forced_key(p.impl, &key);
     const InstanceInfo* inst = find_key(key.c_str());
+    check_forced_dtype(p.impl, inst, key == kSimtKey, DType::e4m3);
     if (inst == nullptr || inst->arch != 90 || inst->dtype != DType::e4m3 || p.d != inst->head_dim ||
         p.dv != inst->head_dim || inst->smem() > dev.smem_optin)
       throw_error(Status::unsupported, std::string("params.impl: '") + p.impl + "' is not an e4m3 kernel of this build for D = " +
@@ -164,6 +174,7 @@ KernelChoice forced_choice(const core::AttentionProblem& p, int64_t sq, int64_t 
   std::string key;
   const int kv_splits = forced_key(p.impl, &key);
   const InstanceInfo* inst = find_key(key.c_str());
+  check_forced_dtype(p.impl, inst, key == kSimtKey, p.dtype);
   if (inst != nullptr) check_forced_splits(p.impl, kv_splits, *inst);
   if (inst != nullptr && inst->arch == 90) {
     const std::string why = sm90_refusal(p, *inst, dev);

@@ -161,6 +161,33 @@ double rel_err(const HostTensor& out, const HostTensor& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+::testing::AssertionResult outputs_agree(const HostTensor& out, const HostTensor& ref, double tol) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double o = out.get(i), r = ref.get(i);
+    if (std::isfinite(r) != std::isfinite(o))
+      return ::testing::AssertionFailure() << "out (row-major index " << i << "): got " << o << ", want " << r;
+    if (!std::isfinite(r)) continue;
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  if (out.dtype() == DType::f16) den = std::max(den, double(out.numel()) * 0x1p-28);
+  const double e = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (e <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "rel_err over the finite outputs " << e << " > " << tol;
+}
+
+::testing::AssertionResult lse_agree(const HostTensor& lse, const HostTensor& ref, double tol) {
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double o = lse.get(i), r = ref.get(i);
+    const bool ok = std::isnan(r)   ? std::isnan(o)
+                    : std::isinf(r) ? o == r
+                                    : std::isfinite(o) && std::abs(o - r) <= tol * (1 + std::abs(r));
+    if (!ok) return ::testing::AssertionFailure() << "lse (row-major index " << i << "): got " << o << ", want " << r;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 double tolerance(DType storage, Exp2Mode mode, int64_t sk) {
   if (storage == DType::f32) return mode == Exp2Mode::exact ? 1e-5 : 1e-2;
   if (storage == DType::bf16 && sk > 512) return 2e-2;  // BENCH.md: bf16 at long Sk

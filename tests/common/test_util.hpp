@@ -102,6 +102,14 @@ double tolerance(DType storage, DType kernel_ab, Exp2Mode mode, int64_t sk);
 // lse: +-inf must match exactly, finite values within `tol` (absolute, lse is a log).
 ::testing::AssertionResult lse_close(const HostTensor& lse, const HostTensor& ref, double tol);
 
+// The rules for hostile values (flashcore.hpp): where the reference is finite, ours is
+// finite and within `tol` of it (relative norm over the finite elements); where it is not,
+// ours is not either (a hidden key's NaN never reaches a row).
+::testing::AssertionResult outputs_agree(const HostTensor& out, const HostTensor& ref, double tol);
+// lse: -inf and NaN exactly where the reference has them; finite values close (relative:
+// huge scores give huge lse).
+::testing::AssertionResult lse_agree(const HostTensor& lse, const HostTensor& ref, double tol);
+
 // Skips the running test when the machine cannot run this GEMM micro-kernel (its ISA is
 // absent), naming the ISA. Kernels that accumulate in fp16 (noepi) run through the
 // pipelines too, checked at their operand dtype's tolerance.

@@ -32,7 +32,11 @@ using flashcore::Device;
 using flashcore::DType;
 using flashcore::Error;
 using flashcore::Status;
+using fctest::DevTensor;
+using fctest::has_suffix;
 using fctest::HostTensor;
+using fctest::keys_by_prefix;
+using fctest::sm90_missing;
 
 struct Case {
   DType dtype = DType::f16;
@@ -258,23 +262,6 @@ TEST_P(CudaDtype, GqaMqaAndLayouts) {
   run_case(c);
 }
 
-// The kernel keys of this build that start with `prefix` (which ends in "_hd"), each with
-// the head dim that follows it, in table order (the first of a head dim is the
-// dispatcher's choice); only those available on this device when asked, only head dim
-// `hd` when it is not 0.
-std::vector<std::pair<std::string, int64_t>> keys_by_prefix(const std::string& prefix, bool available_only,
-                                                           int64_t hd = 0) {
-  std::vector<flashcore::KernelInfo> ks(256);
-  ks.resize(size_t(flashcore::list_kernels(ks.data(), int(ks.size()))));
-  std::vector<std::pair<std::string, int64_t>> out;
-  for (const auto& k : ks)
-    if (k.key.rfind(prefix, 0) == 0 && (k.available || !available_only)) {
-      const int64_t d = std::stoll(k.key.substr(prefix.size()));
-      if (hd == 0 || d == hd) out.emplace_back(k.key, d);
-    }
-  return out;
-}
-
 TEST_P(CudaDtype, ForcedTiles) {
   FC_REQUIRE_GPU();
   const std::string prefix = "fwd_sm80_" + key_dtype(GetParam()) + "_hd";
@@ -434,28 +421,6 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaDtype, ::testing::Values(DType::f16, DType::b
                          [](const auto& i) { return fctest::name(i.param); });
 
 // ---- Hopper family (fwd_sm90: wgmma + TMA, sm_90a) -------------------------------------
-
-// Empty when the device runs the sm90 kernels (compute capability 9.0), else why not.
-std::string sm90_missing() {
-  std::string why = gpu_missing();
-  if (!why.empty()) return why;
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major != 9 || minor != 0) return "device is sm" + std::to_string(major) + std::to_string(minor) + ", not sm90";
-  return {};
-}
-
-#define FC_REQUIRE_SM90()                                 \
-  do {                                                    \
-    const std::string why = sm90_missing();               \
-    if (!why.empty()) { GTEST_SKIP() << why << ": sm90 test skipped"; } \
-  } while (0)
-
-// Kernel-key variants: "_p" persistent, "_vt" fp8 V^T made in the kernel.
-bool has_suffix(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The sm90 keys of this build for a dtype with their head dims (table order: the first
 // of a head dim is the dispatcher's choice), or for one head dim.

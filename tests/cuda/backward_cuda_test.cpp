@@ -27,6 +27,7 @@ namespace {
 namespace fc = flashcore;
 using fc::DType;
 using fctest::BwdCase;
+using fctest::DevTensor;
 using fctest::HostTensor;
 
 // Device int32 array.
