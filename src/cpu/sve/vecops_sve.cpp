@@ -12,7 +12,8 @@
 //          |r ln2| <= 5.5e-3 is 1 + r ln2 + (r ln2)^2/2 within 2.7e-8; with the roundings
 //          of the table entry, the FMAs and the product the result is within ~1.3e-7
 //          relative (<= 2e-7), with one FMA more than fast mode plus two for r.
-// Results under 2^-126 (and every x < -126, including -inf from masked scores) are 0;
+// Results under 2^-126 (and every x < -126, including -inf from masked scores) are 0; a
+// NaN x (a NaN score, or inf - inf) gives NaN, which marks its row as NaN downstream;
 // exp2_pack stores fp16 probabilities under 2^-14 (fp16's smallest normal) as 0 too, like
 // the portable ops, and adds to the row sums exactly the value it stored.
 #include <arm_sve.h>
@@ -37,8 +38,8 @@ inline __attribute__((always_inline)) svfloat32_t exp2_v(svbool_t pg, svfloat32_
   const svfloat32_t e = svexpa(svreinterpret_u32(y));
   svfloat32_t p;
   if constexpr (kFast) {
-    p = e;
-  } else {
+    p = svsel(svcmpuo(pg, x, x), x, e);  // NaN stays NaN: FEXPA would read its bits as 2^-127
+  } else {  // r is NaN for a NaN x, and so is p
     const svfloat32_t r = svsub_x(pg, x, svsub_x(pg, y, kShift));  // x - n/64, exact
     const svfloat32_t q = svmul_x(pg, r, svmla_x(pg, svdup_n_f32(kC1), r, kC2));
     p = svmla_x(pg, e, e, q);                                        // e * (1 + q)
