@@ -109,6 +109,13 @@ fc_status fc_attention_backward(const fc_tensor* q, const fc_tensor* k, const fc
                                 const fc_tensor* dq, const fc_tensor* dk, const fc_tensor* dv,
                                 const fc_attention_params* params);
 
+/* Merges n >= 1 attention states (flashcore.hpp, merge_states): out_parts[i] [B,S,H,D]
+ * (f32/f16/bf16, one dtype) with lse_parts[i] fp32 [B,H,S] into out [B,S,H,D] and lse
+ * [B,H,S]. out (lse) may be exactly one part's view: merged in place. threads: 0 = all
+ * cores; stream: for CUDA tensors (refused for now). */
+fc_status fc_merge_states(const fc_tensor* out_parts, const fc_tensor* lse_parts, int64_t n,
+                          const fc_tensor* out, const fc_tensor* lse, int threads, void* stream);
+
 /* fp64 references of fc_attention and fc_attention_backward (CPU tensors). */
 fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
                                  const fc_tensor* out, const fc_attention_params* params);

@@ -165,6 +165,40 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params = {});
 
+// ---- Serving: merging attention states.
+
+struct MergeStatesParams {
+  int threads = 0;         // CPU threads; 0 = OMP_NUM_THREADS / all cores
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors (refused for now)
+};
+
+// merge_states: two attention states over disjoint key sets, (out_a, lse_a) and (out_b,
+// lse_b), each normalized over its own keys, merged into the state over their union:
+//   lse = log(exp(lse_a) + exp(lse_b)),  out = w_a out_a + w_b out_b,  w_x = exp(lse_x - lse),
+// computed as w_x = exp(lse_x - m) / sum with m = max(lse_a, lse_b), in fp32.
+// Shapes are attention's: out_* [B, S, H, D] (f32, f16 or bf16; both parts one dtype), lse_*
+// fp32 [B, H, S]; out [B, S, H, D] (f32, f16 or bf16), lse [B, H, S]; any strides with a
+// contiguous last dim.
+//  * A part with lse = -inf (it saw no key) contributes nothing and its out is not read;
+//    every part -inf gives out = 0 and lse = -inf; a NaN lse gives a NaN row (out and lse);
+//    parts at lse = +inf share the weight.
+//  * fp32 lse values carry about 7 digits: where |lse| is huge (scores ~1e20, say) log(l)
+//    is lost beside the max and the weights follow. The pipelines' own split over keys
+//    merges exact (max, sum) pairs instead; merge_states is what callers holding only lse
+//    (split-KV across calls, cascade attention, context parallelism) can merge.
+//  * In place: out may be exactly out_a's (or out_b's) view (same data, dtype, shape and
+//    strides), and lse lse_a's; any other overlap of an output with an input or with the
+//    other output is refused by name, as are bad shapes, dtypes and devices, before
+//    anything is written.
+//  * CPU tensors; CUDA tensors are refused with Status::unsupported for now.
+void merge_states(const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b, const Tensor& lse_b,
+                  const Tensor& out, const Tensor& lse, const MergeStatesParams& params = {});
+// The n-way form (n >= 1): out_parts[i] / lse_parts[i] as above, merged in one pass (the
+// same as merging them pair by pair, up to rounding). In place: out may be exactly one part's
+// view and lse one lse part's.
+void merge_states(const Tensor* out_parts, const Tensor* lse_parts, int64_t n, const Tensor& out,
+                  const Tensor& lse, const MergeStatesParams& params = {});
+
 // softmax_v: s [M,L] (f32, or i32 scaled by params.scale), v [L,d], out [M,d] (dtype of v).
 void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
                const SoftmaxVParams& params = {}, PhaseTimes* times = nullptr);

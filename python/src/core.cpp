@@ -400,6 +400,45 @@ void attention_backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out
     fc::attention_backward(in.q.t, in.k.t, in.v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, in.p);
 }
 
+// merge_states' options (flashcore._core.MergeStatesParams: MergeStatesParams' fields; the
+// Python package sets stream for CUDA arrays, as for attention).
+struct PyMergeParams {
+  int threads = 0;
+  uintptr_t stream = 0;
+};
+
+// merge_states: the parts (lists of arrays), out and lse written. `pair`: the two-part form
+// (messages name out_a / out_b, lse_a / lse_b).
+void merge_states(const nb::list& out_parts, const nb::list& lse_parts, nb::handle out_, nb::handle lse_, bool pair,
+                  const PyMergeParams& o) {
+  const size_t n = out_parts.size();
+  if (lse_parts.size() != n)
+    raise_value("lse_parts: has " + std::to_string(lse_parts.size()) + " parts but out_parts has " + std::to_string(n));
+  Arg out = import_array(out_, "out", true), lse = import_array(lse_, "lse", true);
+  same_device(lse, "lse", out, "out");
+  std::vector<Arg> os(n), ls(n);
+  std::vector<fc::Tensor> ot(n), lt(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string on = pair ? (i == 0 ? "out_a" : "out_b") : "out_parts[" + std::to_string(i) + "]";
+    const std::string ln = pair ? (i == 0 ? "lse_a" : "lse_b") : "lse_parts[" + std::to_string(i) + "]";
+    os[i] = import_array(out_parts[i], on.c_str(), false);
+    ls[i] = import_array(lse_parts[i], ln.c_str(), false);
+    same_device(os[i], on.c_str(), out, "out");
+    same_device(ls[i], ln.c_str(), out, "out");
+    ot[i] = os[i].t;
+    lt[i] = ls[i].t;
+  }
+  if (o.threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(o.threads));
+  fc::MergeStatesParams p;
+  p.threads = o.threads;
+  p.stream = reinterpret_cast<void*>(o.stream);
+  nb::gil_scoped_release nogil;
+  if (pair && n == 2)
+    fc::merge_states(ot[0], lt[0], ot[1], lt[1], out.t, lse.t, p);
+  else
+    fc::merge_states(ot.data(), lt.data(), int64_t(n), out.t, lse.t, p);
+}
+
 void softmax_v(nb::handle s_, nb::handle v_, nb::handle out_, double scale, int strategy, int exp,
                int threads, nb::handle impl_) {
   Arg s = import_array(s_, "s", false);
@@ -524,6 +563,11 @@ NB_MODULE(_core, m) {
         "dv"_a, "params"_a, "reference"_a = false);
   m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
         "Nanoseconds the last attention() spent in the C++ call (this thread).");
+  nb::class_<PyMergeParams>(m, "MergeStatesParams", "Options of merge_states (flashcore.hpp's MergeStatesParams)")
+      .def(nb::init<>())
+      .def_rw("threads", &PyMergeParams::threads)
+      .def_rw("stream", &PyMergeParams::stream);
+  m.def("merge_states", &merge_states, "out_parts"_a, "lse_parts"_a, "out"_a, "lse"_a, "pair"_a, "params"_a);
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,
         "threads"_a, "impl"_a.none());
   m.def("gemm_chain", &gemm_chain, "a"_a, "b"_a, "c"_a, "out"_a, "threads"_a, "impl"_a.none());

@@ -25,10 +25,13 @@ void check_no_alias(const Tensor& out, const char* out_name, const void* in, int
                     const char* in_name);
 // An output whose elements do not all have their own address (zero or overlapping strides).
 void check_no_self_overlap(const Tensor& t, const char* name);
+
 void check_same_device(const Tensor& t, const char* name, Device d);
 void check_dim(const Tensor& t, const char* name, int dim, const char* dim_name, int64_t expect,
                const char* from);
 // f32/f16/bf16 (and fp8 on CUDA); Status::unsupported otherwise.
 void check_storage_dtype(DType d, const char* name, Device dev);
+// CPU threads: 0 (automatic) up to core::max_threads().
+void check_threads(int threads);
 
 }  // namespace flashcore::api::detail

@@ -56,6 +56,26 @@ struct AttentionProblem {
   bool banded() const { return causal || windowed(); }
 };
 
+// merge_states: n parts (O [B, S, H, D] in part_dtype, lse [B, H, S] fp32) merged into one.
+struct StatePart {
+  Operand4 o;
+  const float* lse = nullptr;
+  int64_t lse_sb = 0, lse_sh = 0;
+};
+struct MergeProblem {
+  DType part_dtype = DType::f32, out_dtype = DType::f32;
+  Device device = Device::cpu;
+  const StatePart* parts = nullptr;
+  int64_t n = 0;
+  void* o = nullptr;
+  int64_t o_sb = 0, o_ss = 0, o_sh = 0;
+  float* lse = nullptr;
+  int64_t lse_sb = 0, lse_sh = 0;
+  int64_t batch = 0, s = 0, heads = 0, d = 0;
+  int threads = 0;
+  void* stream = nullptr;
+};
+
 // softmax_v: O[M, d] = softmax(scale * S[M, L]) V[L, d]; S element (m, l) at
 // s + m*s_sm + l*s_sl (either stride may be 1: row- or column-major scores).
 struct SoftmaxVProblem {

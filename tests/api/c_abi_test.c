@@ -1,5 +1,6 @@
 /* The C ABI, from C: a correct attention call against fc_attention_reference, its
- * backward against fc_attention_backward_reference, the other two operations, bad inputs returning their status with fc_last_error() naming
+ * backward against fc_attention_backward_reference, the other two operations, merge_states
+ * of a split call against the whole call, bad inputs returning their status with fc_last_error() naming
  * the argument (and the output untouched), and null struct pointers. Exit code 0 = pass. */
 #include <math.h>
 #include <stdio.h>
@@ -335,6 +336,44 @@ int main(void) {
                 "dk: overlaps dq", dq, copy, nq, "backward dk over dq");
     free(dout);
     free(grads);
+  }
+
+  /* merge_states: attention over keys [0, 6) and [6, SK), merged, against one call over all
+   * keys (non-causal); then a call with no parts, refused by name. */
+  {
+    const size_t nl = B * H * SQ;
+    float* parts = malloc(2 * nq * sizeof(float));
+    float* lses = malloc(2 * nl * sizeof(float));
+    float* whole = malloc(nq * sizeof(float));
+    float* whole_lse = malloc(nl * sizeof(float));
+    fc_tensor to[2], tl[2], tw = tensor4(whole, B, SQ, H, D), twl = tlse;
+    twl.data = whole_lse;
+    fc_attention_params pm;
+    fc_attention_params_init(&pm);
+    pm.lse = &twl;
+    CHECK(fc_attention(&tq, &tk, &tv, &tw, &pm) == FC_OK, "%s", fc_last_error());
+    for (int i = 0; i < 2; ++i) {
+      fc_tensor ks = tk, vs = tv;
+      ks.data = k + (i == 0 ? 0 : 6 * HKV * D);
+      vs.data = v + (i == 0 ? 0 : 6 * HKV * D);
+      ks.shape[1] = vs.shape[1] = i == 0 ? 6 : SK - 6;
+      to[i] = tensor4(parts + i * nq, B, SQ, H, D);
+      tl[i] = tlse;
+      tl[i].data = lses + i * nl;
+      pm.lse = &tl[i];
+      CHECK(fc_attention(&tq, &ks, &vs, &to[i], &pm) == FC_OK, "%s", fc_last_error());
+    }
+    poison(out, nq);
+    poison(lse, nl);
+    CHECK(fc_merge_states(to, tl, 2, &tout, &tlse, 2, NULL) == FC_OK, "%s", fc_last_error());
+    CHECK(rel_err(out, whole, nq) <= 1e-5, "merge_states rel_err %g", rel_err(out, whole, nq));
+    CHECK(rel_err(lse, whole_lse, nl) <= 1e-5, "merge_states lse rel_err %g", rel_err(lse, whole_lse, nl));
+    memcpy(copy, out, nq * sizeof(float));
+    expect_fail(fc_merge_states(to, tl, 0, &tout, &tlse, 1, NULL), FC_INVALID_ARGUMENT, "n:", out, copy, nq,
+                "merge_states with no parts");
+    expect_fail(fc_merge_states(NULL, tl, 2, &tout, &tlse, 1, NULL), FC_INVALID_ARGUMENT, "out_parts", out, copy,
+                nq, "merge_states null parts");
+    free(parts); free(lses); free(whole); free(whole_lse);
   }
 
   CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");

@@ -1,0 +1,25 @@
+// merge_states: check, then the backend (CPU; the checks refuse CUDA tensors for now).
+#include <vector>
+
+#include "api/checks_serving.hpp"
+#include "cpu/pipelines/pipelines.hpp"
+#include "flashcore/flashcore.hpp"
+
+namespace flashcore {
+
+void merge_states(const Tensor* out_parts, const Tensor* lse_parts, int64_t n, const Tensor& out,
+                  const Tensor& lse, const MergeStatesParams& params) {
+  std::vector<core::StatePart> parts;
+  const core::MergeProblem p = api::check_merge_states(out_parts, lse_parts, n, out, lse, params, false, parts);
+  cpu::merge_states(p);
+}
+
+void merge_states(const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b, const Tensor& lse_b,
+                  const Tensor& out, const Tensor& lse, const MergeStatesParams& params) {
+  const Tensor outs[] = {out_a, out_b}, lses[] = {lse_a, lse_b};
+  std::vector<core::StatePart> parts;
+  const core::MergeProblem p = api::check_merge_states(outs, lses, 2, out, lse, params, true, parts);
+  cpu::merge_states(p);
+}
+
+}  // namespace flashcore
