@@ -165,7 +165,51 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params = {});
 
-// ---- Serving: merging attention states.
+// ---- Serving: attention over a KV cache, and merging attention states.
+
+// The order of a KV cache's middle dims: NHD [.., rows, Hkv, D] (q/k/v's own order, the
+// default) or HND [.., Hkv, rows, D].
+enum class KvLayout : int { nhd = 0, hnd = 1 };
+
+// attention_with_kvcache's optional parts.
+struct KvCacheOptions {
+  const Tensor* block_table = nullptr;  // int32 [B, max_pages]: the cache is paged
+  const Tensor* k_new = nullptr;        // [B, S_new, Hkv, D], appended in place (with v_new)
+  const Tensor* v_new = nullptr;        // [B, S_new, Hkv, Dv]
+  KvLayout layout = KvLayout::nhd;      // of k_cache and v_cache
+};
+
+// attention_with_kvcache: attention of q [B, Sq, H, D] over each sequence's keys in a KV
+// cache, FlashAttention's flash_attn_with_kvcache contract; writes out [B, Sq, H, Dv] (and
+// params.lse [B, H, Sq]).
+//  * The cache, k_cache / v_cache (q's dtype), is either contiguous, [B, S_max, Hkv, D] (Dv
+//    for v), or paged: [num_pages, page_size, Hkv, D] with cache.block_table, an int32
+//    [B, max_pages] whose row b lists sequence b's pages in order (key s is row
+//    s % page_size of page block_table[b, s / page_size]). page_size is a multiple of 8;
+//    only the entries a sequence uses are read (the rest may hold anything, -1 say). With
+//    cache.layout = hnd the caches are [B, Hkv, S_max, D] / [num_pages, Hkv, page_size, D].
+//    Any strides with a contiguous last dim; k_cache and v_cache may be views of one
+//    tensor (FlashInfer's [pages, 2, ...] or [2, pages, ...]).
+//  * cache_seqlens: int32 [B], the keys each sequence has in the cache (>= 0).
+//  * cache.k_new / v_new [B, S_new, Hkv, D / Dv] (both or neither): written into the cache
+//    in place at slots cache_seqlens[b] .. cache_seqlens[b] + S_new - 1 of each sequence
+//    (its pages from the block table) before the attention, which then sees
+//    cache_seqlens[b] + S_new keys. cache_seqlens itself is not updated (as in
+//    FlashAttention): the caller adds S_new for the next call.
+//  * Masks as attention's, with Sk = each sequence's keys: causal is bottom-right aligned,
+//    so the Sq queries are the last Sq positions and each sees the whole cache before it.
+//    Windows, GQA/MQA, scale, lse, exp2 mode, strategy, threads and impl as attention's;
+//    varlen (cu_seqlens_*) and the fp8 descales are refused.
+//  * Checked before anything is read or written: a cache_seqlens entry < 0, a sequence
+//    whose keys (with S_new) pass S_max or need more pages than max_pages, a block_table
+//    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot
+//    (pages shared by sequences that both append) are refused by name; every output (out,
+//    lse, and the caches when appending) is then untouched.
+//  * CPU tensors; CUDA tensors are refused with Status::unsupported for now.
+void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                            const Tensor& cache_seqlens, const Tensor& out,
+                            const KvCacheOptions& cache = {}, const AttentionParams& params = {},
+                            PhaseTimes* times = nullptr);
 
 struct MergeStatesParams {
   int threads = 0;         // CPU threads; 0 = OMP_NUM_THREADS / all cores

@@ -243,20 +243,28 @@ struct PyParams {
 // q, k, v and the options, imported and checked as far as the library cannot (which
 // argument is not an array, mixed devices, dtypes); the library's own checks (shapes,
 // strides, aliasing, cu_seqlens contents) run inside the call. `p` refers to the imports.
+// What the call names k and v, and whether it writes them (attention_with_kvcache's caches
+// when it appends).
+struct KvNames {
+  const char* k = "k";
+  const char* v = "v";
+  bool writable = false;
+};
+
 struct AttentionInputs {
   Arg q, k, v, cu_q, cu_k, qdh, kdh, vdh;
   std::string impl;
   fc::AttentionParams p;
 
-  AttentionInputs(nb::handle q_, nb::handle k_, nb::handle v_, const PyParams& o) {
+  AttentionInputs(nb::handle q_, nb::handle k_, nb::handle v_, const PyParams& o, const KvNames& kv = {}) {
     q = import_array(q_, "q", false);
-    k = import_array(k_, "k", false);
-    v = import_array(v_, "v", false);
-    same_device(k, "k", q, "q");
-    same_device(v, "v", q, "q");
+    k = import_array(k_, kv.k, kv.writable);
+    v = import_array(v_, kv.v, kv.writable);
+    same_device(k, kv.k, q, "q");
+    same_device(v, kv.v, q, "q");
     float_storage(q, "q");
-    need_dtype(k, "k", q.t.dtype, "q");
-    need_dtype(v, "v", q.t.dtype, "q");
+    need_dtype(k, kv.k, q.t.dtype, "q");
+    need_dtype(v, kv.v, q.t.dtype, "q");
     const bool has_cq = !is_none(o.cu_seqlens_q), has_ck = !is_none(o.cu_seqlens_k);
     if (has_cq != has_ck)
       raise_value(has_cq ? "cu_seqlens_k: must be given together with cu_seqlens_q"
@@ -340,8 +348,9 @@ struct AttentionCall {
   AttentionInputs in;
   Arg out, lse;
 
-  AttentionCall(nb::handle q, nb::handle k, nb::handle v, nb::handle out_, nb::handle lse_, const PyParams& o)
-      : in(q, k, v, o) {
+  AttentionCall(nb::handle q, nb::handle k, nb::handle v, nb::handle out_, nb::handle lse_, const PyParams& o,
+                const KvNames& kv = {})
+      : in(q, k, v, o, kv) {
     out = in.like_q(out_, "out", true);
     if (!is_none(lse_)) {
       lse = in.like_q(lse_, "lse", true);
@@ -365,6 +374,37 @@ thread_local int64_t AttentionCall::last_call_ns = 0;
 
 void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, const PyParams& params) {
   AttentionCall(q, k, v, out, lse, params).run();
+}
+
+// attention_with_kvcache: q, the caches (written when k_new / v_new are given: imported
+// writable then), cache_seqlens and the optional block table and new rows read, out and the
+// optional lse written; layout 0 = NHD, 1 = HND (flashcore.hpp's KvLayout).
+void attention_with_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle seqlens_,
+                            nb::handle table_, nb::handle k_new_, nb::handle v_new_, nb::handle out, nb::handle lse,
+                            int layout, const PyParams& params) {
+  const bool append = !is_none(k_new_) || !is_none(v_new_);
+  AttentionCall c(q, k_cache, v_cache, out, lse, params, KvNames{"k_cache", "v_cache", append});
+  fc::KvCacheOptions opt;
+  const Arg seqlens = import_array(seqlens_, "cache_seqlens", false);
+  same_device(seqlens, "cache_seqlens", c.in.q, "q");
+  Arg table, kn, vn;
+  if (!is_none(table_)) {
+    table = import_array(table_, "block_table", false);
+    same_device(table, "block_table", c.in.q, "q");
+    opt.block_table = &table.t;
+  }
+  if (!is_none(k_new_)) {
+    kn = c.in.like_q(k_new_, "k_new", false);
+    opt.k_new = &kn.t;
+  }
+  if (!is_none(v_new_)) {
+    vn = c.in.like_q(v_new_, "v_new", false);
+    opt.v_new = &vn.t;
+  }
+  if (layout != 0 && layout != 1) raise_value("kv_layout: unknown code " + std::to_string(layout));
+  opt.layout = fc::KvLayout(layout);
+  nb::gil_scoped_release nogil;
+  fc::attention_with_kvcache(c.in.q.t, c.in.k.t, c.in.v.t, seqlens.t, c.out.t, opt, c.in.p);
 }
 
 // The C++ side of the overhead measurement: the same call as `attention`, imported once
@@ -558,6 +598,8 @@ NB_MODULE(_core, m) {
       .def_rw("v_descale_heads", &PyParams::v_descale_heads, kNone)
       .def_rw("deterministic", &PyParams::deterministic);
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a);
+  m.def("attention_with_kvcache", &attention_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "cache_seqlens"_a,
+        "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "out"_a, "lse"_a.none(), "layout"_a, "params"_a);
   m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a, "iters"_a);
   m.def("attention_backward", &attention_backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a,
         "dv"_a, "params"_a, "reference"_a = false);

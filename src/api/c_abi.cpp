@@ -197,6 +197,26 @@ fc_status fc_attention_backward_reference(const fc_tensor* q, const fc_tensor* k
   return backward_call(flashcore::reference::attention_backward, q, k, v, out, dout, lse, dq, dk, dv, params);
 }
 
+fc_status fc_attention_with_kvcache(const fc_tensor* q, const fc_tensor* k_cache, const fc_tensor* v_cache,
+                                    const fc_tensor* cache_seqlens, const fc_tensor* block_table,
+                                    const fc_tensor* k_new, const fc_tensor* v_new, fc_kv_layout layout,
+                                    const fc_tensor* out, const fc_attention_params* params) {
+  fc_status st = FC_OK;
+  if (null_arg(q, "q", &st) || null_arg(k_cache, "k_cache", &st) || null_arg(v_cache, "v_cache", &st) ||
+      null_arg(cache_seqlens, "cache_seqlens", &st) || null_arg(out, "out", &st))
+    return st;
+  return guarded([&] {
+    flashcore::Tensor lse, table, kn, vn;
+    flashcore::KvCacheOptions cache;
+    if (block_table != nullptr) cache.block_table = &(table = to_cpp(*block_table));
+    if (k_new != nullptr) cache.k_new = &(kn = to_cpp(*k_new));
+    if (v_new != nullptr) cache.v_new = &(vn = to_cpp(*v_new));
+    cache.layout = static_cast<flashcore::KvLayout>(code_of(layout));
+    flashcore::attention_with_kvcache(to_cpp(*q), to_cpp(*k_cache), to_cpp(*v_cache), to_cpp(*cache_seqlens),
+                                      to_cpp(*out), cache, to_cpp(params, &lse));
+  });
+}
+
 fc_status fc_merge_states(const fc_tensor* out_parts, const fc_tensor* lse_parts, int64_t n,
                           const fc_tensor* out, const fc_tensor* lse, int threads, void* stream) {
   fc_status st = FC_OK;

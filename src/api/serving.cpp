@@ -1,4 +1,5 @@
-// merge_states: check, then the backend (CPU; the checks refuse CUDA tensors for now).
+// attention_with_kvcache and merge_states: check, then the backend (CPU; the checks refuse
+// CUDA tensors for now).
 #include <vector>
 
 #include "api/checks_serving.hpp"
@@ -6,6 +7,14 @@
 #include "flashcore/flashcore.hpp"
 
 namespace flashcore {
+
+void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                            const Tensor& cache_seqlens, const Tensor& out, const KvCacheOptions& cache,
+                            const AttentionParams& params, PhaseTimes* times) {
+  const core::KvCacheProblem p =
+      api::check_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, out, cache, params);
+  cpu::attention_with_kvcache(p, times);
+}
 
 void merge_states(const Tensor* out_parts, const Tensor* lse_parts, int64_t n, const Tensor& out,
                   const Tensor& lse, const MergeStatesParams& params) {

@@ -1,6 +1,6 @@
 /* The C ABI, from C: a correct attention call against fc_attention_reference, its
  * backward against fc_attention_backward_reference, the other two operations, merge_states
- * of a split call against the whole call, bad inputs returning their status with fc_last_error() naming
+ * of a split call and attention_with_kvcache over a paged cache against the whole call, bad inputs returning their status with fc_last_error() naming
  * the argument (and the output untouched), and null struct pointers. Exit code 0 = pass. */
 #include <math.h>
 #include <stdio.h>
@@ -374,6 +374,56 @@ int main(void) {
     expect_fail(fc_merge_states(NULL, tl, 2, &tout, &tlse, 1, NULL), FC_INVALID_ARGUMENT, "out_parts", out, copy,
                 nq, "merge_states null parts");
     free(parts); free(lses); free(whole); free(whole_lse);
+  }
+
+  /* attention_with_kvcache: the same keys in a paged cache (page 8, pages in reverse order),
+   * the last key of each sequence appended by the call; against fc_attention; then a
+   * block table entry outside the cache, refused by name with the cache untouched. */
+  {
+    enum { PAGE = 8, PAGES = 2 * ((SK + PAGE - 1) / PAGE), MAXP = (SK + PAGE - 1) / PAGE };
+    const size_t np = (size_t)PAGES * PAGE * HKV * D;
+    float* kc = calloc(np, sizeof(float));
+    float* vc = calloc(np, sizeof(float));
+    float* whole = malloc(nq * sizeof(float));
+    int32_t lens[B], table[B * MAXP];
+    for (int b = 0; b < B; ++b) {
+      lens[b] = SK - 1;
+      for (int i = 0; i < MAXP; ++i) table[b * MAXP + i] = PAGES - 1 - (b * MAXP + i);
+      for (int s = 0; s < SK - 1; ++s) {
+        const size_t dst = ((size_t)table[b * MAXP + s / PAGE] * PAGE + s % PAGE) * HKV * D;
+        memcpy(kc + dst, k + ((size_t)b * SK + s) * HKV * D, HKV * D * sizeof(float));
+        memcpy(vc + dst, v + ((size_t)b * SK + s) * HKV * D, HKV * D * sizeof(float));
+      }
+    }
+    fc_tensor tw = tensor4(whole, B, SQ, H, D), tkc = tensor4(kc, PAGES, PAGE, HKV, D), tvc = tensor4(vc, PAGES, PAGE, HKV, D);
+    fc_tensor tkn = tk, tvn = tv; /* the last key of each sequence: [B, 1, Hkv, D] views */
+    tkn.data = k + (SK - 1) * HKV * D;
+    tvn.data = v + (SK - 1) * HKV * D;
+    tkn.shape[1] = tvn.shape[1] = 1;
+    fc_tensor tlens, ttable;
+    memset(&tlens, 0, sizeof tlens);
+    tlens.data = lens; tlens.dtype = FC_I32; tlens.device = FC_CPU; tlens.rank = 1;
+    tlens.shape[0] = B; tlens.strides[0] = 1;
+    ttable = tensor2(table, FC_I32, B, MAXP);
+    fc_attention_params pk;
+    fc_attention_params_init(&pk);
+    pk.causal = 1;
+    CHECK(fc_attention(&tq, &tk, &tv, &tw, &pk) == FC_OK, "%s", fc_last_error());
+    poison(out, nq);
+    CHECK(fc_attention_with_kvcache(&tq, &tkc, &tvc, &tlens, &ttable, &tkn, &tvn, FC_KV_NHD, &tout, &pk) == FC_OK,
+          "%s", fc_last_error());
+    CHECK(rel_err(out, whole, nq) <= 1e-5, "attention_with_kvcache rel_err %g", rel_err(out, whole, nq));
+    CHECK(lens[0] == SK - 1 && lens[1] == SK - 1, "cache_seqlens was written");
+    float* kc_copy = malloc(np * sizeof(float));
+    memcpy(kc_copy, kc, np * sizeof(float));
+    memcpy(copy, out, nq * sizeof(float));
+    table[MAXP] = PAGES; /* sequence 1's first page: outside the cache */
+    expect_fail(fc_attention_with_kvcache(&tq, &tkc, &tvc, &tlens, &ttable, &tkn, &tvn, FC_KV_NHD, &tout, &pk),
+                FC_INVALID_ARGUMENT, "block_table: entry [1, 0]", out, copy, nq, "kvcache bad page id");
+    CHECK(memcmp(kc, kc_copy, np * sizeof(float)) == 0, "k_cache written by a refused call");
+    expect_fail(fc_attention_with_kvcache(&tq, &tkc, &tvc, NULL, &ttable, NULL, NULL, FC_KV_NHD, &tout, &pk),
+                FC_INVALID_ARGUMENT, "cache_seqlens", out, copy, nq, "kvcache null cache_seqlens");
+    free(kc); free(vc); free(whole); free(kc_copy);
   }
 
   CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");
