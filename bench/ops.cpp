@@ -240,17 +240,23 @@ void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
 
 const char* impl_arg(const Config& c) { return c.impl == "auto" ? nullptr : c.impl.c_str(); }
 
-void run_attention(Result& r, Rng& rng, Result* naive_row) {
-  const Config& c = r.cfg;
-  AttentionData d = make_attention(c, rng);
-  const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
-                          v = view(d.v, {d.b, d.sk, d.hkv, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d});
+// The forward's options of a row: mask, strategy, exp mode, threads and kernel.
+flashcore::AttentionParams forward_params(const Config& c) {
   flashcore::AttentionParams p;
   p.causal = c.causal;
   p.strategy = parse_strategy(c.strategy);
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
+  return p;
+}
+
+void run_attention(Result& r, Rng& rng, Result* naive_row) {
+  const Config& c = r.cfg;
+  AttentionData d = make_attention(c, rng);
+  const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
+                          v = view(d.v, {d.b, d.sk, d.hkv, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d});
+  const flashcore::AttentionParams p = forward_params(c);
   std::unique_ptr<NaivePart> np;
   Alongside base;
   if (naive_row != nullptr) base = naive_alongside(r, *naive_row, *(np = make_naive(c, d)), d);
@@ -291,12 +297,7 @@ void run_decode(Result& r, Rng& rng, Result* contig_row) {
                           lensv = view(lens, {d.b}), tablev = view(table, {d.b, per_seq});
   flashcore::KvCacheOptions opt;
   if (page > 0) opt.block_table = &tablev;
-  flashcore::AttentionParams p;
-  p.causal = c.causal;
-  p.strategy = parse_strategy(c.strategy);
-  p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
-  p.threads = c.threads;
-  p.impl = impl_arg(c);
+  const flashcore::AttentionParams p = forward_params(c);
   const flashcore::Tensor kv = view(d.k, {d.b, d.sk, d.hkv, d.d}), vv = view(d.v, {d.b, d.sk, d.hkv, d.d});
   auto contiguous = [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kv, vv, lensv, o, {}, p, t); };
   auto poison_out = [&] { poison(d.o); };
