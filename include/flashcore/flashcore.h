@@ -124,8 +124,8 @@ fc_status fc_attention_with_kvcache(const fc_tensor* q, const fc_tensor* k_cache
 
 /* Merges n >= 1 attention states (flashcore.hpp, merge_states): out_parts[i] [B,S,H,D]
  * (f32/f16/bf16, one dtype) with lse_parts[i] fp32 [B,H,S] into out [B,S,H,D] and lse
- * [B,H,S]. out (lse) may be exactly one part's view: merged in place. threads: 0 = all
- * cores; stream: for CUDA tensors (refused for now). */
+ * [B,H,S]. out (lse) may be exactly one part's view: merged in place. threads: CPU threads,
+ * 0 = all cores; stream: the cudaStream_t of CUDA tensors (NULL = default stream). */
 fc_status fc_merge_states(const fc_tensor* out_parts, const fc_tensor* lse_parts, int64_t n,
                           const fc_tensor* out, const fc_tensor* lse, int threads, void* stream);
 

@@ -213,7 +213,7 @@ void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor
 
 struct MergeStatesParams {
   int threads = 0;         // CPU threads; 0 = OMP_NUM_THREADS / all cores
-  void* stream = nullptr;  // cudaStream_t for CUDA tensors (refused for now)
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors; nullptr = default stream
 };
 
 // merge_states: two attention states over disjoint key sets, (out_a, lse_a) and (out_b,
@@ -234,7 +234,8 @@ struct MergeStatesParams {
 //    strides), and lse lse_a's; any other overlap of an output with an input or with the
 //    other output is refused by name, as are bad shapes, dtypes and devices, before
 //    anything is written.
-//  * CPU tensors; CUDA tensors are refused with Status::unsupported for now.
+//  * CPU tensors (rows over params.threads) and CUDA tensors (one warp per row on
+//    params.stream, at most 48 parts per call: more is Status::unsupported).
 void merge_states(const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b, const Tensor& lse_b,
                   const Tensor& out, const Tensor& lse, const MergeStatesParams& params = {});
 // The n-way form (n >= 1): out_parts[i] / lse_parts[i] as above, merged in one pass (the

@@ -518,7 +518,8 @@ def merge_states(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, threads=None
     out 0 and lse -inf; a NaN lse gives a NaN row. out= / lse= may be given, also as out_a /
     lse_a themselves (merged in place; any other overlap with an input is refused). The
     weights are exp(lse_x - max) in fp32: at huge |lse| (scores ~1e20) fp32 keeps too few
-    digits beside the max for log of the sums, and the weights follow.
+    digits beside the max for log of the sums, and the weights follow. CPU and CUDA arrays
+    (the framework's current stream; at most 48 parts per call on CUDA).
     """
     return _merge([out_a, out_b], [lse_a, lse_b], out, lse, threads, pair=True)
 

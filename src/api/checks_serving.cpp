@@ -259,8 +259,6 @@ core::MergeProblem check_merge_states(const Tensor* out_parts, const Tensor* lse
     check_no_alias(lse, "lse", out_parts[i], o_name(i).c_str());
   }
   check_threads(params.threads);
-  if (out.device == Device::cuda)
-    throw_error(Status::unsupported, "out: merge_states takes CPU tensors only in this build (CUDA tensors given)");
 
   parts.resize(size_t(n));
   for (int64_t i = 0; i < n; ++i) {

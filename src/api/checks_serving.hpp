@@ -15,7 +15,8 @@ core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor&
                                                   const Tensor& cache_seqlens, const Tensor& out,
                                                   const KvCacheOptions& cache, const AttentionParams& params);
 
-// merge_states' checks; `pair`: the two-part form (messages name out_a / out_b). The parts
+// merge_states' checks (the device's too: the CUDA backend then checks the pointers);
+// `pair`: the two-part form (messages name out_a / out_b). The parts
 // go into `parts` (the problem points at them).
 core::MergeProblem check_merge_states(const Tensor* out_parts, const Tensor* lse_parts, int64_t n,
                                       const Tensor& out, const Tensor& lse, const MergeStatesParams& params,

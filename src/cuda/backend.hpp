@@ -14,6 +14,10 @@ namespace flashcore::cuda {
 // host pointers, launch failures) before or instead of writing a wrong result.
 void attention(const core::AttentionProblem& p, PhaseTimes* times);
 
+// merge_states on device tensors (merge_states.cu); throws flashcore::Error (more parts than
+// one launch takes, host pointers, launch failures).
+void merge_states(const core::MergeProblem& p);
+
 // Kernel keys compiled into this build, with whether the current device can run them.
 std::vector<KernelInfo> kernels();
 

@@ -80,10 +80,6 @@ const MergeCase kMergeCases[] = {
     {"part_device", [](MergeCall& c) { c.ov[1].device = fc::Device::cuda; }, Status::invalid_argument,
      "out_parts[1]: is on cuda"},
     {"threads", [](MergeCall& c) { c.p.threads = -1; }, Status::invalid_argument, "params.threads"},
-    {"cuda", [](MergeCall& c) {
-       for (Tensor* t : {&c.ov[0], &c.ov[1], &c.ov[2], &c.lv[0], &c.lv[1], &c.lv[2], &c.outv, &c.lsev})
-         t->device = fc::Device::cuda;
-     }, Status::unsupported, "merge_states takes CPU tensors only"},
 };
 
 class MergeStatesErrorTest : public ::testing::TestWithParam<MergeCase> {};
@@ -97,6 +93,19 @@ TEST_P(MergeStatesErrorTest, RefusedBeforeAnyWrite) {
 
 INSTANTIATE_TEST_SUITE_P(Api, MergeStatesErrorTest, ::testing::ValuesIn(kMergeCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// CUDA tensors: the CUDA backend's merge (tests/cuda), or refused by a build without it.
+TEST(MergeStatesError, CudaTensorsWithoutCuda) {
+#if defined(FC_BUILD_CUDA)
+  GTEST_SKIP() << "this build has the CUDA backend";
+#else
+  MergeCall c;
+  for (Tensor* t : {&c.ov[0], &c.ov[1], &c.ov[2], &c.lv[0], &c.lv[1], &c.lv[2], &c.outv, &c.lsev})
+    t->device = fc::Device::cuda;
+  expect_error([&] { c.run(); }, Status::unsupported, "out: CUDA tensors given, but this flashcore was built without CUDA",
+               {&c.out, &c.lse});
+#endif
+}
 
 TEST(MergeStatesError, ValidCallAndInPlacePass) {
   MergeCall c;

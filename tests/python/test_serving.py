@@ -185,3 +185,19 @@ def test_jax_merge(rng):
     out, lse = flashcore.merge_states(jnp.asarray(oa), jnp.asarray(la), jnp.asarray(ob), jnp.asarray(lb))
     want, wlse = flashcore.merge_states(oa, la, ob, lb)
     assert np.allclose(np.asarray(out), want) and np.allclose(np.asarray(lse), wlse)
+
+
+def test_torch_cuda_merge(rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not flashcore.built_with_cuda():
+        pytest.skip("needs a CUDA GPU and a flashcore built with CUDA")
+    q = torch.randn(2, 3, 8, 128, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(2, 300, 2, 128, dtype=torch.bfloat16, device="cuda")
+    v = torch.randn(2, 300, 2, 128, dtype=torch.bfloat16, device="cuda")
+    whole, whole_lse = flashcore.attention(q, k, v, return_lse=True)
+    parts = [flashcore.attention(q, k[:, a:b], v[:, a:b], return_lse=True) for a, b in ((0, 77), (77, 300))]
+    out, lse = flashcore.merge_states(*parts[0], *parts[1])
+    assert out.is_cuda and out.dtype == torch.bfloat16
+    f64 = lambda x: x.to("cpu", torch.float64).numpy()  # noqa: E731
+    assert ref.rel_err(f64(out), f64(whole)) <= TOL["bf16"]
+    assert np.allclose(f64(lse), f64(whole_lse), atol=1e-3, rtol=1e-3)
