@@ -27,14 +27,14 @@ bool parse_int(const char* s, int64_t lo, int64_t& out) {
 
 void print_usage(const char* argv0) {
   std::printf(
-      "usage: %s [--op attention|attention-backward|softmax-v|gemm-chain|gemm-ukernel]\n"
+      "usage: %s [--op attention|attention-backward|decode|softmax-v|gemm-chain|gemm-ukernel]\n"
       "  [--pass fwd|bwd|fwd+bwd] [--backend cpu|cuda]\n"
       "  [--impl NAME|auto|naive] [--strategy auto|two-pass|three-pass|online]\n"
       "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
       "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
       "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
-      "  [--prepacked] [--vs-unpacked] [--paired N]\n"
+      "  [--prepacked] [--vs-unpacked] [--paired N] [--page-size N] [--vs-contiguous]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
@@ -52,6 +52,11 @@ void print_usage(const char* argv0) {
       "--op attention-backward (= --pass bwd): dq, dk, dv from the forward's out and lse (made\n"
       "once, not timed); --pass fwd+bwd times a forward with lse and its backward per call.\n"
       "Backward GFLOP/s count 2.5x the forward's flops, fwd+bwd 3.5x (FlashAttention's count).\n"
+      "--op decode: attention_with_kvcache, Sq queries (default 1) per sequence against Sk keys\n"
+      "(default 4096) in a KV cache, paged with --page-size N (each sequence's pages in a random\n"
+      "order) or contiguous (0, the default); reported in GB/s (K/V read + q + out) and %% of the\n"
+      "measured memory read bandwidth. --vs-contiguous (with --page-size N > 0): the same keys in\n"
+      "a contiguous cache timed alongside, calls interleaved, as a second row with the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
       "--paired N (CPU): also N pairs of (the ISA's peak loop, calls), for a %% of peak against\n"
       "the speed of the moment (GEMM-only rows: always, 21 pairs).\n"
@@ -78,11 +83,12 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     if (a == "--vs-naive") { c.vs_naive = true; continue; }
     if (a == "--prepacked") { c.prepacked = true; continue; }
     if (a == "--vs-unpacked") { c.prepacked = c.vs_unpacked = true; continue; }
+    if (a == "--vs-contiguous") { c.vs_contiguous = true; continue; }
     if (a == "--help" || a == "-h") { opt.help = true; continue; }
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",
                     "--heads", "--kv-heads", "--seq-q", "--seq-k", "--head-dim", "--threads",
-                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass"})) {
+                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass", "--page-size"})) {
       err = "unknown flag " + a;
       return false;
     }
@@ -103,7 +109,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
       return true;
     };
     bool ok = true;
-    if (a == "--op") ok = choice(c.op, {"attention", "attention-backward", "softmax-v", "gemm-chain", "gemm-ukernel"});
+    if (a == "--op") ok = choice(c.op, {"attention", "attention-backward", "decode", "softmax-v", "gemm-chain", "gemm-ukernel"});
     else if (a == "--pass") ok = choice(c.pass, {"fwd", "bwd", "fwd+bwd"});
     else if (a == "--backend") ok = choice(c.backend, {"cpu", "cuda"});
     else if (a == "--impl") c.impl = v;
@@ -119,6 +125,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     else if (a == "--threads") ok = number(c.threads, 1);
     else if (a == "--iters") ok = number(c.iters, 1);
     else if (a == "--paired") ok = number(c.paired, 1);
+    else if (a == "--page-size") ok = number(c.page_size, 0);
     else if (a == "--suite") opt.suite = v;
     else if (a == "--seed") { ok = number(opt.seed, 0); opt.seed_given = ok; }
     else if (a == "--tile") {

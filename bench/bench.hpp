@@ -20,7 +20,7 @@ namespace fcbench {
 
 // One configuration to measure. Shape fields follow BENCH.md's mapping per op.
 struct Config {
-  std::string op = "attention";     // attention | attention-backward | softmax-v | gemm-chain (| gemm-ukernel)
+  std::string op = "attention";     // attention | attention-backward | decode | softmax-v | gemm-chain (| gemm-ukernel)
   std::string pass = "fwd";         // attention: fwd | fwd+bwd (one forward and its backward per call);
                                     // attention-backward is pass bwd
   std::string backend = "cpu";      // cpu | cuda
@@ -39,6 +39,8 @@ struct Config {
   bool vs_unpacked = false;         // with prepacked: time the unpacked call alongside
   bool portable = false;            // force the portable kernels for this row (suites)
   int paired = 0;                   // --paired N: N pairs of (peak loop, calls) for a paired % of peak (peak.hpp)
+  int64_t page_size = 0;            // decode: the KV cache's page size (0: a contiguous cache)
+  bool vs_contiguous = false;       // decode, paged: time the contiguous cache's call alongside
   std::string label;                // suite row name (empty for a single run)
 };
 
@@ -67,8 +69,9 @@ struct Result {
   Phases phases;
   double speedup_vs_naive = NAN;    // vs_naive: median over interleaved pairs of naive/ours
   double speedup_vs_unpacked = NAN; // vs_unpacked: the same, unpacked/packed
-  // Decode rows (attention, Sq <= kDecodeSq): bytes of Q+K+V+O once / p50, and % of the
-  // memory read bandwidth measured at the same thread count (BENCH.md: decode in GB/s).
+  double speedup_vs_contiguous = NAN;  // vs_contiguous: the same, contiguous/paged
+  // Decode rows (attention and decode, Sq <= kDecodeSq): bytes of Q+K+V+O once / p50, and %
+  // of the memory read bandwidth measured at the same thread count (BENCH.md: decode in GB/s).
   double gbps = NAN, mem_gbps = NAN, pct_mem = NAN;
   std::string note;
   uint64_t seed = 0;

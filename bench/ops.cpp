@@ -2,8 +2,10 @@
 // first), time the library call, then a few more calls with PhaseTimes for the breakdown.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 
 #include "bench.hpp"
 #include "cases.hpp"
@@ -24,13 +26,15 @@ void apply_defaults(Config& c) {
   if (c.op == "attention" && c.pass == "bwd") c.op = "attention-backward";
   if (c.op == "attention-backward") c.pass = "bwd";
   if (c.op != "attention" && c.op != "attention-backward") c.pass = "fwd";
-  const bool att = c.op == "attention" || c.op == "attention-backward";
+  // decode: one query per sequence against 4096 cached keys.
+  const bool dec = c.op == "decode";
+  const bool att = c.op == "attention" || c.op == "attention-backward" || dec;
   const bool smv = c.op == "softmax-v";
   if (c.batch < 0) c.batch = 1;
   if (c.heads < 0) c.heads = att ? 8 : 1;
   if (c.kv_heads < 0) c.kv_heads = c.heads;
-  if (c.seq_q < 0) c.seq_q = att ? 1024 : smv ? 12 : 256;
-  if (c.seq_k < 0) c.seq_k = att ? c.seq_q : smv ? 32768 : 8192;
+  if (c.seq_q < 0) c.seq_q = dec ? 1 : att ? 1024 : smv ? 12 : 256;
+  if (c.seq_k < 0) c.seq_k = dec ? 4096 : att ? c.seq_q : smv ? 32768 : 8192;
   if (c.head_dim < 0) c.head_dim = att ? 128 : 256;
 }
 
@@ -55,7 +59,7 @@ double flop_count(const Config& c) {
 }
 
 double decode_bytes(const Config& c) {
-  if (c.op != "attention" || c.pass != "fwd" || c.seq_q > kDecodeSq) return 0;
+  if ((c.op != "attention" && c.op != "decode") || c.pass != "fwd" || c.seq_q > kDecodeSq) return 0;
   const double es = c.dtype == "f32" ? 4 : c.dtype == "e4m3" ? 1 : 2;
   const double qo = 2.0 * double(c.batch * c.heads * c.seq_q * c.head_dim);
   const double kv = 2.0 * double(c.batch * c.kv_heads * c.seq_k * c.head_dim);
@@ -236,23 +240,74 @@ void measure(Result& r, const std::function<void(PhaseTimes*)>& call,
 
 const char* impl_arg(const Config& c) { return c.impl == "auto" ? nullptr : c.impl.c_str(); }
 
-void run_attention(Result& r, Rng& rng, Result* naive_row) {
-  const Config& c = r.cfg;
-  AttentionData d = make_attention(c, rng);
-  const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
-                          v = view(d.v, {d.b, d.sk, d.hkv, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d});
+// The forward's options of a row: mask, strategy, exp mode, threads and kernel.
+flashcore::AttentionParams forward_params(const Config& c) {
   flashcore::AttentionParams p;
   p.causal = c.causal;
   p.strategy = parse_strategy(c.strategy);
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
+  return p;
+}
+
+void run_attention(Result& r, Rng& rng, Result* naive_row) {
+  const Config& c = r.cfg;
+  AttentionData d = make_attention(c, rng);
+  const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
+                          v = view(d.v, {d.b, d.sk, d.hkv, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d});
+  const flashcore::AttentionParams p = forward_params(c);
   std::unique_ptr<NaivePart> np;
   Alongside base;
   if (naive_row != nullptr) base = naive_alongside(r, *naive_row, *(np = make_naive(c, d)), d);
   measure(r, [&](PhaseTimes* t) { flashcore::attention(q, k, v, o, p, t); },
           [&] { poison(d.o); }, [&] { return check_attention(c, d, d.o); },
           naive_row ? &base : nullptr);
+}
+
+// decode: attention_with_kvcache over a cache that holds the Sk keys of make_attention's K
+// and V for every sequence (cache_seqlens = Sk, nothing appended): those tensors themselves
+// (--page-size 0), or pages of page_size rows, each sequence's pages in a random order (a
+// server's cache after many sequences came and went). --check: the reference on the
+// contiguous keys. contig_row (vs_contiguous): the same call on the contiguous K and V,
+// timed alongside, calls interleaved.
+void run_decode(Result& r, Rng& rng, Result* contig_row) {
+  const Config& c = r.cfg;
+  AttentionData d = make_attention(c, rng);
+  const int64_t page = c.page_size, per_seq = page > 0 ? (d.sk + page - 1) / page : 0, pages = d.b * per_seq;
+  const int64_t row = d.hkv * d.d, es = int64_t(flashcore::dtype_size(d.k.dtype));
+  HostArray kc, vc, lens = empty_array(DType::i32, d.b), table = empty_array(DType::i32, std::max<int64_t>(pages, 1));
+  for (int64_t b = 0; b < d.b; ++b) static_cast<int32_t*>(lens.data())[b] = int32_t(d.sk);
+  if (page > 0) {
+    int32_t* ids = static_cast<int32_t*>(table.data());
+    std::iota(ids, ids + pages, 0);
+    std::shuffle(ids, ids + pages, rng);
+    kc = empty_array(d.k.dtype, pages * page * row);
+    vc = empty_array(d.v.dtype, pages * page * row);
+    for (int64_t b = 0; b < d.b; ++b)
+      for (int64_t s = 0; s < d.sk; ++s) {
+        const int64_t dst = (int64_t(ids[b * per_seq + s / page]) * page + s % page) * row * es, src = (b * d.sk + s) * row * es;
+        std::memcpy(kc.bytes.data() + dst, d.k.bytes.data() + src, size_t(row * es));
+        std::memcpy(vc.bytes.data() + dst, d.v.bytes.data() + src, size_t(row * es));
+      }
+  }
+  const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d}),
+                          kcv = page > 0 ? view(kc, {pages, page, d.hkv, d.d}) : view(d.k, {d.b, d.sk, d.hkv, d.d}),
+                          vcv = page > 0 ? view(vc, {pages, page, d.hkv, d.d}) : view(d.v, {d.b, d.sk, d.hkv, d.d}),
+                          lensv = view(lens, {d.b}), tablev = view(table, {d.b, per_seq});
+  flashcore::KvCacheOptions opt;
+  if (page > 0) opt.block_table = &tablev;
+  const flashcore::AttentionParams p = forward_params(c);
+  const flashcore::Tensor kv = view(d.k, {d.b, d.sk, d.hkv, d.d}), vv = view(d.v, {d.b, d.sk, d.hkv, d.d});
+  auto contiguous = [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kv, vv, lensv, o, {}, p, t); };
+  auto poison_out = [&] { poison(d.o); };
+  auto check = [&] { return check_attention(c, d, d.o); };
+  Alongside base{[&] { return first_call(*contig_row, contiguous, poison_out, check); },
+                 [&] { contiguous(nullptr); }, contig_row, "", 1.0, &r.speedup_vs_contiguous};
+  measure(r, [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kcv, vcv, lensv, o, opt, p, t); }, poison_out,
+          check, contig_row != nullptr ? &base : nullptr);
+  r.note = page > 0 ? "paged cache, page " + std::to_string(page) + ", pages in a random order" : "contiguous cache";
+  if (contig_row != nullptr) contig_row->note = "contiguous cache, calls interleaved with the row above";
 }
 
 // attention-backward (pass bwd): the backward of one forward made before the timed calls;
@@ -359,17 +414,25 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
     r.error = "--backend cuda: attention's backward has no CUDA kernels in this build yet (CPU only)";
     return {r};
   }
+  if (r.cfg.backend == "cuda" && r.cfg.op == "decode") {
+    r.error = "--backend cuda: attention_with_kvcache has no CUDA kernels in this build yet (CPU only)";
+    return {r};
+  }
   if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
   const bool packable = r.cfg.op == "softmax-v" || r.cfg.op == "gemm-chain";
   if (!packable) r.cfg.prepacked = r.cfg.vs_unpacked = false;
   Result naive = r;  // the baseline row of vs_naive, or the unpacked row of vs_unpacked
   const bool with_naive = r.cfg.vs_naive && r.cfg.impl != "naive";
-  const bool with_unpacked = r.cfg.vs_unpacked;
+  // vs_unpacked, vs_contiguous: the row of the other call is the same op and kernel.
+  const bool with_contiguous = r.cfg.op == "decode" && r.cfg.vs_contiguous && r.cfg.page_size > 0;
+  const bool with_unpacked = r.cfg.vs_unpacked || with_contiguous;
   naive.cfg.impl = with_unpacked ? r.cfg.impl : "naive";
-  naive.cfg.vs_naive = naive.cfg.prepacked = naive.cfg.vs_unpacked = false;
+  naive.cfg.vs_naive = naive.cfg.prepacked = naive.cfg.vs_unpacked = naive.cfg.vs_contiguous = false;
+  naive.cfg.page_size = 0;
   naive.cfg.portable = false;
-  naive.cfg.label = r.cfg.label.empty() ? "" : r.cfg.label + (with_unpacked ? "-unpacked" : "-naive");
+  naive.cfg.label = r.cfg.label.empty() ? ""
+                    : r.cfg.label + (with_contiguous ? "-contiguous" : with_unpacked ? "-unpacked" : "-naive");
   Rng rng(seed);
   // Issue 2 judges the portable backend: such rows force it, whatever the CPU has.
   const bool was_generic = flashcore::force_generic();
@@ -384,6 +447,7 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
     else if (r.cfg.impl == "naive") run_naive(r, rng);
     else if (r.cfg.op == "attention-backward" || r.cfg.pass == "fwd+bwd") run_attention_backward(r, rng);
     else if (r.cfg.op == "attention") run_attention(r, rng, with_naive ? &naive : nullptr);
+    else if (r.cfg.op == "decode") run_decode(r, rng, with_contiguous ? &naive : nullptr);
     else if (r.cfg.op == "softmax-v") run_softmax_v(r, rng, with_unpacked ? &naive : nullptr);
     else run_gemm_chain(r, rng, with_unpacked ? &naive : nullptr);
   } catch (const std::exception& e) {

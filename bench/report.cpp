@@ -90,6 +90,7 @@ void print_table(const std::vector<Result>& rows, bool show_peaks) {
     if (!std::isnan(r.speedup_vs_naive)) add(fmt("%.1fx vs naive", r.speedup_vs_naive));
     if (c.prepacked) add(c.op == "softmax-v" ? "V pre-packed (not timed)" : "B, C pre-packed (not timed)");
     if (!std::isnan(r.speedup_vs_unpacked)) add(fmt("%.2fx vs unpacked", r.speedup_vs_unpacked));
+    if (!std::isnan(r.speedup_vs_contiguous)) add(fmt("%.2fx vs contiguous", r.speedup_vs_contiguous));
     add(r.check_subset);
     if (c.portable && !flashcore::force_generic()) add("portable kernels forced");
     if (c.strategy == "auto" && ((c.op == "attention" && c.pass == "fwd") || c.op == "softmax-v") && c.impl != "naive")
@@ -159,10 +160,12 @@ void print_json(const Result& r) {
                         json_num(p.gemm_us) + ", \"normalize\": " + json_num(p.norm_us) + "}");
     kv("phases_basis", json_str("mean per thread, separate calls"));
   }
+  if (c.op == "decode") kv("page_size", std::to_string(c.page_size));
   if (c.tile_m > 0) kv("tile", json_str(std::to_string(c.tile_m) + "x" + std::to_string(c.tile_n)));
   if (!std::isnan(r.speedup_vs_naive)) kv("speedup_vs_naive", json_num(r.speedup_vs_naive));
   if (c.prepacked) kv("prepacked", "true");
   if (!std::isnan(r.speedup_vs_unpacked)) kv("speedup_vs_unpacked", json_num(r.speedup_vs_unpacked));
+  if (!std::isnan(r.speedup_vs_contiguous)) kv("speedup_vs_contiguous", json_num(r.speedup_vs_contiguous));
   if (!std::isnan(r.gbps)) {
     kv("gbps", json_num(r.gbps));
     kv("mem_read_gbps", json_num(r.mem_gbps));

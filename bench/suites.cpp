@@ -59,6 +59,12 @@ void default_suite(std::vector<Config>& out) {
   Config dec = att("decode-gqa", "auto", "f32", 1, 32, 8, 1, 8192, 128);
   dec.vs_naive = true;
   out.push_back(dec);
+  // Decode over a paged KV cache (attention_with_kvcache, pages of 16 keys in a random
+  // order), bf16, GQA 4:1, in GB/s against the memory read bandwidth.
+  Config paged = att("decode-paged16", "auto", "bf16", 8, 32, 8, 1, 4096, 128);
+  paged.op = "decode";
+  paged.page_size = 16;
+  out.push_back(paged);
   // softmax-v: seed 000's headline case (M=12, L=32768, d=256) at f32, each strategy.
   for (const char* s : {"two-pass", "three-pass", "online"})
     out.push_back(smv((std::string("smv-") + s).c_str(), s, 12, 32768, 256));

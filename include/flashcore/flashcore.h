@@ -109,6 +109,26 @@ fc_status fc_attention_backward(const fc_tensor* q, const fc_tensor* k, const fc
                                 const fc_tensor* dq, const fc_tensor* dk, const fc_tensor* dv,
                                 const fc_attention_params* params);
 
+/* Attention over a KV cache (flashcore.hpp, attention_with_kvcache): q [B,Sq,H,D]; k_cache /
+ * v_cache contiguous [B,S_max,Hkv,D] or, with block_table (int32 [B,max_pages]), paged
+ * [num_pages,page_size,Hkv,D] (FC_KV_HND: dims 1 and 2 swapped); cache_seqlens int32 [B].
+ * k_new / v_new [B,S_new,Hkv,D] (both or NULL) are written into the caches at each sequence's
+ * cache_seqlens before the attention, which then sees cache_seqlens[b] + S_new keys;
+ * cache_seqlens is not updated. block_table, k_new, v_new may be NULL; params->lse as
+ * fc_attention's (varlen fields must stay unset). */
+typedef enum { FC_KV_NHD = 0, FC_KV_HND = 1 } fc_kv_layout;
+fc_status fc_attention_with_kvcache(const fc_tensor* q, const fc_tensor* k_cache, const fc_tensor* v_cache,
+                                    const fc_tensor* cache_seqlens, const fc_tensor* block_table,
+                                    const fc_tensor* k_new, const fc_tensor* v_new, fc_kv_layout layout,
+                                    const fc_tensor* out, const fc_attention_params* params);
+
+/* Merges n >= 1 attention states (flashcore.hpp, merge_states): out_parts[i] [B,S,H,D]
+ * (f32/f16/bf16, one dtype) with lse_parts[i] fp32 [B,H,S] into out [B,S,H,D] and lse
+ * [B,H,S]. out (lse) may be exactly one part's view: merged in place. threads: CPU threads,
+ * 0 = all cores; stream: the cudaStream_t of CUDA tensors (NULL = default stream). */
+fc_status fc_merge_states(const fc_tensor* out_parts, const fc_tensor* lse_parts, int64_t n,
+                          const fc_tensor* out, const fc_tensor* lse, int threads, void* stream);
+
 /* fp64 references of fc_attention and fc_attention_backward (CPU tensors). */
 fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,
                                  const fc_tensor* out, const fc_attention_params* params);

@@ -173,6 +173,85 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const AttentionParams& params = {});
 
+// ---- Serving: attention over a KV cache, and merging attention states.
+
+// The order of a KV cache's middle dims: NHD [.., rows, Hkv, D] (q/k/v's own order, the
+// default) or HND [.., Hkv, rows, D].
+enum class KvLayout : int { nhd = 0, hnd = 1 };
+
+// attention_with_kvcache's optional parts.
+struct KvCacheOptions {
+  const Tensor* block_table = nullptr;  // int32 [B, max_pages]: the cache is paged
+  const Tensor* k_new = nullptr;        // [B, S_new, Hkv, D], appended in place (with v_new)
+  const Tensor* v_new = nullptr;        // [B, S_new, Hkv, Dv]
+  KvLayout layout = KvLayout::nhd;      // of k_cache and v_cache
+};
+
+// attention_with_kvcache: attention of q [B, Sq, H, D] over each sequence's keys in a KV
+// cache, FlashAttention's flash_attn_with_kvcache contract; writes out [B, Sq, H, Dv] (and
+// params.lse [B, H, Sq]).
+//  * The cache, k_cache / v_cache (q's dtype), is either contiguous, [B, S_max, Hkv, D] (Dv
+//    for v), or paged: [num_pages, page_size, Hkv, D] with cache.block_table, an int32
+//    [B, max_pages] whose row b lists sequence b's pages in order (key s is row
+//    s % page_size of page block_table[b, s / page_size]). page_size is a multiple of 8;
+//    only the entries a sequence uses are read (the rest may hold anything, -1 say). With
+//    cache.layout = hnd the caches are [B, Hkv, S_max, D] / [num_pages, Hkv, page_size, D].
+//    Any strides with a contiguous last dim; k_cache and v_cache may be views of one
+//    tensor (FlashInfer's [pages, 2, ...] or [2, pages, ...]).
+//  * cache_seqlens: int32 [B], the keys each sequence has in the cache (>= 0).
+//  * cache.k_new / v_new [B, S_new, Hkv, D / Dv] (both or neither): written into the cache
+//    in place at slots cache_seqlens[b] .. cache_seqlens[b] + S_new - 1 of each sequence
+//    (its pages from the block table) before the attention, which then sees
+//    cache_seqlens[b] + S_new keys. cache_seqlens itself is not updated (as in
+//    FlashAttention): the caller adds S_new for the next call.
+//  * Masks as attention's, with Sk = each sequence's keys: causal is bottom-right aligned,
+//    so the Sq queries are the last Sq positions and each sees the whole cache before it.
+//    Windows, GQA/MQA, scale, lse, exp2 mode, strategy, threads and impl as attention's;
+//    varlen (cu_seqlens_*) and the fp8 descales are refused.
+//  * Checked before anything is read or written: a cache_seqlens entry < 0, a sequence
+//    whose keys (with S_new) pass S_max or need more pages than max_pages, a block_table
+//    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot
+//    (pages shared by sequences that both append) are refused by name; every output (out,
+//    lse, and the caches when appending) is then untouched.
+//  * CPU tensors; CUDA tensors are refused with Status::unsupported for now.
+void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                            const Tensor& cache_seqlens, const Tensor& out,
+                            const KvCacheOptions& cache = {}, const AttentionParams& params = {},
+                            PhaseTimes* times = nullptr);
+
+struct MergeStatesParams {
+  int threads = 0;         // CPU threads; 0 = OMP_NUM_THREADS / all cores
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors; nullptr = default stream
+};
+
+// merge_states: two attention states over disjoint key sets, (out_a, lse_a) and (out_b,
+// lse_b), each normalized over its own keys, merged into the state over their union:
+//   lse = log(exp(lse_a) + exp(lse_b)),  out = w_a out_a + w_b out_b,  w_x = exp(lse_x - lse),
+// computed as w_x = exp(lse_x - m) / sum with m = max(lse_a, lse_b), in fp32.
+// Shapes are attention's: out_* [B, S, H, D] (f32, f16 or bf16; both parts one dtype), lse_*
+// fp32 [B, H, S]; out [B, S, H, D] (f32, f16 or bf16), lse [B, H, S]; any strides with a
+// contiguous last dim.
+//  * A part with lse = -inf (it saw no key) contributes nothing and its out is not read;
+//    every part -inf gives out = 0 and lse = -inf; a NaN lse gives a NaN row (out and lse);
+//    parts at lse = +inf share the weight.
+//  * fp32 lse values carry about 7 digits: where |lse| is huge (scores ~1e20, say) log(l)
+//    is lost beside the max and the weights follow. The pipelines' own split over keys
+//    merges exact (max, sum) pairs instead; merge_states is what callers holding only lse
+//    (split-KV across calls, cascade attention, context parallelism) can merge.
+//  * In place: out may be exactly out_a's (or out_b's) view (same data, dtype, shape and
+//    strides), and lse lse_a's; any other overlap of an output with an input or with the
+//    other output is refused by name, as are bad shapes, dtypes and devices, before
+//    anything is written.
+//  * CPU tensors (rows over params.threads) and CUDA tensors (one warp per row on
+//    params.stream, at most 48 parts per call: more is Status::unsupported).
+void merge_states(const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b, const Tensor& lse_b,
+                  const Tensor& out, const Tensor& lse, const MergeStatesParams& params = {});
+// The n-way form (n >= 1): out_parts[i] / lse_parts[i] as above, merged in one pass (the
+// same as merging them pair by pair, up to rounding). In place: out may be exactly one part's
+// view and lse one lse part's.
+void merge_states(const Tensor* out_parts, const Tensor* lse_parts, int64_t n, const Tensor& out,
+                  const Tensor& lse, const MergeStatesParams& params = {});
+
 // softmax_v: s [M,L] (f32, or i32 scaled by params.scale), v [L,d], out [M,d] (dtype of v).
 void softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
                const SoftmaxVParams& params = {}, PhaseTimes* times = nullptr);

@@ -12,7 +12,8 @@ torch.library for torch.compile and CUDA graphs.
 """
 
 from . import _core
-from ._api import attention, attention_backward, gemm_chain, softmax_v
+from ._api import (attention, attention_backward, attention_with_kvcache, gemm_chain, merge_states,
+                   merge_states_n, softmax_v)
 
 __version__ = _core.version()
 
@@ -32,5 +33,5 @@ def set_force_generic(on: bool) -> None:
     _core.set_force_generic(bool(on))
 
 
-__all__ = ["attention", "attention_backward", "softmax_v", "gemm_chain", "list_kernels", "built_with_cuda",
-           "set_force_generic", "__version__"]
+__all__ = ["attention", "attention_backward", "attention_with_kvcache", "merge_states", "merge_states_n", "softmax_v",
+           "gemm_chain", "list_kernels", "built_with_cuda", "set_force_generic", "__version__"]

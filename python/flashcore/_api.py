@@ -19,7 +19,8 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["attention", "attention_backward", "softmax_v", "gemm_chain"]
+__all__ = ["attention", "attention_backward", "attention_with_kvcache", "merge_states", "merge_states_n",
+           "softmax_v", "gemm_chain"]
 
 _STRATEGIES = {
     "auto": 0, "automatic": 0,
@@ -462,6 +463,113 @@ def _backward(q, k, v, out, dout, lse, *, dq=None, dk=None, dv=None, reference=F
 # The library's fp64 reference of attention_backward (CPU arrays; O, lse and P recomputed
 # in fp64, out and lse only checked): for tests (tests/python/test_backward.py).
 _REFERENCE_BACKWARD = functools.partial(_core.attention_backward, reference=True)
+
+
+_KV_LAYOUTS = {"NHD": 0, "nhd": 0, "HND": 1, "hnd": 1}
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
+                           kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False, out=None,
+                           strategy="auto", exp="exact", threads=None, impl=None):
+    """Attention of q [B, Sq, H, D] over each sequence's keys in a KV cache (the contract of
+    FlashAttention's flash_attn_with_kvcache). Returns out [B, Sq, H, Dv] (and lse
+    [B, H, Sq] float32 with return_lse=True).
+
+    k_cache / v_cache (q's dtype): contiguous [B, S_max, Hkv, D] or, with block_table (int32
+    [B, max_pages], row b listing sequence b's pages in order), paged [num_pages, page_size,
+    Hkv, D] with page_size a multiple of 8; kv_layout="HND" for [B, Hkv, S_max, D] /
+    [num_pages, Hkv, page_size, D]. cache_seqlens: int32 [B], the keys each sequence holds.
+    k_new / v_new [B, S_new, Hkv, D] (both or neither) are written into the caches in place
+    at slots cache_seqlens[b] ..  cache_seqlens[b] + S_new - 1, and the attention sees them;
+    cache_seqlens itself is not updated (add S_new before the next call). causal is
+    bottom-right aligned: the Sq queries are the sequence's last positions and see the whole
+    cache. window, scale, strategy, exp, threads, impl as attention's. Bad lengths and page
+    ids (a length < 0, keys past S_max or past the sequence's pages, a page id outside the
+    cache, two sequences appending to one slot) are refused by name before anything is
+    written. CPU arrays (CUDA arrays are refused for now); no autograd.
+    """
+    fw = _framework(q, "q")
+    for x, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cache_seqlens, "cache_seqlens")):
+        _same_framework(x, name, fw, "q")
+    for x, name in ((k_new, "k_new"), (v_new, "v_new"), (block_table, "block_table"), (out, "out")):
+        _same_framework(x, name, fw, "q", optional=True)
+    layout = _KV_LAYOUTS.get(kv_layout) if isinstance(kv_layout, str) else None
+    if layout is None:
+        raise ValueError(f"kv_layout: must be 'NHD' or 'HND', got {kv_layout!r}")
+    if type(return_lse) is not bool:
+        return_lse = _flag(return_lse, "return_lse")
+    params = _params(fw, causal=causal, window=window, scale=scale, strategy=strategy, exp=exp, threads=threads,
+                     impl=impl)
+    b, sq, h, _ = _shape(q, "q", 4, "[B, Sq, H, D]")
+    if out is None:
+        out = _empty(q, fw, (b, sq, h, _shape(v_cache, "v_cache", 4, "[.., Hkv, Dv]")[3]))
+    lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
+    _call(_core.attention_with_kvcache, fw, q, params, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
+          out, lse, layout)
+    return (out, lse) if return_lse else out
+
+
+def merge_states(out_a, lse_a, out_b, lse_b, *, out=None, lse=None, threads=None):
+    """The attention state over two disjoint key sets from each set's own: (out_a, lse_a) and
+    (out_b, lse_b) as attention(..., return_lse=True) returns them (out [B, S, H, D] float32,
+    float16 or bfloat16, both one dtype; lse float32 [B, H, S]). Returns (out, lse):
+    lse = log(exp(lse_a) + exp(lse_b)), out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b,
+    in fp32. A part with lse = -inf contributes nothing (its out is not read); both -inf give
+    out 0 and lse -inf; a NaN lse gives a NaN row. out= / lse= may be given, also as out_a /
+    lse_a themselves (merged in place; any other overlap with an input is refused). The
+    weights are exp(lse_x - max) in fp32: at huge |lse| (scores ~1e20) fp32 keeps too few
+    digits beside the max for log of the sums, and the weights follow. CPU and CUDA arrays
+    (the framework's current stream; at most 48 parts per call on CUDA).
+    """
+    return _merge([out_a, out_b], [lse_a, lse_b], out, lse, threads, pair=True)
+
+
+def merge_states_n(out_parts, lse_parts, *, out=None, lse=None, threads=None):
+    """merge_states over n >= 1 parts at once: out_parts a sequence of [B, S, H, D] arrays or
+    one [N, B, S, H, D] array, lse_parts a sequence of [B, H, S] float32 arrays or one
+    [N, B, H, S] array. Returns (out, lse); out= / lse= may be one part's own arrays (in
+    place)."""
+    return _merge(_parts(out_parts, "out_parts", 5), _parts(lse_parts, "lse_parts", 4), out, lse, threads,
+                  pair=False)
+
+
+def _parts(x, name: str, stacked_rank: int) -> list:
+    """A sequence of part arrays as a list; one stacked array as the list of its parts."""
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    if len(getattr(x, "shape", ())) == stacked_rank:
+        return [x[i] for i in range(x.shape[0])]
+    raise TypeError(f"{name}: expected a list of arrays or one array of rank {stacked_rank}, "
+                    f"got {type(x).__name__}")
+
+
+def _merge(outs, lses, out, lse, threads, pair):
+    """merge_states / merge_states_n: outputs allocated in the parts' framework, then the
+    library's merge (on the parts' device and stream)."""
+    if not outs:
+        raise ValueError("out_parts: merge_states needs at least one part")
+    names = ("out_a", "out_b") if pair else tuple(f"out_parts[{i}]" for i in range(len(outs)))
+    lnames = ("lse_a", "lse_b") if pair else tuple(f"lse_parts[{i}]" for i in range(len(lses)))
+    first = outs[0]
+    fw = _framework(first, names[0])
+    for x, n in zip(outs, names):
+        _same_framework(x, n, fw, names[0])
+    for x, n in zip(lses, lnames):
+        _same_framework(x, n, fw, names[0])
+    _same_framework(out, "out", fw, names[0], optional=True)
+    _same_framework(lse, "lse", fw, names[0], optional=True)
+    if out is None or lse is None:
+        b, s, h, _ = _shape(first, names[0], 4, "[B, S, H, D]")
+        if out is None:
+            out = _empty(first, fw, tuple(first.shape))
+        if lse is None:
+            lse = _empty(first, fw, (b, h, s), float32=True)
+    params = _core.MergeStatesParams()
+    if threads is not None:
+        params.threads = _threads(threads)
+    _call(_core.merge_states, fw, first, params, [_view(x, fw) for x in outs], [_view(x, fw) for x in lses],
+          out, lse, pair)
+    return out, lse
 
 
 def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact", out=None, threads=None,

@@ -243,20 +243,28 @@ struct PyParams {
 // q, k, v and the options, imported and checked as far as the library cannot (which
 // argument is not an array, mixed devices, dtypes); the library's own checks (shapes,
 // strides, aliasing, cu_seqlens contents) run inside the call. `p` refers to the imports.
+// What the call names k and v, and whether it writes them (attention_with_kvcache's caches
+// when it appends).
+struct KvNames {
+  const char* k = "k";
+  const char* v = "v";
+  bool writable = false;
+};
+
 struct AttentionInputs {
   Arg q, k, v, cu_q, cu_k, qdh, kdh, vdh;
   std::string impl;
   fc::AttentionParams p;
 
-  AttentionInputs(nb::handle q_, nb::handle k_, nb::handle v_, const PyParams& o) {
+  AttentionInputs(nb::handle q_, nb::handle k_, nb::handle v_, const PyParams& o, const KvNames& kv = {}) {
     q = import_array(q_, "q", false);
-    k = import_array(k_, "k", false);
-    v = import_array(v_, "v", false);
-    same_device(k, "k", q, "q");
-    same_device(v, "v", q, "q");
+    k = import_array(k_, kv.k, kv.writable);
+    v = import_array(v_, kv.v, kv.writable);
+    same_device(k, kv.k, q, "q");
+    same_device(v, kv.v, q, "q");
     float_storage(q, "q");
-    need_dtype(k, "k", q.t.dtype, "q");
-    need_dtype(v, "v", q.t.dtype, "q");
+    need_dtype(k, kv.k, q.t.dtype, "q");
+    need_dtype(v, kv.v, q.t.dtype, "q");
     const bool has_cq = !is_none(o.cu_seqlens_q), has_ck = !is_none(o.cu_seqlens_k);
     if (has_cq != has_ck)
       raise_value(has_cq ? "cu_seqlens_k: must be given together with cu_seqlens_q"
@@ -340,8 +348,9 @@ struct AttentionCall {
   AttentionInputs in;
   Arg out, lse;
 
-  AttentionCall(nb::handle q, nb::handle k, nb::handle v, nb::handle out_, nb::handle lse_, const PyParams& o)
-      : in(q, k, v, o) {
+  AttentionCall(nb::handle q, nb::handle k, nb::handle v, nb::handle out_, nb::handle lse_, const PyParams& o,
+                const KvNames& kv = {})
+      : in(q, k, v, o, kv) {
     out = in.like_q(out_, "out", true);
     if (!is_none(lse_)) {
       lse = in.like_q(lse_, "lse", true);
@@ -365,6 +374,37 @@ thread_local int64_t AttentionCall::last_call_ns = 0;
 
 void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse, const PyParams& params) {
   AttentionCall(q, k, v, out, lse, params).run();
+}
+
+// attention_with_kvcache: q, the caches (written when k_new / v_new are given: imported
+// writable then), cache_seqlens and the optional block table and new rows read, out and the
+// optional lse written; layout 0 = NHD, 1 = HND (flashcore.hpp's KvLayout).
+void attention_with_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle seqlens_,
+                            nb::handle table_, nb::handle k_new_, nb::handle v_new_, nb::handle out, nb::handle lse,
+                            int layout, const PyParams& params) {
+  const bool append = !is_none(k_new_) || !is_none(v_new_);
+  AttentionCall c(q, k_cache, v_cache, out, lse, params, KvNames{"k_cache", "v_cache", append});
+  fc::KvCacheOptions opt;
+  const Arg seqlens = import_array(seqlens_, "cache_seqlens", false);
+  same_device(seqlens, "cache_seqlens", c.in.q, "q");
+  Arg table, kn, vn;
+  if (!is_none(table_)) {
+    table = import_array(table_, "block_table", false);
+    same_device(table, "block_table", c.in.q, "q");
+    opt.block_table = &table.t;
+  }
+  if (!is_none(k_new_)) {
+    kn = c.in.like_q(k_new_, "k_new", false);
+    opt.k_new = &kn.t;
+  }
+  if (!is_none(v_new_)) {
+    vn = c.in.like_q(v_new_, "v_new", false);
+    opt.v_new = &vn.t;
+  }
+  if (layout != 0 && layout != 1) raise_value("kv_layout: unknown code " + std::to_string(layout));
+  opt.layout = fc::KvLayout(layout);
+  nb::gil_scoped_release nogil;
+  fc::attention_with_kvcache(c.in.q.t, c.in.k.t, c.in.v.t, seqlens.t, c.out.t, opt, c.in.p);
 }
 
 // The C++ side of the overhead measurement: the same call as `attention`, imported once
@@ -398,6 +438,45 @@ void attention_backward(nb::handle q, nb::handle k, nb::handle v, nb::handle out
     fc::reference::attention_backward(in.q.t, in.k.t, in.v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, in.p);
   else
     fc::attention_backward(in.q.t, in.k.t, in.v.t, out.t, dout.t, lse.t, dq.t, dk.t, dv.t, in.p);
+}
+
+// merge_states' options (flashcore._core.MergeStatesParams: MergeStatesParams' fields; the
+// Python package sets stream for CUDA arrays, as for attention).
+struct PyMergeParams {
+  int threads = 0;
+  uintptr_t stream = 0;
+};
+
+// merge_states: the parts (lists of arrays), out and lse written. `pair`: the two-part form
+// (messages name out_a / out_b, lse_a / lse_b).
+void merge_states(const nb::list& out_parts, const nb::list& lse_parts, nb::handle out_, nb::handle lse_, bool pair,
+                  const PyMergeParams& o) {
+  const size_t n = out_parts.size();
+  if (lse_parts.size() != n)
+    raise_value("lse_parts: has " + std::to_string(lse_parts.size()) + " parts but out_parts has " + std::to_string(n));
+  Arg out = import_array(out_, "out", true), lse = import_array(lse_, "lse", true);
+  same_device(lse, "lse", out, "out");
+  std::vector<Arg> os(n), ls(n);
+  std::vector<fc::Tensor> ot(n), lt(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string on = pair ? (i == 0 ? "out_a" : "out_b") : "out_parts[" + std::to_string(i) + "]";
+    const std::string ln = pair ? (i == 0 ? "lse_a" : "lse_b") : "lse_parts[" + std::to_string(i) + "]";
+    os[i] = import_array(out_parts[i], on.c_str(), false);
+    ls[i] = import_array(lse_parts[i], ln.c_str(), false);
+    same_device(os[i], on.c_str(), out, "out");
+    same_device(ls[i], ln.c_str(), out, "out");
+    ot[i] = os[i].t;
+    lt[i] = ls[i].t;
+  }
+  if (o.threads < 0) raise_value("threads: must be >= 0, got " + std::to_string(o.threads));
+  fc::MergeStatesParams p;
+  p.threads = o.threads;
+  p.stream = reinterpret_cast<void*>(o.stream);
+  nb::gil_scoped_release nogil;
+  if (pair && n == 2)
+    fc::merge_states(ot[0], lt[0], ot[1], lt[1], out.t, lse.t, p);
+  else
+    fc::merge_states(ot.data(), lt.data(), int64_t(n), out.t, lse.t, p);
 }
 
 void softmax_v(nb::handle s_, nb::handle v_, nb::handle out_, double scale, int strategy, int exp,
@@ -519,11 +598,18 @@ NB_MODULE(_core, m) {
       .def_rw("v_descale_heads", &PyParams::v_descale_heads, kNone)
       .def_rw("deterministic", &PyParams::deterministic);
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a);
+  m.def("attention_with_kvcache", &attention_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "cache_seqlens"_a,
+        "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "out"_a, "lse"_a.none(), "layout"_a, "params"_a);
   m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a, "iters"_a);
   m.def("attention_backward", &attention_backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a,
         "dv"_a, "params"_a, "reference"_a = false);
   m.def("last_call_ns", [] { return AttentionCall::last_call_ns; },
         "Nanoseconds the last attention() spent in the C++ call (this thread).");
+  nb::class_<PyMergeParams>(m, "MergeStatesParams", "Options of merge_states (flashcore.hpp's MergeStatesParams)")
+      .def(nb::init<>())
+      .def_rw("threads", &PyMergeParams::threads)
+      .def_rw("stream", &PyMergeParams::stream);
+  m.def("merge_states", &merge_states, "out_parts"_a, "lse_parts"_a, "out"_a, "lse"_a, "pair"_a, "params"_a);
   m.def("softmax_v", &softmax_v, "s"_a, "v"_a, "out"_a, "scale"_a, "strategy"_a, "exp"_a,
         "threads"_a, "impl"_a.none());
   m.def("gemm_chain", &gemm_chain, "a"_a, "b"_a, "c"_a, "out"_a, "threads"_a, "impl"_a.none());

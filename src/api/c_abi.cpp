@@ -3,6 +3,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "flashcore/flashcore.h"
 #include "flashcore/flashcore.hpp"
@@ -194,6 +195,45 @@ fc_status fc_attention_backward_reference(const fc_tensor* q, const fc_tensor* k
                                           const fc_tensor* dq, const fc_tensor* dk, const fc_tensor* dv,
                                           const fc_attention_params* params) {
   return backward_call(flashcore::reference::attention_backward, q, k, v, out, dout, lse, dq, dk, dv, params);
+}
+
+fc_status fc_attention_with_kvcache(const fc_tensor* q, const fc_tensor* k_cache, const fc_tensor* v_cache,
+                                    const fc_tensor* cache_seqlens, const fc_tensor* block_table,
+                                    const fc_tensor* k_new, const fc_tensor* v_new, fc_kv_layout layout,
+                                    const fc_tensor* out, const fc_attention_params* params) {
+  fc_status st = FC_OK;
+  if (null_arg(q, "q", &st) || null_arg(k_cache, "k_cache", &st) || null_arg(v_cache, "v_cache", &st) ||
+      null_arg(cache_seqlens, "cache_seqlens", &st) || null_arg(out, "out", &st))
+    return st;
+  return guarded([&] {
+    flashcore::Tensor lse, table, kn, vn;
+    flashcore::KvCacheOptions cache;
+    if (block_table != nullptr) cache.block_table = &(table = to_cpp(*block_table));
+    if (k_new != nullptr) cache.k_new = &(kn = to_cpp(*k_new));
+    if (v_new != nullptr) cache.v_new = &(vn = to_cpp(*v_new));
+    cache.layout = static_cast<flashcore::KvLayout>(code_of(layout));
+    flashcore::attention_with_kvcache(to_cpp(*q), to_cpp(*k_cache), to_cpp(*v_cache), to_cpp(*cache_seqlens),
+                                      to_cpp(*out), cache, to_cpp(params, &lse));
+  });
+}
+
+fc_status fc_merge_states(const fc_tensor* out_parts, const fc_tensor* lse_parts, int64_t n,
+                          const fc_tensor* out, const fc_tensor* lse, int threads, void* stream) {
+  fc_status st = FC_OK;
+  if (null_arg(out_parts, "out_parts", &st) || null_arg(lse_parts, "lse_parts", &st) || null_arg(out, "out", &st) ||
+      null_arg(lse, "lse", &st))
+    return st;
+  return guarded([&] {
+    std::vector<flashcore::Tensor> outs, lses;
+    for (int64_t i = 0; i < n; ++i) {
+      outs.push_back(to_cpp(out_parts[i]));
+      lses.push_back(to_cpp(lse_parts[i]));
+    }
+    flashcore::MergeStatesParams p;
+    p.threads = threads;
+    p.stream = stream;
+    flashcore::merge_states(outs.data(), lses.data(), n, to_cpp(*out), to_cpp(*lse), p);
+  });
 }
 
 fc_status fc_softmax_v(const fc_tensor* s, const fc_tensor* v, const fc_tensor* out, float scale,

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "flashcore/flashcore.hpp"
 
@@ -25,10 +27,16 @@ void check_no_alias(const Tensor& out, const char* out_name, const void* in, int
                     const char* in_name);
 // An output whose elements do not all have their own address (zero or overlapping strides).
 void check_no_self_overlap(const Tensor& t, const char* name);
+// Whether the dims (stride, size), in any order, give every index its own element offset.
+// Sufficient test: with the dims of size > 1 ordered by stride, each stride must pass the
+// extent of the dims inside it (a few exotic interleaved views that do not overlap fail it).
+bool distinct_elements(std::vector<std::pair<int64_t, int64_t>> dims);
 void check_same_device(const Tensor& t, const char* name, Device d);
 void check_dim(const Tensor& t, const char* name, int dim, const char* dim_name, int64_t expect,
                const char* from);
 // f32/f16/bf16 (and fp8 on CUDA); Status::unsupported otherwise.
 void check_storage_dtype(DType d, const char* name, Device dev);
+// CPU threads: 0 (automatic) up to core::max_threads().
+void check_threads(int threads);
 
 }  // namespace flashcore::api::detail

@@ -102,24 +102,29 @@ void check_no_alias(const Tensor& out, const char* out_name, const void* in, int
 // with the dims of size > 1 ordered by stride, each stride must pass the extent of the
 // dims inside it. (A few exotic interleaved views that do not overlap fail it too; they are
 // refused with the same message.)
-void check_no_self_overlap(const Tensor& t, const char* name) {
-  if (t.numel() <= 1) return;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
-  for (int i = 0; i < t.rank; ++i)
-    if (t.shape[i] > 1) dims.emplace_back(t.strides[i], t.shape[i]);
+bool distinct_elements(std::vector<std::pair<int64_t, int64_t>> dims) {
   std::sort(dims.begin(), dims.end());
   int64_t inner = 0;  // offset of the last element of the dims so far
   for (const auto& [stride, size] : dims) {
-    if (stride <= inner)
-      bad(name, "shape " + shape_str(t) + " with strides " + [&] {
-            std::ostringstream s;
-            s << '[';
-            for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.strides[i];
-            s << ']';
-            return s.str();
-          }() + " makes elements overlap (outputs need one element per index)");
+    if (size <= 1) continue;
+    if (stride <= inner) return false;
     inner += (size - 1) * stride;
   }
+  return true;
+}
+
+void check_no_self_overlap(const Tensor& t, const char* name) {
+  if (t.numel() <= 1) return;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int i = 0; i < t.rank; ++i) dims.emplace_back(t.strides[i], t.shape[i]);
+  if (!distinct_elements(std::move(dims)))
+    bad(name, "shape " + shape_str(t) + " with strides " + [&] {
+          std::ostringstream s;
+          s << '[';
+          for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.strides[i];
+          s << ']';
+          return s.str();
+        }() + " makes elements overlap (outputs need one element per index)");
 }
 
 void check_same_device(const Tensor& t, const char* name, Device d) {
@@ -163,17 +168,20 @@ void check_strategy(Strategy s, Exp2Mode e, int threads) {
 using namespace detail;
 
 core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const AttentionParams& p, bool reference) {
+                                       const Tensor& out, const AttentionParams& p, bool reference,
+                                       const KvNames& kv) {
+  const char* kn = kv.k;
+  const char* vn = kv.v;
   check_tensor(q, "q", 4, "[B, Sq, H, D]");
-  check_tensor(k, "k", 4, "[B, Sk, Hkv, D]");
-  check_tensor(v, "v", 4, "[B, Sk, Hkv, Dv]");
+  check_tensor(k, kn, 4, kv.paged ? "[pages, page_size, Hkv, D]" : "[B, Sk, Hkv, D]");
+  check_tensor(v, vn, 4, kv.paged ? "[pages, page_size, Hkv, Dv]" : "[B, Sk, Hkv, Dv]");
   check_tensor(out, "out", 4, "[B, Sq, H, Dv]");
-  check_same_device(k, "k", q.device);
-  check_same_device(v, "v", q.device);
+  check_same_device(k, kn, q.device);
+  check_same_device(v, vn, q.device);
   check_same_device(out, "out", q.device);
   check_storage_dtype(q.dtype, "q", reference ? Device::cuda : q.device);
-  if (k.dtype != q.dtype) bad("k", std::string("dtype ") + to_string(k.dtype) + " differs from q's " + to_string(q.dtype));
-  if (v.dtype != q.dtype) bad("v", std::string("dtype ") + to_string(v.dtype) + " differs from q's " + to_string(q.dtype));
+  if (k.dtype != q.dtype) bad(kn, std::string("dtype ") + to_string(k.dtype) + " differs from q's " + to_string(q.dtype));
+  if (v.dtype != q.dtype) bad(vn, std::string("dtype ") + to_string(v.dtype) + " differs from q's " + to_string(q.dtype));
   const bool fp8 = q.dtype == DType::e4m3 || q.dtype == DType::e5m2;
   if (!fp8 && out.dtype != q.dtype)
     bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from q's " + to_string(q.dtype));
@@ -200,22 +208,26 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
 
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], D = q.shape[3];
   const int64_t Sk = k.shape[1], Hkv = k.shape[2], Dv = v.shape[3];
-  check_dim(k, "k", 0, "B", B, "q");
-  check_dim(v, "v", 0, "B", B, "q");
+  if (!kv.paged) {
+    check_dim(k, kn, 0, "B", B, "q");
+    check_dim(v, vn, 0, "B", B, "q");
+  } else {
+    check_dim(v, vn, 0, "pages", k.shape[0], kn);
+  }
   check_dim(out, "out", 0, "B", B, "q");
-  check_dim(k, "k", 3, "D", D, "q");
-  check_dim(v, "v", 1, "Sk", Sk, "k");
-  check_dim(v, "v", 2, "Hkv", Hkv, "k");
+  check_dim(k, kn, 3, "D", D, "q");
+  check_dim(v, vn, 1, kv.paged ? "page_size" : "Sk", Sk, kn);
+  check_dim(v, vn, 2, "Hkv", Hkv, kn);
   check_dim(out, "out", 1, "Sq", Sq, "q");
   check_dim(out, "out", 2, "H", H, "q");
-  check_dim(out, "out", 3, "Dv", Dv, "v");
+  check_dim(out, "out", 3, "Dv", Dv, vn);
   if (D < 1) bad("q", "head dim D must be >= 1, got 0");
   if (H > 0 && (Hkv < 1 || H % Hkv != 0))
-    bad("k", "kv heads Hkv = " + std::to_string(Hkv) + " must divide the query heads H = " +
+    bad(kn, "kv heads Hkv = " + std::to_string(Hkv) + " must divide the query heads H = " +
                  std::to_string(H) + " (GQA/MQA)");
   check_no_alias(out, "out", q, "q");
-  check_no_alias(out, "out", k, "k");
-  check_no_alias(out, "out", v, "v");
+  check_no_alias(out, "out", k, kn);
+  check_no_alias(out, "out", v, vn);
   check_no_self_overlap(out, "out");
 
   if (!std::isfinite(p.scale)) bad("params.scale", "must be finite, got " + std::to_string(p.scale));
@@ -309,14 +321,14 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
     check_dim(l, "params.lse", 1, "H", H, "q");
     check_dim(l, "params.lse", 2, "Sq", Sq, "q");
     check_no_alias(l, "params.lse", q, "q");
-    check_no_alias(l, "params.lse", k, "k");
-    check_no_alias(l, "params.lse", v, "v");
+    check_no_alias(l, "params.lse", k, kn);
+    check_no_alias(l, "params.lse", v, vn);
     check_no_alias(l, "params.lse", out, "out");
     check_no_self_overlap(l, "params.lse");
     // lse does not depend on V, but no backend computes it without a value dim: refused
     // rather than left unwritten.
     if (Dv == 0 && l.numel() > 0)
-      bad("v", "Dv = 0 with params.lse given: lse alone is not computed (give Dv >= 1 or no lse)");
+      bad(vn, "Dv = 0 with params.lse given: lse alone is not computed (give Dv >= 1 or no lse)");
     pr.lse = static_cast<float*>(l.data);
     pr.lse_sb = l.strides[0];
     pr.lse_sh = l.strides[1];

@@ -5,10 +5,19 @@
 
 namespace flashcore::api {
 
+// What attention's checks call k and v: their names in messages, and whether they are a
+// paged cache's pages (dim 0 is then the page, not the batch).
+struct KvNames {
+  const char* k = "k";
+  const char* v = "v";
+  bool paged = false;
+};
+
 // reference: the fp64 reference's checks, which also take e4m3/e5m2 CPU tensors (decoded
 // exactly) and an f32 output for them.
 core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                       const Tensor& out, const AttentionParams& p, bool reference = false);
+                                       const Tensor& out, const AttentionParams& p, bool reference = false,
+                                       const KvNames& kv = {});
 core::SoftmaxVProblem check_softmax_v(const Tensor& s, const Tensor& v, const Tensor& out,
                                       const SoftmaxVParams& p);
 core::GemmChainProblem check_gemm_chain(const Tensor& a, const Tensor& b, const Tensor& c,

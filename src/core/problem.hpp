@@ -48,12 +48,49 @@ struct AttentionProblem {
   void* stream = nullptr;
   bool exact_fp32 = false;
   int tile_m = 0, tile_n = 0;  // CUDA: forced tile shape (0 = table)
+  // A KV cache (attention_with_kvcache; the CPU backend only): sequence b has seqlens_k[b]
+  // keys (sk is then the longest). With block_table the cache is paged: key s of sequence b
+  // is row s % page_size of page block_table[b * block_table_sb + s / page_size], and k / v
+  // give the page as their batch stride (sb), the row within a page as ss.
+  const int32_t* seqlens_k = nullptr;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_sb = 0, page_size = 0;
 
   int64_t group() const { return heads / kv_heads; }
   // A local window (either side bounded); a band mask (causal or a window) limits which keys
   // a query sees.
   bool windowed() const { return window_left >= 0 || window_right >= 0; }
   bool banded() const { return causal || windowed(); }
+};
+
+// attention_with_kvcache: attention over a KV cache (attn.k / attn.v, attn.seqlens_k the
+// lengths before the append, attn.sk the longest of them) after the new keys k_new / v_new
+// [B, s_new, Hkv, D] are written in place at each sequence's seqlens_k[b] ..
+// seqlens_k[b] + s_new - 1.
+struct KvCacheProblem {
+  AttentionProblem attn;
+  Operand4 k_new, v_new;
+  int64_t s_new = 0;
+};
+
+// merge_states: n parts (O [B, S, H, D] in part_dtype, lse [B, H, S] fp32) merged into one.
+struct StatePart {
+  Operand4 o;
+  const float* lse = nullptr;
+  int64_t lse_sb = 0, lse_sh = 0;
+};
+struct MergeProblem {
+  DType part_dtype = DType::f32, out_dtype = DType::f32;
+  Device device = Device::cpu;
+  const StatePart* parts = nullptr;
+  int64_t n = 0;
+  void* o = nullptr;
+  int64_t o_sb = 0, o_ss = 0, o_sh = 0;
+  float* lse = nullptr;
+  int64_t lse_sb = 0, lse_sh = 0;
+  int64_t batch = 0, s = 0, heads = 0, d = 0;
+  int threads = 0;
+  void* stream = nullptr;
 };
 
 // softmax_v: O[M, d] = softmax(scale * S[M, L]) V[L, d]; S element (m, l) at

@@ -20,6 +20,10 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times);
 // launch fails.
 void attention_backward(const core::AttentionBackwardProblem& p);
 
+// merge_states on device tensors (merge_states.cu); throws flashcore::Error (more parts than
+// one launch takes, host pointers, launch failures).
+void merge_states(const core::MergeProblem& p);
+
 // Kernel keys compiled into this build, with whether the current device can run them.
 std::vector<KernelInfo> kernels();
 

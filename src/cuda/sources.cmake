@@ -71,7 +71,8 @@ endfunction()
 set(_fc_params_fwd FwdParams)
 set(_fc_params_bwd BwdParams)
 set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu
-                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/bwd_aux.cu)
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/bwd_aux.cu
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu)
 set(_fc_sm90_sources "")
 foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
   set(_fc_enabled_${dir} "")
@@ -140,7 +141,7 @@ endif()
 # The host side: coordination and checks (backend.cpp), the kernel-choice policy (plain C++,
 # tested without a GPU), the instance registry, device queries, workspace and launches.
 target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/bwd_backend.cpp cuda/device.cpp cuda/launch.cpp
-                                     cuda/policy.cpp cuda/problem_checks.cpp cuda/registry.cpp cuda/workspace.cpp)
+                                     cuda/merge_states_host.cpp cuda/policy.cpp cuda/problem_checks.cpp cuda/registry.cpp cuda/workspace.cpp)
 # The kernels go into both libraries next to flashcore_obj's objects; the libraries are
 # created after this file is included, hence the deferred calls.
 cmake_language(DEFER CALL target_sources flashcore PRIVATE ${_fc_cuda_objs})

@@ -1,5 +1,6 @@
 /* The C ABI, from C: a correct attention call against fc_attention_reference, its
- * backward against fc_attention_backward_reference, the other two operations, bad inputs returning their status with fc_last_error() naming
+ * backward against fc_attention_backward_reference, the other two operations, merge_states
+ * of a split call and attention_with_kvcache over a paged cache against the whole call, bad inputs returning their status with fc_last_error() naming
  * the argument (and the output untouched), and null struct pointers. Exit code 0 = pass. */
 #include <math.h>
 #include <stdio.h>
@@ -335,6 +336,94 @@ int main(void) {
                 "dk: overlaps dq", dq, copy, nq, "backward dk over dq");
     free(dout);
     free(grads);
+  }
+
+  /* merge_states: attention over keys [0, 6) and [6, SK), merged, against one call over all
+   * keys (non-causal); then a call with no parts, refused by name. */
+  {
+    const size_t nl = B * H * SQ;
+    float* parts = malloc(2 * nq * sizeof(float));
+    float* lses = malloc(2 * nl * sizeof(float));
+    float* whole = malloc(nq * sizeof(float));
+    float* whole_lse = malloc(nl * sizeof(float));
+    fc_tensor to[2], tl[2], tw = tensor4(whole, B, SQ, H, D), twl = tlse;
+    twl.data = whole_lse;
+    fc_attention_params pm;
+    fc_attention_params_init(&pm);
+    pm.lse = &twl;
+    CHECK(fc_attention(&tq, &tk, &tv, &tw, &pm) == FC_OK, "%s", fc_last_error());
+    for (int i = 0; i < 2; ++i) {
+      fc_tensor ks = tk, vs = tv;
+      ks.data = k + (i == 0 ? 0 : 6 * HKV * D);
+      vs.data = v + (i == 0 ? 0 : 6 * HKV * D);
+      ks.shape[1] = vs.shape[1] = i == 0 ? 6 : SK - 6;
+      to[i] = tensor4(parts + i * nq, B, SQ, H, D);
+      tl[i] = tlse;
+      tl[i].data = lses + i * nl;
+      pm.lse = &tl[i];
+      CHECK(fc_attention(&tq, &ks, &vs, &to[i], &pm) == FC_OK, "%s", fc_last_error());
+    }
+    poison(out, nq);
+    poison(lse, nl);
+    CHECK(fc_merge_states(to, tl, 2, &tout, &tlse, 2, NULL) == FC_OK, "%s", fc_last_error());
+    CHECK(rel_err(out, whole, nq) <= 1e-5, "merge_states rel_err %g", rel_err(out, whole, nq));
+    CHECK(rel_err(lse, whole_lse, nl) <= 1e-5, "merge_states lse rel_err %g", rel_err(lse, whole_lse, nl));
+    memcpy(copy, out, nq * sizeof(float));
+    expect_fail(fc_merge_states(to, tl, 0, &tout, &tlse, 1, NULL), FC_INVALID_ARGUMENT, "n:", out, copy, nq,
+                "merge_states with no parts");
+    expect_fail(fc_merge_states(NULL, tl, 2, &tout, &tlse, 1, NULL), FC_INVALID_ARGUMENT, "out_parts", out, copy,
+                nq, "merge_states null parts");
+    free(parts); free(lses); free(whole); free(whole_lse);
+  }
+
+  /* attention_with_kvcache: the same keys in a paged cache (page 8, pages in reverse order),
+   * the last key of each sequence appended by the call; against fc_attention; then a
+   * block table entry outside the cache, refused by name with the cache untouched. */
+  {
+    enum { PAGE = 8, PAGES = 2 * ((SK + PAGE - 1) / PAGE), MAXP = (SK + PAGE - 1) / PAGE };
+    const size_t np = (size_t)PAGES * PAGE * HKV * D;
+    float* kc = calloc(np, sizeof(float));
+    float* vc = calloc(np, sizeof(float));
+    float* whole = malloc(nq * sizeof(float));
+    int32_t lens[B], table[B * MAXP];
+    for (int b = 0; b < B; ++b) {
+      lens[b] = SK - 1;
+      for (int i = 0; i < MAXP; ++i) table[b * MAXP + i] = PAGES - 1 - (b * MAXP + i);
+      for (int s = 0; s < SK - 1; ++s) {
+        const size_t dst = ((size_t)table[b * MAXP + s / PAGE] * PAGE + s % PAGE) * HKV * D;
+        memcpy(kc + dst, k + ((size_t)b * SK + s) * HKV * D, HKV * D * sizeof(float));
+        memcpy(vc + dst, v + ((size_t)b * SK + s) * HKV * D, HKV * D * sizeof(float));
+      }
+    }
+    fc_tensor tw = tensor4(whole, B, SQ, H, D), tkc = tensor4(kc, PAGES, PAGE, HKV, D), tvc = tensor4(vc, PAGES, PAGE, HKV, D);
+    fc_tensor tkn = tk, tvn = tv; /* the last key of each sequence: [B, 1, Hkv, D] views */
+    tkn.data = k + (SK - 1) * HKV * D;
+    tvn.data = v + (SK - 1) * HKV * D;
+    tkn.shape[1] = tvn.shape[1] = 1;
+    fc_tensor tlens, ttable;
+    memset(&tlens, 0, sizeof tlens);
+    tlens.data = lens; tlens.dtype = FC_I32; tlens.device = FC_CPU; tlens.rank = 1;
+    tlens.shape[0] = B; tlens.strides[0] = 1;
+    ttable = tensor2(table, FC_I32, B, MAXP);
+    fc_attention_params pk;
+    fc_attention_params_init(&pk);
+    pk.causal = 1;
+    CHECK(fc_attention(&tq, &tk, &tv, &tw, &pk) == FC_OK, "%s", fc_last_error());
+    poison(out, nq);
+    CHECK(fc_attention_with_kvcache(&tq, &tkc, &tvc, &tlens, &ttable, &tkn, &tvn, FC_KV_NHD, &tout, &pk) == FC_OK,
+          "%s", fc_last_error());
+    CHECK(rel_err(out, whole, nq) <= 1e-5, "attention_with_kvcache rel_err %g", rel_err(out, whole, nq));
+    CHECK(lens[0] == SK - 1 && lens[1] == SK - 1, "cache_seqlens was written");
+    float* kc_copy = malloc(np * sizeof(float));
+    memcpy(kc_copy, kc, np * sizeof(float));
+    memcpy(copy, out, nq * sizeof(float));
+    table[MAXP] = PAGES; /* sequence 1's first page: outside the cache */
+    expect_fail(fc_attention_with_kvcache(&tq, &tkc, &tvc, &tlens, &ttable, &tkn, &tvn, FC_KV_NHD, &tout, &pk),
+                FC_INVALID_ARGUMENT, "block_table: entry [1, 0]", out, copy, nq, "kvcache bad page id");
+    CHECK(memcmp(kc, kc_copy, np * sizeof(float)) == 0, "k_cache written by a refused call");
+    expect_fail(fc_attention_with_kvcache(&tq, &tkc, &tvc, NULL, &ttable, NULL, NULL, FC_KV_NHD, &tout, &pk),
+                FC_INVALID_ARGUMENT, "cache_seqlens", out, copy, nq, "kvcache null cache_seqlens");
+    free(kc); free(vc); free(whole); free(kc_copy);
   }
 
   CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");

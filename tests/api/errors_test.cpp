@@ -16,26 +16,6 @@ namespace {
 namespace fc = flashcore;
 using fc::Status;
 
-// Runs `call`, which must throw flashcore::Error with `status` and a message holding
-// `needle`, and must leave every listed output's bytes untouched.
-void expect_error(const std::function<void()>& call, Status status, const std::string& needle,
-                  std::vector<const HostTensor*> outputs) {
-  std::vector<std::vector<uint8_t>> before;
-  for (const HostTensor* t : outputs) before.push_back(t->snapshot());
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
-  } catch (const fc::Error& e) {
-    EXPECT_EQ(int(e.code()), int(status)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not contain '" << needle << "'";
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-flashcore exception: " << e.what();
-  }
-  for (size_t i = 0; i < outputs.size(); ++i)
-    EXPECT_EQ(outputs[i]->snapshot(), before[i]) << "output " << i << " was written";
-}
-
 // A valid attention call (B=2, Sq=5, Sk=6, H=4, Hkv=2, D=16) whose views each case
 // then breaks in one way.
 struct AttnCall {

@@ -188,6 +188,24 @@ double rel_err(const HostTensor& out, const HostTensor& ref) {
   return ::testing::AssertionSuccess();
 }
 
+void expect_error(const std::function<void()>& call, flashcore::Status status, const std::string& needle,
+                  std::vector<const HostTensor*> outputs) {
+  std::vector<std::vector<uint8_t>> before;
+  for (const HostTensor* t : outputs) before.push_back(t->snapshot());
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+  } catch (const flashcore::Error& e) {
+    EXPECT_EQ(int(e.code()), int(status)) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message '" << e.what() << "' does not contain '" << needle << "'";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-flashcore exception: " << e.what();
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    EXPECT_EQ(outputs[i]->snapshot(), before[i]) << "output " << i << " was written";
+}
+
 double tolerance(DType storage, Exp2Mode mode, int64_t sk) {
   if (storage == DType::f32) return mode == Exp2Mode::exact ? 1e-5 : 1e-2;
   if (storage == DType::bf16 && sk > 512) return 2e-2;  // BENCH.md: bf16 at long Sk

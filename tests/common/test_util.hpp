@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,6 +110,11 @@ double tolerance(DType storage, DType kernel_ab, Exp2Mode mode, int64_t sk);
 // lse: -inf and NaN exactly where the reference has them; finite values close (relative:
 // huge scores give huge lse).
 ::testing::AssertionResult lse_agree(const HostTensor& lse, const HostTensor& ref, double tol);
+
+// Runs `call`, which must throw flashcore::Error with `status` and a message holding
+// `needle`, and must leave every listed output's bytes untouched.
+void expect_error(const std::function<void()>& call, flashcore::Status status, const std::string& needle,
+                  std::vector<const HostTensor*> outputs);
 
 // Skips the running test when the machine cannot run this GEMM micro-kernel (its ISA is
 // absent), naming the ISA. Kernels that accumulate in fp16 (noepi) run through the

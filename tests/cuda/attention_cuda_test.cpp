@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -1917,6 +1918,103 @@ TEST(CudaKernels, Listed) {
       EXPECT_TRUE(k.available) << k.key;
     }
   EXPECT_GT(n90, 0) << "an sm90 device, but the build lists no fwd_sm90 kernel";
+}
+
+
+// merge_states on device tensors (src/cuda/merge_states.cu) against the CPU's merge of the
+// same parts: f32 / f16 / bf16 parts and outputs, strided views, rows whose parts are all
+// -inf (their O poisoned: not read), a NaN lse, +inf, and in place into a part; host
+// pointers and too many parts refused by name.
+TEST(CudaMergeStates, MatchesCpu) {
+  FC_REQUIRE_GPU();
+  fctest::Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t n = 3, B = 2, S = 5, H = 3, D = 80;
+  for (DType pt : {DType::f32, DType::f16, DType::bf16})
+    for (DType ot : {DType::f32, pt}) {
+      SCOPED_TRACE(fctest::name(pt) + " parts, " + fctest::name(ot) + " out");
+      std::vector<HostTensor> outs, lses;
+      for (int64_t i = 0; i < n; ++i) {
+        outs.emplace_back(pt, std::vector<int64_t>{B, S, H, D}, std::vector<int>{0, 2, 1, 3}, 3);
+        lses.emplace_back(DType::f32, std::vector<int64_t>{B, H, S}, std::vector<int>{}, 1);
+        outs.back().fill_uniform(rng, -1, 1);
+        lses.back().fill_uniform(rng, -20, 20);
+      }
+      for (int64_t i = 0; i < n; ++i) {  // row (0, 0, 0): all -inf; (0, 0, 1): NaN in part 1; (1, 2, 4): +inf in part 2
+        lses[size_t(i)].set(0, -INFINITY);
+        for (int64_t j = 0; j < D; ++j) outs[size_t(i)].set(j, NAN);
+      }
+      lses[1].set(1, NAN);
+      lses[2].set((1 * H + 2) * S + 4, INFINITY);
+      lses[0].set(2, -INFINITY);  // (0, 0, 2): part 0 saw no key
+      for (int64_t j = 0; j < D; ++j) outs[0].set((2 * H) * D + j, NAN);
+      std::vector<flashcore::Tensor> ho, hl;
+      for (int64_t i = 0; i < n; ++i) {
+        ho.push_back(outs[size_t(i)].view());
+        hl.push_back(lses[size_t(i)].view());
+      }
+      HostTensor want(ot, {B, S, H, D}), want_lse(DType::f32, {B, H, S});
+      flashcore::merge_states(ho.data(), hl.data(), n, want.view(), want_lse.view());
+
+      std::vector<std::unique_ptr<DevTensor>> dev_o, dev_l;
+      std::vector<flashcore::Tensor> dov, dlv;
+      for (int64_t i = 0; i < n; ++i) {
+        dev_o.push_back(std::make_unique<DevTensor>(outs[size_t(i)]));
+        dev_l.push_back(std::make_unique<DevTensor>(lses[size_t(i)]));
+        dov.push_back(dev_o.back()->view());
+        dlv.push_back(dev_l.back()->view());
+      }
+      HostTensor got(ot, {B, S, H, D}, {}, 2), got_lse(DType::f32, {B, H, S});
+      got.poison();
+      got_lse.poison();
+      DevTensor dgot(got), dgot_lse(got_lse);
+      flashcore::merge_states(dov.data(), dlv.data(), n, dgot.view(), dgot_lse.view());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      dgot.download(got);
+      dgot_lse.download(got_lse);
+      EXPECT_TRUE(got.padding_untouched());
+      const double tol = ot == DType::f32 ? 1e-5 : ot == DType::f16 ? 1e-3 : 8e-3;
+      auto same = [&](double a, double b) {
+        return (std::isnan(a) && std::isnan(b)) || a == b || std::abs(a - b) <= tol * (1 + std::abs(b));
+      };
+      for (int64_t i = 0; i < want.numel(); ++i) ASSERT_TRUE(same(got.get(i), want.get(i))) << "out element " << i;
+      for (int64_t i = 0; i < want_lse.numel(); ++i)
+        ASSERT_TRUE(same(got_lse.get(i), want_lse.get(i))) << "lse element " << i;
+      if (ot != pt) continue;
+      // In place into part 1 (its own view) and lse part 2.
+      flashcore::merge_states(dov.data(), dlv.data(), n, dov[1], dlv[2]);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      dev_o[1]->download(outs[1]);
+      dev_l[2]->download(lses[2]);
+      for (int64_t i = 0; i < want.numel(); ++i) ASSERT_TRUE(same(outs[1].get(i), want.get(i))) << "in place " << i;
+      for (int64_t i = 0; i < want_lse.numel(); ++i)
+        ASSERT_TRUE(same(lses[2].get(i), want_lse.get(i))) << "in place lse " << i;
+    }
+}
+
+TEST(CudaMergeStates, RefusedByName) {
+  FC_REQUIRE_GPU();
+  HostTensor o(DType::f16, {1, 2, 2, 16}), l(DType::f32, {1, 2, 2}), out(DType::f16, {1, 2, 2, 16}),
+      lse(DType::f32, {1, 2, 2});
+  DevTensor dout(out), dlse(lse), dl(l), d_o(o);
+  flashcore::Tensor host_o = o.view();
+  host_o.device = Device::cuda;  // a host pointer given as device memory
+  const flashcore::Tensor parts_host[] = {host_o, d_o.view()}, lses2[] = {dl.view(), dl.view()};
+  try {
+    flashcore::merge_states(parts_host, lses2, 2, dout.view(), dlse.view());
+    ADD_FAILURE() << "a host pointer was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Status::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("out_parts[0]"), std::string::npos) << e.what();
+  }
+  std::vector<flashcore::Tensor> many(49, d_o.view()), many_l(49, dl.view());
+  try {
+    flashcore::merge_states(many.data(), many_l.data(), 49, dout.view(), dlse.view());
+    ADD_FAILURE() << "49 parts were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Status::unsupported);
+    EXPECT_NE(std::string(e.what()).find("at most 48 parts"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

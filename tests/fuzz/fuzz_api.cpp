@@ -488,14 +488,119 @@ void fuzz_attention_backward(Reader& r) {
   if (st != FC_OK && fc_last_error()[0] == '\0') std::abort();
 }
 
+// Small int32 values from the input (sometimes negative, sometimes past any bound) written
+// into the elements of an i32 view that lies in the buffer: cache_seqlens and block tables
+// the checks must read and judge.
+void plant_ints(Reader& r, const fc::Tensor& t, int lo, int span) {
+  __int128 a, b;
+  if (t.dtype != fc::DType::i32 || t.data == nullptr || t.rank < 1 || t.rank > 2 || reach(t, &a, &b) != Reach::range)
+    return;
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n && i < 64; ++i) {
+    const int64_t row = t.rank == 2 ? i / t.shape[1] : i, col = t.rank == 2 ? i % t.shape[1] : 0;
+    const int64_t off = t.rank == 2 ? row * t.strides[0] + col * t.strides[1] : row * t.strides[0];
+    static_cast<int32_t*>(t.data)[off] = int32_t(lo + r.u8() % span);
+  }
+}
+
+// attention_with_kvcache: q, a contiguous or paged cache (NHD or HND; page sizes mostly
+// multiples of 8), cache_seqlens and a block table holding small input-chosen values
+// (negative ones and page ids past the cache too), new keys sometimes (or one of k_new /
+// v_new alone); every view may be malformed, aliased or on the wrong device.
+void fuzz_kvcache(Reader& r) {
+  const int64_t b = r.dim(), sq = r.dim(), h = r.dim(), d = r.dim(), slots = r.dim(), s_new = r.dim(),
+                max_pages = r.dim();
+  const uint8_t g = r.u8();
+  const int64_t hkv = (g & 0x80) ? r.dim() : std::max<int64_t>(1, h / std::max(1, g & 7));
+  const fc::DType dt = dtype_of(r.u8());
+  const uint8_t kind = r.u8();
+  const bool paged = kind & 1, hnd = kind & 2;
+  const int64_t rows = (kind & 12) ? 8 * ((kind >> 4) % 3 + 1) : r.dim();  // page size or S_max
+  const int64_t qd[] = {b, sq, h, d}, nd[] = {b, s_new, hkv, d}, bd[] = {b}, td[] = {b, max_pages};
+  const int64_t cd[] = {paged ? slots : b, hnd ? hkv : rows, hnd ? rows : hkv, d};
+  const fc::Tensor q = make_tensor(r, 4, qd, dt), kc = make_tensor(r, 4, cd, dt), vc = make_tensor(r, 4, cd, dt),
+                   o = make_tensor(r, 4, qd, dt), kn = make_tensor(r, 4, nd, dt), vn = make_tensor(r, 4, nd, dt);
+  const fc::Tensor lens = make_tensor(r, 1, bd, (r.u8() & 7) == 0 ? fc::DType::f32 : fc::DType::i32);
+  const fc::Tensor table = make_tensor(r, 2, td, (r.u8() & 7) == 0 ? fc::DType::f16 : fc::DType::i32);
+  trace("q", q), trace("k_cache", kc), trace("v_cache", vc), trace("out", o), trace("k_new", kn);
+  trace("v_new", vn), trace("cache_seqlens", lens), trace("block_table", table);
+  plant_ints(r, lens, -2, 40);
+  plant_ints(r, table, -1, int(std::clamp<int64_t>(slots, 0, 200)) + 2);
+  fc::KvCacheOptions opt;
+  opt.layout = hnd ? fc::KvLayout::hnd : fc::KvLayout::nhd;
+  if (paged) opt.block_table = &table;
+  const uint8_t news = r.u8() & 3;
+  if (news == 1 || news == 3) opt.k_new = &kn;
+  if (news == 2 || news == 3) opt.v_new = &vn;
+  fc::AttentionParams p = attention_params(r);
+  fc::Tensor lse;
+  if (r.bit()) {
+    const int64_t ld[] = {b, h, sq};
+    lse = make_tensor(r, 3, ld, fc::DType::f32);
+    p.lse = &lse;
+  }
+  // (the keys a sequence may have: the cache's rows, or max_pages pages, and the new ones)
+  if (work({q.shape[0], q.shape[1], q.shape[2], rows, paged ? max_pages : 0, q.shape[3]}) +
+          work({q.shape[0], q.shape[1], q.shape[2], s_new, q.shape[3]}) >
+      kMaxWork)
+    return;
+  expect_clean([&] { fc::attention_with_kvcache(q, kc, vc, lens, o, opt, p); });
+  fc_tensor c[8] = {to_c(q), to_c(kc), to_c(vc), to_c(lens), to_c(table), to_c(kn), to_c(vn), to_c(o)};
+  const fc_attention_params cp = to_c(p);
+  const fc_status st = fc_attention_with_kvcache(&c[0], &c[1], &c[2], &c[3], paged ? &c[4] : nullptr,
+                                                 opt.k_new ? &c[5] : nullptr, opt.v_new ? &c[6] : nullptr,
+                                                 static_cast<fc_kv_layout>(kind >> 6), &c[7], &cp);
+  if (int(st) < 0 || int(st) > 4) std::abort();
+  if (st != FC_OK && fc_last_error()[0] == '\0') std::abort();
+}
+
+// merge_states: 0..3 parts (n = 0 refused), each a state view that may be malformed,
+// aliased or on the wrong device; out and lse sometimes a part's own views (in place).
+void fuzz_merge_states(Reader& r) {
+  const int64_t b = r.dim(), s = r.dim(), h = r.dim(), d = r.dim();
+  const int n = r.u8() % 4;
+  const fc::DType dt = dtype_of(r.u8());
+  const int64_t od[] = {b, s, h, d}, ld[] = {b, h, s};
+  std::vector<fc::Tensor> outs, lses;
+  for (int i = 0; i < n; ++i) {
+    outs.push_back(make_tensor(r, 4, od, dt));
+    lses.push_back(make_tensor(r, 3, ld, (r.u8() & 7) == 0 ? fc::DType::f16 : fc::DType::f32));
+    trace("out part", outs.back()), trace("lse part", lses.back());
+  }
+  if (n > 0) plant_values(r, {&outs[0], &lses[0], &outs[size_t(n - 1)], &lses[size_t(n - 1)]});
+  const uint8_t in_place = r.u8();
+  const fc::Tensor o = n > 0 && (in_place & 1) ? outs[0] : make_tensor(r, 4, od, (r.u8() & 3) ? dt : fc::DType::f32);
+  const fc::Tensor l = n > 0 && (in_place & 2) ? lses[size_t(n - 1)] : make_tensor(r, 3, ld, fc::DType::f32);
+  trace("out", o), trace("lse", l);
+  fc::MergeStatesParams p;
+  p.threads = threads_of(r);
+  if (work({o.shape[0], o.shape[1], o.shape[2], o.shape[3], n}) > kMaxWork) return;
+  expect_clean([&] { fc::merge_states(outs.data(), lses.data(), n, o, l, p); });
+  if (n >= 2) expect_clean([&] { fc::merge_states(outs[0], lses[0], outs[1], lses[1], o, l, p); });
+  std::vector<fc_tensor> co, cl;
+  for (int i = 0; i < n; ++i) {
+    co.push_back(to_c(outs[size_t(i)]));
+    cl.push_back(to_c(lses[size_t(i)]));
+  }
+  const fc_tensor cout_ = to_c(o), clse = to_c(l);
+  const fc_status st = fc_merge_states(co.data(), cl.data(), n, &cout_, &clse, p.threads, nullptr);
+  if (int(st) < 0 || int(st) > 4) std::abort();
+  if (st != FC_OK && fc_last_error()[0] == '\0') std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Arena::reset();
   Reader r(data, size);
   const uint8_t op = r.u8();
-  if (op >= 0xF0) {  // (the three forward ops keep the mapping of the inputs below 0xF0)
+  if (op >= 0xF0) {  // (the three forward ops keep the mapping of the inputs below 0xE0)
     fuzz_attention_backward(r);
+    return 0;
+  }
+  if (op >= 0xE0) {
+    if (op < 0xE8) fuzz_kvcache(r);
+    else fuzz_merge_states(r);
     return 0;
   }
   switch (op % 3) {

@@ -12,7 +12,8 @@
 // well below the memory bandwidth that contiguous rows reach).
 // Measured, for this file's choices: docs/results/cpu-pipelines-2026-11-29.md.
 //
-// K and V are read only through KvSource (kv_source.hpp).
+// K and V are read only through a KV source (kv_source.hpp): the pipeline is one template
+// over KvSource (tensors, a contiguous cache) and PagedKvSource (a paged cache).
 #include <omp.h>
 
 #include <algorithm>
@@ -45,7 +46,8 @@ constexpr size_t kPackBudgetBytes = size_t(64) << 20;
 // Whether every element of V (fp16 storage) has |v| <= 2^7: NaN and inf do not. P V summed
 // in fp16 (a kernel with acc f16) adds at most 128 products P v per lane and two lanes per
 // chunk of <= 256 keys, with P <= 1: |sum| <= 256 * 128 = 32768 < 65504.
-bool v_fits_f16_sums(const core::AttentionProblem& p, const KvSource& v, int nthreads) {
+template <class Src>
+bool v_fits_f16_sums(const core::AttentionProblem& p, const Src& v, int nthreads) {
   constexpr int16_t kBound = 0x5800;  // fp16 bits of 128
   const int64_t sk = std::max<int64_t>(p.sk, 1);  // varlen: the longest sequence
   int fits = 1;
@@ -86,7 +88,8 @@ inline bool nonfinite_at(const void* row, int64_t e, DType t) {
 // the packed panels, or in the decode path's converted rows), and each is added back, as
 // P_ij v_j, to exactly the rows that see its key (Attention::add_nonfinite). The scan
 // reads V once more per call (in cache, after its packing); lists are empty in practice.
-void list_nonfinite(const Rows& v, int64_t k0, int64_t k1, int64_t dv, int64_t kvi, std::vector<NonFiniteV>& out) {
+template <class R>
+void list_nonfinite(const R& v, int64_t k0, int64_t k1, int64_t dv, int64_t kvi, std::vector<NonFiniteV>& out) {
   for (int64_t k = k0; k < k1; ++k) {
     const void* row = v.row(k);
     bool any = false;
@@ -124,7 +127,8 @@ struct Plan {
   int64_t group_bytes = 0, chunk = 1;
 };
 
-Plan make_plan(const core::AttentionProblem& p, const KvSource& k, const KvSource& v) {
+template <class Src>
+Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   Plan a;
   a.cfg = select_kernels(p.dtype, p.impl, true);
   a.varlen = p.cu_q != nullptr;
@@ -168,8 +172,10 @@ Plan make_plan(const core::AttentionProblem& p, const KvSource& k, const KvSourc
   // dtype (AMX: bf16 rows, any row stride) and no key block or k step needs padding: its
   // packing was a copy. Only while one head's K rows span at most half of L2: rows a
   // power-of-two stride apart share cache sets, and over a longer span they no longer fit.
-  a.k_inplace = !a.rows_mode && !a.varlen && a.g.pa == Layout::rows && a.g.gk->ab == p.dtype &&
-                a.kp == p.d && a.skp_max == p.sk && k.span_bytes(p.sk) <= l2_bytes() / 2;
+  // (Not for a KV cache: its sequences' lengths differ. Paged K never: its rows are no run.)
+  if constexpr (Src::kStrided)
+    a.k_inplace = !a.rows_mode && !a.varlen && p.seqlens_k == nullptr && a.g.pa == Layout::rows &&
+                  a.g.gk->ab == p.dtype && a.kp == p.d && a.skp_max == p.sk && k.span_bytes(p.sk) <= l2_bytes() / 2;
   a.group_bytes = a.rows_mode ? 0 : a.skp_max * (a.kp * a.g.es + a.dvp * a.g2.es);
   a.chunk = a.rows_mode ? a.ngroups : std::max<int64_t>(1, int64_t(kPackBudgetBytes) / a.group_bytes);
   return a;
@@ -221,12 +227,13 @@ struct Chunk {
 };
 
 // One query block being computed: its item, its geometry (g and g2 with the rows it
-// computes, live_rows), its K/V operands and its packed queries.
+// computes, live_rows), its K/V operands and its packed queries. R: the KV source's rows.
+template <class R>
 struct Block {
   Item x;
   Geometry gb, gb2;
   int64_t skp;          // its keys padded to whole key blocks
-  Rows k;               // K rows of its kv head (read in place with k_inplace)
+  R k;                  // K rows of its kv head (read in place with k_inplace)
   const char* kpack;    // packed K blocks and V panels of its group (null in decode)
   const char* vpack;
   char* qpack;          // packed Q panels; decode: per kv head fp32 [d][mqh] then [mqh][d]
@@ -236,10 +243,14 @@ struct Block {
   const std::vector<NonFiniteV>* bad = nullptr;  // V's NaN / Inf it must add back (or null)
 };
 
+// The pipeline over one KV source (kv_source.hpp: KvSource or PagedKvSource).
+template <class Src>
 class Attention {
  public:
+  using Block = cpu::Block<typename Src::RowSource>;
+
   Attention(const core::AttentionProblem& p, PhaseTimes* times)
-      : p_(p), k_(p.k, p.dtype, p.cu_k, p.sk), v_(p.v, p.dtype, p.cu_k, p.sk),
+      : p_(p), k_(p, p.k), v_(p, p.v),
         a_(make_plan(p, k_, v_)), es_in_(int64_t(dtype_size(p.dtype))), timed_(times != nullptr),
         phases_(static_cast<size_t>(a_.nthreads)), banded_(p.banded()) {}
 
@@ -274,7 +285,7 @@ class Attention {
   }
 
   const core::AttentionProblem& p_;
-  const KvSource k_, v_;
+  const Src k_, v_;
   const Plan a_;
   const int64_t es_in_;  // storage bytes of q, k, v and o
   const bool timed_;
@@ -288,7 +299,8 @@ class Attention {
 
 // Packs K (as stage-1 A blocks of MR keys) and V (as stage-2 panels) of groups [g0, g1),
 // each split into parts so that one large group still uses every thread.
-void Attention::pack_kv(int64_t g0, int64_t g1) {
+template <class Src>
+void Attention<Src>::pack_kv(int64_t g0, int64_t g1) {
   const Plan& a = a_;
   const Geometry& g = a.g;
   const int64_t parts = a.rows_mode ? 0 : std::max<int64_t>(1, (a.nthreads + (g1 - g0) - 1) / (g1 - g0));
@@ -324,7 +336,8 @@ void Attention::pack_kv(int64_t g0, int64_t g1) {
   }
 }
 
-Item Attention::locate(int64_t g0, int64_t it) const {
+template <class Src>
+Item Attention<Src>::locate(int64_t g0, int64_t it) const {
   const Plan& a = a_;
   Item x;
   x.gi = g0 + it / a.blocks_per_group;
@@ -347,7 +360,8 @@ Item Attention::locate(int64_t g0, int64_t it) const {
 
 // Packs a block's queries: stage-1 B panels (Q^T, NR queries per panel), or for the row
 // ops per kv head fp32 [d][mqh] followed by [mqh][d].
-void Attention::pack_queries(const Item& x, char* qpack, float* rowbuf) const {
+template <class Src>
+void Attention<Src>::pack_queries(const Item& x, char* qpack, float* rowbuf) const {
   const Plan& a = a_;
   const int64_t q_off = a.varlen ? p_.cu_q[x.b] : 0;
   if (!a.rows_mode) {
@@ -373,7 +387,8 @@ void Attention::pack_queries(const Item& x, char* qpack, float* rowbuf) const {
 }
 
 // Each row's keys [lo, hi) under the mask, and the block's KeyRange over its mq rows.
-KeyRange Attention::key_range(const Item& x, int64_t mq, const core::BandMask& mask, int64_t* lo,
+template <class Src>
+KeyRange Attention<Src>::key_range(const Item& x, int64_t mq, const core::BandMask& mask, int64_t* lo,
                               int64_t* hi) const {
   KeyRange kr{x.sk, 0, 0, x.sk};
   for (int64_t i = 0; i < mq; ++i) {
@@ -393,7 +408,8 @@ KeyRange Attention::key_range(const Item& x, int64_t mq, const core::BandMask& m
 // softmax_block's Scores: key tile [j0, j0+kc) of the block as T[kc][mq] (negated when
 // `negate`), masked entries -inf; true when the tile's column max was folded into mx in
 // stage 1.
-bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, bool negate, Phases& ph,
+template <class Src>
+bool Attention<Src>::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float* mx, bool negate, Phases& ph,
                        Lap& lap) const {
   const Plan& a = a_;
   const bool visible = j0 >= bl.kr.all_lo && j0 + kc <= bl.kr.all_hi;  // no key of the tile masked
@@ -407,9 +423,10 @@ bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float*
     }
   } else {
     // K's blocks: rows of the caller's tensor (k_inplace) or the packed blocks
-    const char* kx = a.k_inplace ? static_cast<const char*>(bl.k.row(j0)) : bl.kpack + j0 * a.kp * a.g.es;
-    const int64_t kxs = a.k_inplace ? bl.k.stride : block_ld(a.g.pa, a.kp, a.g.mr);
-    stage1(bl.gb, a.kp, kc, kx, a.k_inplace ? a.g.mr * bl.k.stride : a.kp * a.g.mr, kxs, bl.qpack, t,
+    const bool inplace = Src::kStrided && a.k_inplace;
+    const char* kx = inplace ? static_cast<const char*>(bl.k.row(j0)) : bl.kpack + j0 * a.kp * a.g.es;
+    const int64_t kxs = inplace ? bl.k.stride : block_ld(a.g.pa, a.kp, a.g.mr);
+    stage1(bl.gb, a.kp, kc, kx, inplace ? a.g.mr * bl.k.stride : a.kp * a.g.mr, kxs, bl.qpack, t,
            bl.gb.mq, visible ? mx : nullptr);
   }
   lap.to(ph.gemm);
@@ -420,7 +437,8 @@ bool Attention::scores(const Block& bl, int64_t j0, int64_t kc, float* t, float*
 }
 
 // softmax_block's PV: O += P^T x V rows [j0, j0+kc) of the block.
-void Attention::pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const {
+template <class Src>
+void Attention<Src>::pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const {
   const Plan& a = a_;
   bool fix = false;  // a listed NaN / Inf of V in this tile
   if (bl.bad != nullptr)
@@ -437,7 +455,8 @@ void Attention::pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64
 
 // The NaN / Inf elements of V that the GEMM read as 0 (list_nonfinite), added as P_ij v_j
 // to the rows that see key j: O's other rows never read them.
-void Attention::add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp,
+template <class Src>
+void Attention<Src>::add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp,
                               float* O) const {
   const Plan& a = a_;
   const Geometry& g = bl.gb2;
@@ -458,13 +477,14 @@ void Attention::add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const cha
 // NaN / Inf in V (a row that sees every key gets it through P V anyway), every NaN / Inf
 // of its tiles is listed, per kv head of the block (pv then zeroes them all in its copy
 // of V and adds each back where it is seen); null when there is none.
-const std::vector<NonFiniteV>* Attention::decode_nonfinite(const Block& bl) const {
+template <class Src>
+const std::vector<NonFiniteV>* Attention<Src>::decode_nonfinite(const Block& bl) const {
   thread_local std::vector<NonFiniteV> bad;
   bad.clear();
   const int64_t kc = a_.g.kc;
   const int64_t t0 = bl.kr.key_lo / kc * kc, t1 = std::min(bl.x.sk, (bl.kr.key_hi + kc - 1) / kc * kc);
   for (int64_t kvi = 0; kvi < a_.kvb; ++kvi) {
-    const Rows v = v_.head(bl.x.b, bl.x.hk + kvi);
+    const auto v = v_.head(bl.x.b, bl.x.hk + kvi);
     list_nonfinite(v, t0, std::min(t1, std::max(t0, bl.kr.all_lo)), p_.dv, kvi, bad);
     list_nonfinite(v, std::max(t0, bl.kr.all_hi), t1, p_.dv, kvi, bad);
   }
@@ -474,7 +494,8 @@ const std::vector<NonFiniteV>* Attention::decode_nonfinite(const Block& bl) cons
   return &bad;
 }
 
-void Attention::run_item(Chunk& ch, int64_t it2) {
+template <class Src>
+void Attention<Src>::run_item(Chunk& ch, int64_t it2) {
   const Plan& a = a_;
   const int64_t it = it2 / ch.nsplit, part = it2 % ch.nsplit;
   Phases& ph = phases();
@@ -545,7 +566,8 @@ void Attention::run_item(Chunk& ch, int64_t it2) {
 
 // Runs every query block of groups [g0, g1) (their K and V packed), split over keys when
 // there are fewer blocks than threads.
-void Attention::run_blocks(int64_t g0, int64_t g1) {
+template <class Src>
+void Attention<Src>::run_blocks(int64_t g0, int64_t g1) {
   const Plan& a = a_;
   Chunk ch;
   ch.g0 = g0;
@@ -561,10 +583,10 @@ void Attention::run_blocks(int64_t g0, int64_t g1) {
   ch.split_ml.resize(static_cast<size_t>(ch.nsplit > 1 ? ch.items * ch.nsplit * a.g.mq * 2 : 0));
   // Items of equal cost (no mask band, one sequence length) go out in contiguous runs,
   // the groups' runs of the packing loop: each thread then reads the Q, K, V and O rows of
-  // the same heads as in the previous call, still in its L2. Causal, windowed and varlen
-  // items differ in cost: taken in turn.
+  // the same heads as in the previous call, still in its L2. Causal, windowed, varlen and
+  // KV-cache items (their own lengths) differ in cost: taken in turn.
   const int64_t total = ch.items * ch.nsplit;
-  const bool even = !a.varlen && !p_.causal && !p_.windowed();
+  const bool even = !a.varlen && p_.seqlens_k == nullptr && !p_.causal && !p_.windowed();
 #pragma omp parallel num_threads(a.nthreads)
   {
     if (even) {
@@ -586,7 +608,10 @@ void Attention::run_blocks(int64_t g0, int64_t g1) {
 }  // namespace
 
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
-  Attention(p, times).run(times);
+  if (p.block_table != nullptr)
+    Attention<PagedKvSource>(p, times).run(times);
+  else
+    Attention<KvSource>(p, times).run(times);
 }
 
 }  // namespace flashcore::cpu

@@ -93,8 +93,8 @@ inline void transpose_strip(const char* const* s, int64_t live, int64_t k, E* o,
 }
 #endif
 
-template <typename E>
-void copy_block(const Rows& src, int64_t row0, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+template <typename E, class R>
+void copy_block(const R& src, int64_t row0, int64_t nrows, int64_t len, int64_t kp, int64_t w,
                 bool half_tail, void* dst) {
   E* d = static_cast<E*>(dst);
   const int64_t rows = std::max<int64_t>(0, std::min(w, nrows - row0));
@@ -141,7 +141,8 @@ void copy_block(const Rows& src, int64_t row0, int64_t nrows, int64_t len, int64
 
 }  // namespace
 
-void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+template <class R>
+void pack_transposed(const R& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
                      int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf) {
   const int64_t es = int64_t(dtype_size(t));
   const int64_t ld = block_ld(lay, kp, w);
@@ -196,7 +197,8 @@ void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, in
   }
 }
 
-void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
+template <class R>
+void pack_panels(const R& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
                  int64_t r1, void* dst, DType t, Layout lay, float* rowbuf) {
   const int64_t es = int64_t(dtype_size(t));
   const int64_t npanels = (cols + w - 1) / w;
@@ -273,8 +275,7 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
     // [p w, p w + w) of the rows, row j holding column p w + j: copy_block's register
     // transposes with the rows as its block rows and the columns as its k.
     for (int64_t p = 0; p < npanels; ++p) {
-      const Rows cols_p{at(src.base, p * w, es), src.stride, src.dtype};
-      copy_block<uint16_t>(cols_p, 0, nrows, std::min(w, cols - p * w), w, rp, false, out + p * rp * w * es);
+      copy_block<uint16_t>(src.columns_from(p * w), 0, nrows, std::min(w, cols - p * w), w, rp, false, out + p * rp * w * es);
     }
     r = r1;
   }
@@ -296,10 +297,11 @@ void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64
   }
 }
 
-const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
+template <class R>
+const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
                       int64_t& ld) {
-  if (src.dtype == DType::f32) {
-    ld = src.stride;
+  if (src.dtype == DType::f32 && src.run_stride(j0, n) != 0) {
+    ld = src.run_stride(j0, n);
     return static_cast<const float*>(src.row(j0));
   }
   constexpr int64_t kAhead = 8;
@@ -316,5 +318,15 @@ const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::
   ld = len;
   return buf.data();
 }
+
+#define FC_ROW_SOURCE(R)                                                                              \
+  template void pack_transposed<R>(const R&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,   \
+                                   void*, DType, Layout, float*);                                     \
+  template void pack_panels<R>(const R&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, void*, \
+                               DType, Layout, float*);                                                \
+  template const float* f32_rows<R>(const R&, int64_t, int64_t, int64_t, std::vector<float>&, int64_t&);
+FC_ROW_SOURCE(Rows)
+FC_ROW_SOURCE(PagedRows)
+#undef FC_ROW_SOURCE
 
 }  // namespace flashcore::cpu

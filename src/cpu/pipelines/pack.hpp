@@ -61,6 +61,32 @@ struct Rows {
   DType dtype = DType::f32;  // (es below reads it)
   int64_t es = int64_t(dtype_size(dtype));  // once, not per row (an out-of-line call)
   const void* row(int64_t r) const { return at(base, r * stride, es); }
+  // The element stride of rows [r, r + n) as one strided run (always: `stride`).
+  int64_t run_stride(int64_t, int64_t) const { return stride; }
+  // The same rows from column c on.
+  Rows columns_from(int64_t c) const { return Rows{at(base, c, es), stride, dtype, es}; }
+};
+
+// A paged row source (a paged KV cache): row r is row r % page of page table[r / page],
+// at base + table[r / page] * page_stride + (r % page) * stride (elements of dtype).
+struct PagedRows {
+  const void* base;
+  const int32_t* table;
+  int64_t page_stride, stride;
+  uint32_t page;  // rows per page
+  DType dtype = DType::f32;
+  int64_t es = int64_t(dtype_size(dtype));
+  const void* row(int64_t r) const {
+    const uint32_t u = uint32_t(r);  // (< 2^31: the lengths are int32)
+    return at(base, int64_t(table[u / page]) * page_stride + int64_t(u % page) * stride, es);
+  }
+  // Rows [r, r + n) are one strided run when they lie in one page; 0 otherwise.
+  int64_t run_stride(int64_t r, int64_t n) const {
+    return n <= 0 || uint32_t(r) / page == uint32_t(r + n - 1) / page ? stride : 0;
+  }
+  PagedRows columns_from(int64_t c) const {
+    return PagedRows{at(base, c, es), table, page_stride, stride, page, dtype, es};
+  }
 };
 
 // n fp32 values stored as dtype t at dst[i * dst_stride].
@@ -96,25 +122,32 @@ inline void store_at(void* dst, int64_t at, DType t, float v) {
 // layout `lay` (ukernel.hpp): the row length for `rows`, else the width.
 inline int64_t block_ld(Layout lay, int64_t kp, int64_t w) { return lay == Layout::rows ? kp : w; }
 
+// The packers and f32_rows take any row source R (Rows or PagedRows; instantiated for both
+// in pack.cpp).
+//
 // Blocks of W rows: block b holds element (k, w) = row(b*W+w)[k] at
 // pack_index(lay, k, w, block_ld) (k-major: [kp][W]). Rows >= nrows and k >= len are zero.
 // Packs blocks [b0, b1). rowbuf holds len floats.
-void pack_transposed(const Rows& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
+template <class R>
+void pack_transposed(const R& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
                      int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf);
 
 // Panels of W columns: panel p holds element (r, w) = row(r)[p*W + w] at
 // pack_index(lay, r, w, block_ld) (k-major: [rp][W]); zero padded. Packs rows [r0, r1) of
 // every panel (with kpairs, two callers may share a pair row only through the slow path).
 // rowbuf holds the columns rounded up to W.
-void pack_panels(const Rows& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
+template <class R>
+void pack_panels(const R& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
                  int64_t r1, void* dst, DType t, Layout lay, float* rowbuf);
 
 // ---------------------------------------------------------------- row-op operands
-// Rows [j0, j0+n) of a row source as fp32 rows the row ops can read: fp32 rows in place,
-// with ld = the source's stride (a copy into a contiguous buffer first was slower for
-// BSHD rows: docs/results/cpu-pipelines-2026-11-29.md); other storage converted into
-// `buf` (ld = len), prefetching the rows it reads next.
-const float* f32_rows(const Rows& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
+// Rows [j0, j0+n) of a row source as fp32 rows the row ops can read: fp32 rows in place
+// where they are one strided run, with ld = the source's stride (a copy into a contiguous
+// buffer first was slower for BSHD rows: docs/results/cpu-pipelines-2026-11-29.md); other
+// storage (and fp32 rows across pages) converted into `buf` (ld = len), prefetching the
+// rows it reads next.
+template <class R>
+const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
                       int64_t& ld);
 
 }  // namespace flashcore::cpu

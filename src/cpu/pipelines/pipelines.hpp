@@ -11,6 +11,10 @@
 namespace flashcore::cpu {
 
 void attention(const core::AttentionProblem& p, PhaseTimes* times);
+// k_new / v_new written into the cache, then attention over it (kvcache.cpp).
+void attention_with_kvcache(const core::KvCacheProblem& p, PhaseTimes* times);
+// The parts merged row by row (merge_states.cpp).
+void merge_states(const core::MergeProblem& p);
 // `packed` (or null): V, or B and C, packed by the functions below; the problem's own
 // v / b / c pointers are then not read. Null packs them on the way, as part of the call.
 void softmax_v(const core::SoftmaxVProblem& p, const PackedOperands::State* packed,

@@ -122,8 +122,9 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
   }
 }
 
+template <class R>
 void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, int64_t ldp,
-             int64_t mq, const Rows& v, int64_t j0, int64_t dv, float* O, int64_t ldo,
+             int64_t mq, const R& v, int64_t j0, int64_t dv, float* O, int64_t ldo,
              bool finite_only) {
   thread_local std::vector<float> vconv;
   for (int64_t k0 = 0; k0 < kc; k0 += g.kc) {
@@ -143,5 +144,10 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
     ops.axpy(n, mq, P + k0 * ldp, ldp, vr, vs, dv, O, ldo);
   }
 }
+
+template void rows_pv<Rows>(const Geometry&, const RowOps&, int64_t, const float*, int64_t, int64_t,
+                            const Rows&, int64_t, int64_t, float*, int64_t, bool);
+template void rows_pv<PagedRows>(const Geometry&, const RowOps&, int64_t, const float*, int64_t, int64_t,
+                                 const PagedRows&, int64_t, int64_t, float*, int64_t, bool);
 
 }  // namespace flashcore::cpu

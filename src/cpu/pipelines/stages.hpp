@@ -63,9 +63,10 @@ void stage2(const Geometry& g, int64_t kc, const char* p, int64_t ldp, const cha
 
 // O[mq][ldo] (rows [0, mq)) += P[kc][ldp]^T (columns [0, mq)) x rows [j0, j0+kc) of V,
 // by the row ops, key tile by key tile. finite_only: V's NaN / Inf elements read as 0 (the
-// caller adds them where a row sees them: attention's masked keys).
+// caller adds them where a row sees them: attention's masked keys). V: Rows or PagedRows.
+template <class R>
 void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, int64_t ldp,
-             int64_t mq, const Rows& v, int64_t j0, int64_t dv, float* O, int64_t ldo,
+             int64_t mq, const R& v, int64_t j0, int64_t dv, float* O, int64_t ldo,
              bool finite_only = false);
 
 }  // namespace flashcore::cpu

@@ -18,12 +18,13 @@
 //   online     per tile: running max, rescale O and l when it grows, exp+pack, GEMM
 // softmax_block runs one query block through one of them; the ops (attention.cpp,
 // softmax_v.cpp) supply the scores and the P V step. merge_splits joins the parts of a
-// block that ran split over keys.
+// block that ran split over keys, row by row through merge_row (which merge_states shares).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.hpp"
@@ -242,13 +243,40 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   lap.to(ph.normalize);
 }
 
-// Split over keys (FlashAttention's split-KV combine): each of `items` blocks ran as
-// `nsplit` parts over disjoint key ranges, each part writing its normalized O rows and its
-// (scaled max, l) pairs to scratch (split_o [item][part][mq][dv], split_ml
-// [item][part][mq][2]); the parts are merged with weights l_s exp(max_s - max) into
-// out_of(item) (a BlockOut). Not through each part's lse: at large scores (lse ~ 1e26)
-// fp32 cannot hold log(l) beside the max, and parts whose maxima tie lost their sums'
-// ratio (tied keys counted per part).
+// One output row merged from n parts that each normalized their O row by their own sum
+// (FlashAttention's split-KV combine): ml(s) gives part s's scaled max m_s and sum l_s as a
+// pair (an lse is the pair (lse, 1)); add(s, w, acc) adds w times its O row into acc[dv].
+// Weights w_s = l_s exp(m_s - max), a part at the max (+inf too) l_s; a part with m_s = -inf
+// saw no key and is not read (its O may hold anything). acc ends as sum_s w_s o_s / sum_s
+// w_s. Returns the merged lse, max + log(sum w_s): -inf with acc = 0 when every part is
+// -inf, NaN (and a NaN acc) when any m_s is NaN.
+template <class ML, class Add>
+float merge_row(int64_t n, const ML& ml, const Add& add, float* acc, int64_t dv) {
+  float mx = kNegInf;
+  for (int64_t s = 0; s < n; ++s) {
+    const float m = ml(s).first;
+    mx = std::isnan(m) ? m : std::max(mx, m);  // (std::max keeps a NaN first argument)
+  }
+  std::fill(acc, acc + dv, 0.0f);
+  if (mx == kNegInf) return kNegInf;
+  float wsum = 0.0f;
+  for (int64_t s = 0; s < n; ++s) {
+    const auto [m, l] = ml(s);
+    if (m == kNegInf) continue;
+    const float w = m == mx ? l : l * std::exp(m - mx);
+    add(s, w, acc);
+    wsum += w;
+  }
+  for (int64_t j = 0; j < dv; ++j) acc[j] /= wsum;
+  return mx + std::log(wsum);
+}
+
+// Split over keys: each of `items` blocks ran as `nsplit` parts over disjoint key ranges,
+// each part writing its normalized O rows and its (scaled max, l) pairs to scratch (split_o
+// [item][part][mq][dv], split_ml [item][part][mq][2]); merge_row joins the parts into
+// out_of(item) (a BlockOut) with weights l_s exp(max_s - max). Not through each part's lse:
+// at large scores (lse ~ 1e26) fp32 cannot hold log(l) beside the max, and parts whose
+// maxima tie lost their sums' ratio (tied keys counted per part).
 template <class OutOf>
 void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const std::vector<float>& split_o,
                   const std::vector<float>& split_ml, const OutOf& out_of, int nthreads) {
@@ -259,23 +287,20 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
     std::vector<float> acc(static_cast<size_t>(dv));
     for (int64_t i = 0; i < mq; ++i) {
       if (!out.valid(i)) continue;
-      auto ml = [&](int64_t s) { return split_ml.data() + ((it * nsplit + s) * mq + i) * 2; };
-      float mx = kNegInf;  // a NaN part (NaN scores) makes the row NaN, as unsplit
-      for (int64_t s = 0; s < nsplit; ++s) mx = std::isnan(ml(s)[0]) ? ml(s)[0] : std::max(mx, ml(s)[0]);
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      float wsum = 0.0f;
-      if (mx != kNegInf) {  // every part fully masked: O = 0, lse = -inf
-        for (int64_t s = 0; s < nsplit; ++s) {
-          if (ml(s)[0] == kNegInf) continue;  // this part saw no key of the row
-          const float w = ml(s)[1] * std::exp(ml(s)[0] - mx);
-          const float* os = split_o.data() + ((it * nsplit + s) * mq + i) * dv;
-          for (int64_t j = 0; j < dv; ++j) acc[size_t(j)] += w * os[j];
-          wsum += w;
-        }
-        for (float& a : acc) a /= wsum;
-      }
+      const auto part = [&](int64_t s) { return (it * nsplit + s) * mq + i; };
+      const float lse = merge_row(
+          nsplit,
+          [&](int64_t s) {
+            const float* ml = split_ml.data() + part(s) * 2;
+            return std::pair<float, float>(ml[0], ml[1]);
+          },
+          [&](int64_t s, float w, float* a) {
+            const float* os = split_o.data() + part(s) * dv;
+            for (int64_t j = 0; j < dv; ++j) a[j] += w * os[j];
+          },
+          acc.data(), dv);
       core::convert_row(acc.data(), dv, out.row(i), out.o_type);
-      if (out.lse) *out.lse_at(i) = mx == kNegInf ? kNegInf : mx + std::log(wsum);
+      if (out.lse) *out.lse_at(i) = lse;
     }
   }
 }
