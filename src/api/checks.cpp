@@ -167,7 +167,7 @@ int64_t check_head_array(const Tensor& t, const char* name, int64_t nb, int64_t 
                   std::to_string(t.rank));
   check_tensor(t, name, t.rank, batched ? "[B, H]" : "[H]");
   check_same_device(t, name, dev);
-  if (t.dtype != DType::f32) bad(name, std::string("must be f32, got ") + to_string(t.dtype));
+  if (t.dtype != DType::f32) bad(name, std::string("dtype ") + to_string(t.dtype) + " is not f32");
   if (t.rank == 2) check_dim(t, name, 0, "B", nb, "q (varlen: the sequences)");
   check_dim(t, name, t.rank - 1, "H", heads, "q");
   return t.rank == 2 ? t.strides[0] : 0;
