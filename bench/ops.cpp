@@ -247,6 +247,7 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
+  set_variants(c, d, p);
   std::unique_ptr<NaivePart> np;
   Alongside base;
   if (naive_row != nullptr) base = naive_alongside(r, *naive_row, *(np = make_naive(c, d)), d);
@@ -273,6 +274,11 @@ void run_attention_backward(Result& r, Rng& rng) {
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
+  set_variants(c, d, p);
+  // (with sinks the backward also gives dsinks, timed with it, not checked here)
+  HostArray dsinks = empty_array(DType::f32, c.sinks ? d.h : 0);
+  const flashcore::Tensor dsinks_t = view(dsinks, {d.h});
+  if (c.sinks) p.dsinks = const_cast<flashcore::Tensor*>(&dsinks_t);
   flashcore::AttentionParams pf = p;  // the forward's: with lse
   pf.strategy = parse_strategy(c.strategy);
   pf.impl = nullptr;

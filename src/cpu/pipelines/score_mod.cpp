@@ -1,5 +1,5 @@
 // Softcap and ALiBi over the forward's score tiles (score_mod.hpp). Portable C++ written for
-// auto-vectorization over the tile's query rows, compiled per x86-64 level
+// auto-vectorization over the tile's query rows, compiled per x86-64 level up to v4 (AVX-512)
 // (core/clones.hpp); one loop per combination of variants, chosen once per tile, so no
 // per-element branch.
 #include "cpu/pipelines/score_mod.hpp"
@@ -21,7 +21,7 @@ inline void mod_tile(float* t, int64_t kc, int64_t mq, int64_t j0, const TileMod
   const float cap = m.mod.softcap, inv = m.mod.inv_softcap, scale = m.scale;
   for (int64_t i0 = 0; i0 < mq; i0 += kChunk) {
     const int64_t n = std::min(kChunk, mq - i0);
-    const float* slope = m.slope + (kAlibi ? i0 : 0);
+    const float* slope = kAlibi ? m.slope + i0 : nullptr;
     if (kAlibi)
       for (int64_t i = 0; i < n; ++i) rel[i] = float(m.diag[i0 + i] - j0);
     for (int64_t k = 0; k < kc; ++k) {
@@ -39,7 +39,7 @@ inline void mod_tile(float* t, int64_t kc, int64_t mq, int64_t j0, const TileMod
 
 }  // namespace
 
-FC_PORTABLE_CLONES void mod_scores(float* t, int64_t kc, int64_t mq, int64_t j0, const TileMod& m) {
+FC_PORTABLE_CLONES_V4 void mod_scores(float* t, int64_t kc, int64_t mq, int64_t j0, const TileMod& m) {
   const bool cap = m.mod.softcap > 0.0f, alibi = m.mod.alibi;
   if (cap && alibi)
     mod_tile<true, true>(t, kc, mq, j0, m);
