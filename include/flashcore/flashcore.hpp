@@ -17,8 +17,11 @@
 //    When Sq != Sk both align to the bottom-right corner (as FlashAttention >= 2.1):
 //    query i may see key j iff  j <= i + (Sk - Sq) + window_right  (causal sets
 //    window_right = 0) and  j >= i + (Sk - Sq) - window_left.
-//  * A fully masked query row gives O = 0 and lse = -inf, never NaN.
-//  * lse (optional) is fp32 [B, H, Sq], natural log: lse = log(sum_j exp(scale * q.k_j)).
+//  * A fully masked query row gives O = 0 and lse = -inf (the sink with sinks), never NaN.
+//  * lse (optional) is fp32 [B, H, Sq], natural log: lse = log(sum_j exp(scale * q.k_j)) (of
+//    the transformed scores, and with the sink, under the score variants).
+//  * Score variants (AttentionParams::softcap, alibi_slopes, sinks; docs/variants.md): a
+//    logit softcap, ALiBi biases and attention sinks, with every mask, GQA, varlen and lse.
 //  * scale defaults to 1/sqrt(D) (attention) or 1 (softmax_v). exp is computed as exp2
 //    with scale*log2(e) folded in; Exp2Mode::exact is within 2 ulp of fp32 exp2 (where a
 //    kernel stores P in 16 bits, the correctly rounded 16-bit value up to ties within
