@@ -24,18 +24,19 @@ void require_cpu(Device d, const char* name) {
 }
 
 // O[i] = sum_j softmax_j(scale * s_j) v_j for one row whose scores are given; returns
-// lse (natural log) or -inf when no key is visible. A NaN among the visible scores makes
-// the row's max, and so O and lse, NaN (std::max would skip it). `sink` (attention sinks;
-// -inf = none) joins the softmax's sum without a value: a row with no visible key then
-// gets O = 0 and lse = sink.
+// lse (natural log). A row with no visible key (or only -inf scores) gets O = 0 and lse =
+// `sink` (-inf: none). A NaN among the visible scores makes the row's max, and so O and lse,
+// NaN (std::max would skip it). The sink (attention sinks) joins the softmax's sum without
+// a value.
 double softmax_row(const std::vector<double>& s, const std::vector<bool>& visible, double scale,
                    const std::vector<std::vector<double>>& vrows, std::vector<double>& o,
                    double sink = -std::numeric_limits<double>::infinity()) {
-  double mx = sink;  // (a NaN, once in mx, stays: std::max(NaN, x) is NaN)
+  double mx = -std::numeric_limits<double>::infinity();
   for (size_t j = 0; j < s.size(); ++j)
     if (visible[j]) mx = std::isnan(scale * s[j]) ? scale * s[j] : std::max(mx, scale * s[j]);
   std::fill(o.begin(), o.end(), 0.0);
-  if (mx == -std::numeric_limits<double>::infinity()) return mx;
+  if (mx == -std::numeric_limits<double>::infinity()) return sink;
+  mx = std::isnan(sink) ? sink : std::max(mx, sink);  // (a NaN in mx stays: std::max(NaN, x) is NaN)
   double sum = std::exp(sink - mx);
   for (size_t j = 0; j < s.size(); ++j) {
     if (!visible[j]) continue;
