@@ -32,7 +32,7 @@ void print_usage(const char* argv0) {
       "  [--impl NAME|auto|naive] [--strategy auto|two-pass|three-pass|online]\n"
       "  [--dtype f32|f16|bf16|e4m3] [--exp exact|fast]\n"
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
-      "  [--causal] [--threads N] [--iters N] [--check] [--json]\n"
+      "  [--causal] [--softcap C] [--alibi] [--sinks] [--threads N] [--iters N] [--check] [--json]\n"
       "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
       "  [--prepacked] [--vs-unpacked] [--paired N] [--page-size N] [--vs-contiguous]\n"
       "\n"
@@ -58,6 +58,9 @@ void print_usage(const char* argv0) {
       "measured memory read bandwidth. --vs-contiguous (with --page-size N > 0): the same keys in\n"
       "a contiguous cache timed alongside, calls interleaved, as a second row with the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
+      "Score variants (attention, both passes): --softcap C (scaled scores -> C tanh(s / C)),\n"
+      "--alibi (slopes [H], the ALiBi paper's 2^(-8 (h+1) / H)), --sinks (a random logit per\n"
+      "head in [-1, 1)); --check compares them with the fp64 reference too.\n"
       "--paired N (CPU): also N pairs of (the ISA's peak loop, calls), for a %% of peak against\n"
       "the speed of the moment (GEMM-only rows: always, 21 pairs).\n"
       "--list prints the kernel keys; --peaks the measured FMA ceilings and memory read bandwidth.\n"
@@ -76,6 +79,8 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     const std::string a = argv[i];
     // Flags without a value.
     if (a == "--causal") { c.causal = true; continue; }
+    if (a == "--alibi") { c.alibi = true; continue; }
+    if (a == "--sinks") { c.sinks = true; continue; }
     if (a == "--check") { c.check = true; continue; }
     if (a == "--json") { opt.json = true; continue; }
     if (a == "--list") { opt.list = true; continue; }
@@ -88,7 +93,8 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",
                     "--heads", "--kv-heads", "--seq-q", "--seq-k", "--head-dim", "--threads",
-                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass", "--page-size"})) {
+                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass", "--page-size",
+                    "--softcap"})) {
       err = "unknown flag " + a;
       return false;
     }
@@ -127,6 +133,14 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     else if (a == "--paired") ok = number(c.paired, 1);
     else if (a == "--page-size") ok = number(c.page_size, 0);
     else if (a == "--suite") opt.suite = v;
+    else if (a == "--softcap") {
+      char* end = nullptr;
+      c.softcap = std::strtof(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(c.softcap > 0.0f) || c.softcap > 1e30f) {
+        err = "--softcap: expected a number > 0, got '" + v + "'";
+        return false;
+      }
+    }
     else if (a == "--seed") { ok = number(opt.seed, 0); opt.seed_given = ok; }
     else if (a == "--tile") {
       int bm = 0, bn = 0;

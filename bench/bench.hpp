@@ -30,6 +30,8 @@ struct Config {
   std::string exp = "exact";        // exact | fast
   int64_t batch = -1, heads = -1, kv_heads = -1, seq_q = -1, seq_k = -1, head_dim = -1;
   bool causal = false;
+  float softcap = 0.0f;             // attention: --softcap C (0 = off)
+  bool alibi = false, sinks = false;  // attention: --alibi (slopes [H], 2^(-8 (h+1) / H)), --sinks
   int threads = 0;                  // 0 = every online core
   int iters = 0;                    // 0 = adaptive (~0.3 s, at least 5)
   bool check = false;

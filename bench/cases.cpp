@@ -29,6 +29,19 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
+// The reference's score variants for the first hs heads: slopes and sinks copied into the
+// given vectors, viewed by the given tensors, set in p.
+void variant_subset(const Config& c, const AttentionData& d, int64_t hs, flashcore::AttentionParams& p,
+                    std::vector<float>& slopes, std::vector<float>& sinks, Tensor& slopes_t, Tensor& sinks_t) {
+  p.softcap = c.softcap;
+  for (int64_t h = 0; h < hs; ++h) {
+    if (c.alibi) slopes.push_back(d.slopes.at(h));
+    if (c.sinks) sinks.push_back(d.sinks.at(h));
+  }
+  if (c.alibi) p.alibi_slopes = &(slopes_t = Tensor::contiguous(slopes.data(), DType::f32, {hs}));
+  if (c.sinks) p.sinks = &(sinks_t = Tensor::contiguous(sinks.data(), DType::f32, {hs}));
+}
+
 // Rows of the output the reference can afford: cost_per_row flops each, at least one.
 int64_t affordable_rows(double cost_per_row, int64_t rows) {
   const double r = std::floor(kRefBudgetFlops / std::max(cost_per_row, 1.0));
@@ -99,7 +112,26 @@ AttentionData make_attention(const Config& c, Rng& rng) {
   d.k = random_array(t, d.b * d.sk * d.hkv * d.d, -1.0f, 1.0f, rng);
   d.v = random_array(t, d.b * d.sk * d.hkv * d.d, -1.0f, 1.0f, rng);
   d.o = empty_array(out_t, d.b * d.sq * d.h * d.d);
+  if (c.alibi) {  // the ALiBi paper's geometric slopes
+    d.slopes = empty_array(DType::f32, d.h);
+    for (int64_t h = 0; h < d.h; ++h)
+      flashcore::core::store_from_f32(d.slopes.data(), h, DType::f32, std::exp2(-8.0f * float(h + 1) / float(d.h)));
+  }
+  if (c.sinks) d.sinks = random_array(DType::f32, d.h, -1.0f, 1.0f, rng);
   return d;
+}
+
+void set_variants(const Config& c, AttentionData& d, flashcore::AttentionParams& p, flashcore::Device dev,
+                  void* slopes_dev, void* sinks_dev) {
+  p.softcap = c.softcap;
+  if (c.alibi) {
+    d.slopes_t = view(d.slopes, {d.h}, dev, slopes_dev);
+    p.alibi_slopes = &d.slopes_t;
+  }
+  if (c.sinks) {
+    d.sinks_t = view(d.sinks, {d.h}, dev, sinks_dev);
+    p.sinks = &d.sinks_t;
+  }
 }
 
 SoftmaxVData make_softmax_v(const Config& c, Rng& rng) {
@@ -163,6 +195,11 @@ CheckResult check_attention(const Config& c, const AttentionData& d, const HostA
   auto t = [](std::vector<float>& buf, std::initializer_list<int64_t> shape) {
     return Tensor::contiguous(buf.data(), DType::f32, shape);
   };
+  // The variants of the checked heads (the first hs): the rows keep their positions, since
+  // the last rows of Sq see the same keys at the same distances as in the whole problem.
+  std::vector<float> slopes, sinks;
+  Tensor slopes_t, sinks_t;
+  variant_subset(c, d, hs, p, slopes, sinks, slopes_t, sinks_t);
   flashcore::reference::attention(t(q, {1, rows, hs, d.d}), t(k, {1, d.sk, hk, d.d}),
                                   t(v, {1, d.sk, hk, d.d}), t(ref, {1, rows, hs, d.d}), p);
   CheckResult res;
@@ -209,6 +246,9 @@ CheckResult check_attention_backward(const Config& c, const AttentionData& d, co
   };
   flashcore::AttentionParams p;
   p.causal = c.causal;
+  std::vector<float> slopes, sinks;
+  Tensor slopes_t, sinks_t;
+  variant_subset(c, d, hs, p, slopes, sinks, slopes_t, sinks_t);
   flashcore::reference::attention_backward(t4(q, rows, hs), t4(k, d.sk, hk), t4(v, d.sk, hk), t4(out, rows, hs),
                                            t4(dout, rows, hs), Tensor::contiguous(lse.data(), DType::f32, {nb, hs, rows}),
                                            t4(dq, rows, hs), t4(dk, d.sk, hk), t4(dv, d.sk, hk), p);

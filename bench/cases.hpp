@@ -41,6 +41,8 @@ flashcore::Tensor view(HostArray& a, std::initializer_list<int64_t> shape,
 struct AttentionData {
   int64_t b = 0, h = 0, hkv = 0, sq = 0, sk = 0, d = 0;
   HostArray q, k, v, o;  // Q [B,Sq,H,D], K/V [B,Sk,Hkv,D], O [B,Sq,H,D]
+  HostArray slopes, sinks;  // f32 [H] with --alibi / --sinks (else empty)
+  flashcore::Tensor slopes_t, sinks_t;  // their views (set by set_variants)
 };
 struct SoftmaxVData {
   int64_t m = 0, l = 0, d = 0;
@@ -51,6 +53,11 @@ struct GemmChainData {
   HostArray a, b, c, e;  // A [M,K1], B [K1,K2], C [K2,N], E [M,N]
 };
 AttentionData make_attention(const Config& c, Rng& rng);
+// The score variants of c (--softcap, --alibi, --sinks) into p, the arrays' views pointing at
+// d's host arrays, or at the device copies slopes_dev / sinks_dev on `dev`.
+void set_variants(const Config& c, AttentionData& d, flashcore::AttentionParams& p,
+                  flashcore::Device dev = flashcore::Device::cpu, void* slopes_dev = nullptr,
+                  void* sinks_dev = nullptr);
 SoftmaxVData make_softmax_v(const Config& c, Rng& rng);
 GemmChainData make_gemm_chain(const Config& c, Rng& rng);
 

@@ -123,6 +123,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
     p.stream = stream;
     p.tile_m = c.tile_m;  // --tile: 0x0 = the backend's table
     p.tile_n = c.tile_n;
+    DeviceCopy slopes(d.slopes), sinks(d.sinks);  // (--alibi, --sinks; empty otherwise)
+    set_variants(c, d, p, Device::cuda, slopes.get(), sinks.get());
     auto call = [&] { flashcore::attention(tq, tk, tv, to, p, nullptr); };
 
     // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.

@@ -256,7 +256,8 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
   AttentionData d = make_attention(c, rng);
   const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), k = view(d.k, {d.b, d.sk, d.hkv, d.d}),
                           v = view(d.v, {d.b, d.sk, d.hkv, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d});
-  const flashcore::AttentionParams p = forward_params(c);
+  flashcore::AttentionParams p = forward_params(c);
+  set_variants(c, d, p);
   std::unique_ptr<NaivePart> np;
   Alongside base;
   if (naive_row != nullptr) base = naive_alongside(r, *naive_row, *(np = make_naive(c, d)), d);
@@ -328,6 +329,11 @@ void run_attention_backward(Result& r, Rng& rng) {
   p.exp2 = c.exp == "fast" ? flashcore::Exp2Mode::fast : flashcore::Exp2Mode::exact;
   p.threads = c.threads;
   p.impl = impl_arg(c);
+  set_variants(c, d, p);
+  // (with sinks the backward also gives dsinks, timed with it, not checked here)
+  HostArray dsinks = empty_array(DType::f32, c.sinks ? d.h : 0);
+  const flashcore::Tensor dsinks_t = view(dsinks, {d.h});
+  if (c.sinks) p.dsinks = const_cast<flashcore::Tensor*>(&dsinks_t);
   flashcore::AttentionParams pf = p;  // the forward's: with lse
   pf.strategy = parse_strategy(c.strategy);
   pf.impl = nullptr;

@@ -31,7 +31,7 @@ std::string fmt_us(double us) { return fmt(us >= 100 ? "%.0f" : us >= 1 ? "%.1f"
 
 std::string shape(const Config& c) {
   // snprintf rather than string operator+: GCC 12 -O3 warns falsely (-Wrestrict) on the latter.
-  char buf[160];
+  char buf[256];
   const long long m = c.batch * c.heads * c.seq_q;
   if (c.op == "softmax-v" || c.op == "gemm-ukernel") {
     std::snprintf(buf, sizeof buf, "M%lld L%lld d%lld", m, (long long)c.seq_k, (long long)c.head_dim);
@@ -43,8 +43,11 @@ std::string shape(const Config& c) {
     else std::snprintf(heads, sizeof heads, "H%lld", (long long)c.heads);
     if (c.seq_q == c.seq_k) std::snprintf(seq, sizeof seq, "S%lld", (long long)c.seq_q);
     else std::snprintf(seq, sizeof seq, "Sq%lld Sk%lld", (long long)c.seq_q, (long long)c.seq_k);
-    std::snprintf(buf, sizeof buf, "B%lld %s %s D%lld%s", (long long)c.batch, heads, seq,
-                  (long long)c.head_dim, c.causal ? " causal" : "");
+    char variants[24];
+    std::snprintf(variants, sizeof variants, "%s%s%s", c.alibi ? " alibi" : "", c.sinks ? " sinks" : "",
+                  c.softcap > 0.0f ? " softcap" : "");
+    std::snprintf(buf, sizeof buf, "B%lld %s %s D%lld%s%s", (long long)c.batch, heads, seq,
+                  (long long)c.head_dim, c.causal ? " causal" : "", variants);
   }
   return buf;
 }
@@ -138,6 +141,11 @@ void print_json(const Result& r) {
   kv("Sk", std::to_string(c.seq_k));
   kv("D", std::to_string(c.head_dim));
   kv("causal", c.causal ? "true" : "false");
+  if (c.op == "attention" || c.op == "attention-backward") {
+    kv("softcap", json_num(c.softcap));
+    kv("alibi", c.alibi ? "true" : "false");
+    kv("sinks", c.sinks ? "true" : "false");
+  }
   kv("threads", std::to_string(c.threads));
   kv("iters", std::to_string(r.iters));
   kv("p50_us", json_num(r.p50_us));

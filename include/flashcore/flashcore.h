@@ -72,10 +72,17 @@ typedef struct {
   /* fc_attention_backward only: bit-identical gradients across runs and thread counts
    * (AttentionParams::deterministic in flashcore.hpp); 0 = off */
   int deterministic;
+  /* score variants (AttentionParams in flashcore.hpp): softcap > 0 (0 = off); ALiBi slopes,
+   * fp32 [H] or [B, H]; sinks, fp32 [H]; NULL = none. CPU tensors (CUDA: FC_UNSUPPORTED) */
+  float softcap;
+  const fc_tensor* alibi_slopes;
+  const fc_tensor* sinks;
+  /* fc_attention_backward only, with sinks: fp32 [H] output, the sinks' gradient; NULL = none */
+  const fc_tensor* dsinks;
 } fc_attention_params;
 
 /* Fills defaults: scale 0 (=1/sqrt(D)), no mask, windows -1, automatic strategy, exact exp,
- * and the magic. A NULL params pointer in a call means these defaults too. */
+ * no score variant, and the magic. A NULL params pointer in a call means these defaults too. */
 void fc_attention_params_init(fc_attention_params* p);
 
 fc_status fc_attention(const fc_tensor* q, const fc_tensor* k, const fc_tensor* v,

@@ -17,8 +17,11 @@
 //    When Sq != Sk both align to the bottom-right corner (as FlashAttention >= 2.1):
 //    query i may see key j iff  j <= i + (Sk - Sq) + window_right  (causal sets
 //    window_right = 0) and  j >= i + (Sk - Sq) - window_left.
-//  * A fully masked query row gives O = 0 and lse = -inf, never NaN.
-//  * lse (optional) is fp32 [B, H, Sq], natural log: lse = log(sum_j exp(scale * q.k_j)).
+//  * A fully masked query row gives O = 0 and lse = -inf (the sink with sinks), never NaN.
+//  * lse (optional) is fp32 [B, H, Sq], natural log: lse = log(sum_j exp(scale * q.k_j)) (of
+//    the transformed scores, and with the sink, under the score variants).
+//  * Score variants (AttentionParams::softcap, alibi_slopes, sinks; docs/variants.md): a
+//    logit softcap, ALiBi biases and attention sinks, with every mask, GQA, varlen and lse.
 //  * scale defaults to 1/sqrt(D) (attention) or 1 (softmax_v). exp is computed as exp2
 //    with scale*log2(e) folded in; Exp2Mode::exact is within 2 ulp of fp32 exp2 (where a
 //    kernel stores P in 16 bits, the correctly rounded 16-bit value up to ties within
@@ -112,6 +115,26 @@ struct AttentionParams {
   // result depends on the order of atomic additions then (the bits follow the shape and the
   // device's SM count); by default dq's sums are atomic and may differ in the last bits.
   bool deterministic = false;
+  // Score variants (docs/variants.md): each off by default, combinable with every mask, GQA,
+  // varlen and lse, forward and backward. CPU backends; CUDA tensors with one set are
+  // refused (Status::unsupported, naming it) until the GPU kernels have them.
+  // softcap > 0: each scaled score s = scale * q.k becomes softcap * tanh(s / softcap)
+  // (Gemma 2; FlashAttention's softcap: the scale first), before ALiBi; 0 = off.
+  float softcap = 0.0f;
+  // ALiBi: fp32 slopes [H] or [B, H] (varlen: B = the sequences) on the tensors' device. Query
+  // i of head h subtracts slope * |i + Sk - Sq - j| from its score with key j (bottom-right
+  // aligned like the masks; per sequence with varlen). nullptr = none.
+  const Tensor* alibi_slopes = nullptr;
+  // Attention sinks (gpt-oss): fp32 [H] on the tensors' device, a logit per head that joins
+  // every row's softmax denominator without a value: O_i = sum_j e^(s_ij) v_j / (e^(sink_h) +
+  // sum_j e^(s_ij)); lse includes it; a fully masked row gives O = 0 and lse = sink_h.
+  // nullptr = none. (Slopes and sinks are read by the kernels, not checked: a NaN gives NaN
+  // rows; a sink of -inf is no sink.)
+  const Tensor* sinks = nullptr;
+  // attention_backward only, with sinks: fp32 [H] output, the gradient of the sinks,
+  // dsinks_h = -sum over the head's rows (all batch entries) of exp(sink_h - lse_i) * D_i
+  // (D_i = dout_i . out_i). nullptr = not computed. attention does not read it.
+  Tensor* dsinks = nullptr;
 };
 
 struct SoftmaxVParams {
@@ -150,11 +173,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 // masked) contributes nothing: its dq row is 0, never NaN. Keys no query sees get dk = dv =
 // 0; so do rows outside every varlen sequence.
 // params: the forward's scale, causal, windows, varlen (cu_seqlens_*, varlen_batch,
-// max_seqlen_*), exp2 mode, threads, impl (a CPU GEMM micro-kernel key; it must sum in fp32)
-// and `deterministic`; params.lse must be null (lse is an argument here), the fp8 descales
-// stay 1 (f32/f16/bf16 only), strategy / tile / exact_fp32 are not read.
-// Every input (q, k, v, out, dout, lse, cu_seqlens) must not overlap any output; dq, dk and
-// dv must not overlap each other or themselves (every element its own address).
+// max_seqlen_*), score variants (softcap: dS times 1 - tanh^2; ALiBi slopes are constants;
+// sinks, with their gradient in params.dsinks when given), exp2 mode, threads, impl (a CPU
+// GEMM micro-kernel key; it must sum in fp32) and `deterministic`; params.lse must be null
+// (lse is an argument here), the fp8 descales stay 1 (f32/f16/bf16 only), strategy / tile /
+// exact_fp32 are not read.
+// Every input (q, k, v, out, dout, lse, cu_seqlens, slopes, sinks) must not overlap any
+// output; dq, dk, dv and dsinks must not overlap each other or themselves (every element its
+// own address).
 // Workspace: the CPU backend manages it; none is passed in. Per thread (kept by the thread
 // for its next call, grow-only, like the forward's buffers): one query head's Q and dO
 // packed twice each, its fp32 dQ, one key range's K and V packed and its fp32 dK and dV, at

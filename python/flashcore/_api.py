@@ -249,7 +249,8 @@ def _window(window) -> tuple[int, int]:
 def _params(fw, *, causal=False, window=(-1, -1), scale=None, strategy="auto", exp="exact",
             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
             threads=None, impl=None, exact_fp32=False, q_descale=1.0, k_descale=1.0,
-            v_descale=1.0, deterministic=False):
+            v_descale=1.0, deterministic=False, softcap=None, alibi_slopes=None, sinks=None,
+            dsinks=None):
     """The options of attention / attention_backward as the one _core.AttentionParams of the
     call: checked, converted, array options in q's framework `fw` (torch: raw views). Only
     options that differ from the defaults are written (the common call sets none)."""
@@ -287,6 +288,12 @@ def _params(fw, *, causal=False, window=(-1, -1), scale=None, strategy="auto", e
             setattr(p, name, _view(x, fw) if name.endswith("_heads") else x)
     if deterministic is not False:
         p.deterministic = _flag(deterministic, "deterministic")
+    if softcap is not None:
+        p.softcap = _finite(softcap, "softcap")  # (0 = off; the library refuses < 0)
+    for name, x in (("alibi_slopes", alibi_slopes), ("sinks", sinks), ("dsinks", dsinks)):
+        if x is not None:
+            _same_framework(x, name, fw, "q")
+            setattr(p, name, _view(x, fw))
     return p
 
 
@@ -343,7 +350,8 @@ def _call(op, fw: str, q, params, *arrays):
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
               out=None, strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
               threads=None, impl=None, exact_fp32=False, q_descale=1.0, k_descale=1.0,
-              v_descale=1.0, max_seqlen_q=None, max_seqlen_k=None):
+              v_descale=1.0, max_seqlen_q=None, max_seqlen_k=None, softcap=None,
+              alibi_slopes=None, sinks=None):
     """O = softmax(scale * Q K^T + mask) V.
 
     q: [B, Sq, H, D], k: [B, Sk, Hkv, D], v: [B, Sk, Hkv, Dv] (H % Hkv == 0), any strides
@@ -374,6 +382,14 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     must be 1 for other dtypes) and out in bfloat16 (the default) or float16. Each factor
     is a float (per tensor) or a float32 array [B, Hkv] on q's device (per batch entry and
     KV head, as FlashAttention-3's descale tensors; a query head takes its KV head's).
+
+    Score variants (docs/variants.md; CPU arrays for now): softcap=c (> 0; None or 0 = off):
+    each scaled score s becomes c * tanh(s / c), as Gemma 2 and FlashAttention define it.
+    alibi_slopes: float32 [H] or [B, H] (varlen: per sequence) on q's device; query i of head
+    h subtracts slope * |i + Sk - Sq - j| from its score with key j. sinks: float32 [H], a
+    logit per head in every row's softmax denominator without a value (gpt-oss); lse includes
+    it, a fully masked row gives 0 and lse = the sink. torch tensors: out backpropagates into
+    sinks too (alibi_slopes are constants).
     """
     # Written for the common call (numpy or torch, default options) to cost a few
     # microseconds: _params writes only the options that differ from the defaults.
@@ -388,20 +404,22 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     # Varlen: rows past cu_seqlens_q[-1] belong to no sequence and the library does not
     # write them; outputs allocated here are defined there (out 0, lse -inf: no keys).
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if fw == "torch" and (q.requires_grad or k.requires_grad or v.requires_grad) and _TORCH.grad_enabled():
+    if fw == "torch" and (q.requires_grad or k.requires_grad or v.requires_grad or
+                          getattr(sinks, "requires_grad", False)) and _TORCH.grad_enabled():
         if out is not None:
-            raise ValueError("out: cannot be given when q, k or v require grad (autograd makes out)")
+            raise ValueError("out: cannot be given when q, k, v or sinks require grad (autograd makes out)")
         from . import torch as _fct  # imports torch, already loaded by the caller
         return _fct._differentiable(q, k, v, causal=causal, window=window, scale=scale,
                                     return_lse=return_lse, strategy=strategy, exp=exp,
                                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                     threads=threads, impl=impl, max_seqlen_q=max_seqlen_q,
-                                    max_seqlen_k=max_seqlen_k)
+                                    max_seqlen_k=max_seqlen_k, softcap=softcap,
+                                    alibi_slopes=alibi_slopes, sinks=sinks)
     params = _params(fw, causal=causal, window=window, scale=scale, strategy=strategy, exp=exp,
                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, threads=threads,
                      impl=impl, exact_fp32=exact_fp32, q_descale=q_descale, k_descale=k_descale,
-                     v_descale=v_descale)
+                     v_descale=v_descale, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     if out is None or return_lse:
         shape = q.shape
         if len(shape) != 4:
@@ -422,7 +440,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1), scale=None,
                        exp="exact", cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
                        max_seqlen_k=None, threads=None, impl=None, deterministic=False,
-                       dq=None, dk=None, dv=None):
+                       softcap=None, alibi_slopes=None, sinks=None, dq=None, dk=None, dv=None,
+                       dsinks=None):
     """The gradients (dq, dk, dv) of attention's out, given dout = dL/d(out).
 
     q, k, v and the options are the forward's; out and lse are what the forward returned
@@ -432,16 +451,19 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1)
     (P recomputed from lse, fp32 sums; docs/backward.md); a fully masked row gives zero
     gradients. GQA: dk/dv of a KV head sum over its query heads. deterministic=True: the
     same bits whatever the thread count (CPU; default: the same bits from run to run at one
-    thread count). impl: a CPU GEMM micro-kernel key. CUDA arrays are refused for now (no
-    GPU backward in this build).
+    thread count). impl: a CPU GEMM micro-kernel key. softcap, alibi_slopes, sinks: the
+    forward's score variants; with sinks the result is (dq, dk, dv, dsinks), dsinks float32
+    [H] (the sinks' gradient; written into dsinks= when given).
     """
     return _backward(q, k, v, out, dout, lse, causal=causal, window=window, scale=scale, exp=exp,
                      cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                      max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, threads=threads,
-                     impl=impl, deterministic=deterministic, dq=dq, dk=dk, dv=dv)
+                     impl=impl, deterministic=deterministic, softcap=softcap,
+                     alibi_slopes=alibi_slopes, sinks=sinks, dq=dq, dk=dk, dv=dv, dsinks=dsinks)
 
 
-def _backward(q, k, v, out, dout, lse, *, dq=None, dk=None, dv=None, reference=False, **options):
+def _backward(q, k, v, out, dout, lse, *, dq=None, dk=None, dv=None, dsinks=None, reference=False,
+              **options):
     """attention_backward; reference=True runs the library's fp64 reference instead (tests)."""
     fw = _framework(q, "q")
     for x, name in ((k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
@@ -454,10 +476,15 @@ def _backward(q, k, v, out, dout, lse, *, dq=None, dk=None, dv=None, reference=F
         else:
             _same_framework(g, name, fw, "q")
         grads.append(g)
-    params = _params(fw, **options)
+    sinks = options.get("sinks")
+    if dsinks is not None and sinks is None:
+        raise ValueError("dsinks: given without sinks (no sinks, no gradient)")
+    if sinks is not None and dsinks is None:
+        dsinks = _empty(sinks, fw, (_shape(sinks, "sinks", 1, "[H]")[0],), float32=True)
+    params = _params(fw, dsinks=dsinks, **options)
     op = _REFERENCE_BACKWARD if reference else _core.attention_backward
     _call(op, fw, q, params, q, k, v, out, dout, lse, *grads)
-    return tuple(grads)
+    return tuple(grads) if sinks is None else (*grads, dsinks)
 
 
 # The library's fp64 reference of attention_backward (CPU arrays; O, lse and P recomputed

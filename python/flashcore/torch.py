@@ -36,26 +36,35 @@ def _opt(n):
     return n or None
 
 
+def _softcap(c):
+    """softcap as the ops' float (None = 0 = off); the library checks its value. (A plain
+    float() so that torch.compile traces it.)"""
+    return 0.0 if c is None else float(c)
+
+
 @torch.library.custom_op("flashcore::attention", mutates_args=())
 def _attention(q: _Tensor, k: _Tensor, v: _Tensor, causal: bool, window_left: int,
                window_right: int, scale: float, strategy: str, exp: str,
                cu_seqlens_q: Optional[_Tensor], cu_seqlens_k: Optional[_Tensor],
                max_seqlen_q: int = 0, max_seqlen_k: int = 0, threads: int = 0, impl: str = "",
-               deterministic: bool = False) -> tuple[_Tensor, _Tensor]:
+               deterministic: bool = False, softcap: float = 0.0,
+               alibi_slopes: Optional[_Tensor] = None,
+               sinks: Optional[_Tensor] = None) -> tuple[_Tensor, _Tensor]:
     # (deterministic is the backward's: kept here for the autograd formula to read)
     with torch.no_grad():  # (flashcore.attention would route tensors that require grad here)
         out, lse = _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
                                   scale=_opt(scale), return_lse=True, strategy=strategy, exp=exp,
                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                  threads=_opt(threads), impl=_opt(impl))
+                                  threads=_opt(threads), impl=_opt(impl), softcap=_opt(softcap),
+                                  alibi_slopes=alibi_slopes, sinks=sinks)
     return out, lse
 
 
 @_attention.register_fake
 def _attention_fake(q, k, v, causal, window_left, window_right, scale, strategy, exp,
                     cu_seqlens_q, cu_seqlens_k, max_seqlen_q=0, max_seqlen_k=0, threads=0,
-                    impl="", deterministic=False):
+                    impl="", deterministic=False, softcap=0.0, alibi_slopes=None, sinks=None):
     torch._check(q.dim() == 4, lambda: f"q: expected rank 4 [B, Sq, H, D], got {q.dim()}")
     torch._check(v.dim() == 4, lambda: f"v: expected rank 4 [B, Sk, Hkv, Dv], got {v.dim()}")
     b, sq, h, _ = q.shape
@@ -70,40 +79,52 @@ def _attention_backward(q: _Tensor, k: _Tensor, v: _Tensor, out: _Tensor, dout: 
                         scale: float, exp: str, cu_seqlens_q: Optional[_Tensor],
                         cu_seqlens_k: Optional[_Tensor], max_seqlen_q: int = 0,
                         max_seqlen_k: int = 0, threads: int = 0, impl: str = "",
-                        deterministic: bool = False) -> tuple[_Tensor, _Tensor, _Tensor]:
+                        deterministic: bool = False, softcap: float = 0.0,
+                        alibi_slopes: Optional[_Tensor] = None,
+                        sinks: Optional[_Tensor] = None
+                        ) -> tuple[_Tensor, _Tensor, _Tensor, _Tensor]:
     # autograd hands dout in any layout (out.sum() gives an expanded one: zero strides); the
     # library wants a contiguous last dim
     if dout.dim() == 4 and dout.stride(3) != 1:
         dout = dout.contiguous()
-    return _api.attention_backward(q, k, v, out, dout, lse, causal=causal,
-                                   window=(window_left, window_right), scale=_opt(scale), exp=exp,
-                                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                                   max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                                   threads=_opt(threads), impl=_opt(impl),
-                                   deterministic=deterministic)
+    grads = _api.attention_backward(q, k, v, out, dout, lse, causal=causal,
+                                    window=(window_left, window_right), scale=_opt(scale), exp=exp,
+                                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                    threads=_opt(threads), impl=_opt(impl),
+                                    deterministic=deterministic, softcap=_opt(softcap),
+                                    alibi_slopes=alibi_slopes, sinks=sinks)
+    # (an op returns tensors only: without sinks, dsinks is an empty one)
+    return grads if sinks is not None else (*grads, q.new_empty((0,), dtype=torch.float32))
 
 
 @_attention_backward.register_fake
-def _attention_backward_fake(q, k, v, out, dout, lse, *args, **kwargs):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _attention_backward_fake(q, k, v, out, dout, lse, causal, window_left, window_right, scale, exp,
+                             cu_seqlens_q, cu_seqlens_k, max_seqlen_q=0, max_seqlen_k=0, threads=0,
+                             impl="", deterministic=False, softcap=0.0, alibi_slopes=None,
+                             sinks=None):
+    h = 0 if sinks is None else sinks.shape[0]
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty((h,), dtype=torch.float32))
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, causal, wl, wr, scale, _strategy, exp, cu_q, cu_k, max_q, max_k, threads, impl,
-     deterministic) = inputs
+     deterministic, softcap, alibi_slopes, sinks) = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
-    ctx.options = (causal, wl, wr, scale, exp, max_q, max_k, threads, impl, deterministic)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi_slopes, sinks)
+    ctx.options = (causal, wl, wr, scale, exp, max_q, max_k, threads, impl, deterministic, softcap)
 
 
 def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-    causal, wl, wr, scale, exp, max_q, max_k, threads, impl, deterministic = ctx.options
-    dq, dk, dv = torch.ops.flashcore.attention_backward(
+    q, k, v, out, lse, cu_q, cu_k, alibi_slopes, sinks = ctx.saved_tensors
+    causal, wl, wr, scale, exp, max_q, max_k, threads, impl, deterministic, softcap = ctx.options
+    dq, dk, dv, dsinks = torch.ops.flashcore.attention_backward(
         q, k, v, out, dout, lse, causal, wl, wr, scale, exp, cu_q, cu_k, max_q, max_k, threads,
-        impl, deterministic)
-    return (dq, dk, dv) + (None,) * 13
+        impl, deterministic, softcap, alibi_slopes, sinks)
+    # (no gradient for the options, the varlen arrays or the ALiBi slopes: constants)
+    return (dq, dk, dv) + (None,) * 15 + (dsinks if sinks is not None else None,)
 
 
 _attention.register_autograd(_backward, setup_context=_setup_context)
@@ -134,16 +155,17 @@ def _gemm_chain_fake(a, b, c):
 def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=False,
               strategy="auto", exp="exact", cu_seqlens_q=None, cu_seqlens_k=None,
               max_seqlen_q=None, max_seqlen_k=None, threads=None, impl=None,
-              deterministic=False):
+              deterministic=False, softcap=None, alibi_slopes=None, sinks=None):
     """flashcore.attention as the registered op torch.ops.flashcore.attention (see
-    flashcore.attention for the arguments), differentiable: its backward runs
-    flashcore.attention_backward (deterministic: that call's option). Returns out, or
+    flashcore.attention for the arguments), differentiable in q, k, v and sinks: its backward
+    runs flashcore.attention_backward (deterministic: that call's option). Returns out, or
     (out, lse)."""
     wl, wr = _api._window(window)
     out, lse = torch.ops.flashcore.attention(
         q, k, v, _api._flag(causal, "causal"), wl, wr, 0.0 if scale is None else _api._scale(scale, 0.0),
         strategy, exp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q or 0, max_seqlen_k or 0,
-        _api._threads(threads), _api._impl(impl) or "", _api._flag(deterministic, "deterministic"))
+        _api._threads(threads), _api._impl(impl) or "", _api._flag(deterministic, "deterministic"),
+        _softcap(softcap), alibi_slopes, sinks)
     return (out, lse) if return_lse else out
 
 
@@ -154,14 +176,18 @@ def _differentiable(q, k, v, **options):
 
 def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1), scale=None,
                        exp="exact", cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                       max_seqlen_k=None, threads=None, impl=None, deterministic=False):
-    """flashcore.attention_backward as torch.ops.flashcore.attention_backward: (dq, dk, dv)."""
+                       max_seqlen_k=None, threads=None, impl=None, deterministic=False,
+                       softcap=None, alibi_slopes=None, sinks=None):
+    """flashcore.attention_backward as torch.ops.flashcore.attention_backward: (dq, dk, dv),
+    and dsinks with sinks."""
     wl, wr = _api._window(window)
-    return torch.ops.flashcore.attention_backward(
+    dq, dk, dv, dsinks = torch.ops.flashcore.attention_backward(
         q, k, v, out, dout, lse, _api._flag(causal, "causal"), wl, wr,
         0.0 if scale is None else _api._scale(scale, 0.0), exp, cu_seqlens_q, cu_seqlens_k,
         max_seqlen_q or 0, max_seqlen_k or 0, _api._threads(threads), _api._impl(impl) or "",
-        _api._flag(deterministic, "deterministic"))
+        _api._flag(deterministic, "deterministic"),
+        _softcap(softcap), alibi_slopes, sinks)
+    return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
 
 
 def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact"):

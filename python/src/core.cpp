@@ -222,8 +222,9 @@ fc::Exp2Mode to_exp(int e) {
 
 // The options of attention and attention_backward as one object (flashcore._core.AttentionParams),
 // built by the Python package in one place (_api._params): AttentionParams' fields with the
-// Python API's spelling; arrays (cu_seqlens, per-head descales) as the caller's arrays,
-// imported for the call. Defaults are the library's.
+// Python API's spelling; arrays (cu_seqlens, per-head descales, ALiBi slopes, sinks, and the
+// backward's dsinks output) as the caller's arrays, imported for the call. Defaults are the
+// library's.
 struct PyParams {
   double scale = 0.0;  // 0 = 1/sqrt(D)
   bool causal = false;
@@ -238,6 +239,8 @@ struct PyParams {
   double q_descale = 1.0, k_descale = 1.0, v_descale = 1.0;
   nb::object q_descale_heads = nb::none(), k_descale_heads = nb::none(), v_descale_heads = nb::none();
   bool deterministic = false;
+  double softcap = 0.0;
+  nb::object alibi_slopes = nb::none(), sinks = nb::none(), dsinks = nb::none();
 };
 
 // q, k, v and the options, imported and checked as far as the library cannot (which
@@ -252,7 +255,7 @@ struct KvNames {
 };
 
 struct AttentionInputs {
-  Arg q, k, v, cu_q, cu_k, qdh, kdh, vdh;
+  Arg q, k, v, cu_q, cu_k, qdh, kdh, vdh, slopes, sinks, dsinks;
   std::string impl;
   fc::AttentionParams p;
 
@@ -297,8 +300,20 @@ struct AttentionInputs {
     p.k_descale_heads = import_head_descale(o.k_descale_heads, kdh, "k_descale");
     p.v_descale_heads = import_head_descale(o.v_descale_heads, vdh, "v_descale");
     p.deterministic = o.deterministic;
+    p.softcap = float(o.softcap);  // the library checks it and the arrays' shapes (named errors)
+    p.alibi_slopes = import_variant(o.alibi_slopes, slopes, "alibi_slopes", false);
+    p.sinks = import_variant(o.sinks, sinks, "sinks", false);
+    p.dsinks = import_variant(o.dsinks, dsinks, "dsinks", true);
   }
   AttentionInputs(const AttentionInputs&) = delete;
+
+  // A score variant's array (slopes, sinks; dsinks written) on q's device, as its view.
+  fc::Tensor* import_variant(nb::handle h, Arg& a, const char* name, bool writable) {
+    if (is_none(h)) return nullptr;
+    a = import_array(h, name, writable);
+    same_device(a, name, q, "q");
+    return &a.t;
+  }
 
   // An array on q's device of q's dtype (what the forward writes and the backward reads);
   // `lse`: float32.
@@ -596,7 +611,11 @@ NB_MODULE(_core, m) {
       .def_rw("q_descale_heads", &PyParams::q_descale_heads, kNone)
       .def_rw("k_descale_heads", &PyParams::k_descale_heads, kNone)
       .def_rw("v_descale_heads", &PyParams::v_descale_heads, kNone)
-      .def_rw("deterministic", &PyParams::deterministic);
+      .def_rw("deterministic", &PyParams::deterministic)
+      .def_rw("softcap", &PyParams::softcap)
+      .def_rw("alibi_slopes", &PyParams::alibi_slopes, kNone)
+      .def_rw("sinks", &PyParams::sinks, kNone)
+      .def_rw("dsinks", &PyParams::dsinks, kNone);
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a);
   m.def("attention_with_kvcache", &attention_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "cache_seqlens"_a,
         "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "out"_a, "lse"_a.none(), "layout"_a, "params"_a);

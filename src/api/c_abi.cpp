@@ -65,7 +65,12 @@ bool null_arg(const void* p, const char* name, fc_status* st) {
   return true;
 }
 
-flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tensor* lse) {
+// The tensors fc_attention_params points to, converted; AttentionParams points into these.
+struct ParamTensors {
+  flashcore::Tensor lse, alibi_slopes, sinks, dsinks;
+};
+
+flashcore::AttentionParams to_cpp(const fc_attention_params* p, ParamTensors* t) {
   flashcore::AttentionParams r;
   if (p == nullptr) return r;
   if (p->magic != FC_ATTENTION_PARAMS_MAGIC)
@@ -79,8 +84,8 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.strategy = static_cast<flashcore::Strategy>(code_of(p->strategy));
   r.exp2 = static_cast<flashcore::Exp2Mode>(code_of(p->exp2));
   if (p->lse != nullptr) {
-    *lse = to_cpp(*p->lse);
-    r.lse = lse;
+    t->lse = to_cpp(*p->lse);
+    r.lse = &t->lse;
   }
   r.cu_seqlens_q = p->cu_seqlens_q;
   r.cu_seqlens_k = p->cu_seqlens_k;
@@ -100,6 +105,10 @@ flashcore::AttentionParams to_cpp(const fc_attention_params* p, flashcore::Tenso
   r.k_descale_heads = p->k_descale_heads;
   r.v_descale_heads = p->v_descale_heads;
   r.deterministic = p->deterministic != 0;
+  r.softcap = p->softcap;
+  if (p->alibi_slopes != nullptr) r.alibi_slopes = &(t->alibi_slopes = to_cpp(*p->alibi_slopes));
+  if (p->sinks != nullptr) r.sinks = &(t->sinks = to_cpp(*p->sinks));
+  if (p->dsinks != nullptr) r.dsinks = &(t->dsinks = to_cpp(*p->dsinks));
   return r;
 }
 
@@ -140,9 +149,9 @@ fc_status backward_call(F run, const fc_tensor* q, const fc_tensor* k, const fc_
       null_arg(dk, "dk", &st) || null_arg(dv, "dv", &st))
     return st;
   return guarded([&] {
-    flashcore::Tensor params_lse;
+    ParamTensors pt;
     run(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out), to_cpp(*dout), to_cpp(*lse), to_cpp(*dq), to_cpp(*dk),
-        to_cpp(*dv), to_cpp(params, &params_lse));
+        to_cpp(*dv), to_cpp(params, &pt));
   });
 }
 
@@ -166,8 +175,8 @@ fc_status fc_attention(const fc_tensor* q, const fc_tensor* k, const fc_tensor* 
       null_arg(out, "out", &st))
     return st;
   return guarded([&] {
-    flashcore::Tensor lse;
-    flashcore::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out), to_cpp(params, &lse));
+    ParamTensors pt;
+    flashcore::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out), to_cpp(params, &pt));
   });
 }
 
@@ -178,9 +187,8 @@ fc_status fc_attention_reference(const fc_tensor* q, const fc_tensor* k, const f
       null_arg(out, "out", &st))
     return st;
   return guarded([&] {
-    flashcore::Tensor lse;
-    flashcore::reference::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out),
-                                    to_cpp(params, &lse));
+    ParamTensors pt;
+    flashcore::reference::attention(to_cpp(*q), to_cpp(*k), to_cpp(*v), to_cpp(*out), to_cpp(params, &pt));
   });
 }
 
@@ -206,14 +214,15 @@ fc_status fc_attention_with_kvcache(const fc_tensor* q, const fc_tensor* k_cache
       null_arg(cache_seqlens, "cache_seqlens", &st) || null_arg(out, "out", &st))
     return st;
   return guarded([&] {
-    flashcore::Tensor lse, table, kn, vn;
+    ParamTensors pt;
+    flashcore::Tensor table, kn, vn;
     flashcore::KvCacheOptions cache;
     if (block_table != nullptr) cache.block_table = &(table = to_cpp(*block_table));
     if (k_new != nullptr) cache.k_new = &(kn = to_cpp(*k_new));
     if (v_new != nullptr) cache.v_new = &(vn = to_cpp(*v_new));
     cache.layout = static_cast<flashcore::KvLayout>(code_of(layout));
     flashcore::attention_with_kvcache(to_cpp(*q), to_cpp(*k_cache), to_cpp(*v_cache), to_cpp(*cache_seqlens),
-                                      to_cpp(*out), cache, to_cpp(params, &lse));
+                                      to_cpp(*out), cache, to_cpp(params, &pt));
   });
 }
 

@@ -38,5 +38,8 @@ void check_dim(const Tensor& t, const char* name, int dim, const char* dim_name,
 void check_storage_dtype(DType d, const char* name, Device dev);
 // CPU threads: 0 (automatic) up to core::max_threads().
 void check_threads(int threads);
+// A per-head fp32 array of the score variants: [H], or [nb, H] when `batched`, on `dev`.
+// Returns its row stride (0 for [H]).
+int64_t check_head_array(const Tensor& t, const char* name, int64_t nb, int64_t heads, bool batched, Device dev);
 
 }  // namespace flashcore::api::detail

@@ -164,8 +164,51 @@ void check_strategy(Strategy s, Exp2Mode e, int threads) {
   check_threads(threads);
 }
 
+// A per-head fp32 array of the score variants (ALiBi slopes, sinks, dsinks): rank 1 [H], or
+// with `batched` also rank 2 [nb, H]; on `dev`. Returns the row stride (0 for [H]).
+int64_t check_head_array(const Tensor& t, const char* name, int64_t nb, int64_t heads, bool batched, Device dev) {
+  if (t.rank != 1 && !(batched && t.rank == 2))
+    bad(name, std::string("expected rank 1 [H]") + (batched ? " or rank 2 [B, H]" : "") + ", got rank " +
+                  std::to_string(t.rank));
+  check_tensor(t, name, t.rank, batched ? "[B, H]" : "[H]");
+  check_same_device(t, name, dev);
+  if (t.dtype != DType::f32) bad(name, std::string("dtype ") + to_string(t.dtype) + " is not f32");
+  if (t.rank == 2) check_dim(t, name, 0, "B", nb, "q (varlen: the sequences)");
+  check_dim(t, name, t.rank - 1, "H", heads, "q");
+  return t.rank == 2 ? t.strides[0] : 0;
+}
+
 }  // namespace detail
 using namespace detail;
+
+namespace {
+
+// The score variants (AttentionParams::softcap, alibi_slopes, sinks) into the problem, with
+// the outputs kept apart from the arrays the kernels read.
+void check_variants(const AttentionParams& p, const Tensor& out, int64_t nb, int64_t heads, Device dev,
+                    core::AttentionProblem& pr) {
+  if (!std::isfinite(p.softcap) || p.softcap < 0.0f)
+    bad("params.softcap", "must be finite and >= 0 (0 = off), got " + std::to_string(p.softcap));
+  pr.softcap = p.softcap;
+  for (const bool slopes : {true, false}) {
+    const Tensor* t = slopes ? p.alibi_slopes : p.sinks;
+    const char* name = slopes ? "params.alibi_slopes" : "params.sinks";
+    if (t == nullptr) continue;
+    const int64_t sb = check_head_array(*t, name, nb, heads, /*batched=*/slopes, dev);
+    check_no_alias(out, "out", *t, name);
+    if (p.lse != nullptr) check_no_alias(*p.lse, "params.lse", *t, name);
+    if (slopes) {
+      pr.alibi = static_cast<const float*>(t->data);
+      pr.alibi_sb = sb;
+    } else {
+      pr.sinks = static_cast<const float*>(t->data);
+    }
+  }
+  // (an empty [0] array, H = 0, is as good as none: nothing reads it)
+  if (heads == 0) pr.alibi = pr.sinks = nullptr;
+}
+
+}  // namespace
 
 core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const Tensor& out, const AttentionParams& p, bool reference,
@@ -347,6 +390,7 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
     check_no_alias(out, "out", a.ptr, a.bytes, a.name);
     if (p.lse != nullptr) check_no_alias(*p.lse, "params.lse", a.ptr, a.bytes, a.name);
   }
+  check_variants(p, out, nb, H, q.device, pr);
   return pr;
 }
 

@@ -3,8 +3,10 @@
 // anything is computed; nothing is written on failure.
 #include "api/checks_backward.hpp"
 
+#include <iterator>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "api/check_helpers.hpp"
 #include "api/checks.hpp"
@@ -62,10 +64,22 @@ core::AttentionBackwardProblem check_attention_backward(const Tensor& q, const T
   const std::pair<const Tensor*, const char*> inputs[] = {{&q, "q"},     {&k, "k"},       {&v, "v"},
                                                           {&out, "out"}, {&dout, "dout"}, {&lse, "lse"}};
   const int64_t cu_bytes = pr.fwd.cu_q != nullptr ? 4 * (params.varlen_batch + 1) : 0;
-  for (const auto& [g, gname] : grads) {
+  // dsinks (with sinks only): fp32 [H], an output like the gradients.
+  std::vector<std::pair<const Tensor*, const char*>> outs(std::begin(grads), std::end(grads));
+  if (params.dsinks != nullptr) {
+    if (params.sinks == nullptr) bad("params.dsinks", "is given but params.sinks is null (no sinks, no gradient)");
+    check_head_array(*params.dsinks, "params.dsinks", 1, H, false, q.device);
+    check_no_self_overlap(*params.dsinks, "params.dsinks");
+    for (const auto& [g, gname] : grads) check_no_alias(*params.dsinks, "params.dsinks", *g, gname);
+    outs.emplace_back(params.dsinks, "params.dsinks");
+    pr.dsinks = static_cast<float*>(params.dsinks->data);
+  }
+  for (const auto& [g, gname] : outs) {
     for (const auto& [in, iname] : inputs) check_no_alias(*g, gname, *in, iname);
     check_no_alias(*g, gname, params.cu_seqlens_q, cu_bytes, "params.cu_seqlens_q");
     check_no_alias(*g, gname, params.cu_seqlens_k, cu_bytes, "params.cu_seqlens_k");
+    if (params.alibi_slopes != nullptr) check_no_alias(*g, gname, *params.alibi_slopes, "params.alibi_slopes");
+    if (params.sinks != nullptr) check_no_alias(*g, gname, *params.sinks, "params.sinks");
   }
 
   pr.dout = {dout.data, dout.strides[0], dout.strides[1], dout.strides[2]};

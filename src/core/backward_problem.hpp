@@ -45,6 +45,7 @@ struct AttentionBackwardProblem {
   // which may exceed the last cu_seqlens entry; otherwise fwd.sq and fwd.sk).
   int64_t rows_q = 0, rows_k = 0;
   bool deterministic = false;
+  float* dsinks = nullptr;   // [H] (contiguous): the sinks' gradient, or null (not asked for)
 };
 
 }  // namespace flashcore::core

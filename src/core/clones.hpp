@@ -15,9 +15,14 @@
 #if defined(FC_PORTABLE_CLONES_ON) && defined(__x86_64__) && defined(__ELF__) && \
     defined(__GNUC__) && !defined(__clang__)
 #define FC_PORTABLE_CLONES __attribute__((target_clones("default", "arch=x86-64-v3"), flatten))
+// The same with an x86-64-v4 (AVX-512) clone as well, for loops measured to gain from 16
+// lanes (the softcap's tanh per score: docs/results/cpu-variants-2026-11-29.md).
+#define FC_PORTABLE_CLONES_V4 \
+  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4"), flatten))
 #define FC_PORTABLE_CLONES_ENABLED 1
 #else
 #define FC_PORTABLE_CLONES
+#define FC_PORTABLE_CLONES_V4
 #define FC_PORTABLE_CLONES_ENABLED 0
 #endif
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/variants/mask.hpp"
+#include "core/variants/score.hpp"
 #include "flashcore/types.hpp"
 
 namespace flashcore::core {
@@ -55,8 +56,19 @@ struct AttentionProblem {
   const int32_t* seqlens_k = nullptr;
   const int32_t* block_table = nullptr;
   int64_t block_table_sb = 0, page_size = 0;
+  // Score variants (core/variants/score.hpp; AttentionParams): softcap (0 = off); ALiBi
+  // slopes, the slope of (batch entry or sequence b, head h) at alibi[b * alibi_sb + h]
+  // (alibi_sb = 0 for slopes [H]), or null; sinks [H] or null.
+  float softcap = 0.0f;
+  const float* alibi = nullptr;
+  int64_t alibi_sb = 0;
+  const float* sinks = nullptr;
 
   int64_t group() const { return heads / kv_heads; }
+  ScoreMod score_mod() const { return make_score_mod(softcap, alibi != nullptr); }
+  float slope(int64_t b, int64_t h) const { return alibi != nullptr ? alibi[b * alibi_sb + h] : 0.0f; }
+  // A score variant set: softcap, ALiBi or sinks.
+  bool variants() const { return softcap > 0.0f || alibi != nullptr || sinks != nullptr; }
   // A local window (either side bounded); a band mask (causal or a window) limits which keys
   // a query sees.
   bool windowed() const { return window_left >= 0 || window_right >= 0; }

@@ -9,6 +9,11 @@
 namespace flashcore::cuda {
 
 void check_kernel_limits(const core::AttentionProblem& p) {
+  // The score variants run on the CPU backends so far.
+  const char* variant = p.softcap > 0.0f ? "params.softcap" : p.alibi ? "params.alibi_slopes" : p.sinks ? "params.sinks" : nullptr;
+  if (variant != nullptr)
+    throw_error(Status::unsupported, std::string(variant) + ": the score variants (softcap, alibi_slopes, sinks) are not yet "
+                                                            "in the CUDA kernels; use CPU tensors");
   if (p.heads > 65535 || p.batch > 65535)
     throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
                                          ": the CUDA kernels take at most 65535 of each");

@@ -14,7 +14,8 @@ namespace flashcore::cuda {
 
 // The kernels' index limits: B and H are grid dimensions (<= 65535), row arithmetic is
 // 32-bit (the tensors' rows <= 2^30; varlen's longest sequence is at most its total).
-// Throws `unsupported` naming q.
+// Throws `unsupported` naming q; or naming the score variant set (softcap, ALiBi, sinks),
+// which the CUDA kernels do not have yet.
 void check_kernel_limits(const core::AttentionProblem& p);
 
 // Rows `bytes`-aligned: the base and every stride that is used (its dim > 1) a multiple of

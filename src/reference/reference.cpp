@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -23,16 +24,20 @@ void require_cpu(Device d, const char* name) {
 }
 
 // O[i] = sum_j softmax_j(scale * s_j) v_j for one row whose scores are given; returns
-// lse (natural log) or -inf when no key is visible. A NaN among the visible scores makes
-// the row's max, and so O and lse, NaN (std::max would skip it).
+// lse (natural log). A row with no visible key (or only -inf scores) gets O = 0 and lse =
+// `sink` (-inf: none). A NaN among the visible scores makes the row's max, and so O and lse,
+// NaN (std::max would skip it). The sink (attention sinks) joins the softmax's sum without
+// a value.
 double softmax_row(const std::vector<double>& s, const std::vector<bool>& visible, double scale,
-                   const std::vector<std::vector<double>>& vrows, std::vector<double>& o) {
+                   const std::vector<std::vector<double>>& vrows, std::vector<double>& o,
+                   double sink = -std::numeric_limits<double>::infinity()) {
   double mx = -std::numeric_limits<double>::infinity();
   for (size_t j = 0; j < s.size(); ++j)
     if (visible[j]) mx = std::isnan(scale * s[j]) ? scale * s[j] : std::max(mx, scale * s[j]);
   std::fill(o.begin(), o.end(), 0.0);
-  if (mx == -std::numeric_limits<double>::infinity()) return mx;
-  double sum = 0;
+  if (mx == -std::numeric_limits<double>::infinity()) return sink;
+  mx = std::isnan(sink) ? sink : std::max(mx, sink);  // (a NaN in mx stays: std::max(NaN, x) is NaN)
+  double sum = std::exp(sink - mx);
   for (size_t j = 0; j < s.size(); ++j) {
     if (!visible[j]) continue;
     const double p = std::exp(scale * s[j] - mx);
@@ -93,7 +98,19 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
             for (int64_t d = 0; d < p.d; ++d) acc += qrow[size_t(d)] * krows[size_t(j)][size_t(d)];
           s[size_t(j)] = acc * qk_descale;
         }
-        const double lse = softmax_row(s, vis, double(p.scale), vrows, o);
+        // Score variants: softcap then ALiBi on the scaled scores (the softmax's scale is 1 then).
+        double scale = double(p.scale);
+        if (p.softcap > 0.0f || p.alibi != nullptr) {
+          const double cap = double(p.softcap), slope = double(p.slope(b, h));
+          for (int64_t j = 0; j < sk; ++j) {
+            double z = scale * s[size_t(j)];
+            if (cap > 0.0) z = cap * std::tanh(z / cap);
+            s[size_t(j)] = z - slope * double(std::llabs(i + sk - sq - j));
+          }
+          scale = 1.0;
+        }
+        const double sink = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
+        const double lse = softmax_row(s, vis, scale, vrows, o, sink);
         for (int64_t d = 0; d < p.dv; ++d)
           core::store_from_f32(p.o, bb * p.o_sb + (q_off + i) * p.o_ss + h * p.o_sh + d, p.out_dtype,
                                float(o[size_t(d)]));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -61,6 +62,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   // rows, and sums in a fixed order, so the result does not depend on the thread count
   // (params.threads, or OMP_NUM_THREADS / all cores capped as the fast paths are).
   const int threads = p.threads > 0 ? p.threads : std::min(omp_get_max_threads(), core::max_threads());
+  // The sinks' gradient per (batch entry, head), summed over the batch after the loop.
+  std::vector<double> dsink(static_cast<size_t>(bp.dsinks ? p.batch * p.heads : 0), 0.0);
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads)
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t hk = 0; hk < p.kv_heads; ++hk) {
@@ -81,16 +84,32 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
         const Rows Q = load_rows(q_at(p.q.data, p.q.sb, p.q.ss, p.q.sh), p.q.ss, sq, p.d, p.dtype);
         const Rows dO = load_rows(q_at(bp.dout.data, bp.dout.sb, bp.dout.ss, bp.dout.sh), bp.dout.ss, sq, p.dv, p.dtype);
         Rows dQ(static_cast<size_t>(sq), std::vector<double>(static_cast<size_t>(p.d), 0.0));
-        std::vector<double> s(static_cast<size_t>(sk)), pr(static_cast<size_t>(sk)), o(static_cast<size_t>(p.dv));
+        std::vector<double> s(static_cast<size_t>(sk)), pr(static_cast<size_t>(sk)), o(static_cast<size_t>(p.dv)),
+            dz(static_cast<size_t>(sk), 1.0);
+        // Score variants: z = softcap(scale q.k) - slope * distance; dz/d(scale q.k) = 1 - tanh^2
+        // with the softcap (ALiBi adds a constant); the sink joins the sum without a value.
+        const double cap = double(p.softcap), slope = double(p.slope(b, h));
+        const double sink = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
         for (int64_t i = 0; i < sq; ++i) {
           // Softmax of the visible scores (none visible: the row contributes nothing).
           double mx = -std::numeric_limits<double>::infinity();
           for (int64_t j = 0; j < sk; ++j) {
-            s[size_t(j)] = mask.visible(i, j) ? scale * dot(Q[size_t(i)], K[size_t(j)]) : -std::numeric_limits<double>::infinity();
-            mx = std::max(mx, s[size_t(j)]);
+            double z = -std::numeric_limits<double>::infinity();
+            if (mask.visible(i, j)) {
+              z = scale * dot(Q[size_t(i)], K[size_t(j)]);
+              if (cap > 0.0) {
+                const double t = std::tanh(z / cap);
+                z = cap * t;
+                dz[size_t(j)] = 1.0 - t * t;
+              }
+              z -= slope * double(std::llabs(i + sk - sq - j));
+            }
+            s[size_t(j)] = z;
+            mx = std::max(mx, z);
           }
           if (mx == -std::numeric_limits<double>::infinity()) continue;
-          double sum = 0;
+          mx = std::max(mx, sink);
+          double sum = std::exp(sink - mx);
           for (int64_t j = 0; j < sk; ++j) sum += pr[size_t(j)] = std::exp(s[size_t(j)] - mx);
           std::fill(o.begin(), o.end(), 0.0);
           for (int64_t j = 0; j < sk; ++j) {
@@ -98,10 +117,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
             for (int64_t e = 0; e < p.dv; ++e) o[size_t(e)] += pr[size_t(j)] * V[size_t(j)][size_t(e)];
           }
           const double Di = dot(dO[size_t(i)], o);
+          // d sink = -P_sink D_i (P_sink = exp(sink - lse_i), the sink's share of the row)
+          if (!dsink.empty()) dsink[size_t(b * p.heads + h)] -= std::exp(sink - mx) / sum * Di;
           for (int64_t j = 0; j < sk; ++j) {
             const double pj = pr[size_t(j)];
             if (pj == 0.0) continue;
-            const double ds = pj * (dot(dO[size_t(i)], V[size_t(j)]) - Di);
+            const double ds = pj * (dot(dO[size_t(i)], V[size_t(j)]) - Di) * dz[size_t(j)];
             for (int64_t e = 0; e < p.d; ++e) {
               dQ[size_t(i)][size_t(e)] += scale * ds * K[size_t(j)][size_t(e)];
               dK[size_t(j)][size_t(e)] += scale * ds * Q[size_t(i)][size_t(e)];
@@ -118,6 +139,11 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
       store_rows(dK, grad_at(bp.dk), bp.dk.ss, p.dtype);
       store_rows(dV, grad_at(bp.dv), bp.dv.ss, p.dtype);
     }
+  }
+  for (int64_t h = 0; bp.dsinks != nullptr && h < p.heads; ++h) {
+    double acc = 0;
+    for (int64_t b = 0; b < p.batch; ++b) acc += dsink[size_t(b * p.heads + h)];
+    bp.dsinks[h] = float(acc);
   }
 }
 

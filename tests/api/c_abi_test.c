@@ -426,6 +426,58 @@ int main(void) {
     free(kc); free(vc); free(whole); free(kc_copy);
   }
 
+  /* Score variants through the struct's fields: softcap, ALiBi slopes [B, H] and sinks [H]
+   * (causal) against the reference, forward and backward with dsinks; a bad softcap named. */
+  {
+    float slopes[B * H], sinks[H], dsinks[H], dsinks_ref[H];
+    for (int i = 0; i < B * H; ++i) slopes[i] = 0.05f * (float)(i + 1);
+    for (int i = 0; i < H; ++i) sinks[i] = 0.5f * (float)i - 1.0f;
+    fc_tensor tslopes, tsinks, tds, tds_ref;
+    memset(&tslopes, 0, sizeof tslopes);
+    tslopes.data = slopes; tslopes.dtype = FC_F32; tslopes.device = FC_CPU; tslopes.rank = 2;
+    tslopes.shape[0] = B; tslopes.shape[1] = H; tslopes.strides[0] = H; tslopes.strides[1] = 1;
+    tsinks = tslopes;
+    tsinks.data = sinks; tsinks.rank = 1; tsinks.shape[0] = H; tsinks.strides[0] = 1;
+    tds = tsinks;
+    tds.data = dsinks;
+    tds_ref = tsinks;
+    tds_ref.data = dsinks_ref;
+    fc_attention_params_init(&p);
+    p.causal = 1;
+    p.softcap = 2.0f;
+    p.alibi_slopes = &tslopes;
+    p.sinks = &tsinks;
+    pref = p;
+    pref.lse = &tlse_ref;
+    CHECK(fc_attention_reference(&tq, &tk, &tv, &tref, &pref) == FC_OK, "%s", fc_last_error());
+    poison(out, nq);
+    p.lse = &tlse;
+    CHECK(fc_attention(&tq, &tk, &tv, &tout, &p) == FC_OK, "variants: %s", fc_last_error());
+    CHECK(rel_err(out, ref, nq) <= 1e-5, "variants: rel_err %g", rel_err(out, ref, nq));
+    CHECK(rel_err(lse, lse_ref, B * H * SQ) <= 1e-5, "variants: lse rel_err %g", rel_err(lse, lse_ref, B * H * SQ));
+    float* dq = malloc((2 * nq + 2 * nk) * sizeof(float));
+    float* dk = dq + nq;
+    float* dv = dk + nk;
+    float* dout = dv + nk;
+    fill(dout, nq, &seed);
+    fc_tensor tdo = tensor4(dout, B, SQ, H, D);
+    fc_tensor tdq = tensor4(dq, B, SQ, H, D), tdk = tensor4(dk, B, SK, HKV, D), tdv = tensor4(dv, B, SK, HKV, D);
+    p.lse = NULL;
+    p.dsinks = &tds_ref;
+    CHECK(fc_attention_backward_reference(&tq, &tk, &tv, &tout, &tdo, &tlse, &tdq, &tdk, &tdv, &p) == FC_OK, "%s",
+          fc_last_error());
+    p.dsinks = &tds;
+    poison(dsinks, H);
+    CHECK(fc_attention_backward(&tq, &tk, &tv, &tout, &tdo, &tlse, &tdq, &tdk, &tdv, &p) == FC_OK, "%s",
+          fc_last_error());
+    CHECK(rel_err(dsinks, dsinks_ref, H) <= 1e-5, "dsinks rel_err %g", rel_err(dsinks, dsinks_ref, H));
+    poison(out, nq);
+    memcpy(copy, out, nq * sizeof(float));
+    p.softcap = -1.0f;
+    expect_fail(fc_attention(&tq, &tk, &tv, &tout, &p), FC_INVALID_ARGUMENT, "params.softcap", out, copy, nq, "softcap");
+    free(dq);
+  }
+
   CHECK(fc_version() != NULL && fc_version()[0] != '\0', "empty version");
   free(q); free(k); free(v); free(out); free(ref); free(copy);
   if (failures == 0) printf("c_abi: all checks passed\n");

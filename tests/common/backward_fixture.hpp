@@ -23,6 +23,11 @@ struct BwdCase {
   // varlen: B = 1, sq / sk are the packed rows; the prefix sums (one more than sequences)
   std::vector<int32_t> cu_q = {}, cu_k = {};
   bool max_seqlen = false;  // varlen: pass the longest lengths (max_seqlen_q / k) as well
+  // Score variants: softcap (0 = off), ALiBi slopes (0 none, 1 [H], 2 [B, H]), sinks [H]
+  // (random values drawn by BwdData; BwdData::params() points to them).
+  float softcap = 0.0f;
+  int alibi = 0;
+  bool sinks = false;
 };
 
 // The memory order of a case's tensors (outermost first).
@@ -35,16 +40,21 @@ struct BwdData {
   BwdCase c;
   DType dtype;
   HostTensor q, k, v, dout, out, lse, ref_dq, ref_dk, ref_dv;
+  HostTensor slopes, sinks, ref_dsinks;  // the case's score variants (empty when off)
 
   BwdData(const BwdCase& cs, DType dt, Rng& rng);
 
+  // bwd_params(c) with the score variants' arrays (host) of this data.
+  flashcore::AttentionParams params() const;
+
   struct Grads {
     HostTensor dq, dk, dv;
+    HostTensor dsinks;  // [H] with sinks (pass it as params.dsinks), else empty
   };
   // Gradient buffers in the case's layout (pad: other padding than the case's), poisoned.
   Grads grads(int64_t pad = -1) const;
   // One run's gradients: within tol of the reference, nothing written outside the views,
-  // dq exactly 0 on fully masked rows (lse = -inf).
+  // dq exactly 0 on fully masked rows (lse = -inf or, with a sink, no key seen); dsinks too.
   void check(const Grads& g, double tol) const;
 };
 

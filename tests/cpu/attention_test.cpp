@@ -5,7 +5,8 @@
 // BHSD strides with padded rows, lse, varlen, zero-sized problems, 1 and 2 threads,
 // every GEMM micro-kernel forced by key, and the forced portable path. Decode shapes
 // (group * Sq <= 32 query rows per KV head: the row-op path, K/V read in place) with GQA,
-// causal Sq != Sk, windows, odd D, BHSD rows read in place, split over keys, varlen.
+// causal Sq != Sk, windows, odd D, BHSD rows read in place, split over keys, varlen. The
+// score variants on all of these paths (variants_test.cpp has their other tests).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/attention_fixture.hpp"
 #include "common/test_util.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 
@@ -21,95 +23,6 @@ namespace fctest {
 namespace {
 
 namespace fc = flashcore;
-
-struct AttnCase {
-  const char* name;
-  int64_t b, sq, sk, h, hkv, d, dv;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  bool bhsd = false;  // memory order [B, H, S, D] instead of [B, S, H, D]
-  int64_t pad = 0;    // extra elements after every row of D
-  float scale = 0.0f;
-  // Added to every element of key row j: ramp * j / sk. Rows whose query sums are
-  // positive then see scores that climb tile after tile (the online strategy's rescales).
-  double ramp = 0.0;
-};
-
-std::vector<int> order_of(bool bhsd) {
-  return bhsd ? std::vector<int>{0, 2, 1, 3} : std::vector<int>{0, 1, 2, 3};
-}
-
-// Inputs and the fp64 truth (computed once per case and dtype, shared by the runs).
-struct AttnFixture {
-  AttnCase c;
-  DType dtype;
-  HostTensor q, k, v, ref_out, ref_lse;
-
-  AttnFixture(const AttnCase& cs, DType dt, Rng& rng) : c(cs), dtype(dt) {
-    q = HostTensor(dt, {c.b, c.sq, c.h, c.d}, order_of(c.bhsd), c.pad);
-    k = HostTensor(dt, {c.b, c.sk, c.hkv, c.d}, order_of(c.bhsd), c.pad);
-    v = HostTensor(dt, {c.b, c.sk, c.hkv, c.dv}, order_of(c.bhsd), c.pad);
-    // Scores with a standard deviation of ~3 at the default scale: peaked softmax rows.
-    q.fill_uniform(rng, -3, 3);
-    k.fill_uniform(rng, -3, 3);
-    v.fill_uniform(rng, -1, 1);
-    if (c.ramp != 0.0)  // logical [B, Sk, Hkv, D] index, whatever the memory order
-      for (int64_t i = 0; i < c.b * c.sk * c.hkv * c.d; ++i)
-        k.set(i, k.get(i) + c.ramp * double(i / (c.hkv * c.d) % c.sk) / double(c.sk));
-    HostTensor qf = to_f32(q), kf = to_f32(k), vf = to_f32(v);
-    ref_out = HostTensor(DType::f32, {c.b, c.sq, c.h, c.dv});
-    ref_lse = HostTensor(DType::f32, {c.b, c.h, c.sq});
-    fc::AttentionParams p = params();
-    p.lse = ref_lse.ptr();
-    fc::reference::attention(qf.view(), kf.view(), vf.view(), ref_out.view(), p);
-  }
-
-  fc::AttentionParams params() const {
-    fc::AttentionParams p;
-    p.scale = c.scale;
-    p.causal = c.causal;
-    p.window_left = c.window_left;
-    p.window_right = c.window_right;
-    return p;
-  }
-
-  // One run: fresh poisoned outputs, then every property the run must have.
-  void check(Strategy s, Exp2Mode e, int threads, const char* impl, DType kernel_ab) {
-    SCOPED_TRACE("strategy " + name(s) + ", exp " + name(e) + ", threads " +
-                 std::to_string(threads) + ", impl " + (impl ? impl : "auto"));
-    HostTensor out(dtype, {c.b, c.sq, c.h, c.dv}, order_of(c.bhsd), c.pad);
-    HostTensor lse(DType::f32, {c.b, c.h, c.sq}, {}, 1);
-    fc::AttentionParams p = params();
-    p.strategy = s;
-    p.exp2 = e;
-    p.threads = threads;
-    p.impl = impl;
-    p.lse = lse.ptr();
-    fc::PhaseTimes times;
-    fc::attention(q.view(), k.view(), v.view(), out.view(), p, &times);
-    const double tol = tolerance(dtype, kernel_ab, e, c.sk);
-    EXPECT_TRUE(close(out, ref_out, tol));
-    EXPECT_TRUE(lse_close(lse, ref_lse, tol));
-    EXPECT_TRUE(out.padding_untouched()) << "attention wrote outside the output view";
-    EXPECT_TRUE(lse.padding_untouched()) << "attention wrote outside the lse view";
-    if (impl != nullptr) {
-      EXPECT_EQ(times.kernel, impl);
-    }
-    if (s != Strategy::automatic) {
-      EXPECT_EQ(times.strategy, fc::to_string(s));
-    }
-    // Fully masked rows (lse = -inf): O exactly 0, whatever the tolerance.
-    for (int64_t b = 0; b < c.b; ++b)
-      for (int64_t h = 0; h < c.h; ++h)
-        for (int64_t i = 0; i < c.sq; ++i) {
-          if (ref_lse.get((b * c.h + h) * c.sq + i) != -std::numeric_limits<double>::infinity())
-            continue;
-          for (int64_t d = 0; d < c.dv; ++d)
-            ASSERT_EQ(out.get(((b * c.sq + i) * c.h + h) * c.dv + d), 0.0)
-                << "fully masked row b=" << b << " h=" << h << " i=" << i;
-        }
-  }
-};
 
 // Together: Sq, Sk each take 1, 7, 63, 1000; D takes 32, 64, 80, 96, 128, 256.
 const AttnCase kCases[] = {
@@ -153,6 +66,33 @@ TEST_P(AttentionTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Cpu, AttentionTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kStorageTypes)),
     CaseDtypeName());
+
+// Score variants (softcap, ALiBi, sinks), alone and combined with causal (Sq > Sk: fully
+// masked rows, O = 0 and lse = the sink), windows, GQA, BHSD, a negative scale, varlen (slopes
+// per sequence, a sequence without queries, one without keys); the GEMM path, the decode path
+// and decode split over keys.
+const AttnCase kVariantCases[] = {
+    with_variants({"softcap_gemm_d64", 1, 70, 300, 2, 1, 64, 64}, 5.0f, 0, false),
+    with_variants({"alibi_h_causal_sq_lt_sk_gqa2_d48", 2, 50, 200, 4, 2, 48, 48, true}, 0.0f, 1, false),
+    with_variants({"alibi_bh_window_sq_gt_sk_bhsd_d32_dv40", 2, 130, 60, 2, 2, 32, 40, false, 8, 3, true, 3}, 0.0f, 2, false),
+    with_variants({"sinks_causal_sq_gt_sk_masked_rows_d64", 1, 100, 40, 3, 1, 64, 64, true}, 0.0f, 0, true),
+    with_variants({"all_gqa4_causal_window_d80", 1, 90, 333, 8, 2, 80, 80, true, 50, -1}, 8.0f, 2, true),
+    with_variants({"all_negative_scale_d24", 1, 40, 77, 2, 1, 24, 24, false, -1, -1, false, 0, -0.3f}, 3.0f, 1, true),
+    // Decode path (group * Sq <= 32 query rows per KV head); split over keys at 2 threads.
+    with_variants({"decode_all_gqa4_d128", 2, 1, 700, 8, 2, 128, 128}, 10.0f, 1, true),
+    with_variants({"decode_causal_window_sq4_d64_dv48", 1, 4, 500, 8, 1, 64, 48, true, 100, -1}, 0.0f, 2, true),
+    with_variants({"decode_split_sinks_d96", 1, 1, 1000, 4, 1, 96, 96}, 0.0f, 0, true),
+    with_variants({"decode_window_sq2_softcap_d7_dv5", 1, 2, 1000, 2, 2, 7, 5, false, 50, 0}, 2.0f, 2, false),
+    // Varlen: slopes per sequence, a sequence without queries and (decode) one without keys.
+    with_variants({"varlen_all_causal_gqa2_d64", 1, 130, 240, 4, 2, 64, 64, true}, 4.0f, 2, true, {0, 5, 5, 60, 130},
+            {0, 9, 13, 100, 240}),
+    with_variants({"varlen_decode_all_d32", 1, 4, 700, 4, 2, 32, 32}, 6.0f, 2, true, {0, 1, 1, 3, 4},
+            {0, 300, 301, 700, 700}),
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, AttentionTest,
+    ::testing::Combine(::testing::ValuesIn(kVariantCases), ::testing::ValuesIn(kStorageTypes)), CaseDtypeName());
 
 // Every GEMM micro-kernel of the build, forced by its key, through every strategy.
 class AttentionKernelTest : public ::testing::TestWithParam<int> {};

@@ -34,7 +34,8 @@ struct BwdFixture : BwdData {
     SCOPED_TRACE("threads " + std::to_string(threads) + ", impl " + (impl ? impl : "auto") +
                  (deterministic ? ", deterministic" : ""));
     Grads g = grads();
-    fc::AttentionParams p = bwd_params(c);
+    fc::AttentionParams p = params();
+    if (c.sinks) p.dsinks = g.dsinks.ptr();
     p.threads = threads;
     p.impl = impl;
     p.deterministic = deterministic;
@@ -70,6 +71,28 @@ TEST_P(BackwardTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackwardTest,
                          ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kStorageTypes)),
+                         CaseDtypeName());
+
+// Score variants (softcap: dS times 1 - tanh^2; ALiBi; sinks with their gradient), alone and
+// with causal / windows (fully masked rows), GQA, varlen, odd D.
+BwdCase with_variants(BwdCase c, float softcap, int alibi, bool sinks) {
+  c.softcap = softcap;
+  c.alibi = alibi;
+  c.sinks = sinks;
+  return c;
+}
+const BwdCase kVariantCases[] = {
+    with_variants({"softcap_gqa3_d64", 1, 130, 200, 6, 2, 64, 64}, 2.5f, 0, false),
+    with_variants({"alibi_bh_causal_sq_lt_sk_d48", 2, 70, 150, 4, 2, 48, 48, true}, 0.0f, 2, false),
+    with_variants({"sinks_causal_sq_gt_sk_d32", 1, 63, 20, 2, 1, 32, 32, true}, 0.0f, 0, true),
+    with_variants({"all_window_sq_gt_sk_d40_dv24", 1, 257, 129, 3, 1, 40, 24, false, 8, 3, true, 1, 0.5f}, 4.0f, 1, true),
+    with_variants({"all_varlen_causal_gqa2_d64", 1, 310, 410, 4, 2, 64, 64, true, -1, -1, false, 0, 0.0f,
+                   {0, 5, 5, 300}, {0, 17, 40, 400}}, 3.0f, 2, true),
+    with_variants({"all_odd_d7_dv5_negative_scale", 2, 33, 45, 2, 2, 7, 5, false, -1, -1, false, 0, -0.3f}, 1.5f, 1, true),
+};
+
+INSTANTIATE_TEST_SUITE_P(Variants, BackwardTest,
+                         ::testing::Combine(::testing::ValuesIn(kVariantCases), ::testing::ValuesIn(kStorageTypes)),
                          CaseDtypeName());
 
 // The first kernel `auto` picks per storage dtype may hold P and dS in 16 bits (bf16 kernels).
@@ -186,7 +209,8 @@ TEST(Backward, ZeroSizedProblems) {
 }
 
 // Finite differences of L = sum(dout * O) over the fp64 forward reference (f32 tensors),
-// by the fourth-order central stencil, against the fp64 backward reference.
+// by the fourth-order central stencil, against the fp64 backward reference (with sinks: the
+// sinks' gradient too).
 void check_finite_differences(const BwdCase& c) {
   SCOPED_TRACE(c.name);
   Rng rng;
@@ -199,8 +223,19 @@ void check_finite_differences(const BwdCase& c) {
   v.fill_uniform(rng, -1, 1);
   dout.fill_uniform(rng, -1, 1);
   for (int64_t i = 0; i < out.numel(); ++i) out.set(i, 0.0);  // (varlen: rows past the sequences stay 0)
-  auto loss = [&] {
+  const int64_t nb = c.cu_q.empty() ? c.b : int64_t(c.cu_q.size()) - 1;
+  HostTensor slopes(DType::f32, {nb, c.h}), sinks(DType::f32, {c.h});
+  slopes.fill_uniform(rng, 0.0, 0.5);
+  sinks.fill_uniform(rng, -1.0, 1.0);
+  auto params = [&] {
     fc::AttentionParams p = bwd_params(c);
+    p.softcap = c.softcap;
+    if (c.alibi != 0) p.alibi_slopes = slopes.ptr();
+    if (c.sinks) p.sinks = sinks.ptr();
+    return p;
+  };
+  auto loss = [&] {
+    fc::AttentionParams p = params();
     p.lse = lse.ptr();
     fc::reference::attention(q.view(), k.view(), v.view(), out.view(), p);
     double s = 0;
@@ -209,12 +244,15 @@ void check_finite_differences(const BwdCase& c) {
   };
   loss();
   HostTensor dq(DType::f32, {c.b, c.sq, c.h, c.d}), dk(DType::f32, {c.b, c.sk, c.hkv, c.d}),
-      dv(DType::f32, {c.b, c.sk, c.hkv, c.dv});
+      dv(DType::f32, {c.b, c.sk, c.hkv, c.dv}), dsinks(DType::f32, {c.h});
+  fc::AttentionParams bp = params();
+  if (c.sinks) bp.dsinks = dsinks.ptr();
   fc::reference::attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), dq.view(),
-                                    dk.view(), dv.view(), bwd_params(c));
+                                    dk.view(), dv.view(), bp);
   const double h = 1.0 / 64;  // exact in f32 around values in [-1, 1]
-  for (auto [x, grad, label] : {std::tuple<HostTensor*, HostTensor*, const char*>{&q, &dq, "dq"},
-                                {&k, &dk, "dk"}, {&v, &dv, "dv"}}) {
+  std::vector<std::tuple<HostTensor*, HostTensor*, const char*>> wrt = {{&q, &dq, "dq"}, {&k, &dk, "dk"}, {&v, &dv, "dv"}};
+  if (c.sinks) wrt.emplace_back(&sinks, &dsinks, "dsinks");
+  for (auto [x, grad, label] : wrt) {
     HostTensor fd(DType::f32, x->shape());
     for (int64_t i = 0; i < x->numel(); ++i) {
       const double x0 = x->get(i);
@@ -238,6 +276,13 @@ TEST(BackwardReference, MatchesFiniteDifferences) {
   check_finite_differences({"causal_sq_gt_sk_masked_rows", 1, 6, 3, 2, 2, 3, 3, true});
   check_finite_differences({"window", 1, 5, 7, 1, 1, 3, 4, false, 1, 2});
   check_finite_differences({"varlen", 1, 7, 9, 2, 1, 3, 3, true, -1, -1, false, 0, 0.0f, {0, 3, 3, 6}, {0, 4, 5, 8}});
+  // Score variants: the softcap's 1 - tanh^2 (a softcap that bends: scores up to ~2), ALiBi
+  // (constant slopes), the sinks' own gradient; fully masked rows with a sink (Sq > Sk).
+  check_finite_differences(with_variants({"softcap", 1, 3, 5, 2, 1, 4, 3, false, -1, -1, false, 0, 2.0f}, 0.7f, 0, false));
+  check_finite_differences(with_variants({"alibi_bh_causal", 2, 3, 6, 2, 1, 4, 4, true}, 0.0f, 2, false));
+  check_finite_differences(with_variants({"sinks_causal_masked_rows", 1, 6, 3, 2, 2, 3, 3, true}, 0.0f, 0, true));
+  check_finite_differences(with_variants({"all_window_varlen", 1, 7, 9, 2, 1, 3, 3, true, 2, -1, false, 0, 0.0f,
+                                          {0, 3, 3, 6}, {0, 4, 5, 8}}, 1.0f, 2, true));
 }
 
 // ---------------------------------------------------------------- bad arguments

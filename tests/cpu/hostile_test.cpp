@@ -2,7 +2,8 @@
 //
 // Calls: random layouts (BSHD / BHSD, padded rows), masks (none, causal, windows, both),
 // GQA, D != Dv, varlen batches with empty sequences, every strategy, both exp2 modes,
-// 1-3 threads, f32 / f16 / bf16. Values: plain normals; denormals; huge powers of two
+// 1-3 threads, f32 / f16 / bf16, score variants (softcap, ALiBi slopes [H] or [B, H],
+// sinks; with non-finite values also sinks of -inf, +inf, NaN and 1e30). Values: plain normals; denormals; huge powers of two
 // whose fp32 scores are exact and whose scaled scores pass 2^31 (the softmax of large
 // finite scores); normals with NaN / +-Inf planted in K, V and Q at random positions,
 // masked or not. Each result is checked against the fp64 reference under the library's
@@ -55,6 +56,8 @@ struct Call {
   int64_t b = 1, sq = 1, sk = 1, h = 1, hkv = 1, d = 1, dv = 1;
   bool bhsd = false, varlen = false;
   std::vector<int32_t> cu_q, cu_k;
+  int alibi = 0;      // slopes: 0 none, 1 [H], 2 [B, H]
+  bool sinks = false;
   fc::AttentionParams p;
   std::string describe() const {
     return std::string(name(dtype)) + " B" + std::to_string(b) + " Sq" + std::to_string(sq) + " Sk" +
@@ -62,7 +65,8 @@ struct Call {
            " Dv" + std::to_string(dv) + (bhsd ? " BHSD" : " BSHD") + (varlen ? " varlen" : "") +
            (p.causal ? " causal" : "") + " window(" + std::to_string(p.window_left) + "," +
            std::to_string(p.window_right) + ") " + name(p.strategy) + " " + name(p.exp2) + " threads " +
-           std::to_string(p.threads) + " scale " + std::to_string(p.scale);
+           std::to_string(p.threads) + " scale " + std::to_string(p.scale) + " softcap " +
+           std::to_string(p.softcap) + " alibi " + std::to_string(alibi) + (sinks ? " sinks" : "");
   }
 };
 
@@ -109,7 +113,32 @@ Call random_call(Rng& rng, Values values) {
   // Huge values: scores k * 2^28 (f16) or k * 2^80; a scale that puts the scaled max past
   // 2^31, where exp2's argument once lost the row's own maximum.
   if (values == Values::huge) c.p.scale = float(rng.uniform(8, 64));
+  // Score variants, each in a third of the calls. (Not ALiBi with huge scores: its biases,
+  // far below an ulp of an fp32 score of 2^80, vanish there, while the fp64 reference keeps
+  // them and with them breaks the exact ties between such scores.)
+  if (rng.integer(0, 2) == 0) c.p.softcap = float(rng.uniform(0.5, 50));
+  if (rng.integer(0, 2) == 0 && values != Values::huge) c.alibi = int(rng.integer(1, 2));
+  c.sinks = rng.integer(0, 2) == 0;
   return c;
+}
+
+// The call's slopes and sinks (random; with non-finite values the sinks include -inf, +inf,
+// NaN and 1e30), pointed at by c.p.
+void add_variants(Call& c, Rng& rng, Values values, HostTensor& slopes, HostTensor& sinks) {
+  const int64_t nb = c.varlen ? c.p.varlen_batch : c.b;
+  if (c.alibi != 0) {
+    slopes = c.alibi == 1 ? HostTensor(DType::f32, {c.h}) : HostTensor(DType::f32, {nb, c.h});
+    slopes.fill_uniform(rng, 0, 1);
+    c.p.alibi_slopes = slopes.ptr();
+  }
+  if (c.sinks) {
+    sinks = HostTensor(DType::f32, {c.h});
+    sinks.fill_uniform(rng, -3, 3);
+    const double specials[] = {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
+                               std::numeric_limits<double>::quiet_NaN(), 1e30};
+    if (values == Values::nonfinite) sinks.set(rng.integer(0, c.h - 1), specials[rng.integer(0, 3)]);
+    c.p.sinks = sinks.ptr();
+  }
 }
 
 // Operands of a call with their fp32 copies (the reference's inputs).
@@ -168,6 +197,8 @@ void run_property(Values values, int n) {
       c.p.cu_seqlens_q = c.cu_q.data();
       c.p.cu_seqlens_k = c.cu_k.data();
     }
+    HostTensor slopes, sinks;
+    add_variants(c, rng, values, slopes, sinks);
     fc::AttentionParams rp = c.p;
     rp.lse = t.ref_lse.ptr();
     fc::reference::attention(t.q32.view(), t.k32.view(), t.v32.view(), t.ref.view(), rp);

@@ -1053,6 +1053,25 @@ TEST(CudaErrors, UnsupportedHeadDims) {
   }
 }
 
+// The score variants are CPU-only so far: each one set is refused, named, before a launch.
+TEST(CudaErrors, ScoreVariantsRefused) {
+  FC_REQUIRE_GPU();
+  HostTensor q(DType::f16, {1, 64, 2, 64}), o(DType::f16, {1, 64, 2, 64}), heads(DType::f32, {2});
+  o.poison();
+  fctest::Rng rng;
+  q.fill_uniform(rng, -1, 1);
+  heads.fill_uniform(rng, 0, 1);
+  DevTensor dq(q), dout(o), dheads(heads);
+  flashcore::Tensor on_gpu = dheads.view();
+  AttentionParams pc, pa, ps;
+  pc.softcap = 30.0f;
+  pa.alibi_slopes = &on_gpu;
+  ps.sinks = &on_gpu;
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pc, Status::unsupported, "params.softcap");
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pa, Status::unsupported, "params.alibi_slopes");
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, ps, Status::unsupported, "params.sinks");
+}
+
 TEST(CudaF32, Tf32KeyWithExactRefused) {
   FC_REQUIRE_GPU();
   fctest::Rng rng;

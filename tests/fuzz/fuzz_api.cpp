@@ -1,5 +1,5 @@
 // libFuzzer target: random bytes -> shapes, strides, dtypes, devices, null and aliasing
-// pointers, parameters (thread counts far beyond the machine too) -> attention /
+// pointers, parameters (thread counts far beyond the machine too, score variants) -> attention /
 // attention_backward / softmax_v / gemm_chain / reference / the C ABI (or, for calls that
 // would do too much work to keep the fuzzer fast, the checks alone). Every call must return normally or
 // throw flashcore::Error (the C ABI: return a status with a message); anything else
@@ -331,7 +331,27 @@ void read_varlen(Reader& r, fc::AttentionParams& p, int32_t* cu_q, int32_t* cu_k
   p.cu_seqlens_k = which == 2 ? nullptr : cu_k;
 }
 
-// The options the fuzzer sets, as the C struct (lse left null).
+// Score variants, read after everything else (so that older inputs decode as before, without
+// them): a softcap (odd values included), ALiBi slopes [H] or [B, H] and sinks [H] viewing the
+// buffer (its values; sometimes another dtype or shape).
+void read_variants(Reader& r, fc::AttentionParams& p, int64_t b, int64_t h, fc::Tensor& slopes, fc::Tensor& sinks) {
+  const uint8_t which = r.u8();
+  if (which & 1) p.softcap = scale_of(r);
+  const int64_t bh[] = {b, h};
+  if (which & 2) {
+    const fc::DType t = (r.u8() & 7) == 0 ? fc::DType::f16 : fc::DType::f32;
+    slopes = (which & 8) ? make_tensor(r, 2, bh, t) : make_tensor(r, 1, bh + 1, t);
+    trace("alibi_slopes", slopes);
+    p.alibi_slopes = &slopes;
+  }
+  if (which & 4) {
+    sinks = make_tensor(r, 1, bh + 1, (r.u8() & 7) == 0 ? fc::DType::bf16 : fc::DType::f32);
+    trace("sinks", sinks);
+    p.sinks = &sinks;
+  }
+}
+
+// The options the fuzzer sets, as the C struct (lse and the variants' arrays left null).
 fc_attention_params to_c(const fc::AttentionParams& p) {
   fc_attention_params cp;
   fc_attention_params_init(&cp);
@@ -347,6 +367,7 @@ fc_attention_params to_c(const fc::AttentionParams& p) {
   cp.cu_seqlens_k = p.cu_seqlens_k;
   cp.varlen_batch = p.varlen_batch;
   cp.deterministic = p.deterministic;
+  cp.softcap = p.softcap;
   return cp;
 }
 
@@ -369,6 +390,8 @@ void fuzz_attention(Reader& r) {
   }
   int32_t cu_q[8], cu_k[8];
   read_varlen(r, p, cu_q, cu_k);
+  fc::Tensor slopes, sinks;
+  read_variants(r, p, b, h, slopes, sinks);
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], Sk = k.shape[1];
   if (work({B, Sq, H, Sk, q.shape[3]}) + work({B, Sq, H, Sk, v.shape[3]}) > kMaxWork) {
     expect_clean([&] { fc::api::check_attention(q, k, v, o, p); });
@@ -393,6 +416,9 @@ void fuzz_attention(Reader& r) {
   fc_tensor cq = to_c(q), ck = to_c(k), cv = to_c(v), co = to_c(o), cl = to_c(lse);
   fc_attention_params cp = to_c(p);
   cp.lse = p.lse ? &cl : nullptr;
+  fc_tensor cs = to_c(slopes), csink = to_c(sinks);
+  cp.alibi_slopes = p.alibi_slopes ? &cs : nullptr;
+  cp.sinks = p.sinks ? &csink : nullptr;
   const uint8_t nul = r.u8();
   const fc_status st = fc_attention(nul == 1 ? nullptr : &cq, &ck, &cv, nul == 2 ? nullptr : &co,
                                     nul == 3 ? nullptr : &cp);
@@ -473,6 +499,14 @@ void fuzz_attention_backward(Reader& r) {
   p.deterministic = r.bit();
   int32_t cu_q[8], cu_k[8];
   read_varlen(r, p, cu_q, cu_k);
+  fc::Tensor slopes, sinks, dsinks;
+  read_variants(r, p, b, h, slopes, sinks);
+  if (r.bit()) {
+    const int64_t hd[] = {h};
+    dsinks = make_tensor(r, 1, hd, fc::DType::f32);
+    trace("dsinks", dsinks);
+    p.dsinks = &dsinks;
+  }
   const int64_t B = q.shape[0], Sq = q.shape[1], H = q.shape[2], Sk = k.shape[1];
   if (3 * work({B, Sq, H, Sk, q.shape[3]}) + 2 * work({B, Sq, H, Sk, v.shape[3]}) > kMaxWork) return;
   bool ok = false;
@@ -481,8 +515,12 @@ void fuzz_attention_backward(Reader& r) {
     ok = true;
   });
   if (ok) expect_clean([&] { fc::reference::attention_backward(q, k, v, o, dout, lse, dq, dk, dvt, p); });
-  fc_tensor c[9] = {to_c(q), to_c(k), to_c(v), to_c(o), to_c(dout), to_c(lse), to_c(dq), to_c(dk), to_c(dvt)};
-  const fc_attention_params cp = to_c(p);
+  fc_tensor c[12] = {to_c(q),  to_c(k),  to_c(v),   to_c(o),      to_c(dout),  to_c(lse),
+                     to_c(dq), to_c(dk), to_c(dvt), to_c(slopes), to_c(sinks), to_c(dsinks)};
+  fc_attention_params cp = to_c(p);
+  cp.alibi_slopes = p.alibi_slopes ? &c[9] : nullptr;
+  cp.sinks = p.sinks ? &c[10] : nullptr;
+  cp.dsinks = p.dsinks ? &c[11] : nullptr;
   const fc_status st = fc_attention_backward(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &cp);
   if (int(st) < 0 || int(st) > 4) std::abort();
   if (st != FC_OK && fc_last_error()[0] == '\0') std::abort();

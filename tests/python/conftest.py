@@ -36,3 +36,12 @@ def rng(request):
 
 def randn(rng, shape, dtype):
     return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def qkv_case(rng, dtype, b=2, sq=37, sk=53, h=4, hkv=2, d=32, dv=24):
+    """Random q [b, sq, h, d], k [b, sk, hkv, d], v [b, sk, hkv, dv] and dout [b, sq, h, dv]."""
+    q = randn(rng, (b, sq, h, d), dtype)
+    k = randn(rng, (b, sk, hkv, d), dtype)
+    v = randn(rng, (b, sk, hkv, dv), dtype)
+    dout = randn(rng, (b, sq, h, dv), dtype)
+    return q, k, v, dout

@@ -10,8 +10,12 @@ def f64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
 
-def _probs(q, k, causal, window, scale):
-    """P [B,H,Sq,Sk] (rows with no visible key: 0) and lse [B,H,Sq] in float64."""
+def _probs(q, k, causal, window, scale, softcap=None, alibi_slopes=None, sinks=None):
+    """P [B,H,Sq,Sk] (rows with no visible key: 0), lse [B,H,Sq], the scale, dz/ds
+    [B,H,Sq,Sk] (the softcap's 1 - tanh^2, else 1) and the sinks' share of each row
+    [B,H,Sq] (0 without sinks), in float64. Score variants: s = scale q.k, then
+    softcap * tanh(s / softcap), then - slope * |i + Sk - Sq - j|; a sink joins each row's
+    sum without a value."""
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     if scale is None:
@@ -21,6 +25,13 @@ def _probs(q, k, causal, window, scale):
     i = np.arange(sq)[:, None]
     j = np.arange(sk)[None, :]
     off = sk - sq
+    dz = np.ones_like(s)
+    if softcap:
+        t = np.tanh(s / softcap)
+        s, dz = softcap * t, 1.0 - t * t
+    if alibi_slopes is not None:
+        slopes = f64(alibi_slopes).reshape(-1, h)[:, :, None, None]  # [1 or B, H, 1, 1]
+        s = s - slopes * np.abs(i + off - j)
     left, right = window
     if causal:
         right = 0 if right < 0 else min(right, 0)
@@ -31,53 +42,73 @@ def _probs(q, k, causal, window, scale):
         mask &= j >= i + off - left
     s = np.where(mask, s, -np.inf)
     m = s.max(axis=-1, keepdims=True) if sk > 0 else np.full(s.shape[:-1] + (1,), -np.inf)
+    sink = np.full((h,), -np.inf) if sinks is None else f64(sinks)
+    m = np.maximum(m, sink[None, :, None, None])
     m_safe = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m_safe)
-    l = p.sum(axis=-1, keepdims=True)
+    psink = np.exp(sink[None, :, None, None] - m_safe)
+    l = p.sum(axis=-1, keepdims=True) + psink
     with np.errstate(divide="ignore"):
         lse = np.where(l[..., 0] > 0, np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0)) + m_safe[..., 0], -np.inf)
-    return p / np.where(l > 0, l, 1.0), lse, scale
+    den = np.where(l > 0, l, 1.0)
+    return p / den, lse, scale, dz, (psink / den)[..., 0]
 
 
-def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None):
+def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, **variants):
     """O [B,Sq,H,Dv] and lse [B,H,Sq] of softmax(scale Q K^T + mask) V in float64.
 
     Masks align to the bottom-right corner: query i sees key j iff
     j <= i + (Sk - Sq) + right (right = 0 when causal) and j >= i + (Sk - Sq) - left.
-    A fully masked row gives O = 0 and lse = -inf.
+    A fully masked row gives O = 0 and lse = -inf (the sink with sinks). variants: softcap,
+    alibi_slopes, sinks (_probs).
     """
     q, k, v = f64(q), f64(k), f64(v)
-    p, lse, _ = _probs(q, k, causal, window, scale)
+    p, lse = _probs(q, k, causal, window, scale, **variants)[:2]
     vv = np.repeat(v, q.shape[2] // k.shape[2], axis=2)
     return np.einsum("bhqk,bkhd->bqhd", p, vv), lse
 
 
-def attention_backward(q, k, v, dout, *, causal=False, window=(-1, -1), scale=None):
+def attention_backward(q, k, v, dout, *, causal=False, window=(-1, -1), scale=None, **variants):
     """(dq, dk, dv) of L = sum(dout * O) in float64, from the definitions: dV = P^T dO,
-    dS = P (dO V^T - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q; a KV head's dk, dv
-    sum over its query heads."""
+    dS = P (dO V^T - rowsum(dO O)) (times the softcap's 1 - tanh^2), dQ = scale dS K,
+    dK = scale dS^T Q; a KV head's dk, dv sum over its query heads. With sinks also dsinks =
+    -sum over rows of P_sink rowsum(dO O)."""
     q, k, v, do = f64(q), f64(k), f64(v), f64(dout)
     b, sq, h, d = q.shape
     sk, hkv, dv_ = k.shape[1], k.shape[2], v.shape[3]
     group = h // hkv
-    p, _, scale = _probs(q, k, causal, window, scale)
+    p, _, scale, dz, psink = _probs(q, k, causal, window, scale, **variants)
     kk, vv = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
     o = np.einsum("bhqk,bkhd->bqhd", p, vv)
-    ds = p * (np.einsum("bqhd,bkhd->bhqk", do, vv) - np.einsum("bqhd,bqhd->bhq", do, o)[..., None])
+    D = np.einsum("bqhd,bqhd->bhq", do, o)
+    ds = p * (np.einsum("bqhd,bkhd->bhqk", do, vv) - D[..., None]) * dz
     dq = scale * np.einsum("bhqk,bkhd->bqhd", ds, kk)
     dk = scale * np.einsum("bhqk,bqhd->bkhd", ds, q).reshape(b, sk, hkv, group, d).sum(axis=3)
     dv = np.einsum("bhqk,bqhd->bkhd", p, do).reshape(b, sk, hkv, group, dv_).sum(axis=3)
-    return dq, dk, dv
+    if variants.get("sinks") is None:
+        return dq, dk, dv
+    return dq, dk, dv, -(psink * D).sum(axis=(0, 2))
+
+
+def _sequence_kw(kw, b):
+    """The options of varlen sequence b: ALiBi slopes [B, H] give the sequence its row."""
+    slopes = kw.get("alibi_slopes")
+    if slopes is not None and np.ndim(slopes) == 2:
+        kw = dict(kw, alibi_slopes=f64(slopes)[b])
+    return kw
 
 
 def attention_backward_varlen(q, k, v, dout, cu_q, cu_k, **kw):
     """Packed sequences (B = 1); rows outside every sequence get zero gradients."""
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    dsinks = np.zeros(q.shape[2])
     for b in range(len(cu_q) - 1):
         q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
-        g = attention_backward(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], dout[:, q0:q1], **kw)
-        dq[:, q0:q1], dk[:, k0:k1], dv[:, k0:k1] = g
-    return dq, dk, dv
+        g = attention_backward(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], dout[:, q0:q1], **_sequence_kw(kw, b))
+        dq[:, q0:q1], dk[:, k0:k1], dv[:, k0:k1] = g[:3]
+        if len(g) > 3:
+            dsinks += g[3]
+    return (dq, dk, dv) if kw.get("sinks") is None else (dq, dk, dv, dsinks)
 
 
 def attention_varlen(q, k, v, cu_q, cu_k, **kw):
@@ -90,7 +121,7 @@ def attention_varlen(q, k, v, cu_q, cu_k, **kw):
         q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
         if q1 == q0:
             continue
-        ob, lb = attention(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], **kw)
+        ob, lb = attention(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], **_sequence_kw(kw, b))
         o[:, q0:q1] = ob
         lse[:, :, q0:q1] = lb
     return o, lse

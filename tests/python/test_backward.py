@@ -12,15 +12,7 @@ import flashcore
 from flashcore import _api
 
 import reference as ref
-from conftest import TOL, np_dtype, randn
-
-
-def _case(rng, dtype, b=2, sq=37, sk=53, h=4, hkv=2, d=32, dv=24):
-    q = randn(rng, (b, sq, h, d), dtype)
-    k = randn(rng, (b, sk, hkv, d), dtype)
-    v = randn(rng, (b, sk, hkv, dv), dtype)
-    dout = randn(rng, (b, sq, h, dv), dtype)
-    return q, k, v, dout
+from conftest import TOL, np_dtype, qkv_case as _case
 
 
 def _check(got, want, tol):

@@ -21,6 +21,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -176,7 +177,7 @@ T* grow(std::vector<Line>& v, int64_t n) {
 struct Scratch {
   std::vector<Line> rows, kb1, vb3, kb4, dk, dv;        // the key range
   std::vector<Line> qa, oa, qb, ob, dq, info, orow;     // one query head
-  std::vector<Line> s, dp, pa, dsa, dsta, tlo, thi;     // one tile
+  std::vector<Line> s, dp, pa, dsa, dsta, tlo, thi, dz;  // one tile
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -190,6 +191,7 @@ class Item {
        int64_t nchunks, float* partial)
       : bp_(bp), p_(bp.fwd), g_(g), hk_(hk), chunk_(chunk), partial_(partial), es_(int64_t(dtype_size(p_.dtype))) {
     const core::Sequence sq = core::sequence(p_, b);
+    b_ = b;
     q_off_ = sq.q_off;
     k_off_ = sq.k_off;
     sq_ = sq.sq;
@@ -305,6 +307,7 @@ class Item {
 
   void run_head(int64_t h) {
     pack_head(h);
+    slope_ = p_.slope(b_, h);
     for (int64_t kb = key0_; kb < key1_; kb += g_.t)
       for (int64_t qb = r0_; qb < r1_; qb += g_.t) tile(qb, kb);
     store_dq(h);
@@ -346,9 +349,16 @@ class Item {
     float* S = grow<float>(s.s, t * t);
     float* dP = grow<float>(s.dp, t * t);
     gemm(g_, g_.dk, t, t, qa_, qr, BOp{kb1_, g_.dk}, kr / g_.nr, 0, S, t, false);
-    bwd::probs(S, t, t, t, p_.scale * core::kLog2e, sub_ + qr, tlo, thi, p_.exp2);
+    float* dz = nullptr;  // softcap: dz/ds of each entry, into dS
+    if (mod_.active()) {
+      bwd::ProbsMod pm{mod_, p_.scale, slope_, qb + sk_ - sq_ - kb, nullptr};
+      if (mod_.softcap > 0.0f) dz = pm.dz = grow<float>(s.dz, t * t);
+      bwd::probs_mod(S, t, t, t, sub_ + qr, tlo, thi, p_.exp2, pm);
+    } else {
+      bwd::probs(S, t, t, t, p_.scale * core::kLog2e, sub_ + qr, tlo, thi, p_.exp2);
+    }
     gemm(g_, g_.dvk, t, t, oa_, qr, BOp{vb3_, g_.dvk}, kr / g_.nr, 0, dP, t, false);
-    bwd::dscores(S, dP, t, t, t, d_ + qr);
+    bwd::dscores(S, dP, t, t, t, d_ + qr, dz);
     const int64_t ld = a_ld(g_.al, t, t);
     // P and dS as A(k = query, i = key): the fp32 tiles themselves for plain kernels.
     const char* pa = reinterpret_cast<const char*>(S);
@@ -378,6 +388,9 @@ class Item {
   int64_t es_;
   int64_t q_off_ = 0, k_off_ = 0, sq_ = 0, sk_ = 0, bb_ = 0;
   core::BandMask mask_;
+  const core::ScoreMod mod_ = p_.score_mod();
+  int64_t b_ = 0;         // the batch entry (varlen: sequence)
+  float slope_ = 0.0f;    // ALiBi: the current head's slope
   int64_t key0_ = 0, key1_ = 0, rk_ = 0;  // the key range and its padded length
   char *kb1_ = nullptr, *vb3_ = nullptr, *kb4_ = nullptr;
   float *dk_ = nullptr, *dv_ = nullptr;
@@ -387,6 +400,37 @@ class Item {
   AOp qa_{}, oa_{};  // Q^T and dO^T of the head as A operands (blocks of MR queries)
   char *qb_ = nullptr, *ob_ = nullptr;
 };
+
+// dsinks_h = -sum over head h's rows (every batch entry or sequence) of exp(sink_h - lse_i) *
+// D_i, D_i = dout_i . out_i in fp32, summed in fp64 in row order: one head per thread, so
+// the bits follow the shape alone. Rows without keys (lse = -inf, no sink) add nothing.
+void sink_grads(const core::AttentionBackwardProblem& bp, int nthreads) {
+  const core::AttentionProblem& p = bp.fwd;
+  const int64_t es = int64_t(dtype_size(p.dtype));
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<float> o(size_t(p.dv)), dout(size_t(p.dv));
+#pragma omp for schedule(dynamic)
+    for (int64_t h = 0; h < p.heads; ++h) {
+      double acc = 0;
+      for (int64_t b = 0; b < p.batch; ++b) {
+        const core::Sequence seq = core::sequence(p, b);
+        const float* lse = p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_off;
+        for (int64_t i = 0; i < seq.sq; ++i) {
+          if (lse[i] == kNegInf || p.dv == 0) continue;  // (D_i = 0 without values)
+          const int64_t row = seq.q_off + i;
+          core::convert_row(static_cast<const char*>(p.o) + (seq.bb * p.o_sb + row * p.o_ss + h * p.o_sh) * es,
+                            p.dtype, p.dv, o.data());
+          core::convert_row(static_cast<const char*>(bp.dout.data) +
+                                (seq.bb * bp.dout.sb + row * bp.dout.ss + h * bp.dout.sh) * es,
+                            p.dtype, p.dv, dout.data());
+          acc -= std::exp(double(p.sinks[h]) - double(lse[i])) * double(bwd::dot(dout.data(), o.data(), p.dv));
+        }
+      }
+      bp.dsinks[h] = float(acc);
+    }
+  }
+}
 
 }  // namespace
 
@@ -401,8 +445,9 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
     core::zero_grad(bp.dk, p.dtype, nb, bp.rows_k, p.kv_heads, p.d);
     core::zero_grad(bp.dv, p.dtype, nb, bp.rows_k, p.kv_heads, p.dv);
   }
-  if (p.heads == 0 || p.batch == 0) return;
   const int nthreads = p.threads > 0 ? p.threads : std::min(omp_get_max_threads(), core::max_threads());
+  if (bp.dsinks != nullptr) sink_grads(bp, nthreads);
+  if (p.heads == 0 || p.batch == 0) return;
   const int64_t groups = p.batch * p.kv_heads;
   const int64_t target = bp.deterministic ? kDeterministicItems : nthreads;
   const int64_t dq_bytes = nb * bp.rows_q * p.heads * p.d * 4;

@@ -4,6 +4,7 @@
 #include "cpu/backward/bwd_ops.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/clones.hpp"
@@ -27,6 +28,46 @@ inline void probs_rows(float* s, int64_t ld, int64_t m, int64_t n, float c, cons
     }
     std::fill(r + b, r + n, 0.0f);
   }
+}
+
+// probs_mod's rows: one instantiation per (exp2 mode, softcap, ALiBi), no per-element branch.
+template <bool kFast, bool kCap, bool kAlibi>
+inline void probs_mod_rows(float* s, int64_t ld, int64_t m, int64_t n, const float* sub, const int64_t* lo,
+                           const int64_t* hi, const ProbsMod& pm) {
+  const float cap = pm.mod.softcap, inv = pm.mod.inv_softcap, scale = pm.scale, slope = pm.slope;
+  for (int64_t i = 0; i < m; ++i) {
+    float* r = s + i * ld;
+    float* dz = kCap ? pm.dz + i * ld : nullptr;
+    const int32_t a = int32_t(std::clamp<int64_t>(lo[i], 0, n)), b = int32_t(std::clamp<int64_t>(hi[i], a, n));
+    const float si = sub[i], rel = float(pm.q0 + i);  // distance |rel - j| (exact below 2^24)
+    std::fill(r, r + a, 0.0f);
+    if (kCap) std::fill(dz, dz + a, 0.0f);
+    for (int32_t j = a; j < b; ++j) {
+      float z = scale * r[j];
+      if (kCap) {
+        float t;
+        z = core::softcap_score(z, cap, inv, &t);
+        dz[j] = 1.0f - t * t;
+      }
+      if (kAlibi) z = core::alibi_score(z, slope, std::fabs(rel - float(j)));
+      const float x = core::kLog2e * z - si;
+      r[j] = kFast ? core::exp2_fast(x) : core::exp2_exact(x);
+    }
+    std::fill(r + b, r + n, 0.0f);
+    if (kCap) std::fill(dz + b, dz + n, 0.0f);
+  }
+}
+
+template <bool kFast>
+inline void probs_mod_as(float* s, int64_t ld, int64_t m, int64_t n, const float* sub, const int64_t* lo,
+                         const int64_t* hi, const ProbsMod& pm) {
+  const bool cap = pm.mod.softcap > 0.0f, alibi = pm.mod.alibi;
+  if (cap && alibi)
+    probs_mod_rows<kFast, true, true>(s, ld, m, n, sub, lo, hi, pm);
+  else if (cap)
+    probs_mod_rows<kFast, true, false>(s, ld, m, n, sub, lo, hi, pm);
+  else
+    probs_mod_rows<kFast, false, true>(s, ld, m, n, sub, lo, hi, pm);
 }
 
 // Stores of one fp32 value as the operand type E (float, or 16-bit bits).
@@ -112,12 +153,26 @@ FC_PORTABLE_CLONES void probs(float* s, int64_t ld, int64_t m, int64_t n, float 
     probs_rows<false>(s, ld, m, n, c, sub, lo, hi);
 }
 
-FC_PORTABLE_CLONES void dscores(const float* p, float* dp, int64_t ld, int64_t m, int64_t n, const float* d) {
+FC_PORTABLE_CLONES void probs_mod(float* s, int64_t ld, int64_t m, int64_t n, const float* sub, const int64_t* lo,
+                                  const int64_t* hi, Exp2Mode mode, const ProbsMod& pm) {
+  if (mode == Exp2Mode::fast)
+    probs_mod_as<true>(s, ld, m, n, sub, lo, hi, pm);
+  else
+    probs_mod_as<false>(s, ld, m, n, sub, lo, hi, pm);
+}
+
+FC_PORTABLE_CLONES void dscores(const float* p, float* dp, int64_t ld, int64_t m, int64_t n, const float* d,
+                                const float* dz) {
   for (int64_t i = 0; i < m; ++i) {
     const float* pr = p + i * ld;
     float* r = dp + i * ld;
     const float di = d[i];
-    for (int64_t j = 0; j < n; ++j) r[j] = pr[j] * (r[j] - di);
+    if (dz == nullptr) {
+      for (int64_t j = 0; j < n; ++j) r[j] = pr[j] * (r[j] - di);
+    } else {
+      const float* zr = dz + i * ld;
+      for (int64_t j = 0; j < n; ++j) r[j] = pr[j] * (r[j] - di) * zr[j];
+    }
   }
 }
 

@@ -31,6 +31,7 @@
 #include "cpu/pipelines/kv_source.hpp"
 #include "cpu/pipelines/pack.hpp"
 #include "cpu/pipelines/pipelines.hpp"
+#include "cpu/pipelines/score_mod.hpp"
 #include "cpu/pipelines/stages.hpp"
 #include "cpu/pipelines/strategies.hpp"
 
@@ -116,7 +117,11 @@ struct Plan {
   Geometry g, g2;          // stage 1 and the softmax; P and stage 2 (a pair's second kernel)
   Strategy strategy = Strategy::automatic;
   int nthreads = 1;
-  float c = 0;             // scale * log2(e)
+  // Softcap / ALiBi (score_mod.hpp): the scores are transformed in the natural-log domain
+  // after each tile's GEMM, so c = log2(e) and the softmax's scale is 1; else scale * log2(e).
+  core::ScoreMod mod;
+  float c = 0;
+  float softmax_scale = 1;
   int64_t kp = 0, dvp = 0; // padded head dims of Q/K and of V
   // A block: `hpb` heads of kvb groups x `seg` query rows each.
   int64_t hpb = 1, seg = 1, qblocks = 1, blocks_per_group = 1;
@@ -158,7 +163,9 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   // P and stage 2 (P V): the pair's second kernel, else g itself.
   a.g2 = a.rows_mode ? a.g : stage2_geometry(a.g, a.cfg);
   a.strategy = resolve(p.strategy, p.sq, p.sk, p.d, p.dtype);
-  a.c = p.scale * core::kLog2e;
+  a.mod = p.score_mod();
+  a.c = a.mod.active() ? core::kLog2e : p.scale * core::kLog2e;
+  a.softmax_scale = a.mod.active() ? 1.0f : p.scale;
   a.kp = a.rows_mode ? p.d : round_up(p.d, a.g.gk->k_align);
   a.dvp = a.rows_mode ? p.dv : round_up(p.dv, a.g2.nr);
   a.hpb = a.rows_mode ? a.kvb * p.group() : 1;
@@ -241,6 +248,7 @@ struct Block {
   const int64_t* hi;
   KeyRange kr;
   const std::vector<NonFiniteV>* bad = nullptr;  // V's NaN / Inf it must add back (or null)
+  TileMod mod;          // softcap / ALiBi of its rows (when the plan's mod is active)
 };
 
 // The pipeline over one KV source (kv_source.hpp: KvSource or PagedKvSource).
@@ -279,6 +287,7 @@ class Attention {
   void pv(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const;
   void add_nonfinite(const Block& bl, int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) const;
   const std::vector<NonFiniteV>* decode_nonfinite(const Block& bl) const;
+  TileMod tile_mod(const Item& x, int64_t mq, Arena& arena) const;
   // decode: kv head kvi's queries, y = [d][mqh] then q = [mqh][d] (RowOps::dot)
   float* qy(char* qpack, int64_t kvi) const {
     return reinterpret_cast<float*>(qpack) + kvi * 2 * a_.mqh * p_.d;
@@ -355,6 +364,7 @@ Item Attention<Src>::locate(int64_t g0, int64_t it) const {
                    p_.o_ss, p_.dtype, std::min(a.seg, sq - x.s0), p_.dv,
                    p_.lse ? p_.lse + x.bb * p_.lse_sb + x.h0 * p_.lse_sh + qs : nullptr,
                    a.seg, p_.o_sh, p_.lse_sh};
+  x.out.sink = p_.sinks != nullptr ? p_.sinks + x.h0 : nullptr;
   return x;
 }
 
@@ -426,12 +436,14 @@ bool Attention<Src>::scores(const Block& bl, int64_t j0, int64_t kc, float* t, f
     const bool inplace = Src::kStrided && a.k_inplace;
     const char* kx = inplace ? static_cast<const char*>(bl.k.row(j0)) : bl.kpack + j0 * a.kp * a.g.es;
     const int64_t kxs = inplace ? bl.k.stride : block_ld(a.g.pa, a.kp, a.g.mr);
+    // (the column max of raw scores is the max only without a score transform)
     stage1(bl.gb, a.kp, kc, kx, inplace ? a.g.mr * bl.k.stride : a.kp * a.g.mr, kxs, bl.qpack, t,
-           bl.gb.mq, visible ? mx : nullptr);
+           bl.gb.mq, visible && !a.mod.active() ? mx : nullptr);
   }
   lap.to(ph.gemm);
+  if (a.mod.active()) mod_scores(t, kc, bl.gb.mq, j0, bl.mod);  // (c > 0 there: never negated)
   if (negate) negate_scores(t, kc * bl.gb.mq);
-  if (visible) return !a.rows_mode && mx != nullptr;
+  if (visible) return !a.rows_mode && mx != nullptr && !a.mod.active();
   mask_tile(t, j0, kc, bl.gb.mq, a.seg, bl.x.out.rows, bl.x.sk, bl.kr, bl.lo, bl.hi);
   return false;
 }
@@ -494,6 +506,23 @@ const std::vector<NonFiniteV>* Attention<Src>::decode_nonfinite(const Block& bl)
   return &bad;
 }
 
+// The score transform of a block's mq rows: the call's softcap and scale, and with ALiBi
+// each row's slope (of its head) and diagonal (its position + Sk - Sq in its sequence).
+template <class Src>
+TileMod Attention<Src>::tile_mod(const Item& x, int64_t mq, Arena& arena) const {
+  TileMod m{a_.mod, p_.scale, nullptr, nullptr};
+  if (!a_.mod.alibi) return m;
+  float* slope = arena.take<float>(mq);
+  int64_t* diag = arena.take<int64_t>(mq);
+  for (int64_t i = 0; i < mq; ++i) {
+    slope[i] = p_.slope(x.b, x.h0 + i / a_.seg);
+    diag[i] = x.s0 + i % a_.seg + x.sk - x.sq;
+  }
+  m.slope = slope;
+  m.diag = diag;
+  return m;
+}
+
 template <class Src>
 void Attention<Src>::run_item(Chunk& ch, int64_t it2) {
   const Plan& a = a_;
@@ -514,7 +543,8 @@ void Attention<Src>::run_item(Chunk& ch, int64_t it2) {
   // (per-thread buffers kept across items and calls, as the arenas: no allocation per item)
   thread_local Arena item_arena;
   const int64_t qbytes = a.g.mq * a.kp * (a.rows_mode ? 2 * 4 : a.g.es);
-  item_arena.reset(static_cast<size_t>(qbytes + (a.kp + 64) * 4 + 2 * a.g.mq * 8 + 4 * 64));
+  item_arena.reset(static_cast<size_t>(qbytes + (a.kp + 64) * 4 + 2 * a.g.mq * 8 + 4 * 64 +
+                                       (a.mod.alibi ? a.g.mq * 12 + 2 * 64 : 0)));
   bl.qpack = item_arena.take<char>(qbytes);
   float* const rowbuf = item_arena.take<float>(a.kp + 64);
   int64_t* const lo = item_arena.take<int64_t>(a.g.mq);
@@ -526,6 +556,7 @@ void Attention<Src>::run_item(Chunk& ch, int64_t it2) {
   bl.kr = key_range(x, bl.gb.mq, mask, lo, hi);
   bl.lo = lo;
   bl.hi = hi;
+  if (a.mod.active()) bl.mod = tile_mod(x, bl.gb.mq, item_arena);
   if (banded_ && a.rows_mode) {
     bl.bad = decode_nonfinite(bl);
   } else if (banded_) {  // the group's lists from its packing parts
@@ -560,7 +591,7 @@ void Attention<Src>::run_item(Chunk& ch, int64_t it2) {
   auto pv_of = [&](int64_t j0, int64_t kc, const char* P, int64_t ldp, float* O) {
     pv(bl, j0, kc, P, ldp, O);
   };
-  softmax_block(bl.gb2, a.strategy, p_.exp2, a.c, p_.scale, scores_of, key_lo, key_hi, pv_of, bl.skp,
+  softmax_block(bl.gb2, a.strategy, p_.exp2, a.c, a.softmax_scale, scores_of, key_lo, key_hi, pv_of, bl.skp,
                 a.dvp, out, timed_, ph);
 }
 

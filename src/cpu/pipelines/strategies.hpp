@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "core/variants/score.hpp"
 #include "cpu/pipelines/common.hpp"
 #include "cpu/pipelines/geometry.hpp"
 #include "cpu/pipelines/pack.hpp"
@@ -64,6 +65,10 @@ struct BlockOut {
   // A part of a block split over keys (merge_splits): per row, the scaled max and the sum l
   // its O was normalized by, at ml[2 i], ml[2 i + 1] (rows contiguous; lse is not written).
   float* ml = nullptr;
+  // Attention sinks (core::join_sink): the sink logit of segment 0 (segment s at sink[s]),
+  // joined to each row's sum when the row is stored (not by the parts of a split block:
+  // merge_splits joins it); null = none.
+  const float* sink = nullptr;
   bool valid(int64_t i) const { return i % seg < rows; }
   char* row(int64_t i) const {
     return static_cast<char*>(o) + ((i / seg) * o_hs + (i % seg) * o_stride) * es;
@@ -228,13 +233,21 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   // l = 0: O = 0 (written as zeros: its accumulator may hold 0 * Inf from V) and lse = -inf.
   // A row that saw a NaN score (or +inf, whose 2^(inf - inf) is NaN) has l = NaN: its O is
   // NaN (NaN * 0) and so is its lse, which must not read as "fully masked".
+  // With a sink (out.sink), the row's sum and lse take it in (core::join_sink): a row with
+  // no key then has lse = the sink.
+  const bool sinks = out.sink != nullptr && out.ml == nullptr;
   for (int64_t i = 0; i < mq; ++i) {
     if (!out.valid(i)) continue;
     if (l[i] == 0.0f) std::fill(O + i * dvp, O + i * dvp + out.dv, 0.0f);
-    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    float lse = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : l[i] == 0.0f ? kNegInf : l[i];
+    if (sinks && l[i] >= 0.0f) {
+      const core::SinkJoin j = core::join_sink(scale * m[i], l[i], out.sink[i / out.seg]);
+      inv = j.inv;
+      lse = j.lse;
+    }
     g.vec->store_row(O + i * dvp, out.dv, inv, out.row(i), out.o_type);
-    if (out.lse != nullptr)
-      *out.lse_at(i) = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : l[i] == 0.0f ? kNegInf : l[i];
+    if (out.lse != nullptr) *out.lse_at(i) = lse;
     if (out.ml != nullptr) {
       out.ml[2 * i] = l[i] > 0.0f ? scale * m[i] : l[i] == 0.0f ? kNegInf : l[i];
       out.ml[2 * i + 1] = l[i];
@@ -288,7 +301,7 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
     for (int64_t i = 0; i < mq; ++i) {
       if (!out.valid(i)) continue;
       const auto part = [&](int64_t s) { return (it * nsplit + s) * mq + i; };
-      const float lse = merge_row(
+      float lse = merge_row(
           nsplit,
           [&](int64_t s) {
             const float* ml = split_ml.data() + part(s) * 2;
@@ -299,6 +312,11 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
             for (int64_t j = 0; j < dv; ++j) a[j] += w * os[j];
           },
           acc.data(), dv);
+      if (out.sink != nullptr) {  // the sink joined once here, to the merged (lse, 1)
+        const core::SinkJoin j = core::join_sink(lse, lse == kNegInf ? 0.0f : 1.0f, out.sink[i / out.seg]);
+        for (float& a : acc) a *= j.inv;
+        lse = j.lse;
+      }
       core::convert_row(acc.data(), dv, out.row(i), out.o_type);
       if (out.lse) *out.lse_at(i) = lse;
     }
