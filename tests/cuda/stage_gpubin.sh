@@ -8,7 +8,10 @@ B=${1:-build/cuda}
 G=${GPUBIN:-.gpubin}
 mkdir -p "$G"
 gd=$(git rev-parse --git-dir); mkdir -p "$gd/info"; grep -qx "/$G/" "$gd/info/exclude" 2>/dev/null || echo "/$G/" >> "$gd/info/exclude"
-cp -f "$B/tests/cuda/flashcore_cuda_tests" "$B/tests/cuda/flashcore_cuda_timing" "$G"/
+cp -f "$B/tests/cuda/flashcore_cuda_tests" "$G"/
+for t in flashcore_cuda_timing flashcore_cuda_backward_tests; do
+  [ -x "$B/tests/cuda/$t" ] && cp -f "$B/tests/cuda/$t" "$G"/
+done
 [ -x "$B/bench/flashcore-bench" ] && cp -f "$B/bench/flashcore-bench" "$G"/
 # Optional second build dir (an experiment's timing binary): .gpubin/exp/ (run_on_gpu.sh: STAGES=exp).
 if [ -n "${2:-}" ]; then mkdir -p "$G"/exp && cp -f "$2/tests/cuda/flashcore_cuda_timing" "$G"/exp/; fi
