@@ -32,6 +32,7 @@ struct KvCase {
   int64_t window_left = -1, window_right = -1;
   int threads = 2;
   Strategy strategy = Strategy::automatic;
+  bool variants = false;  // softcap 5, ALiBi slopes [B, H], sinks [H]
 };
 
 // Inputs, the cache built from them, and the reference over each sequence's keys.
@@ -40,8 +41,16 @@ struct KvFixture {
   int64_t rows = 0, slots = 0, max_pages = 0;  // cache rows per page (or S_max), pages (or B)
   std::vector<std::vector<int32_t>> pages;     // per sequence, its pages in order
   HostTensor q, k_all, v_all, k_new, v_new, k_cache, v_cache, seqlens, table, ref_out, ref_lse;
+  HostTensor slopes, sinks;                     // the score variants' arrays (c.variants)
+  mutable Tensor slopes_view, sinks_view;       // what params() points to
 
   explicit KvFixture(const KvCase& cs, Rng& rng) : c(cs) {
+    if (c.variants) {
+      slopes = HostTensor(DType::f32, {c.b, c.h});
+      sinks = HostTensor(DType::f32, {c.h});
+      slopes.fill_uniform(rng, 0.01, 0.5);
+      sinks.fill_uniform(rng, -1, 1);
+    }
     const int64_t longest = *std::max_element(c.lens.begin(), c.lens.end()) + c.s_new;
     // Every sequence's keys, old and new: K_all [B, longest, Hkv, D].
     q = HostTensor(c.dtype, {c.b, c.sq, c.h, c.d});
@@ -112,11 +121,24 @@ struct KvFixture {
     return c.hnd ? ((slot * c.hkv + hk) * rows + row) * c.d + e : ((slot * rows + row) * c.hkv + hk) * c.d + e;
   }
 
-  fc::AttentionParams params() const {
+  // The call's options; seq >= 0: those of the reference over sequence seq alone (its row
+  // of the ALiBi slopes as [1, H]).
+  fc::AttentionParams params(int64_t seq = -1) const {
     fc::AttentionParams p;
     p.causal = c.causal;
     p.window_left = c.window_left;
     p.window_right = c.window_right;
+    if (c.variants) {
+      p.softcap = 5.0f;
+      slopes_view = slopes.view();
+      if (seq >= 0) {
+        slopes_view.shape[0] = 1;
+        slopes_view.data = static_cast<float*>(slopes_view.data) + seq * c.h;
+      }
+      sinks_view = sinks.view();
+      p.alibi_slopes = &slopes_view;
+      p.sinks = &sinks_view;
+    }
     return p;
   }
 
@@ -137,7 +159,7 @@ struct KvFixture {
       qv.data = static_cast<float*>(qv.data) + b * c.sq * c.h * c.d;
       ov.data = static_cast<float*>(ov.data) + b * c.sq * c.h * c.d;
       lv.data = static_cast<float*>(lv.data) + b * c.h * c.sq;
-      fc::AttentionParams p = params();
+      fc::AttentionParams p = params(b);
       p.lse = &lv;
       fc::reference::attention(qv, kb.view(), vb.view(), ov, p);
     }
@@ -213,6 +235,13 @@ const KvCase kCases[] = {
     {"contiguous_hnd_window_f16", DType::f16, 0, true, 2, 2, 4, 2, 96, {30, 3}, 2, false, 4, 4},
     {"online_page16_f32", DType::f32, 16, false, 2, 1, 4, 1, 64, {500, 17}, 1, false, -1, -1, 2,
      Strategy::online},
+    // Score variants: ALiBi's distances from each sequence's own length (bottom-right).
+    {"variants_speculative_page16_f32", DType::f32, 16, false, 3, 3, 4, 2, 32, {40, 0, 17}, 3, true, -1, -1, 2,
+     Strategy::automatic, true},
+    {"variants_decode_page8_bf16", DType::bf16, 8, false, 2, 1, 8, 2, 64, {100, 1}, 1, false, -1, -1, 2,
+     Strategy::automatic, true},
+    {"variants_split_over_keys_page16_f16", DType::f16, 16, false, 1, 1, 8, 1, 64, {1000}, 1, false, -1, -1, 2,
+     Strategy::automatic, true},
 };
 
 class KvCacheTest : public ::testing::TestWithParam<KvCase> {};
