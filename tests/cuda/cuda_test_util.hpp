@@ -1,6 +1,6 @@
 // What the CUDA backend's GPU tests share: whether a GPU (sm80+, or sm90) can run them, the
 // skip macros that say why not, device copies of host tensors, and the kernel keys of this
-// build by prefix. Header-only: each test binary includes it once.
+// build by prefix. Header-only (inline).
 #pragma once
 
 #include <cuda_runtime.h>
