@@ -17,6 +17,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -89,13 +90,26 @@ inline bool nonfinite_at(const void* row, int64_t e, DType t) {
 // the packed panels, or in the decode path's converted rows), and each is added back, as
 // P_ij v_j, to exactly the rows that see its key (Attention::add_nonfinite). The scan
 // reads V once more per call (in cache, after its packing); lists are empty in practice.
+// Whether any of the n elements of a row stored as dtype t is NaN or Inf: one branch-free
+// pass over the bits per dtype (vectorized; the scan runs on every key of a banded call).
+inline bool any_nonfinite(const void* row, int64_t n, DType t) {
+  uint32_t hit = 0;
+  if (t == DType::f32) {
+    const float* f = static_cast<const float*>(row);
+    for (int64_t e = 0; e < n; ++e) hit |= uint32_t((std::bit_cast<uint32_t>(f[e]) & 0x7F800000u) == 0x7F800000u);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(row);
+    const uint16_t m = t == DType::f16 ? 0x7C00 : 0x7F80;
+    for (int64_t e = 0; e < n; ++e) hit |= uint32_t((h[e] & m) == m);
+  }
+  return hit != 0;
+}
+
 template <class R>
 void list_nonfinite(const R& v, int64_t k0, int64_t k1, int64_t dv, int64_t kvi, std::vector<NonFiniteV>& out) {
   for (int64_t k = k0; k < k1; ++k) {
     const void* row = v.row(k);
-    bool any = false;
-    for (int64_t e = 0; e < dv; ++e) any |= nonfinite_at(row, e, v.dtype);
-    if (!any) continue;
+    if (!any_nonfinite(row, dv, v.dtype)) continue;
     for (int64_t e = 0; e < dv; ++e)
       if (nonfinite_at(row, e, v.dtype)) out.push_back({k, e, kvi});
   }
@@ -330,11 +344,19 @@ void Attention<Src>::pack_kv(int64_t g0, int64_t g1) {
       const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
       if (!a.k_inplace)
         pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data());
-      pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, kb0 * g.mr, kb1 * g.mr, vpack, a.g2.gk->ab,
-                  a.g2.pb, rowbuf.data());
-      if (banded_) {  // this part's keys: list V's NaN / Inf and zero them in the panels
+      if (!banded_) {
+        pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, kb0 * g.mr, kb1 * g.mr, vpack, a.g2.gk->ab,
+                    a.g2.pb, rowbuf.data());
+      } else {  // this part's keys: list V's NaN / Inf and zero them in the panels
         std::vector<NonFiniteV>& bad = vbad_[size_t((gi - g0) * parts + part)];
-        list_nonfinite(v_.head(b, hk), kb0 * g.mr, std::min(kb1 * g.mr, sk), p_.dv, 0, bad);
+        // In steps of ~16 KiB of V (whole key blocks), each scanned while the packing has
+        // just brought it into cache.
+        const int64_t step = g.mr * std::max<int64_t>(1, (16384 / std::max<int64_t>(1, p_.dv * es_in_)) / g.mr);
+        for (int64_t k0 = kb0 * g.mr; k0 < kb1 * g.mr; k0 += step) {
+          const int64_t k1 = std::min(k0 + step, kb1 * g.mr);
+          pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, k0, k1, vpack, a.g2.gk->ab, a.g2.pb, rowbuf.data());
+          list_nonfinite(v_.head(b, hk), k0, std::min(k1, sk), p_.dv, 0, bad);
+        }
         const int64_t es2 = a.g2.es;
         for (const NonFiniteV& e : bad)
           std::memset(vpack + ((e.col / a.g2.nr) * skp * a.g2.nr + pack_index(a.g2.pb, e.key, e.col % a.g2.nr, a.g2.nr)) * es2,
