@@ -406,7 +406,7 @@ TEST(CudaVariantsKeys, BackwardRefused) {
   x.fill_uniform(rng, -1, 1);
   lse.fill_uniform(rng, 0, 1);
   heads.fill_uniform(rng, 0, 1);
-  DevTensor dx(x), dlse(lse), dheads(heads), g0(x), g1(x), g2(x);
+  DevTensor dq(x), dk(x), dv(x), dout(x), ddout(x), dlse(lse), dheads(heads), g0(x), g1(x), g2(x);
   AttentionParams pc, pa, ps;
   pc.softcap = 30.0f;
   pa.alibi_slopes = &dheads.view();
@@ -414,8 +414,8 @@ TEST(CudaVariantsKeys, BackwardRefused) {
   for (auto [params, name] : {std::pair<const AttentionParams*, const char*>{&pc, "params.softcap"},
                               {&pa, "params.alibi_slopes"}, {&ps, "params.sinks"}}) {
     try {
-      flashcore::attention_backward(dx.view(), dx.view(), dx.view(), dx.view(), dx.view(), dlse.view(), g0.view(),
-                                    g1.view(), g2.view(), *params);
+      flashcore::attention_backward(dq.view(), dk.view(), dv.view(), dout.view(), ddout.view(), dlse.view(),
+                                    g0.view(), g1.view(), g2.view(), *params);
       ADD_FAILURE() << "accepted " << name;
     } catch (const flashcore::Error& e) {
       EXPECT_EQ(int(e.code()), int(Status::unsupported)) << e.what();
