@@ -383,7 +383,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     is a float (per tensor) or a float32 array [B, Hkv] on q's device (per batch entry and
     KV head, as FlashAttention-3's descale tensors; a query head takes its KV head's).
 
-    Score variants (docs/variants.md; CPU arrays for now): softcap=c (> 0; None or 0 = off):
+    Score variants (docs/variants.md; CPU arrays, and CUDA f32 / f16 / bf16 arrays in the
+    forward): softcap=c (> 0; None or 0 = off):
     each scaled score s becomes c * tanh(s / c), as Gemma 2 and FlashAttention define it.
     alibi_slopes: float32 [H] or [B, H] (varlen: per sequence) on q's device; query i of head
     h subtracts slope * |i + Sk - Sq - j| from its score with key j. sinks: float32 [H], a

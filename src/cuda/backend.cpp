@@ -147,6 +147,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   check_kernel_limits(p);
+  refuse_score_variants(p, "the e4m3 (sm90) kernels");
 
   FwdParams f = fwd_params(p, sq, sk, dev);
   f.scale_log2 *= p.q_descale * p.k_descale;

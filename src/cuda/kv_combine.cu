@@ -4,13 +4,16 @@
 // run, l_j the same sum of weights) in a workspace. Per output row, with M = max m_j and
 // w_j = 2^(m_j - M): O = sum w_j O_j / sum w_j l_j, lse = (M + log2 sum w_j l_j) ln 2. A
 // row no split saw a key of (every l_j = 0) gets O = 0 and lse = -inf, as the kernels
-// write it.
+// write it. With sinks (FwdParams::sinks) the head's sink joins the merged row once, here
+// (core::join_sink; the splits' partials never hold it): a row with no key then gets O = 0
+// and lse = the sink.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "core/variants/score.hpp"
 #include "cuda/kernels/params.hpp"
 
 namespace flashcore::cuda {
@@ -72,15 +75,20 @@ __global__ void __launch_bounds__(kCombineThreads) kv_combine_kernel(const FwdPa
     }
     m = mc;
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
   const int hq = r % p.heads, q = varlen ? r / p.heads : (r / p.heads) % p.sq, b = varlen ? 0 : r / p.heads / p.sq;
+  float inv = l > 0.f ? 1.f / l : 0.f;
+  float lse = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+  if (p.sinks != nullptr) {
+    const core::SinkJoin j = core::join_sink(m * 0.69314718055994531f, l, p.sinks[hq]);
+    inv = j.inv;
+    lse = j.lse;
+  }
   O* go = static_cast<O*>(p.o) + b * p.o_sb + q * p.o_ss + hq * p.o_sh + c;
   put(go, acc.x * inv);
   put(go + 1, acc.y * inv);
   put(go + 2, acc.z * inv);
   put(go + 3, acc.w * inv);
-  if (p.lse != nullptr && c == 0)
-    p.lse[b * p.lse_sb + hq * p.lse_sh + q] = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+  if (p.lse != nullptr && c == 0) p.lse[b * p.lse_sb + hq * p.lse_sh + q] = lse;
 }
 
 }  // namespace

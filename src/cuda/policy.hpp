@@ -90,8 +90,8 @@ struct KernelChoice {
 };
 
 // Why the sm90 kernel `i` cannot take this problem ("" when it can): it needs a 9.0
-// device, the problem's dtype, D == Dv == its head dim, its shared memory, and (persistent)
-// 32-bit item numbers.
+// device, the problem's dtype, no score variant (softcap, ALiBi, sinks: named), D == Dv ==
+// its head dim, its shared memory, and (persistent) 32-bit item numbers.
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev);
 
 // The persistent ("_p") row of sm90 tile t (same dtype, head dim, tile and stages), or null.
@@ -107,8 +107,8 @@ bool kv_splittable(const InstanceInfo& i);
 int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, const InstanceInfo& i, int pack_shift,
                    const DeviceFacts& dev);
 
-// The Hopper kernel for a 16-bit problem (no forced tile; table order = preference), or
-// null (not a 9.0 device, no qualifying row): the sm80 family runs it.
+// The Hopper kernel for a 16-bit problem (no forced tile, no score variant; table order =
+// preference), or null (not a 9.0 device, no qualifying row): the sm80 family runs it.
 const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
                               InstanceList list);
 

@@ -240,6 +240,44 @@ TEST(CudaPolicy, Sm90Refusal) {
   EXPECT_EQ(persistent_variant(kAll, *p128), p128);
 }
 
+// The score variants (softcap, ALiBi, sinks) run on the sm80 family only: on a Hopper GPU
+// the dispatcher takes the sm80 row the same shape gets without sm90 rows, and every sm90 row
+// refuses them, naming the variant.
+TEST(CudaPolicy, ScoreVariantsOnSm80) {
+  std::vector<InstanceInfo> no90;
+  for (const InstanceInfo& i : kAll)
+    if (i.arch == 80) no90.push_back(i);
+  static const float slopes[32] = {}, sinks[32] = {};
+  const Row rows[] = {
+      {"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
+      {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits on sm90
+      {"", kH200, f16, 2, 16, 16, 1024, 1024, 64, 64, Mask::causal, true, 0, 0, "", 0, 1},
+      {"", kH200, f32, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
+      {"", kA100, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::local, false, 0, 0, "", 0, 1},
+  };
+  for (const Row& r : rows)
+    for (int v = 0; v < 3; ++v) {
+      core::AttentionProblem p = problem(r), plain = problem(r);
+      if (v == 0) p.softcap = 30.0f;
+      if (v == 1) p.alibi = slopes;
+      if (v == 2) p.sinks = sinks;
+      const char* name = v == 0 ? "params.softcap" : v == 1 ? "params.alibi_slopes" : "params.sinks";
+      SCOPED_TRACE(std::string(name) + " " + to_string(r.dtype) + " hd" + std::to_string(r.d));
+      const Choice16 got = choose_kernel(p, r.sq, r.sk, r.dev, kAll), want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
+      ASSERT_NE(want.kernel.inst, nullptr);
+      ASSERT_NE(got.kernel.inst, nullptr);
+      EXPECT_EQ(std::string(got.kernel.inst->key), want.kernel.inst->key);
+      EXPECT_EQ(got.kernel.inst->arch, 80);
+      EXPECT_EQ(got.kernel.kv_splits, 1);
+      EXPECT_EQ(got.kernel.pack_shift, 0);
+      EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), nullptr);
+      for (const InstanceInfo& i : kAll)
+        if (i.arch == 90 && i.dtype == r.dtype && r.dev.hopper()) {
+          EXPECT_NE(sm90_refusal(p, i, r.dev).find(name), std::string::npos) << i.key;
+        }
+    }
+}
+
 TEST(CudaPolicy, GqaPackShift) {
   core::AttentionProblem p = problem({"", kH200, f16, 1, 64, 1, 1, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1});
   EXPECT_EQ(gqa_pack_shift(p, 1), 6);    // G = 64

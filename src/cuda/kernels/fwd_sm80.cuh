@@ -15,6 +15,10 @@
 // kernels/sm80/load.cuh, by key block); the tile algebra is kernels/sm80/mainloop.cuh; the
 // epilogue divides by the row sums and writes O (and lse) straight from registers
 // (parts/epilogue.cuh).
+//
+// The score variants (softcap, ALiBi, sinks) run in a second kernel of each instance,
+// fwd_sm80_kernel<..., true> (the same code): S' is then the transformed score times log2 e
+// (parts/score_mod.cuh) before the mask, and the sink joins each row before the epilogue.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +33,7 @@
 #include "cuda/kernels/sm80/mainloop.cuh"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/operands.cuh"
+#include "cuda/parts/score_mod.cuh"
 #include "cuda/parts/seq_mask.cuh"
 #include "cuda/parts/softmax.cuh"
 #include "cuda/parts/tile_load.cuh"
@@ -57,7 +62,13 @@ struct FwdSm80Traits {
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
 };
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+// kVariants: the score variants' kernel (FwdParams::variants; softcap and ALiBi on each
+// tile's scores before the mask, the sink joined before the epilogue; parts/score_mod.cuh).
+// The plain kernel (false) has none of its steps: its PTX is the same as before they were
+// written (one kernel template: a body function inlined into two kernels numbered the PTX
+// registers otherwise, and ptxas then named registers differently).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
+          bool kVariants = false>
 __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kThreads,
                                   FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
@@ -112,6 +123,8 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   ml.init(sQ, sK, sV, warp, lane);
   const int g = lane / 4, t = lane % 4;
   const int row0 = m0 + warp * 16 * kMI + g;  // this lane's rows: row0 + 16 mi + {0, 8}
+  [[maybe_unused]] float slope2 = 0.f;  // variants: the ALiBi slope times log2 e
+  if constexpr (kVariants) slope2 = alibi_slope_log2(p, b, h);
   if constexpr (Tr::kQInRegs) {
     ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
     __syncthreads();
@@ -130,15 +143,40 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
     float s[kMI][kNF][4];
     ml.qk(s, stage_off);
-    mask_scores<kMI, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
+    // variants: the scores go to the log2 domain here, and the mask and softmax take factor 1
+    if constexpr (kVariants) transform_scores<kMI, kNF>(s, p, slope2, band.offset, row0, n * kBlockN, t);
+    mask_scores<kMI, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, kVariants ? 1.f : p.scale_log2, band, row0,
+                          n * kBlockN, t);
     float corr[2 * kMI];
-    sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+    sm.template update<kMI, kNF>(s, kVariants ? 1.f : p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
     rescale_rows<kMI, kDF>(acc, corr);
     ml.pv(acc, s, stage_off);
   }
   ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
 
   sm.finish();
+  if constexpr (kVariants) {
+    if (p.sinks != nullptr) {  // the sink joins each row: O's rows scaled here, l = 1, m = lse log2 e
+      const float sink = p.sinks[h];
+      float f[2 * kMI];
+#pragma unroll
+      for (int r = 0; r < 2 * kMI; ++r) {
+        float lse;
+        f[r] = join_sink_log2(sm.m[r], sm.l[r], sink, lse);
+        sm.m[r] = lse * kLog2eF;
+        sm.l[r] = 1.f;
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int df = 0; df < kDF; ++df) {
+          acc[mi][df][0] *= f[2 * mi];
+          acc[mi][df][1] *= f[2 * mi];
+          acc[mi][df][2] *= f[2 * mi + 1];
+          acc[mi][df][3] *= f[2 * mi + 1];
+        }
+    }
+  }
   T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
   float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
 #pragma unroll
@@ -146,10 +184,15 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t);
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+// The launcher of one instance: the plain kernel, or with kVariants the variant kernel
+// (the build compiles each in a translation unit of its own, src/cuda/sources.cmake: the
+// plain one's code does not depend on the other's presence, and the instance's plain
+// launcher hands calls with FwdParams::variants to the variant one).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
+          bool kVariants = false>
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
-  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kVariants>;
   static std::atomic<uint64_t> smem_done{0};
   const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
