@@ -218,4 +218,16 @@ KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int6
   return complete_choice(p, sq, sk, dev, inst, 0);
 }
 
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
+                                             InstanceList list) {
+  const int64_t hd = std::max(p.d, p.dv);
+  int64_t best = 0;
+  if (dev.hopper() && !p.variants())
+    for (const InstanceInfo& i : list)
+      if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) && (best == 0 || i.head_dim < best))
+        best = i.head_dim;
+  if (best > 0) return {best, best};
+  return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
+}
+
 }  // namespace flashcore::cuda

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/problem.hpp"
 #include "cuda/kernels/sm90/traits.hpp"
@@ -139,6 +140,16 @@ struct Choice16 {
 };
 Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                        InstanceList list);
+
+// The head dims (D, Dv) that a 16-bit problem whose D or Dv is not a multiple of 8 is copied
+// into (backend.cpp: attention_head_padded; zero columns): on Hopper without a score
+// variant, both the smallest sm90 head dim >= max(D, Dv) that runs there (the sm90 kernels
+// take D == Dv == their head dim; the sm80 family, which takes the problems otherwise,
+// ran them at a fraction of the speed: docs/results/cuda-head-pad-2026-11-29.md); otherwise
+// each the next multiple of 8
+// (the sm80 family zero-fills up to its instance's head dim).
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
+                                             InstanceList list);
 // e4m3 problems: inst null when no row takes them.
 KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                                InstanceList list);

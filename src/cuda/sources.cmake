@@ -85,7 +85,7 @@ set(_fc_params_bwd BwdParams)
 set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu
                      ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32_variants.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu
                      ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/bwd_aux.cu
-                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu)
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/head_pad.cu)
 set(_fc_sm90_sources "")
 foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
   set(_fc_enabled_${dir} "")

@@ -76,15 +76,26 @@ TEST(CudaErrors, RefusedBeforeLaunch) {
   cudaFree(dcu);
 }
 
+// Head dims past 256 are refused; a forced 16-bit key with a head dim off the multiples of
+// 8 (which only the padded copies take: attention_cuda_head_pad_test.cpp) names params.impl.
 TEST(CudaErrors, UnsupportedHeadDims) {
   FC_REQUIRE_GPU();
-  for (int64_t D : {20, 264}) {
+  for (int64_t D : {264, 259}) {
     SCOPED_TRACE(D);
     HostTensor q(DType::bf16, {1, 16, 1, D}), o(DType::bf16, {1, 16, 1, D});
     o.poison();
     DevTensor dq(q), dout(o);
     expect_refused(dq.view(), dq.view(), dq.view(), dout, o, {}, Status::unsupported, "head dim");
   }
+  const auto hd64 = fctest::keys_by_prefix("fwd_sm80_bf16_hd64_", false);
+  const std::string key = hd64.empty() ? std::string() : hd64.front().first;
+  if (key.empty()) GTEST_SKIP() << "no fwd_sm80_bf16_hd64 key in this build";
+  HostTensor q(DType::bf16, {1, 16, 1, 20}), o(DType::bf16, {1, 16, 1, 20});
+  o.poison();
+  DevTensor dq(q), dout(o);
+  flashcore::AttentionParams p;
+  p.impl = key.c_str();
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");
 }
 
 // The score variants run on the sm80 family only: an sm90 key forced with one of them is

@@ -311,5 +311,30 @@ TEST(CudaPolicy, VtPath) {
   EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd256_128x128_s2_p"), false, false), VtPath::prepass);  // no room for it
 }
 
+// Head dims off the multiples of 8 (16-bit): on Hopper padded to the smallest sm90 head dim
+// that covers both (D == Dv there), unless a score variant keeps the call on the sm80 family;
+// elsewhere each to the next multiple of 8.
+TEST(CudaPolicy, PaddedHeadDims) {
+  const InstanceList all(kAll);
+  const auto dims = [&](int64_t d, int64_t dv, const DeviceFacts& dev, DType dt, bool softcap = false) {
+    core::AttentionProblem p;
+    p.dtype = p.out_dtype = dt;
+    p.d = d;
+    p.dv = dv;
+    p.softcap = softcap ? 30.0f : 0.0f;
+    return padded_head_dims(p, dev, all);
+  };
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(dims(59, 59, kH200, DType::bf16), P(64, 64));
+  EXPECT_EQ(dims(1, 1, kH200, DType::f16), P(64, 64));
+  EXPECT_EQ(dims(111, 64, kH200, DType::f16), P(128, 128));
+  EXPECT_EQ(dims(59, 33, kH200, DType::bf16), P(64, 64));
+  EXPECT_EQ(dims(200, 255, kH200, DType::bf16), P(256, 256));
+  EXPECT_EQ(dims(111, 111, kH200, DType::bf16, true), P(112, 112));  // softcap: sm80 only
+  EXPECT_EQ(dims(111, 33, kA100, DType::bf16), P(112, 40));
+  EXPECT_EQ(dims(7, 255, kSm86, DType::f16), P(8, 256));
+}
+
 }  // namespace
 }  // namespace flashcore::cuda
+
