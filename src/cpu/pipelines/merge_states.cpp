@@ -30,7 +30,7 @@ void merge_states(const core::MergeProblem& p) {
           p.n,
           [&](int64_t s) {
             const core::StatePart& sp = p.parts[s];
-            return std::pair<float, float>(sp.lse[b * sp.lse_sb + h * sp.lse_sh + i], 1.0f);
+            return MergedRow{sp.lse[b * sp.lse_sb + h * sp.lse_sh + i], 1.0f};
           },
           [&](int64_t s, float w, float* a) {
             const core::Operand4& o = p.parts[s].o;

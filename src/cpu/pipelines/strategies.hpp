@@ -261,14 +261,14 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
 
 // One output row merged from n parts that each normalized their O row by their own sum
 // (FlashAttention's split-KV combine): ml(s) gives part s's scaled max m_s and sum l_s as a
-// pair (an lse is the pair (lse, 1)); add(s, w, acc) adds w times its O row into acc[dv].
+// MergedRow {m, l} (an lse is {lse, 1}); add(s, w, acc) adds w times its O row into acc[dv].
 // Weights w_s = l_s exp(m_s - max), a part at the max (+inf too) l_s; a part with m_s = -inf
-// saw no finite score and is not read (its O may hold anything), unless read_empty: then its
-// O row, times 0, is added too (a split row's part whose seen keys all scored -inf still
-// passes on the NaN of a seen value, as 0 * NaN does unsplit). acc ends as sum_s w_s o_s, not yet
-// normalized; returns the row's (max, sum_s w_s), the pair an unsplit row has after its
-// keys: (-inf, 0) with acc = 0 when every part is -inf, a NaN max (and NaN sum and acc)
-// when any m_s is NaN. finish_row normalizes.
+// saw no finite score and is not read (its O may hold anything), unless read_empty: then
+// its O row, times 0, is added too (a split row's part whose seen keys all scored -inf
+// still passes on the NaN of a seen value, as 0 * NaN does unsplit). acc ends as
+// sum_s w_s o_s, not yet normalized; returns the row's (max, sum_s w_s), the pair an
+// unsplit row has after its keys: (-inf, 0) with acc = 0 when every part is -inf, a NaN
+// max (and NaN sum and acc) when any m_s is NaN. finish_row normalizes.
 struct MergedRow {
   float m, l;
 };
@@ -276,7 +276,7 @@ template <class ML, class Add>
 MergedRow merge_row(int64_t n, const ML& ml, const Add& add, float* acc, int64_t dv, bool read_empty = false) {
   float mx = kNegInf;
   for (int64_t s = 0; s < n; ++s) {
-    const float m = ml(s).first;
+    const float m = ml(s).m;
     mx = std::isnan(m) ? m : std::max(mx, m);  // (std::max keeps a NaN first argument)
   }
   std::fill(acc, acc + dv, 0.0f);
@@ -330,7 +330,7 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
           nsplit,
           [&](int64_t s) {
             const float* ml = split_ml.data() + part(s) * 2;
-            return std::pair<float, float>(ml[0], ml[1]);
+            return MergedRow{ml[0], ml[1]};
           },
           [&](int64_t s, float w, float* a) {
             const float* os = split_o.data() + part(s) * dv;
