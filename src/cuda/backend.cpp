@@ -301,11 +301,10 @@ void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& de
   const PadView kv{p.k.data, p.k.sb, p.k.ss, p.k.sh, nb, p.sk, p.kv_heads, p.d, dp};
   const PadView vv{p.v.data, p.v.sb, p.v.ss, p.v.sh, nb, p.sk, p.kv_heads, p.dv, dvp};
   const PadView ov{p.o, p.o_sb, p.o_ss, p.o_sh, nb, p.sq, p.heads, p.dv, dvp};
+  // Each view's padded buffer, 16-byte aligned, one after the other.
   const size_t es = dtype_size(p.dtype);
-  const size_t q_bytes = size_t(nb * p.sq * p.heads * dp) * es, k_bytes = size_t(nb * p.sk * p.kv_heads * dp) * es;
-  const size_t v_bytes = size_t(nb * p.sk * p.kv_heads * dvp) * es, o_bytes = size_t(nb * p.sq * p.heads * dvp) * es;
-  const auto up16 = [](size_t n) { return (n + 15) / 16 * 16; };
-  const size_t total = up16(q_bytes) + up16(k_bytes) + up16(v_bytes) + up16(o_bytes);
+  const auto bytes = [&](const PadView& v) { return (size_t(v.padded_elems()) * es + 15) / 16 * 16; };
+  const size_t total = bytes(qv) + bytes(kv) + bytes(vv) + bytes(ov);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   char* ws = nullptr;
   if (total > 0) {
@@ -313,19 +312,22 @@ void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& de
     if (ea != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the head-dim padding workspace failed", ea);
   }
   char* qp = ws;
-  char* kp = qp + up16(q_bytes);
-  char* vp = kp + up16(k_bytes);
-  char* op = vp + up16(v_bytes);
+  char* kp = qp + bytes(qv);
+  char* vp = kp + bytes(kv);
+  char* op = vp + bytes(vv);
+  const auto padded = [](const PadView& v, char* buf) {
+    return core::Operand4{buf, v.padded_s0(), v.padded_s1(), v.cols_p};
+  };
   core::AttentionProblem pp = p;
   pp.d = dp;
   pp.dv = dvp;
-  pp.q = {qp, p.sq * p.heads * dp, p.heads * dp, dp};
-  pp.k = {kp, p.sk * p.kv_heads * dp, p.kv_heads * dp, dp};
-  pp.v = {vp, p.sk * p.kv_heads * dvp, p.kv_heads * dvp, dvp};
+  pp.q = padded(qv, qp);
+  pp.k = padded(kv, kp);
+  pp.v = padded(vv, vp);
   pp.o = op;
-  pp.o_sb = p.sq * p.heads * dvp;
-  pp.o_ss = p.heads * dvp;
-  pp.o_sh = dvp;
+  pp.o_sb = ov.padded_s0();
+  pp.o_ss = ov.padded_s1();
+  pp.o_sh = ov.cols_p;
   cudaError_t e = cudaSuccess;
   const char* what = "";
   try {
