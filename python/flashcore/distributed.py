@@ -75,12 +75,15 @@ def unshard(parts, layout="contiguous", dim=1):
     return torch.cat(chunks, dim=dim)
 
 
-def _mode(causal, qc, kc):
-    """How a query chunk attends a key chunk: 'full', 'diag' (causal, the chunks equal), or
-    None (every key after every query)."""
-    if not causal or kc < qc:
-        return "full"
-    return "diag" if kc == qc else None
+def _blocks(causal, layout, rank, src, world, s_local):
+    """The (query chunk, key chunk) pairs of a step where rank `rank` holds the K/V shard of
+    rank `src`, as (query part index, q start, q length, k start, k length, diag): under a
+    causal mask a key chunk before the query chunk is attended in full, the same chunk with
+    the mask (diag), a later one not at all."""
+    for i, (qc, qs, ql) in enumerate(_chunks(layout, rank, world, s_local)):
+        for kc, ks, kl in _chunks(layout, src, world, s_local):
+            if not causal or kc <= qc:
+                yield i, qs, ql, ks, kl, causal and kc == qc
 
 
 class _Ring:
@@ -115,22 +118,16 @@ def _forward(q, k, v, causal, layout, scale, threads, group):
     s_local = q.shape[1]
     if k.shape[1] != s_local:
         raise ValueError(f"k: local length {k.shape[1]} differs from q's {s_local} (shards of one sequence)")
-    qparts = _chunks(layout, ring.rank, ring.world, s_local)
-    acc = [None] * len(qparts)  # per query part: (out fp32, lse)
+    acc = [None] * len(_chunks(layout, ring.rank, ring.world, s_local))  # per query part: (out fp32, lse)
     kv = (k.contiguous(), v.contiguous())
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
         reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
-        for i, (qc, qs, ql) in enumerate(qparts):
-            for kc, ks, kl in _chunks(layout, src, ring.world, s_local):
-                mode = _mode(causal, qc, kc)
-                if mode is None:
-                    continue
-                o, lse = _api.attention(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
-                                        causal=mode == "diag", scale=scale, return_lse=True, threads=threads)
-                o = o.float()
-                acc[i] = (o, lse) if acc[i] is None else _api.merge_states(acc[i][0], acc[i][1], o, lse,
-                                                                           threads=threads)
+        for i, qs, ql, ks, kl, diag in _blocks(causal, layout, ring.rank, src, ring.world, s_local):
+            o, lse = _api.attention(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
+                                    causal=diag, scale=scale, return_lse=True, threads=threads)
+            o = o.float()
+            acc[i] = (o, lse) if acc[i] is None else _api.merge_states(acc[i][0], acc[i][1], o, lse, threads=threads)
         _Ring.finish(reqs)
         if nxt is not None:
             kv = tuple(nxt)
@@ -142,7 +139,6 @@ def _forward(q, k, v, causal, layout, scale, threads, group):
 def _backward(q, k, v, out, dout, lse, causal, layout, scale, threads, group):
     ring = _Ring(group)
     s_local = q.shape[1]
-    qparts = _chunks(layout, ring.rank, ring.world, s_local)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     kv = (k.contiguous(), v.contiguous())
     dkv = (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
@@ -151,17 +147,13 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, threads, group):
         src = (ring.rank - step) % ring.world
         # K and V move on while this step computes; their gradient sums follow after it.
         reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
-        for qc, qs, ql in qparts:
-            for kc, ks, kl in _chunks(layout, src, ring.world, s_local):
-                mode = _mode(causal, qc, kc)
-                if mode is None:
-                    continue
-                g = _api.attention_backward(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
-                                            out.narrow(1, qs, ql), dout.narrow(1, qs, ql), lse.narrow(2, qs, ql),
-                                            causal=mode == "diag", scale=scale, threads=threads)
-                dq.narrow(1, qs, ql).add_(g[0].float())
-                dkv[0].narrow(1, ks, kl).add_(g[1].float())
-                dkv[1].narrow(1, ks, kl).add_(g[2].float())
+        for _, qs, ql, ks, kl, diag in _blocks(causal, layout, ring.rank, src, ring.world, s_local):
+            g = _api.attention_backward(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
+                                        out.narrow(1, qs, ql), dout.narrow(1, qs, ql), lse.narrow(2, qs, ql),
+                                        causal=diag, scale=scale, threads=threads)
+            dq.narrow(1, qs, ql).add_(g[0].float())
+            dkv[0].narrow(1, ks, kl).add_(g[1].float())
+            dkv[1].narrow(1, ks, kl).add_(g[2].float())
         # The gradient sums go where this step's K and V go: after the last step, home.
         greqs, gnxt = ring.start(list(dkv), 1) if ring.world > 1 else ([], None)
         _Ring.finish(reqs)
