@@ -89,6 +89,25 @@ cudaGraphExec_t capture(cudaStream_t s, const std::function<void()>& call) {
 
 }  // namespace
 
+// The device's copy bandwidth, GB/s of bytes read + written by cudaMemcpyAsync between two
+// 512 MiB buffers (best of 10), measured once per process: decode rows' ceiling.
+double copy_gbps(cudaStream_t s) {
+  static double gbps = 0;
+  if (gbps > 0) return gbps;
+  constexpr size_t kBytes = size_t(512) << 20;
+  void *a = nullptr, *b = nullptr;
+  cuda_ok(cudaMalloc(&a, kBytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&b, kBytes), "cudaMalloc");
+  Events ev;
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i)
+    best = std::min(best, ev.time_us(s, [&] { cuda_ok(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice, s), "copy"); }));
+  cudaFree(a);
+  cudaFree(b);
+  gbps = 2.0 * double(kBytes) / (best * 1e-6) * 1e-9;
+  return gbps;
+}
+
 Result run_cuda(const Config& c, uint64_t seed) {
   Result r;
   r.cfg = c;
@@ -100,7 +119,9 @@ Result run_cuda(const Config& c, uint64_t seed) {
     if (e != cudaSuccess || ndev == 0)
       throw std::runtime_error(std::string("--backend cuda: no usable CUDA device (") +
                                (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
-    if (c.op != "attention") throw std::runtime_error("--backend cuda: only --op attention runs on the CUDA backend");
+    const bool decode = c.op == "decode";
+    if (c.op != "attention" && !decode)
+      throw std::runtime_error("--backend cuda: --op attention and --op decode run on the CUDA backend");
     if (c.impl == "naive") throw std::runtime_error("--impl naive is a CPU baseline");
     cudaDeviceProp prop{};
     cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -125,12 +146,29 @@ Result run_cuda(const Config& c, uint64_t seed) {
     p.tile_n = c.tile_n;
     DeviceCopy slopes(d.slopes), sinks(d.sinks);  // (--alibi, --sinks; empty otherwise)
     set_variants(c, d, p, Device::cuda, slopes.get(), sinks.get());
-    auto call = [&] { flashcore::attention(tq, tk, tv, to, p, nullptr); };
+    // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
+    // d.v themselves), cache_seqlens = Sk on the device.
+    DecodeCache dc = decode ? make_decode_cache(d, c.page_size, rng) : DecodeCache{};
+    DeviceCopy kc(dc.kc), vc(dc.vc), lens(dc.lens), table(dc.table);
+    const bool paged = dc.page > 0;
+    const flashcore::Tensor tkc = paged ? view(dc.kc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, kc.get()) : tk;
+    const flashcore::Tensor tvc = paged ? view(dc.vc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, vc.get()) : tv;
+    const flashcore::Tensor tlens = view(dc.lens, {d.b}, Device::cuda, lens.get());
+    const flashcore::Tensor ttable = view(dc.table, {d.b, dc.per_seq}, Device::cuda, table.get());
+    flashcore::KvCacheOptions opt;
+    if (paged) opt.block_table = &ttable;
+    auto run = [&](flashcore::PhaseTimes* t) {
+      if (decode)
+        flashcore::attention_with_kvcache(tq, tkc, tvc, tlens, to, opt, p, t);
+      else
+        flashcore::attention(tq, tk, tv, to, p, t);
+    };
+    auto call = [&] { run(nullptr); };
 
     // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.
     flashcore::PhaseTimes first;
     cuda_ok(cudaMemsetAsync(o.get(), 0xFF, o.bytes(), stream), "cudaMemset");
-    flashcore::attention(tq, tk, tv, to, p, &first);
+    run(&first);
     cuda_ok(cudaStreamSynchronize(stream), "first call");
     r.kernel = first.kernel;
     r.strategy_ran = first.strategy.empty() ? "fused" : first.strategy;
@@ -168,7 +206,15 @@ Result run_cuda(const Config& c, uint64_t seed) {
     r.p50_us = percentile(us, 0.5);
     r.p90_us = percentile(us, 0.9);
     r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
-    r.note += "; no measured GPU ceiling in the bench yet (pct_peak null)";
+    r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
+    if (const double bytes = decode_bytes(c); bytes > 0) {  // memory-bound rows: GB/s
+      r.gbps = bytes / (r.p50_us * 1e-6) * 1e-9;
+      r.mem_gbps = copy_gbps(stream);
+      r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
+      r.note += "; mem = device-to-device copy (bytes read + written)";
+      if (decode) r.note += paged ? "; paged cache, page " + std::to_string(dc.page) + ", pages in a random order"
+                                  : "; contiguous cache";
+    }
   } catch (const std::exception& e) {
     r.error = e.what();
   }

@@ -250,7 +250,12 @@ struct KvCacheOptions {
 //    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot
 //    (pages shared by sequences that both append) are refused by name; every output (out,
 //    lse, and the caches when appending) is then untouched.
-//  * CPU tensors; CUDA tensors are refused with Status::unsupported for now.
+//  * CPU tensors, or CUDA tensors (f16 / bf16, D and Dv multiples of 8 up to 256, 16-byte
+//    aligned rows; no score variants): there cache_seqlens and block_table stay on the
+//    device and are not checked (no host sync; a call can be captured in a CUDA graph).
+//    Lengths are clamped to the cache and a page id outside it reads as zero rows (an append
+//    to it is dropped): bad values give unspecified outputs, never accesses outside the
+//    caches. Check them on the host first where they may be wrong.
 void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                             const Tensor& cache_seqlens, const Tensor& out,
                             const KvCacheOptions& cache = {}, const AttentionParams& params = {},

@@ -514,10 +514,12 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     bottom-right aligned: the Sq queries are the sequence's last positions and see the whole
     cache. window, scale, strategy, exp, threads, impl as attention's. Bad lengths and page
     ids (a length < 0, keys past S_max or past the sequence's pages, a page id outside the
-    cache, two sequences appending to one slot) are refused by name before anything is
+    cache, two sequences appending to one slot) in CPU arrays are refused by name before anything is
     written. softcap, alibi_slopes ([H] or [B, H]; ALiBi distances from each sequence's own
-    length, bottom-right) and sinks ([H]) as attention's. CPU arrays (CUDA arrays are refused
-    for now); no autograd.
+    length, bottom-right) and sinks ([H]) as attention's. CPU arrays, or CUDA arrays (f16 /
+    bf16, head dims multiples of 8; no score variants; cache_seqlens and block_table stay on
+    the device unchecked: lengths are clamped to the cache, a page id outside it reads as
+    zeros); no autograd.
     """
     fw = _framework(q, "q")
     for x, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cache_seqlens, "cache_seqlens")):

@@ -190,9 +190,13 @@ core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor&
     check_caches_disjoint(k_cache, "k_cache", v_cache, "v_cache");
   }
 
-  if (q.device == Device::cuda)
-    throw_error(Status::unsupported, "q: attention_with_kvcache takes CPU tensors only in this build (CUDA tensors given)");
-  a.sk = check_cache_contents(cache_seqlens, paged ? cache.block_table : nullptr, kc, names.k, B, pr.s_new);
+  pr.cache_rows = paged ? cache.block_table->shape[1] * kc.shape[1] : kc.shape[1];
+  pr.num_pages = paged ? kc.shape[0] : 0;
+  // CUDA: the lengths and the table stay on the device (no host sync); the kernels clamp
+  // what they read to the cache (src/cuda/kernels/params.hpp).
+  a.sk = q.device == Device::cuda
+             ? std::max<int64_t>(pr.cache_rows - pr.s_new, 0)
+             : check_cache_contents(cache_seqlens, paged ? cache.block_table : nullptr, kc, names.k, B, pr.s_new);
   a.seqlens_k = static_cast<const int32_t*>(cache_seqlens.data);
   if (paged) {
     a.block_table = static_cast<const int32_t*>(cache.block_table->data);

@@ -15,6 +15,12 @@ namespace flashcore::cuda {
 // host pointers, launch failures) before or instead of writing a wrong result.
 void attention(const core::AttentionProblem& p, PhaseTimes* times);
 
+// attention_with_kvcache on device tensors (kvcache_host.cpp; f16 / bf16, contiguous or
+// paged caches, the append first): throws flashcore::Error before launching anything when
+// the problem cannot run, or when a launch fails. cache_seqlens and block_table are not read
+// on the host.
+void attention_with_kvcache(const core::KvCacheProblem& p, PhaseTimes* times);
+
 // The gradients of attention on device tensors (bwd_backend.cpp; f16 / bf16): throws
 // flashcore::Error before launching anything when the problem cannot run, or when a
 // launch fails.

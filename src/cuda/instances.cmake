@@ -11,7 +11,7 @@
 #   <prefix>_REGS   the registry's FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...) lines
 #   <prefix>_TMPLS  the launcher's template arguments (type, head dim, tile fields...)
 set(_FC_INSTANCES_INC ${CMAKE_CURRENT_LIST_DIR}/instances.inc)
-set(FC_CUDA_DIRECTIONS fwd bwd)
+set(FC_CUDA_DIRECTIONS fwd bwd kvc)
 function(fc_cuda_instance_rows family dir dtypes hdims prefix)
   file(STRINGS ${_FC_INSTANCES_INC} rows REGEX "^FC_${family}\\( *${dir} *,")
   string(TOLOWER ${family} fam)

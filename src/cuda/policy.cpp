@@ -230,4 +230,21 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, co
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list) {
+  const InstanceInfo* best = nullptr;
+  for (const InstanceInfo& i : list)
+    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev) && (best == nullptr || i.head_dim < best->head_dim))
+      best = &i;
+  return best;
+}
+
+int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_rows, const InstanceInfo& i,
+                        const DeviceFacts& dev) {
+  const int64_t items = i.items(sq, heads, batch);
+  if (items < 1) return 1;
+  const int64_t tiles = (cache_rows + i.block_n - 1) / i.block_n;
+  const int64_t ns = std::min<int64_t>({2 * int64_t(dev.sms) / items, tiles / 2, 32});
+  return ns >= 2 ? int(ns) : 1;
+}
+
 }  // namespace flashcore::cuda

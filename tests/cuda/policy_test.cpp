@@ -335,6 +335,37 @@ TEST(CudaPolicy, PaddedHeadDims) {
   EXPECT_EQ(dims(7, 255, kSm86, DType::f16), P(8, 256));
 }
 
+const InstanceInfo kKvc[] = {
+#define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#include "policy_instances_kvc.inc"
+#undef FC_SM80_INST
+};
+
+// attention_with_kvcache: the smallest kvc head dim that covers D and Dv for the dtype, and
+// KV splits only where (sequence, head) CTAs leave SMs idle and the cache has tiles to share.
+TEST(CudaPolicy, KvCacheKernelAndSplits) {
+  const InstanceList kvc(kKvc);
+  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev) {
+    const InstanceInfo* i = pick_kvcache(dt, hd, dev, kvc);
+    return std::string(i != nullptr ? i->key : "none");
+  };
+  EXPECT_EQ(key(DType::f16, 64, kH200), "kvc_sm80_f16_hd64_64x64_w4_o2");
+  EXPECT_EQ(key(DType::bf16, 80, kA100), "kvc_sm80_bf16_hd96_64x64_w4_o2");
+  EXPECT_EQ(key(DType::bf16, 128, kSm86), "kvc_sm80_bf16_hd128_64x64_w4_o2");
+  EXPECT_EQ(key(DType::f16, 200, kSm86), "kvc_sm80_f16_hd256_64x16_w4_o2");
+  EXPECT_EQ(key(DType::f32, 64, kH200), "none");
+  EXPECT_EQ(key(DType::f16, 264, kH200), "none");
+  const InstanceInfo& hd128 = *pick_kvcache(DType::f16, 128, kH200, kvc);
+  // B1 H8 decode over 5008 keys: 8 CTAs on 132 SMs -> min(264 / 8, 79 / 2, 32) = 32.
+  EXPECT_EQ(kvcache_split_count(1, 8, 1, 5008, hd128, kH200), 32);
+  // B32 H32 decode: 1024 CTAs fill the SMs already.
+  EXPECT_EQ(kvcache_split_count(1, 32, 32, 4096, hd128, kH200), 1);
+  // B4 H8 decode over 4096 keys: 32 CTAs -> min(8, 32, 32) = 8.
+  EXPECT_EQ(kvcache_split_count(1, 8, 4, 4096, hd128, kH200), 8);
+  // A short cache has too few tiles to share: 128 keys, 2 tiles -> 1.
+  EXPECT_EQ(kvcache_split_count(1, 8, 1, 128, hd128, kH200), 1);
+  EXPECT_EQ(kvcache_split_count(0, 8, 1, 4096, hd128, kH200), 1);
+}
+
 }  // namespace
 }  // namespace flashcore::cuda
-

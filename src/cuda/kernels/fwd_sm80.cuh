@@ -19,6 +19,9 @@
 // The score variants (softcap, ALiBi, sinks) run in a second kernel of each instance,
 // fwd_sm80_kernel<..., true> (the same code): S' is then the transformed score times log2 e
 // (parts/score_mod.cuh) before the mask, and the sink joins each row before the epilogue.
+// attention_with_kvcache runs fwd_sm80_kernel<..., false, true> (kernels/kvc_sm80.cuh): K/V
+// rows from a contiguous or paged cache (sm80/load.cuh: CacheKvRows), each sequence's
+// length read on the device, and KV splits whose partial rows kv_combine.cu merges.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,7 +71,7 @@ struct FwdSm80Traits {
 // written (one kernel template: a body function inlined into two kernels numbered the PTX
 // registers otherwise, and ptxas then named registers differently).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
-          bool kVariants = false>
+          bool kVariants = false, bool kCache = false>
 __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kThreads,
                                   FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
@@ -80,23 +83,36 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sK = sQ + Tr::kTileQ;
   const uint32_t sV = sK + kStages * Tr::kTileKV;
 
-  // Heavy (late, causal) query blocks first: they are launched in reverse order.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
+  // Heavy (late, causal) query blocks first: they are launched in reverse order. A KV
+  // cache's kernel runs p.kv_splits CTAs per query block (consecutive blockIdx.x).
+  [[maybe_unused]] const int split = kCache ? int(blockIdx.x) % p.kv_splits : 0;
+  const int m_block = kCache ? int(gridDim.x) / p.kv_splits - 1 - int(blockIdx.x) / p.kv_splits
+                             : int(gridDim.x - 1 - blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
-  const SeqInfo seq = seq_info(p, b);
+  const SeqInfo seq = kCache ? cache_seq_info(p, b) : seq_info(p, b);
   const int m0 = m_block * kBlockM;
   if (m0 >= seq.sq) return;
   const int hk = h / p.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const T* gq = static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + m0) * p.q_ss + h * p.q_sh;
-  const sm80::ContiguousKvRows<T, kBlockN> kv{
-      static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
-      static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
+  const auto kv = [&] {
+    if constexpr (kCache)
+      return sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+    else
+      return sm80::ContiguousKvRows<T, kBlockN>{
+          static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
+          static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
+  }();
 
   const core::BandMask mask = band_mask(p, seq);
   const int m_last = min(m0 + kBlockM, seq.sq) - 1;
-  const TileRange tiles = tile_range(mask, m0, m_last, seq.sk, kBlockN);
+  TileRange tiles = tile_range(mask, m0, m_last, seq.sk, kBlockN);
+  if constexpr (kCache) {  // this split's run of the key tiles (near-equal runs, in order)
+    const int ns = p.kv_splits, per = (tiles.hi - tiles.lo + ns - 1) / ns;
+    tiles.lo = min(tiles.hi, tiles.lo + split * per);
+    tiles.hi = min(tiles.hi, tiles.lo + per);
+  }
   const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
 
   // Prologue: Q, then the first kStages-1 K/V tiles, one commit group each.
@@ -175,6 +191,16 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
           acc[mi][df][2] *= f[2 * mi + 1];
           acc[mi][df][3] *= f[2 * mi + 1];
         }
+    }
+  }
+  if constexpr (kCache) {
+    if (p.kv_splits > 1) {  // unnormalized rows and (m, l) for kv_combine.cu
+      const int64_t i0 = (int64_t(split) * p.o_rows() + int64_t(b) * p.sq) * p.heads + h;
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+        store_partial<kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, p.part_o, p.part_ml, i0, p.heads, row0 + 16 * mi,
+                           seq.sq, p.dv, t);
+      return;
     }
   }
   T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;

@@ -121,6 +121,16 @@ struct FwdParams {
   const float* alibi = nullptr;
   int64_t alibi_sb = 0;
   const float* sinks = nullptr;
+  // attention_with_kvcache (the kvc kernels, kernels/kvc_sm80.cuh): sequence b has
+  // min(seqlens_k[b] + s_new, cache_rows) keys (lengths read on the device). With
+  // block_table the cache is paged: key s is row s % page_size of page
+  // block_table[b bt_sb + s / page_size], k / v point at page 0 and k_sb / v_sb are the
+  // page strides; a page id outside [0, num_pages) reads as zero rows (never out of bounds).
+  const int32_t* seqlens_k = nullptr;
+  int s_new = 0, cache_rows = 0;
+  const int32_t* block_table = nullptr;
+  int64_t bt_sb = 0;
+  int page_size = 0, num_pages = 0;
 
   // O's query rows: B Sq, or the packed tensor's total_q (varlen); the splits' stride in
   // part_o / part_ml is o_rows() H rows.

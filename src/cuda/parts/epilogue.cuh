@@ -46,4 +46,25 @@ __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const f
   }
 }
 
+// KV-split partials (kv_combine.cu) of rows row0 and row0 + 8: the unnormalized O row and
+// its (m, l), query row r at index i0 + r * heads (part_o: index * dv floats on). Rows past
+// Sq and columns past Dv are not written.
+template <int kDF>
+__device__ __forceinline__ void store_partial(const float (&acc)[kDF][4], const float* m, const float* l, float* part_o,
+                                              float2* part_ml, int64_t i0, int heads, int row0, int sq, int dv, int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + half * 8;
+    if (row >= sq) continue;
+    const int64_t i = i0 + int64_t(row) * heads;
+    float* po = part_o + i * dv;
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      const int col = df * 8 + 2 * t;
+      if (col < dv) *reinterpret_cast<float2*>(po + col) = make_float2(acc[df][2 * half], acc[df][2 * half + 1]);
+    }
+    if (t == 0) part_ml[i] = make_float2(m[half], l[half]);
+  }
+}
+
 }  // namespace flashcore::cuda
