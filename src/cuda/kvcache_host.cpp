@@ -103,9 +103,11 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   f.bt_sb = p.block_table_sb;
   f.page_size = int(p.page_size);
   f.num_pages = int(pr.num_pages);
-  f.kv_splits = kvcache_split_count(p.sq, p.heads, p.batch, pr.cache_rows, *inst, dev);
+  f.pack_shift = gqa_pack_shift(p, p.sq);
+  f.kv_splits = kvcache_split_count(p.sq << f.pack_shift, p.heads >> f.pack_shift, p.batch, pr.cache_rows, *inst, dev);
   if (times != nullptr) {
-    times->kernel = std::string(inst->key) + (f.kv_splits > 1 ? "+kv" + std::to_string(f.kv_splits) : "");
+    times->kernel = std::string(inst->key) + (f.pack_shift > 0 ? "+gqa" + std::to_string(1 << f.pack_shift) : "") +
+                    (f.kv_splits > 1 ? "+kv" + std::to_string(f.kv_splits) : "");
     times->strategy = to_string(Strategy::online);
   }
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

@@ -161,8 +161,8 @@ enum class VtPath { none, prepass, fused, in_kernel };
 // attention_with_kvcache's kernel among the kvc rows (`list`): the first row of the dtype
 // and of the smallest head dim >= hd that runs on the device, or null.
 const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list);
-// Its KV splits (flash-decoding) for batch sequences of sq queries and heads query heads over
-// at most cache_rows keys each: ns = min(2 SMs / CTAs, key tiles / 2, 32) where that is >= 2
+// Its KV splits (flash-decoding) for batch sequences of sq rows and heads item heads (with GQA
+// packing: Sq G rows and H / G heads) over at most cache_rows keys each: ns = min(2 SMs / CTAs, key tiles / 2, 32) where that is >= 2
 // (kv_combine.cu merges them), else 1. cache_rows bounds the lengths (they stay on the
 // device): each CTA splits its own sequence's tiles, so an over-count only adds empty runs.
 int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_rows, const InstanceInfo& i,

@@ -3,8 +3,8 @@
 // 256, pages in a random permutation, unused table entries far outside the cache, unused
 // slots NaN) and contiguous ones, NHD and HND, lengths 0 and 1, appends that cross pages
 // (the caches then hold exactly the new keys at their slots, nothing else changed), decode,
-// speculative causal queries, windows, GQA 8:1, head dims 64 to 256 (80: on the hd96
-// instance), KV splits with their combine, CUDA graph capture, bad arguments refused by
+// speculative causal queries, windows, GQA 8:1 (a KV head's query heads packed into one
+// tile), head dims 64 to 256 (80: on the hd96 instance), KV splits with their combine, CUDA graph capture, bad arguments refused by
 // name, and page ids and lengths past the cache that the device never reads past. Every
 // test skips with a message when there is no sm80+ GPU.
 #include <cuda_runtime.h>
@@ -81,10 +81,15 @@ TEST_P(CudaKvCache, MatchesReferenceOnContiguousKeys) {
   f.check(1, Strategy::automatic, gpu_runner(&kernel));
   SCOPED_TRACE("kernel " + kernel);
   EXPECT_EQ(kernel.rfind("kvc_sm80_", 0), 0u);
-  // A long cache over few (sequence, head) CTAs is split over the keys.
-  if (GetParam().lens[0] >= 3000) {
+  // A long cache over few (sequence, head) CTAs is split over the keys; a group of 2 to 64
+  // query heads (a power of two) over fewer than 64 queries shares its KV head's tile rows.
+  const KvCase& c = GetParam();
+  if (c.lens[0] >= 3000) {
     EXPECT_NE(kernel.find("+kv"), std::string::npos);
   }
+  const int64_t g = c.h / c.hkv;
+  const bool packed = c.sq < 64 && g >= 2 && g <= 64 && (g & (g - 1)) == 0;
+  EXPECT_EQ(kernel.find("+gqa" + std::to_string(g)) != std::string::npos, packed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaKvCache, ::testing::ValuesIn(kCases),

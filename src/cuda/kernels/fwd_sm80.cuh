@@ -88,10 +88,13 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   [[maybe_unused]] const int split = kCache ? int(blockIdx.x) % p.kv_splits : 0;
   const int m_block = kCache ? int(gridDim.x) / p.kv_splits - 1 - int(blockIdx.x) / p.kv_splits
                              : int(gridDim.x - 1 - blockIdx.x);
-  const int h = blockIdx.y, b = blockIdx.z;
+  // A KV cache's kernel packs the query heads of a KV head into the rows (GQA, shift =
+  // log2 G > 0, as the sm90 kernels): row r is query r >> shift of head h + (r & (G - 1)).
+  const int shift = kCache ? p.pack_shift : 0;
+  const int h = int(blockIdx.y) << shift, b = blockIdx.z;
   const SeqInfo seq = kCache ? cache_seq_info(p, b) : seq_info(p, b);
-  const int m0 = m_block * kBlockM;
-  if (m0 >= seq.sq) return;
+  const int m0 = m_block * kBlockM, rows = seq.sq << shift;
+  if (m0 >= rows) return;
   const int hk = h / p.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
@@ -106,8 +109,8 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   }();
 
   const core::BandMask mask = band_mask(p, seq);
-  const int m_last = min(m0 + kBlockM, seq.sq) - 1;
-  TileRange tiles = tile_range(mask, m0, m_last, seq.sk, kBlockN);
+  const int m_last = min(m0 + kBlockM, rows) - 1;
+  TileRange tiles = tile_range(mask, m0 >> shift, m_last >> shift, seq.sk, kBlockN);
   if constexpr (kCache) {  // this split's run of the key tiles (near-equal runs, in order)
     const int ns = p.kv_splits, per = (tiles.hi - tiles.lo + ns - 1) / ns;
     tiles.lo = min(tiles.hi, tiles.lo + split * per);
@@ -116,7 +119,13 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
 
   // Prologue: Q, then the first kStages-1 K/V tiles, one commit group each.
-  load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, seq.sq - m0, p.d, tid);
+  if (shift > 0) {  // packed rows: (query, head) pairs
+    const T* gq0 = static_cast<const T*>(p.q) + seq.bb * p.q_sb + seq.q_row0 * p.q_ss + h * p.q_sh;
+    const auto q_row = [&](int r) { return gq0 + ((m0 + r) >> shift) * p.q_ss + ((m0 + r) & ((1 << shift) - 1)) * p.q_sh; };
+    load_tile_rows<kBlockM, kHeadDim, Tr::kThreads>(sQ, q_row, gq0, rows - m0, p.d, tid);
+  } else {
+    load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, seq.sq - m0, p.d, tid);
+  }
   ptx::cp_async_commit();
   auto load_kv = [&](int n, int stage) {
     sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, kv, n, stage, seq.sk, p.d, p.dv, tid);
@@ -162,7 +171,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     // variants: the scores go to the log2 domain here, and the mask and softmax take factor 1
     if constexpr (kVariants) transform_scores<kMI, kNF>(s, p, slope2, band.offset, row0, n * kBlockN, t);
     mask_scores<kMI, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, kVariants ? 1.f : p.scale_log2, band, row0,
-                          n * kBlockN, t);
+                          n * kBlockN, t, shift);
     float corr[2 * kMI];
     sm.template update<kMI, kNF>(s, kVariants ? 1.f : p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
     rescale_rows<kMI, kDF>(acc, corr);
@@ -199,7 +208,16 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
 #pragma unroll
       for (int mi = 0; mi < kMI; ++mi)
         store_partial<kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, p.part_o, p.part_ml, i0, p.heads, row0 + 16 * mi,
-                           seq.sq, p.dv, t);
+                           seq.sq, p.dv, t, shift);
+      return;
+    }
+    if (shift > 0) {
+      T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + h * p.o_sh;
+      float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh;
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+        store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t,
+                             shift, p.o_sh, p.lse_sh);
       return;
     }
   }

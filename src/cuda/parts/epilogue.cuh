@@ -47,16 +47,18 @@ __device__ __forceinline__ void store_output(const float (&acc)[kDF][4], const f
 }
 
 // KV-split partials (kv_combine.cu) of rows row0 and row0 + 8: the unnormalized O row and
-// its (m, l), query row r at index i0 + r * heads (part_o: index * dv floats on). Rows past
-// Sq and columns past Dv are not written.
+// its (m, l); query q of head offset o (packed rows, shift > 0: row r is query r >> shift of
+// head offset r & (G - 1); else row r is query r, offset 0) at index i0 + q * heads + o
+// (part_o: index * dv floats on). Rows past Sq and columns past Dv are not written.
 template <int kDF>
 __device__ __forceinline__ void store_partial(const float (&acc)[kDF][4], const float* m, const float* l, float* part_o,
-                                              float2* part_ml, int64_t i0, int heads, int row0, int sq, int dv, int t) {
+                                              float2* part_ml, int64_t i0, int heads, int row0, int sq, int dv, int t,
+                                              int shift = 0) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int row = row0 + half * 8;
+    const int prow = row0 + half * 8, row = prow >> shift, hoff = prow & ((1 << shift) - 1);
     if (row >= sq) continue;
-    const int64_t i = i0 + int64_t(row) * heads;
+    const int64_t i = i0 + int64_t(row) * heads + hoff;
     float* po = part_o + i * dv;
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
