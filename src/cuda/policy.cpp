@@ -10,10 +10,10 @@ namespace flashcore::cuda {
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev) {
   if (!dev.hopper()) return "needs a compute capability 9.0 (Hopper) device";
   if (p.dtype != i.dtype) return "is not a " + std::string(to_string(p.dtype)) + " kernel";
-  if (p.variants())
+  if (p.variants() && !i.score_mod)
     return std::string("does not take the score variants (") +
            (p.softcap > 0.0f ? "params.softcap" : p.alibi != nullptr ? "params.alibi_slopes" : "params.sinks") +
-           "): the sm80 kernels do";
+           "): the '_sv' and sm80 kernels do";
   if (p.d != i.head_dim || p.dv != i.head_dim)
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
@@ -63,7 +63,8 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
   return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64) ? int(ns) : 1;
 }
 
-// The 16-bit sm90 rule (none with a score variant set: the sm80 family takes those):
+// The 16-bit sm90 rule (a call with a score variant set: the head dim's "_sv" row; the
+// plain rule below never takes one):
 // - a 64-row tile where each query block sees few keys (hd64: Sk < kShortSk64, twice that
 //   under a band mask; hd128 and up: a local window with Sk < kShortSk), where the packed
 //   rows of a head fit one tile, or where the taller tiles would leave SMs idle; with more
@@ -74,7 +75,12 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
 //   resident at once and Sk is at most kPersistentMaxSk (per tile kind and mask, below).
 const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
                               InstanceList list) {
-  if (p.tile_m != 0 || p.variants()) return nullptr;  // (the score variants: sm80 family only)
+  if (p.tile_m != 0) return nullptr;
+  if (p.variants()) {  // the score variants: the head dim's "_sv" row
+    for (const InstanceInfo& i : list)
+      if (i.score_mod && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) return &i;
+    return nullptr;
+  }
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 16384,
                     kPersistentMaxSkBanded = 8192, kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
   const bool banded = p.banded(), windowed = p.windowed();
@@ -87,7 +93,8 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
   for (const InstanceInfo& i : list)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
     // builds its message: this runs on every call and walks the whole table.
-    if (i.arch == 90 && !i.persistent && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) {
+    if (i.arch == 90 && !i.persistent && !i.score_mod && i.dtype == p.dtype && i.head_dim == p.d &&
+        sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
         if (rows64 == nullptr || (i.ctas_per_sm() > rows64->ctas_per_sm() && items64 > 2 * int64_t(dev.sms)))
           rows64 = &i;
@@ -190,7 +197,8 @@ KernelChoice complete_choice(const core::AttentionProblem& p, int64_t sq, int64_
                              const InstanceInfo* inst, int kv_splits) {
   KernelChoice c;
   c.inst = inst;
-  c.pack_shift = inst != nullptr && inst->arch == 90 ? gqa_pack_shift(p, sq) : 0;
+  // (no packing for the score variants or on their "_sv" rows: slopes and sinks are per query head)
+  c.pack_shift = inst != nullptr && inst->arch == 90 && !inst->score_mod && !p.variants() ? gqa_pack_shift(p, sq) : 0;
   if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, sq, sk, *inst, c.pack_shift, dev);
   c.kv_splits = std::max(kv_splits, 1);
   return c;
@@ -222,9 +230,10 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, co
                                              InstanceList list) {
   const int64_t hd = std::max(p.d, p.dv);
   int64_t best = 0;
-  if (dev.hopper() && !p.variants())
+  if (dev.hopper())
     for (const InstanceInfo& i : list)
-      if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) && (best == 0 || i.head_dim < best))
+      if (i.arch == 90 && i.score_mod == p.variants() && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) &&
+          (best == 0 || i.head_dim < best))
         best = i.head_dim;
   if (best > 0) return {best, best};
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};

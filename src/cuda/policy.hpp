@@ -37,6 +37,7 @@ struct InstanceInfo {
   int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Config::kSmem, kCtasPerSm
   bool chord = false;          // sm90 rows with FwdSm90Config::kChordForm (FwdParams::exp_chord)
   bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
+  bool score_mod = false;      // sm90 "_sv" rows: the score variants' kernel (FwdSm90Config::kScoreMod)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Config::kSmem.
   int smem() const {
@@ -64,7 +65,7 @@ constexpr InstanceInfo sm90_instance(const char* key) {
                           kVariant>;
   return {key,           90,           kDType,       kHeadDim,     kBlockM,      kBlockN,
           4 * C::kConsumers + 4,       kStages,      kVariant == 1, kVariant == 2, C::kSmem,
-          C::kCtasPerSm, C::kChordForm, C::kVtFused};
+          C::kCtasPerSm, C::kChordForm, C::kVtFused, C::kScoreMod};
 }
 
 // The dtype keys of the table's rows -> storage dtype (tf32: fp32 storage on TF32 tensor
@@ -142,8 +143,8 @@ Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, 
                        InstanceList list);
 
 // The head dims (D, Dv) that a 16-bit problem whose D or Dv is not a multiple of 8 is copied
-// into (backend.cpp: attention_head_padded; zero columns): on Hopper without a score
-// variant, both the smallest sm90 head dim >= max(D, Dv) that runs there (the sm90 kernels
+// into (backend.cpp: attention_head_padded; zero columns): on Hopper, both the smallest sm90
+// head dim >= max(D, Dv) that runs there (with a score variant: of the "_sv" rows; the sm90 kernels
 // take D == Dv == their head dim; the sm80 family, which takes the problems otherwise,
 // ran them at a fraction of the speed: docs/results/cuda-head-pad-2026-11-29.md); otherwise
 // each the next multiple of 8

@@ -98,10 +98,11 @@ TEST(CudaErrors, UnsupportedHeadDims) {
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");
 }
 
-// The score variants run on the sm80 family only: an sm90 key forced with one of them is
-// refused before a launch, naming params.impl (and, on an sm90 device, the variant); without
-// a forced key the dispatcher takes an sm80 kernel on every GPU, Hopper included.
-TEST(CudaErrors, ScoreVariantsOnSm80Only) {
+// The score variants run on the sm90 "_sv" rows and the sm80 family: a plain sm90 key forced
+// with one of them is refused before a launch, naming params.impl (and, on an sm90 device,
+// the variant); without a forced key the dispatcher takes the "_sv" kernel on Hopper and an
+// sm80 kernel elsewhere.
+TEST(CudaErrors, ScoreVariantsOnSvAndSm80) {
   FC_REQUIRE_GPU();
   const std::string key = sm90_key(DType::f16, 64);
   HostTensor q(DType::f16, {1, 64, 2, 64}), o(DType::f16, {1, 64, 2, 64}), heads(DType::f32, {2});
@@ -130,7 +131,10 @@ TEST(CudaErrors, ScoreVariantsOnSm80Only) {
     SCOPED_TRACE(name);
     flashcore::PhaseTimes times;
     ASSERT_NO_THROW(flashcore::attention(dq.view(), dq.view(), dq.view(), dout.view(), *params, &times));
-    EXPECT_EQ(times.kernel.rfind("fwd_sm80_f16_hd64_", 0), 0u) << "kernel " << times.kernel;
+    EXPECT_EQ(times.kernel.rfind(hopper ? "fwd_sm90_f16_hd64_" : "fwd_sm80_f16_hd64_", 0), 0u) << "kernel " << times.kernel;
+    if (hopper) {
+      EXPECT_TRUE(fctest::has_suffix(times.kernel, "_sv")) << "kernel " << times.kernel;
+    }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     HostTensor back(DType::f16, {1, 64, 2, 64}), ref(DType::f32, {1, 64, 2, 64});
     dout.download(back);

@@ -172,7 +172,7 @@ TEST(CudaPolicy, ExpectedKeysExist) {
 // Every key follows docs/naming.md's CUDA grammar and says what its row holds.
 TEST(CudaPolicy, KeysFollowTheGrammar) {
   const std::regex sm80(R"(^fwd_sm80_(f16|bf16|tf32)_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)(_s(\d+))?$)");
-  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt)?$)");
+  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt|_sv)?$)");
   for (const InstanceInfo& i : kAll) {
     std::cmatch m;
     const bool ok = std::regex_match(i.key, m, i.arch == 80 ? sm80 : sm90);
@@ -190,6 +190,7 @@ TEST(CudaPolicy, KeysFollowTheGrammar) {
       EXPECT_EQ(std::stoi(m[5].str()), i.stages) << i.key;
       EXPECT_EQ(m[6].str() == "_p", i.persistent) << i.key;
       EXPECT_EQ(m[6].str() == "_vt", i.vt_in) << i.key;
+      EXPECT_EQ(m[6].str() == "_sv", i.score_mod) << i.key;
     }
     for (const InstanceInfo& j : kAll) EXPECT_TRUE(&i == &j || std::strcmp(i.key, j.key) != 0) << i.key << " twice";
   }
@@ -240,18 +241,20 @@ TEST(CudaPolicy, Sm90Refusal) {
   EXPECT_EQ(persistent_variant(kAll, *p128), p128);
 }
 
-// The score variants (softcap, ALiBi, sinks) run on the sm80 family only: on a Hopper GPU
-// the dispatcher takes the sm80 row the same shape gets without sm90 rows, and every sm90 row
-// refuses them, naming the variant.
-TEST(CudaPolicy, ScoreVariantsOnSm80) {
+// The score variants (softcap, ALiBi, sinks): on a Hopper GPU a 16-bit call takes its head
+// dim's "_sv" row (no GQA packing: slopes and sinks are per query head), which every other
+// sm90 row refuses, naming the variant; fp32, and every call on another GPU, takes the sm80
+// row the same shape gets without sm90 rows.
+TEST(CudaPolicy, ScoreVariants) {
   std::vector<InstanceInfo> no90;
   for (const InstanceInfo& i : kAll)
     if (i.arch == 80) no90.push_back(i);
   static const float slopes[32] = {}, sinks[32] = {};
   const Row rows[] = {
       {"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
-      {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits on sm90
+      {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits, no packing
       {"", kH200, f16, 2, 16, 16, 1024, 1024, 64, 64, Mask::causal, true, 0, 0, "", 0, 1},
+      {"", kH200, bf16, 2, 8, 8, 512, 700, 256, 256, Mask::local, false, 0, 0, "", 0, 1},
       {"", kH200, f32, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
       {"", kA100, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::local, false, 0, 0, "", 0, 1},
   };
@@ -263,18 +266,29 @@ TEST(CudaPolicy, ScoreVariantsOnSm80) {
       if (v == 2) p.sinks = sinks;
       const char* name = v == 0 ? "params.softcap" : v == 1 ? "params.alibi_slopes" : "params.sinks";
       SCOPED_TRACE(std::string(name) + " " + to_string(r.dtype) + " hd" + std::to_string(r.d));
-      const Choice16 got = choose_kernel(p, r.sq, r.sk, r.dev, kAll), want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
-      ASSERT_NE(want.kernel.inst, nullptr);
+      const Choice16 got = choose_kernel(p, r.sq, r.sk, r.dev, kAll);
       ASSERT_NE(got.kernel.inst, nullptr);
-      EXPECT_EQ(std::string(got.kernel.inst->key), want.kernel.inst->key);
-      EXPECT_EQ(got.kernel.inst->arch, 80);
-      EXPECT_EQ(got.kernel.kv_splits, 1);
       EXPECT_EQ(got.kernel.pack_shift, 0);
-      EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), nullptr);
+      if (r.dev.hopper() && r.dtype != f32) {
+        const std::string want = "fwd_sm90_" + std::string(to_string(r.dtype)) + "_hd" + std::to_string(r.d) + "_";
+        EXPECT_EQ(std::string(got.kernel.inst->key).rfind(want, 0), 0u) << got.kernel.inst->key;
+        EXPECT_TRUE(got.kernel.inst->score_mod) << got.kernel.inst->key;
+        EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), got.kernel.inst);
+      } else {
+        const Choice16 want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
+        ASSERT_NE(want.kernel.inst, nullptr);
+        EXPECT_EQ(std::string(got.kernel.inst->key), want.kernel.inst->key);
+        EXPECT_EQ(got.kernel.kv_splits, 1);
+        EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), nullptr);
+      }
       for (const InstanceInfo& i : kAll)
-        if (i.arch == 90 && i.dtype == r.dtype && r.dev.hopper()) {
+        if (i.arch == 90 && i.dtype == r.dtype && r.dev.hopper() && !i.score_mod) {
           EXPECT_NE(sm90_refusal(p, i, r.dev).find(name), std::string::npos) << i.key;
         }
+      // A call without variants never takes a "_sv" row.
+      const Choice16 base = choose_kernel(plain, r.sq, r.sk, r.dev, kAll);
+      ASSERT_NE(base.kernel.inst, nullptr);
+      EXPECT_FALSE(base.kernel.inst->score_mod) << base.kernel.inst->key;
     }
 }
 
@@ -312,7 +326,7 @@ TEST(CudaPolicy, VtPath) {
 }
 
 // Head dims off the multiples of 8 (16-bit): on Hopper padded to the smallest sm90 head dim
-// that covers both (D == Dv there), unless a score variant keeps the call on the sm80 family;
+// that covers both (D == Dv there; with a score variant, of the "_sv" rows);
 // elsewhere each to the next multiple of 8.
 TEST(CudaPolicy, PaddedHeadDims) {
   const InstanceList all(kAll);
@@ -330,7 +344,7 @@ TEST(CudaPolicy, PaddedHeadDims) {
   EXPECT_EQ(dims(111, 64, kH200, DType::f16), P(128, 128));
   EXPECT_EQ(dims(59, 33, kH200, DType::bf16), P(64, 64));
   EXPECT_EQ(dims(200, 255, kH200, DType::bf16), P(256, 256));
-  EXPECT_EQ(dims(111, 111, kH200, DType::bf16, true), P(112, 112));  // softcap: sm80 only
+  EXPECT_EQ(dims(111, 111, kH200, DType::bf16, true), P(128, 128));  // softcap: the "_sv" rows
   EXPECT_EQ(dims(111, 33, kA100, DType::bf16), P(112, 40));
   EXPECT_EQ(dims(7, 255, kSm86, DType::f16), P(8, 256));
 }

@@ -125,7 +125,14 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       float scale_log2 = p.scale_log2, o_scale = p.o_scale;
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
-      ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+      if constexpr (Tr::kScoreMod) {  // (never packed: the policy gives variant calls no GQA packing)
+        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, 0, band, scale_log2, o_scale, res,
+               alibi_slope_log2(p, wi.b, wi.h));
+        if (p.sinks != nullptr && !(Sched::kSplits && sched.ns > 1))  // (with splits: kv_combine.cu joins it)
+          join_sink_rows(res, p.sinks[wi.h]);
+      } else {
+        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+      }
       if (Sched::kSplits && sched.ns > 1)
         ep.store_split(p, res, wi, seq, row0, sched.shift, sched.split_j);
       else
@@ -162,7 +169,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   };
   CUtensorMap tq, tk, tv;
   cudaError_t e;
-  if (g > 1 && (g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
+  if (g > 1 && (g > 64 || kBlockM % g != 0 || Tr::kScoreMod)) return cudaErrorInvalidValue;  // ("_sv": no packing)
   if constexpr (Tr::kFp8) {  // V itself (Tr::kVtIn: 64-key boxes), or V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes (varlen: b = 1)
     if (!Tr::kVtIn && p.vt == nullptr) return cudaErrorInvalidValue;
     e = g > 1 ? make_tma_8bit_4d(&tq, p.q, p.d, p.heads, rows_q, nb, p.q_sh, p.q_ss, p.q_sb, g, 128, kBlockM / g)

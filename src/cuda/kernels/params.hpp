@@ -107,9 +107,10 @@ struct FwdParams {
   int kv_splits = 1;
   float* part_o = nullptr;
   float2* part_ml = nullptr;
-  // Score variants (core/variants/score.hpp; the sm80 family's variant kernels, the exact
-  // fp32 kernel, and the sinks in kv_combine.cu). `variants`: any of them set, the launcher
-  // takes the variant kernel (the plain one never reads the fields below). In the log2
+  // Score variants (core/variants/score.hpp; the sm90 "_sv" kernels, the sm80 family's
+  // variant kernels, the exact fp32 kernel, and the sinks in kv_combine.cu). `variants`: any
+  // of them set, the launcher takes the variant kernel (the plain one never reads the fields
+  // below). In the log2
   // domain the kernels work in, with z = the transformed natural-log score:
   //   z log2 e = softcap_out tanh(scale acc / c) - m_bh log2 e |i + Sk - Sq - j|
   // softcap_out = c log2 e (0: no softcap; then z log2 e = acc scale_log2 - ...),
