@@ -222,6 +222,10 @@ struct KvCacheOptions {
   const Tensor* k_new = nullptr;        // [B, S_new, Hkv, D], appended in place (with v_new)
   const Tensor* v_new = nullptr;        // [B, S_new, Hkv, Dv]
   KvLayout layout = KvLayout::nhd;      // of k_cache and v_cache
+  // CUDA tensors: copy cache_seqlens and block_table to the host (synchronizing the stream;
+  // not capturable in a CUDA graph) and check their contents as on the CPU, refusing bad
+  // values by name before anything runs. CPU tensors are always checked.
+  bool check_contents = false;
 };
 
 // attention_with_kvcache: attention of q [B, Sq, H, D] over each sequence's keys in a KV
@@ -255,7 +259,7 @@ struct KvCacheOptions {
 //    device and are not checked (no host sync; a call can be captured in a CUDA graph).
 //    Lengths are clamped to the cache and a page id outside it reads as zero rows (an append
 //    to it is dropped): bad values give unspecified outputs, never accesses outside the
-//    caches. Check them on the host first where they may be wrong.
+//    caches; cache.check_contents checks them as the CPU path does (a copy to the host).
 void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                             const Tensor& cache_seqlens, const Tensor& out,
                             const KvCacheOptions& cache = {}, const AttentionParams& params = {},

@@ -499,7 +499,7 @@ _KV_LAYOUTS = {"NHD": 0, "nhd": 0, "HND": 1, "hnd": 1}
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
                            kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False, out=None,
                            strategy="auto", exp="exact", threads=None, impl=None, softcap=None, alibi_slopes=None,
-                           sinks=None):
+                           sinks=None, check_cache=False):
     """Attention of q [B, Sq, H, D] over each sequence's keys in a KV cache (the contract of
     FlashAttention's flash_attn_with_kvcache). Returns out [B, Sq, H, Dv] (and lse
     [B, H, Sq] float32 with return_lse=True).
@@ -519,7 +519,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     length, bottom-right) and sinks ([H]) as attention's. CPU arrays, or CUDA arrays (f16 /
     bf16, head dims multiples of 8; no score variants; cache_seqlens and block_table stay on
     the device unchecked: lengths are clamped to the cache, a page id outside it reads as
-    zeros); no autograd.
+    zeros; check_cache=True copies them to the host, synchronizing, and refuses bad values
+    by name as for CPU arrays); no autograd.
     """
     fw = _framework(q, "q")
     for x, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cache_seqlens, "cache_seqlens")):
@@ -537,8 +538,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     if out is None:
         out = _empty(q, fw, (b, sq, h, _shape(v_cache, "v_cache", 4, "[.., Hkv, Dv]")[3]))
     lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
-    _call(_core.attention_with_kvcache, fw, q, params, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-          out, lse, layout)
+    check = _flag(check_cache, "check_cache")
+    _call(lambda *a: _core.attention_with_kvcache(*a, check_contents=check), fw, q, params, q, k_cache, v_cache,
+          cache_seqlens, block_table, k_new, v_new, out, lse, layout)
     return (out, lse) if return_lse else out
 
 

@@ -21,6 +21,11 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times);
 // on the host.
 void attention_with_kvcache(const core::KvCacheProblem& p, PhaseTimes* times);
 
+// Copies `rows` rows of `row_bytes` bytes, `pitch` bytes apart in device memory, into host
+// memory (dst, rows packed) on `stream` and waits for them; throws device_error naming `name`.
+void copy_rows_to_host(void* dst, const void* src, int64_t rows, int64_t row_bytes, int64_t pitch, void* stream,
+                       const char* name);
+
 // The gradients of attention on device tensors (bwd_backend.cpp; f16 / bf16): throws
 // flashcore::Error before launching anything when the problem cannot run, or when a
 // launch fails.

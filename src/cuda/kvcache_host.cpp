@@ -62,6 +62,16 @@ KvAppendParams append_params(const core::KvCacheProblem& pr) {
 
 }  // namespace
 
+void copy_rows_to_host(void* dst, const void* src, int64_t rows, int64_t row_bytes, int64_t pitch, void* stream,
+                       const char* name) {
+  if (rows <= 0 || row_bytes <= 0) return;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaMemcpy2DAsync(dst, size_t(row_bytes), src, size_t(pitch), size_t(row_bytes), size_t(rows),
+                                    cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string(name) + ": copying to the host failed", e);
+}
+
 void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   const core::AttentionProblem& p = pr.attn;
   const DeviceInfo dev = device_info(true);

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -20,13 +21,14 @@ namespace fctest {
 namespace {
 
 // The call on device copies of the fixture's tensors; the kernel that ran goes to *kernel.
-KvFixture::Runner gpu_runner(std::string* kernel, bool capture = false) {
-  return [kernel, capture](KvFixture& f, HostTensor& kc, HostTensor& vc, HostTensor& out, HostTensor& lse,
-                           fc::AttentionParams p) {
+KvFixture::Runner gpu_runner(std::string* kernel, bool capture = false, bool check_contents = false) {
+  return [kernel, capture, check_contents](KvFixture& f, HostTensor& kc, HostTensor& vc, HostTensor& out,
+                                           HostTensor& lse, fc::AttentionParams p) {
     DevTensor q(f.q), dkc(kc), dvc(vc), lens(f.seqlens), dout(out), dlse(lse);
     std::optional<DevTensor> table, kn, vn;
     fc::KvCacheOptions opt;
     opt.layout = f.c.hnd ? fc::KvLayout::hnd : fc::KvLayout::nhd;
+    opt.check_contents = check_contents;
     if (f.c.page > 0) opt.block_table = &table.emplace(f.table).view();
     if (f.c.s_new > 0) {
       opt.k_new = &kn.emplace(f.k_new).view();
@@ -126,6 +128,61 @@ TEST(CudaKvCacheUnchecked, BadLengthsAndPagesStayInBounds) {
   std::string kernel;
   gpu_runner(&kernel)(f, kc, vc, out, lse, f.params());
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// KvCacheOptions::check_contents: bad lengths and page ids in device arrays refused by name
+// as on the CPU, with out, lse and the caches untouched; good ones pass.
+TEST(CudaKvCacheChecked, BadContentsRefusedByName) {
+  FC_REQUIRE_GPU();
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const KvCase c{"checked", DType::f16, 16, false, 2, 1, 4, 2, 64, {20, 40}, 1};
+  struct Bad {
+    const char* needle;
+    std::function<void(KvFixture&)> breakit;
+  };
+  const Bad bads[] = {
+      {"cache_seqlens", [](KvFixture& f) { f.seqlens.set(1, -3); }},
+      {"block_table", [](KvFixture& f) { f.table.set(0, 1 << 30); }},
+      {"block_table", [](KvFixture& f) { f.seqlens.set(0, 1e6); }},  // more pages than max_pages
+      {"", [](KvFixture&) {}},                                         // nothing wrong: passes
+  };
+  for (const Bad& b : bads) {
+    SCOPED_TRACE(b.needle);
+    KvFixture f(c, rng);
+    b.breakit(f);
+    HostTensor out(c.dtype, {c.b, c.sq, c.h, c.d}), lse(DType::f32, {c.b, c.h, c.sq});
+    out.poison();
+    lse.poison();
+    DevTensor q(f.q), kc(f.k_cache), vc(f.v_cache), lens(f.seqlens), table(f.table), kn(f.k_new), vn(f.v_new),
+        dout(out), dlse(lse);
+    fc::KvCacheOptions opt;
+    opt.block_table = &table.view();
+    opt.k_new = &kn.view();
+    opt.v_new = &vn.view();
+    opt.check_contents = true;
+    fc::AttentionParams p = f.params();
+    p.lse = &dlse.view();
+    if (b.needle[0] == '\0') {
+      EXPECT_NO_THROW(fc::attention_with_kvcache(q.view(), kc.view(), vc.view(), lens.view(), dout.view(), opt, p));
+      continue;
+    }
+    try {
+      fc::attention_with_kvcache(q.view(), kc.view(), vc.view(), lens.view(), dout.view(), opt, p);
+      ADD_FAILURE() << "no error";
+    } catch (const fc::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.needle), std::string::npos) << e.what();
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    HostTensor out2(c.dtype, {c.b, c.sq, c.h, c.d}), kc2(c.dtype, f.k_cache.shape());
+    dout.download(out2);
+    kc.download(kc2);
+    for (int64_t i = 0; i < out2.numel(); ++i) ASSERT_TRUE(std::isnan(out2.get(i))) << "out written";
+    for (int64_t i = 0; i < kc2.numel(); ++i) {
+      const double a = kc2.get(i), w = f.k_cache.get(i);
+      ASSERT_TRUE(a == w || (std::isnan(a) && std::isnan(w))) << "k_cache written";
+    }
+  }
 }
 
 // Bad arguments of the CUDA path are refused by name before anything runs.
