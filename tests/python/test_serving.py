@@ -207,6 +207,34 @@ def test_torch_kvcache_and_merge(rng):
     assert ref.rel_err(f64(om), o_ref) <= TOL["bf16"]
 
 
+def test_torch_kvcache_op_and_compile(rng):
+    torch = pytest.importorskip("torch")
+    fct = pytest.importorskip("flashcore.torch")
+    q = torch.randn(2, 2, 8, 64)
+    k = torch.randn(2, 50, 2, 64)
+    v = torch.randn(2, 50, 2, 64)
+    table = torch.tensor([[3, 0, 5, 1], [2, 6, 4, 7]], dtype=torch.int32)
+
+    def cache():
+        kc = torch.full((8, 16, 2, 64), float("nan"))
+        vc = torch.full((8, 16, 2, 64), float("nan"))
+        for b in range(2):
+            for s in range(48):
+                kc[table[b, s // 16], s % 16], vc[table[b, s // 16], s % 16] = k[b, s], v[b, s]
+        return kc, vc
+
+    lens = torch.tensor([48, 48], dtype=torch.int32)
+    f64 = lambda x: x.to(torch.float64).numpy()  # noqa: E731
+    o_ref, _ = ref.attention(f64(q), f64(k), f64(v), causal=True)
+    step = lambda q, kc, vc: fct.attention_with_kvcache(q, kc, vc, lens, k_new=k[:, 48:], v_new=v[:, 48:],  # noqa: E731
+                                                        block_table=table, causal=True)
+    for f in (step, torch.compile(step, fullgraph=True)):
+        kc, vc = cache()
+        out = f(q, kc, vc)
+        assert ref.rel_err(f64(out), o_ref) <= TOL["f32"]
+        assert torch.equal(kc[int(table[1, 3]), 1], k[1, 49])  # the append, in place
+
+
 def test_jax_merge(rng):
     jnp = pytest.importorskip("jax.numpy")
     oa, ob = (randn(rng, (1, 4, 2, 8), np.float32) for _ in range(2))
