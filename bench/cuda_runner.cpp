@@ -87,7 +87,33 @@ cudaGraphExec_t capture(cudaStream_t s, const std::function<void()>& call) {
   return exec;
 }
 
-}  // namespace
+// Warm-up and an estimate, then c.iters (or enough for kTargetSeconds) samples of one call,
+// or of one CUDA graph of kGraphCalls calls for shapes under kGraphBelowUs: p50, p90, iters.
+void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& call) {
+  const Config& c = r.cfg;
+  Events ev;
+  for (int i = 0; i < 3; ++i) call();
+  const double est = ev.time_us(stream, [&] { for (int i = 0; i < 10; ++i) call(); }) / 10;
+  cudaGraphExec_t graph = est < kGraphBelowUs ? capture(stream, call) : nullptr;
+  const int per_sample = graph ? kGraphCalls : 1;
+  int n = c.iters > 0 ? c.iters
+                      : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est, 0.5) * per_sample)),
+                                       double(kMinIters), 10000.0));
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    us.push_back(ev.time_us(stream, [&] {
+      if (graph) cuda_ok(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+      else call();
+    }) / per_sample);
+  }
+  if (graph) {
+    cudaGraphExecDestroy(graph);
+    r.note += "; CUDA graph of " + std::to_string(kGraphCalls) + " calls per sample";
+  }
+  r.iters = n;
+  r.p50_us = percentile(us, 0.5);
+  r.p90_us = percentile(us, 0.9);
+}
 
 // The device's copy bandwidth, GB/s of bytes read + written by cudaMemcpyAsync between two
 // 512 MiB buffers (best of 10), measured once per process: decode rows' ceiling.
@@ -108,6 +134,51 @@ double copy_gbps(cudaStream_t s) {
   return gbps;
 }
 
+// --op attention-backward on device copies (--pass bwd: the backward of one forward made
+// before the timed calls; fwd+bwd: a forward with lse and its backward per call); --check
+// compares dq, dk, dv with the fp64 backward reference on a subset (cases.cpp). The
+// forward's tensors and options come from run_cuda.
+void run_backward(Result& r, AttentionData& d, DeviceCopy& o, const flashcore::Tensor& tq, const flashcore::Tensor& tk,
+                  const flashcore::Tensor& tv, const flashcore::Tensor& to, const flashcore::AttentionParams& p,
+                  cudaStream_t stream, Rng& rng) {
+  using flashcore::Device;
+  const Config& c = r.cfg;
+  BackwardData g = make_backward(d, rng);
+  DeviceCopy dout(g.dout), lse(g.lse), dq(g.dq), dk(g.dk), dv(g.dv);
+  const flashcore::Tensor tdout = view(g.dout, {d.b, d.sq, d.h, d.d}, Device::cuda, dout.get()),
+                          tlse = view(g.lse, {d.b, d.h, d.sq}, Device::cuda, lse.get()),
+                          tdq = view(g.dq, {d.b, d.sq, d.h, d.d}, Device::cuda, dq.get()),
+                          tdk = view(g.dk, {d.b, d.sk, d.hkv, d.d}, Device::cuda, dk.get()),
+                          tdv = view(g.dv, {d.b, d.sk, d.hkv, d.d}, Device::cuda, dv.get());
+  flashcore::AttentionParams pf = p;  // the forward's: with lse, the policy's kernel
+  pf.lse = const_cast<flashcore::Tensor*>(&tlse);
+  pf.impl = nullptr;
+  const bool both = c.pass == "fwd+bwd";
+  if (!both) flashcore::attention(tq, tk, tv, to, pf);
+  auto call = [&] {
+    if (both) flashcore::attention(tq, tk, tv, to, pf);
+    flashcore::attention_backward(tq, tk, tv, to, tdout, tlse, tdq, tdk, tdv, p);
+  };
+  for (DeviceCopy* x : {&dq, &dk, &dv}) cuda_ok(cudaMemsetAsync(x->get(), 0xFF, x->bytes(), stream), "cudaMemset");
+  call();
+  cuda_ok(cudaStreamSynchronize(stream), "first call");
+  if (c.check) {
+    const std::pair<HostArray*, DeviceCopy*> back[] = {{&d.o, &o}, {&g.lse, &lse}, {&g.dq, &dq}, {&g.dk, &dk}, {&g.dv, &dv}};
+    for (const auto& [h, dev] : back)
+      cuda_ok(cudaMemcpy(h->data(), dev->get(), dev->bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    const CheckResult cr = check_attention_backward(c, d, g);
+    r.rel_err = cr.rel_err;
+    r.tol = tolerance(c);
+    r.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= r.tol;
+    r.check_subset = cr.subset;
+  }
+  r.kernel = c.impl == "auto" ? "attention_backward (CUDA, the backend's choice)" : c.impl;
+  r.strategy_ran = both ? "fwd+bwd" : "bwd";
+  time_samples(r, stream, call);
+}
+
+}  // namespace
+
 Result run_cuda(const Config& c, uint64_t seed) {
   Result r;
   r.cfg = c;
@@ -119,9 +190,9 @@ Result run_cuda(const Config& c, uint64_t seed) {
     if (e != cudaSuccess || ndev == 0)
       throw std::runtime_error(std::string("--backend cuda: no usable CUDA device (") +
                                (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
-    const bool decode = c.op == "decode";
-    if (c.op != "attention" && !decode)
-      throw std::runtime_error("--backend cuda: --op attention and --op decode run on the CUDA backend");
+    const bool decode = c.op == "decode", backward = c.pass != "fwd";
+    if (c.op != "attention" && c.op != "attention-backward" && !decode)
+      throw std::runtime_error("--backend cuda: --op attention, attention-backward and decode run on the CUDA backend");
     if (c.impl == "naive") throw std::runtime_error("--impl naive is a CPU baseline");
     cudaDeviceProp prop{};
     cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -146,6 +217,13 @@ Result run_cuda(const Config& c, uint64_t seed) {
     p.tile_n = c.tile_n;
     DeviceCopy slopes(d.slopes), sinks(d.sinks);  // (--alibi, --sinks; empty otherwise)
     set_variants(c, d, p, Device::cuda, slopes.get(), sinks.get());
+    if (backward) {
+      run_backward(r, d, o, tq, tk, tv, to, p, stream, rng);
+      r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
+      r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
+      cudaStreamDestroy(stream);
+      return r;
+    }
     // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
     // d.v themselves), cache_seqlens = Sk on the device.
     DecodeCache dc = decode ? make_decode_cache(d, c.page_size, rng) : DecodeCache{};
@@ -182,29 +260,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
       r.check_subset = cr.subset;
     }
 
-    // Warm-up and estimate, then samples of one call (or one graph of kGraphCalls calls).
-    Events ev;
-    for (int i = 0; i < 3; ++i) call();
-    const double est = ev.time_us(stream, [&] { for (int i = 0; i < 10; ++i) call(); }) / 10;
-    cudaGraphExec_t graph = est < kGraphBelowUs ? capture(stream, call) : nullptr;
-    const int per_sample = graph ? kGraphCalls : 1;
-    int n = c.iters > 0 ? c.iters
-                        : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est, 0.5) * per_sample)),
-                                         double(kMinIters), 10000.0));
-    std::vector<double> us;
-    for (int i = 0; i < n; ++i) {
-      us.push_back(ev.time_us(stream, [&] {
-        if (graph) cuda_ok(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
-        else call();
-      }) / per_sample);
-    }
-    if (graph) {
-      cudaGraphExecDestroy(graph);
-      r.note += "; CUDA graph of " + std::to_string(kGraphCalls) + " calls per sample";
-    }
-    r.iters = n;
-    r.p50_us = percentile(us, 0.5);
-    r.p90_us = percentile(us, 0.9);
+    time_samples(r, stream, call);
     r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
     r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
     if (const double bytes = decode_bytes(c); bytes > 0) {  // memory-bound rows: GB/s

@@ -401,10 +401,6 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   r.cfg = c0;
   apply_defaults(r.cfg);
   r.seed = seed;
-  if (r.cfg.backend == "cuda" && r.cfg.pass != "fwd") {
-    r.error = "--backend cuda: the CUDA backward is timed by flashcore_cuda_bwd_timing (tests/cuda), not by this bench yet";
-    return {r};
-  }
   if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
   const bool packable = r.cfg.op == "softmax-v" || r.cfg.op == "gemm-chain";
