@@ -295,7 +295,7 @@ void run_forward(const core::AttentionProblem& p, const DeviceInfo& dev, FwdPlan
 // q, k, v and O; it is allocated before the plan and freed (stream-ordered) on every path.
 void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
   check_pointers(p, dev);
-  const auto [dp, dvp] = padded_head_dims(p, dev, instances());
+  const auto [dp, dvp] = padded_head_dims(p);
   const int64_t nb = p.cu_q != nullptr ? 1 : p.batch;  // varlen: the packed rows, one batch entry
   const PadView qv{p.q.data, p.q.sb, p.q.ss, p.q.sh, nb, p.sq, p.heads, p.d, dp};
   const PadView kv{p.k.data, p.k.sb, p.k.ss, p.k.sh, nb, p.sk, p.kv_heads, p.d, dp};

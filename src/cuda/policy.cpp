@@ -14,8 +14,11 @@ std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i,
     return std::string("does not take the score variants (") +
            (p.softcap > 0.0f ? "params.softcap" : p.alibi != nullptr ? "params.alibi_slopes" : "params.sinks") +
            "): the '_sv' and sm80 kernels do";
-  if (p.d != i.head_dim || p.dv != i.head_dim)
+  if (i.dtype == DType::e4m3 && (p.d != i.head_dim || p.dv != i.head_dim))
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
+           ", Dv = " + std::to_string(p.dv) + ")";
+  if (p.d > i.head_dim || p.dv > i.head_dim)
+    return "needs D, Dv <= " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
   if (i.smem() > dev.smem_optin) return "needs more shared memory than this device has";
   if (i.persistent && i.items(p.sq, p.heads, p.batch) > INT32_MAX - 2 * int64_t(dev.sms))
@@ -76,9 +79,17 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
 const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
                               InstanceList list) {
   if (p.tile_m != 0) return nullptr;
-  if (p.variants()) {  // the score variants: the head dim's "_sv" row
+  // The rows of the smallest head dim that covers D and Dv (TMA zero-fills the columns past
+  // them; the epilogue writes Dv columns): "_sv" rows for the score variants, else the others.
+  const bool sv = p.variants();
+  int hd = INT_MAX;
+  for (const InstanceInfo& i : list)
+    if (i.arch == 90 && i.score_mod == sv && i.dtype == p.dtype && i.head_dim >= std::max(p.d, p.dv))
+      hd = std::min(hd, i.head_dim);
+  if (hd == INT_MAX) return nullptr;
+  if (sv) {
     for (const InstanceInfo& i : list)
-      if (i.score_mod && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) return &i;
+      if (i.score_mod && i.dtype == p.dtype && i.head_dim == hd && sm90_refusal(p, i, dev).empty()) return &i;
     return nullptr;
   }
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 16384,
@@ -93,7 +104,7 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
   for (const InstanceInfo& i : list)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
     // builds its message: this runs on every call and walks the whole table.
-    if (i.arch == 90 && !i.persistent && !i.score_mod && i.dtype == p.dtype && i.head_dim == p.d &&
+    if (i.arch == 90 && !i.persistent && !i.score_mod && i.dtype == p.dtype && i.head_dim == hd &&
         sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
         if (rows64 == nullptr || (i.ctas_per_sm() > rows64->ctas_per_sm() && items64 > 2 * int64_t(dev.sms)))
@@ -103,14 +114,15 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
       if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if (i.items(sq, heads, p.batch) >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
+  // (the rules read the kernels' head dim: a kernel's work follows it, not the real D)
+  const bool few_keys = hd <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const InstanceInfo* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   const auto resident = [&](const InstanceInfo* i) { return int64_t(dev.sms) * i->ctas_per_sm(); };
   const int64_t persistent_max_sk = pick == nullptr          ? 0
                                     : pick->ctas_per_sm() > 2 ? kPersistentMaxSk3
                                     : banded                  ? kPersistentMaxSkBanded
-                                    : p.d > 128               ? kPersistentMaxSk256
+                                    : hd > 128                ? kPersistentMaxSk256
                                                               : kPersistentMaxSk;
   if (pick != nullptr && sk <= persistent_max_sk && pick->items(sq, heads, p.batch) > resident(pick))
     if (const InstanceInfo* v = persistent_variant(list, *pick); v != nullptr && sm90_refusal(p, *v, dev).empty())
@@ -226,16 +238,7 @@ KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int6
   return complete_choice(p, sq, sk, dev, inst, 0);
 }
 
-std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
-                                             InstanceList list) {
-  const int64_t hd = std::max(p.d, p.dv);
-  int64_t best = 0;
-  if (dev.hopper())
-    for (const InstanceInfo& i : list)
-      if (i.arch == 90 && i.score_mod == p.variants() && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) &&
-          (best == 0 || i.head_dim < best))
-        best = i.head_dim;
-  if (best > 0) return {best, best};
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 

@@ -92,8 +92,9 @@ struct KernelChoice {
 };
 
 // Why the sm90 kernel `i` cannot take this problem ("" when it can): it needs a 9.0
-// device, the problem's dtype, no score variant (softcap, ALiBi, sinks: named), D == Dv ==
-// its head dim, its shared memory, and (persistent) 32-bit item numbers.
+// device, the problem's dtype, no score variant (softcap, ALiBi, sinks: named) unless it is
+// an "_sv" row, D and Dv at most its head dim (e4m3: D == Dv == its head dim), its shared
+// memory, and (persistent) 32-bit item numbers.
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev);
 
 // The persistent ("_p") row of sm90 tile t (same dtype, head dim, tile and stages), or null.
@@ -143,14 +144,11 @@ Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, 
                        InstanceList list);
 
 // The head dims (D, Dv) that a 16-bit problem whose D or Dv is not a multiple of 8 is copied
-// into (backend.cpp: attention_head_padded; zero columns): on Hopper, both the smallest sm90
-// head dim >= max(D, Dv) that runs there (with a score variant: of the "_sv" rows; the sm90 kernels
-// take D == Dv == their head dim; the sm80 family, which takes the problems otherwise,
-// ran them at a fraction of the speed: docs/results/cuda-head-pad-2026-11-29.md); otherwise
-// each the next multiple of 8
-// (the sm80 family zero-fills up to its instance's head dim).
-std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
-                                             InstanceList list);
+// into (backend.cpp: attention_head_padded; zero columns): each the next multiple of 8, the
+// smallest rows that 16-byte loads and TMA take; the padded problem then runs on the
+// kernels of the smallest head dim that covers both (both families zero-fill up to their
+// instance's head dim).
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p);
 // e4m3 problems: inst null when no row takes them.
 KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                                InstanceList list);

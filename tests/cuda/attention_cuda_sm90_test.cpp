@@ -55,6 +55,37 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
 // variant ("_p") where Sk <= 16384 without a band mask (hd256: 2048), Sk <= 8192 with one
 // (hd64's three-per-SM tile: 1024) and there are more items than resident CTAs.
+// Head dims between the instantiated ones (and D != Dv) run on the sm90 kernels of the
+// smallest head dim that covers both, in place: TMA zero-fills the columns past D and Dv,
+// the epilogue writes Dv columns (D 80 on hd96, 48 on hd64, (192, 128) and 136 on hd256,
+// (128, 64) on hd128), with masks, GQA packing, KV splits, lse, unaligned-to-the-tile lengths.
+TEST_P(CudaSm90, CoveringHeadDims) {
+  FC_REQUIRE_SM90();
+  const DType dt = GetParam();
+  const std::string sm90 = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd";
+  struct Dims {
+    int64_t d, dv, hd;
+  };
+  for (const Dims& x : {Dims{80, 80, 96}, Dims{48, 48, 64}, Dims{192, 128, 256}, Dims{136, 136, 256},
+                        Dims{128, 64, 128}, Dims{72, 40, 96}})
+    for (int shape = 0; shape < 3; ++shape) {
+      if (keys_by_prefix(sm90, false, x.hd).empty()) continue;  // a partial build
+      Case c;
+      c.dtype = dt;
+      c.D = x.d;
+      c.Dv = x.dv;
+      if (shape == 0) {  // prefill, causal, Sq != Sk
+        c.B = 2, c.H = c.Hkv = 4, c.Sq = 300, c.Sk = 457, c.causal = true;
+      } else if (shape == 1) {  // decode, GQA 8:1 (packed), KV splits
+        c.B = 1, c.H = 8, c.Hkv = 1, c.Sq = 1, c.Sk = 5000;
+      } else {  // a window
+        c.B = 1, c.H = c.Hkv = 2, c.Sq = 200, c.Sk = 200, c.wl = 33, c.wr = 5;
+      }
+      c.expect_kernel = sm90 + std::to_string(x.hd) + "_";
+      run_case(c);
+    }
+}
+
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();

@@ -56,14 +56,13 @@ std::string var_name(unsigned v) {
 }
 
 // The family the dispatcher takes for a variant call (policy.cpp: pick_sm90,
-// padded_head_dims): on a Hopper GPU a 16-bit call whose D == Dv is an "_sv" row's head dim,
-// or whose D or Dv is off the multiples of 8 (padded up to one), runs there; the rest on the
-// sm80 family.
+// padded_head_dims): on a Hopper GPU a 16-bit call runs on the "_sv" rows when one covers D
+// and Dv (each rounded up to a multiple of 8); the rest on the sm80 family.
 std::string variant_family(DType dt, int64_t D, int64_t Dv) {
   if (dt == DType::f32 || !fctest::sm90_missing().empty()) return "fwd_sm80_";
-  const bool padded = D % 8 != 0 || Dv % 8 != 0;
+  const int64_t need = std::max((D + 7) / 8 * 8, (Dv + 7) / 8 * 8);
   for (const auto& [key, hd] : keys_by_prefix("fwd_sm90_" + std::string(fctest::name(dt)) + "_hd", true))
-    if (fctest::has_suffix(key, "_sv") && (padded ? hd >= std::max(D, Dv) : hd == D && D == Dv)) return "fwd_sm90_";
+    if (fctest::has_suffix(key, "_sv") && hd >= need) return "fwd_sm90_";
   return "fwd_sm80_";
 }
 

@@ -116,8 +116,11 @@ const Row kRows[] = {
     {"varlen causal, mean 1024: 128-row tile, persistent", kH200, f16, 8, 16, 16, 1024, 1024, 128, 128, Mask::causal, true, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
     {"varlen decode H32/8 Sk4096: packed, split", kH200, f16, 4, 32, 8, 1, 4096, 128, 128, Mask::none, true, 0, 0, "fwd_sm90_f16_hd128_64x64_s2", 2, 4},
     // 16-bit problems the sm90 rows do not take: the sm80 family.
-    {"D 128 != Dv 64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 64, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_128x32_w4_o2", 0, 1},
-    {"D 80: the hd96 sm80 row", kH200, f16, 4, 16, 16, 2048, 2048, 80, 80, Mask::none, false, 0, 0, "fwd_sm80_f16_hd96_64x64_w4_o2", 0, 1},
+    {"D 128 != Dv 64: the hd128 sm90 rows (Dv zero-filled)", kH200, f16, 4, 16, 16, 2048, 2048, 128, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"D 80: the hd96 sm90 rows", kH200, f16, 4, 16, 16, 2048, 2048, 80, 80, Mask::none, false, 0, 0, "fwd_sm90_f16_hd96_128x128_s2", 0, 1},
+    {"D 192, Dv 128 (DeepSeek prefill): the hd256 sm90 rows, persistent (banded, Sk <= 8192)", kH200, bf16, 2, 8, 8, 4096, 4096, 192, 128, Mask::causal, false, 0, 0, "fwd_sm90_bf16_hd256_128x64_s2_p", 0, 1},
+    {"D 48 decode: the hd64 sm90 rows, packed", kH200, f16, 1, 32, 8, 1, 8192, 48, 48, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x128_s2", 2, 16},
+    {"D 264: no CUDA kernel", kH200, f16, 1, 8, 8, 512, 512, 264, 264, Mask::none, false, 0, 0, "error:no_head_dim", 0, 1},
     {"forced tile 64x64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 64, 64, "fwd_sm80_f16_hd128_64x64_w4_o2", 0, 1},
     {"forced tile 99x1: none", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 99, 1, "error:no_tile", 0, 1},
     {"A100 hd128 S2048: first sm80 row", kA100, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_128x32_w4_o2", 0, 1},
@@ -207,7 +210,7 @@ TEST(CudaPolicy, FilteredTables) {
   const Row hopper{"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1};
   EXPECT_EQ(choose(hopper, no90, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2") << "no sm90 rows: sm80 on Hopper";
   const Row hd64{"", kH200, f16, 4, 32, 32, 4096, 4096, 64, 64, Mask::none, false, 0, 0, "", 0, 1};
-  EXPECT_EQ(choose(hd64, hd128, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2") << "hd64 on the hd128 rows (padded)";
+  EXPECT_EQ(choose(hd64, hd128, &pack, &splits), "fwd_sm90_f16_hd128_128x128_s2_p") << "hd64 on the hd128 rows (zero-filled)";
   const Row hd256{"", kH200, f16, 4, 32, 32, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "", 0, 1};
   EXPECT_EQ(choose(hd256, hd128, &pack, &splits), "error:no_head_dim");
   const Row f32_256{"", kH200, f32, 4, 32, 32, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "", 0, 1};
@@ -230,8 +233,10 @@ TEST(CudaPolicy, Sm90Refusal) {
   core::AttentionProblem p = problem({"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1});
   EXPECT_EQ(sm90_refusal(p, *p128, kH200), "");
   EXPECT_NE(sm90_refusal(p, *p128, kA100).find("9.0"), std::string::npos);
-  p.dv = 64;
-  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("D == Dv == 128"), std::string::npos);
+  p.dv = 64;  // Dv below the head dim: zero-filled
+  EXPECT_EQ(sm90_refusal(p, *p128, kH200), "");
+  p.dv = 136;
+  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("D, Dv <= 128"), std::string::npos);
   p.dv = 128;
   p.dtype = DType::bf16;
   EXPECT_NE(sm90_refusal(p, *p128, kH200).find("not a bf16 kernel"), std::string::npos);
@@ -325,28 +330,22 @@ TEST(CudaPolicy, VtPath) {
   EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd256_128x128_s2_p"), false, false), VtPath::prepass);  // no room for it
 }
 
-// Head dims off the multiples of 8 (16-bit): on Hopper padded to the smallest sm90 head dim
-// that covers both (D == Dv there; with a score variant, of the "_sv" rows);
-// elsewhere each to the next multiple of 8.
+// Head dims off the multiples of 8 (16-bit): each padded to the next multiple of 8 (the
+// padded problem then runs on the kernels of the smallest head dim that covers both).
 TEST(CudaPolicy, PaddedHeadDims) {
-  const InstanceList all(kAll);
-  const auto dims = [&](int64_t d, int64_t dv, const DeviceFacts& dev, DType dt, bool softcap = false) {
+  const auto dims = [&](int64_t d, int64_t dv) {
     core::AttentionProblem p;
-    p.dtype = p.out_dtype = dt;
+    p.dtype = p.out_dtype = DType::bf16;
     p.d = d;
     p.dv = dv;
-    p.softcap = softcap ? 30.0f : 0.0f;
-    return padded_head_dims(p, dev, all);
+    return padded_head_dims(p);
   };
   using P = std::pair<int64_t, int64_t>;
-  EXPECT_EQ(dims(59, 59, kH200, DType::bf16), P(64, 64));
-  EXPECT_EQ(dims(1, 1, kH200, DType::f16), P(64, 64));
-  EXPECT_EQ(dims(111, 64, kH200, DType::f16), P(128, 128));
-  EXPECT_EQ(dims(59, 33, kH200, DType::bf16), P(64, 64));
-  EXPECT_EQ(dims(200, 255, kH200, DType::bf16), P(256, 256));
-  EXPECT_EQ(dims(111, 111, kH200, DType::bf16, true), P(128, 128));  // softcap: the "_sv" rows
-  EXPECT_EQ(dims(111, 33, kA100, DType::bf16), P(112, 40));
-  EXPECT_EQ(dims(7, 255, kSm86, DType::f16), P(8, 256));
+  EXPECT_EQ(dims(59, 59), P(64, 64));
+  EXPECT_EQ(dims(1, 1), P(8, 8));
+  EXPECT_EQ(dims(111, 64), P(112, 64));
+  EXPECT_EQ(dims(200, 255), P(200, 256));
+  EXPECT_EQ(dims(7, 255), P(8, 256));
 }
 
 const InstanceInfo kKvc[] = {

@@ -145,15 +145,18 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 #endif
 }
 
-// Host launcher: tensor maps of Q, K, V ([B][S][H][D] by strides, any order; D must be
-// kHeadDim), then the launch on the caller's stream. Varlen: the maps cover the packed
+// Host launcher: tensor maps of Q, K, V ([B][S][H][D] by strides, any order; D and Dv at
+// most kHeadDim, e4m3 equal to it), then the launch on the caller's stream. Varlen: the maps cover the packed
 // tensors ([1][total][H][D]); a sequence's tiles start at its first row, and rows of the
 // next sequence that a tile reaches are masked (keys) or not stored (queries).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
 cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
   constexpr bool kPersistent = Tr::kPersistent;
-  if (p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
+  // 16-bit: D, Dv up to kHeadDim (TMA zero-fills the columns past them, the epilogue writes
+  // Dv columns); e4m3: D == Dv == kHeadDim (the V^T layouts assume it).
+  if (Tr::kFp8 ? p.d != kHeadDim || p.dv != kHeadDim : p.d > kHeadDim || p.dv > kHeadDim || p.d < 8 || p.dv < 8)
+    return cudaErrorInvalidValue;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int kv_heads = p.heads / p.group;
   const bool varlen = p.cu_q != nullptr;
