@@ -11,7 +11,7 @@ set(FLASHCORE_CUDA_ARCHS "80;86;89;90" CACHE STRING
     "SASS targets of the CUDA kernels (PTX of the last one is embedded too); e.g. 90 for a quick Hopper-only build")
 set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32;e4m3" CACHE STRING
     "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built), e4m3 (sm90 only)")
-set(FLASHCORE_CUDA_HDIMS "64;96;128;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 256)")
+set(FLASHCORE_CUDA_HDIMS "64;96;128;192;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 192 (sm90 only), 256)")
 
 set(_fc_cuda_archs "")
 list(LENGTH FLASHCORE_CUDA_ARCHS _fc_narch)

@@ -118,7 +118,8 @@ const Row kRows[] = {
     // 16-bit problems the sm90 rows do not take: the sm80 family.
     {"D 128 != Dv 64: the hd128 sm90 rows (Dv zero-filled)", kH200, f16, 4, 16, 16, 2048, 2048, 128, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
     {"D 80: the hd96 sm90 rows", kH200, f16, 4, 16, 16, 2048, 2048, 80, 80, Mask::none, false, 0, 0, "fwd_sm90_f16_hd96_128x128_s2", 0, 1},
-    {"D 192, Dv 128 (DeepSeek prefill): the hd256 sm90 rows, persistent (banded, Sk <= 8192)", kH200, bf16, 2, 8, 8, 4096, 4096, 192, 128, Mask::causal, false, 0, 0, "fwd_sm90_bf16_hd256_128x64_s2_p", 0, 1},
+    {"D 192, Dv 128 (DeepSeek prefill): the hd192 sm90 rows, persistent (banded, Sk <= 8192)", kH200, bf16, 2, 8, 8, 4096, 4096, 192, 128, Mask::causal, false, 0, 0, "fwd_sm90_bf16_hd192_128x64_s2_p", 0, 1},
+    {"D 136: the hd192 sm90 rows, not persistent (Sk > 2048)", kH200, f16, 2, 8, 8, 4096, 4096, 136, 136, Mask::none, false, 0, 0, "fwd_sm90_f16_hd192_128x64_s2", 0, 1},
     {"D 48 decode: the hd64 sm90 rows, packed", kH200, f16, 1, 32, 8, 1, 8192, 48, 48, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x128_s2", 2, 16},
     {"D 264: no CUDA kernel", kH200, f16, 1, 8, 8, 512, 512, 264, 264, Mask::none, false, 0, 0, "error:no_head_dim", 0, 1},
     {"forced tile 64x64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 64, 64, "fwd_sm80_f16_hd128_64x64_w4_o2", 0, 1},
