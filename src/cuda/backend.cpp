@@ -87,17 +87,6 @@ int forced_key(const char* impl, std::string* key) {
   return int(n);
 }
 
-// Names the kernel that runs in times: its key, "+gqa<G>" for packed query heads, "+kv<N>"
-// for KV splits, "+chord" for an fp8 kernel's chord form (Exp2Mode::fast without lse).
-void name_kernel(PhaseTimes* times, const char* key, const FwdParams& f) {
-  if (times == nullptr) return;
-  times->kernel = key;
-  if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);
-  if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);
-  if (f.exp_chord) times->kernel += "+chord";
-  times->strategy = to_string(Strategy::online);
-}
-
 // The e4m3 head dims of this build, for a message.
 std::string fp8_head_dims() {
   std::string dims;

@@ -115,11 +115,7 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   f.num_pages = int(pr.num_pages);
   f.pack_shift = gqa_pack_shift(p, p.sq);
   f.kv_splits = kvcache_split_count(p.sq << f.pack_shift, p.heads >> f.pack_shift, p.batch, pr.cache_rows, *inst, dev);
-  if (times != nullptr) {
-    times->kernel = std::string(inst->key) + (f.pack_shift > 0 ? "+gqa" + std::to_string(1 << f.pack_shift) : "") +
-                    (f.kv_splits > 1 ? "+kv" + std::to_string(f.kv_splits) : "");
-    times->strategy = to_string(Strategy::online);
-  }
+  name_kernel(times, inst->key, f);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   if (pr.s_new > 0 && p.batch > 0 && p.kv_heads > 0) {
     const cudaError_t e = launch_kv_append(append_params(pr), dev.sms, stream);
