@@ -182,6 +182,16 @@ int threads_of(Reader& r) {
   return kThreads[r.u8() & 7];
 }
 
+// The storage offset of logical element i (row-major order) of a view.
+int64_t element_offset(const fc::Tensor& t, int64_t i) {
+  int64_t off = 0;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    off += (i % t.shape[d]) * t.strides[d];
+    i /= t.shape[d];
+  }
+  return off;
+}
+
 // Plants up to 7 special values (NaN, +-Inf, huge, subnormal) at input-chosen elements
 // of the views (f32 / f16 / bf16 ones that lie in the buffer).
 void plant_values(Reader& r, std::initializer_list<const fc::Tensor*> views) {
@@ -194,11 +204,7 @@ void plant_values(Reader& r, std::initializer_list<const fc::Tensor*> views) {
     __int128 lo, hi;
     if (!floats || t.data == nullptr || t.rank < 1 || t.rank > fc::kMaxRank || reach(t, &lo, &hi) != Reach::range)
       continue;
-    int64_t rest = pick % t.numel(), off = 0;
-    for (int d = t.rank - 1; d >= 0; --d) {
-      off += (rest % t.shape[d]) * t.strides[d];
-      rest /= t.shape[d];
-    }
+    const int64_t off = element_offset(t, pick % t.numel());
     const bool f16 = t.dtype == fc::DType::f16;
     const float kValues[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                              -std::numeric_limits<float>::infinity(), f16 ? 30000.0f : 1e15f,
@@ -252,14 +258,7 @@ std::vector<double> elements(const fc::Tensor& t) {
   if (t.data == nullptr) return e;
   const int64_t n = t.numel();
   e.reserve(size_t(n));
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, off = 0;
-    for (int d = t.rank - 1; d >= 0; --d) {
-      off += (rest % t.shape[d]) * t.strides[d];
-      rest /= t.shape[d];
-    }
-    e.push_back(double(fc::core::load_as_f32(t.data, off, t.dtype)));
-  }
+  for (int64_t i = 0; i < n; ++i) e.push_back(double(fc::core::load_as_f32(t.data, element_offset(t, i), t.dtype)));
   return e;
 }
 
@@ -312,11 +311,7 @@ void flush_subnormals(const fc::Tensor& t) {
   const float tiny = t.dtype == fc::DType::f16 ? 6.103515625e-05f : std::numeric_limits<float>::min();
   const int64_t n = t.numel();
   for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, off = 0;
-    for (int dim = t.rank - 1; dim >= 0; --dim) {
-      off += (rest % t.shape[dim]) * t.strides[dim];
-      rest /= t.shape[dim];
-    }
+    const int64_t off = element_offset(t, i);
     const float x = fc::core::load_as_f32(t.data, off, t.dtype);
     if (x != 0.0f && std::abs(x) < tiny) fc::core::store_from_f32(t.data, off, t.dtype, std::copysign(0.0f, x));
   }
