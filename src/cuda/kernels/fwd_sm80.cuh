@@ -211,36 +211,37 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
                            seq.sq, p.dv, t, shift);
       return;
     }
-    if (shift > 0) {
-      T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + h * p.o_sh;
-      float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh;
-#pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-        store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t,
-                             shift, p.o_sh, p.lse_sh);
-      return;
-    }
   }
   T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
   float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
-    store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t);
+    store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t,
+                         shift, p.o_sh, p.lse_sh);  // (packed rows: the KV cache's kernel)
 }
 
 // The launcher of one instance: the plain kernel, or with kVariants the variant kernel
 // (the build compiles each in a translation unit of its own, src/cuda/sources.cmake: the
 // plain one's code does not depend on the other's presence, and the instance's plain
 // launcher hands calls with FwdParams::variants to the variant one).
+// kCache: the KV cache's kernel (kernels/kvc_sm80.cuh), p.kv_splits CTAs per query block of
+// (query, head) rows packed per KV head (p.pack_shift).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
-          bool kVariants = false>
+          bool kVariants = false, bool kCache = false>
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
-  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kVariants>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kVariants, kCache>;
   static std::atomic<uint64_t> smem_done{0};
   const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
-  const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
+  dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
+  if constexpr (kCache) {
+    if (p.kv_splits < 1 || (p.kv_splits > 1 && (p.part_o == nullptr || p.part_ml == nullptr)))
+      return cudaErrorInvalidValue;
+    const int rows = p.sq << p.pack_shift;
+    grid = dim3(unsigned((rows + kBlockM - 1) / kBlockM * p.kv_splits), unsigned(p.heads >> p.pack_shift),
+                unsigned(p.batch));
+  }
   kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
   return cudaGetLastError();
 }
