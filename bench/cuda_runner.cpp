@@ -39,6 +39,14 @@ class DeviceCopy {
   size_t bytes_;
 };
 
+// The run's stream, destroyed when the run returns (whichever way).
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  ~OwnedStream() {
+    if (s) cudaStreamDestroy(s);
+  }
+};
+
 class Events {
  public:
   Events() { cuda_ok(cudaEventCreate(&a_), "cudaEventCreate"); cuda_ok(cudaEventCreate(&b_), "cudaEventCreate"); }
@@ -88,7 +96,8 @@ cudaGraphExec_t capture(cudaStream_t s, const std::function<void()>& call) {
 }
 
 // Warm-up and an estimate, then c.iters (or enough for kTargetSeconds) samples of one call,
-// or of one CUDA graph of kGraphCalls calls for shapes under kGraphBelowUs: p50, p90, iters.
+// or of one CUDA graph of kGraphCalls calls for shapes under kGraphBelowUs: p50, p90, iters
+// and the GFLOP/s at p50.
 void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& call) {
   const Config& c = r.cfg;
   Events ev;
@@ -113,6 +122,8 @@ void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& c
   r.iters = n;
   r.p50_us = percentile(us, 0.5);
   r.p90_us = percentile(us, 0.9);
+  r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
+  r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
 }
 
 // The device's copy bandwidth, GB/s of bytes read + written by cudaMemcpyAsync between two
@@ -183,7 +194,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
   Result r;
   r.cfg = c;
   r.seed = seed;
-  cudaStream_t stream = nullptr;
+  OwnedStream owned;
   try {
     int ndev = 0;
     const cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -206,7 +217,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
     const flashcore::Tensor tk = view(d.k, {d.b, d.sk, d.hkv, d.d}, Device::cuda, k.get());
     const flashcore::Tensor tv = view(d.v, {d.b, d.sk, d.hkv, d.d}, Device::cuda, v.get());
     const flashcore::Tensor to = view(d.o, {d.b, d.sq, d.h, d.d}, Device::cuda, o.get());
-    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaStreamCreateWithFlags(&owned.s, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaStream_t stream = owned.s;
     flashcore::AttentionParams p;
     p.causal = c.causal;
     p.strategy = parse_strategy(c.strategy);
@@ -219,9 +231,6 @@ Result run_cuda(const Config& c, uint64_t seed) {
     set_variants(c, d, p, Device::cuda, slopes.get(), sinks.get());
     if (backward) {
       run_backward(r, d, o, tq, tk, tv, to, p, stream, rng);
-      r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
-      r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
-      cudaStreamDestroy(stream);
       return r;
     }
     // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
@@ -261,8 +270,6 @@ Result run_cuda(const Config& c, uint64_t seed) {
     }
 
     time_samples(r, stream, call);
-    r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
-    r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
     if (const double bytes = decode_bytes(c); bytes > 0) {  // memory-bound rows: GB/s
       r.gbps = bytes / (r.p50_us * 1e-6) * 1e-9;
       r.mem_gbps = copy_gbps(stream);
@@ -274,7 +281,6 @@ Result run_cuda(const Config& c, uint64_t seed) {
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  if (stream) cudaStreamDestroy(stream);
   return r;
 }
 
