@@ -40,6 +40,7 @@ struct KvCase {
 struct KvFixture {
   const KvCase& c;
   int64_t rows = 0, slots = 0, max_pages = 0;  // cache rows per page (or S_max), pages (or B)
+  int64_t out_pad = 3;  // elements past each output row in check() (CUDA: even, rows 4-byte aligned)
   std::vector<std::vector<int32_t>> pages;     // per sequence, its pages in order
   HostTensor q, k_all, v_all, k_new, v_new, k_cache, v_cache, seqlens, table, ref_out, ref_lse;
   HostTensor slopes, sinks;                     // the score variants' arrays (c.variants)
@@ -198,7 +199,7 @@ struct KvFixture {
       kc.set(i, k_cache.get(i));
       vc.set(i, v_cache.get(i));
     }
-    HostTensor out(c.dtype, {c.b, c.sq, c.h, c.d}, {}, 3), lse(DType::f32, {c.b, c.h, c.sq}, {}, 1);
+    HostTensor out(c.dtype, {c.b, c.sq, c.h, c.d}, {}, out_pad), lse(DType::f32, {c.b, c.h, c.sq}, {}, 1);
     out.poison();
     lse.poison();
     fc::AttentionParams p = params();

@@ -127,8 +127,19 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, seq.sq - m0, p.d, tid);
   }
   ptx::cp_async_commit();
+  // K/V tiles are loaded in order, each with the page ids fetched when the last one was
+  // (the KV cache's paged rows; nothing for the other policies).
+  const auto fetch_pages = [&](int n) {
+    if constexpr (kCache)
+      return sm80::fetch_pages<kBlockN, kHeadDim, Tr::kThreads, T>(kv, n, seq.sk, tid);
+    else
+      return sm80::NoPages{};
+  };
+  auto pages = fetch_pages(tiles.lo);
   auto load_kv = [&](int n, int stage) {
-    sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, kv, n, stage, seq.sk, p.d, p.dv, tid);
+    sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, kv, pages, n, stage, seq.sk, p.d, p.dv,
+                                                                   tid);
+    pages = fetch_pages(n + 1);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
