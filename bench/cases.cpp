@@ -135,7 +135,7 @@ void set_variants(const Config& c, AttentionData& d, flashcore::AttentionParams&
   }
 }
 
-DecodeCache make_decode_cache(const AttentionData& d, int64_t page, Rng& rng) {
+DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng) {
   DecodeCache dc;
   dc.page = page;
   dc.per_seq = page > 0 ? (d.sk + page - 1) / page : 0;
@@ -147,7 +147,7 @@ DecodeCache make_decode_cache(const AttentionData& d, int64_t page, Rng& rng) {
   const int64_t row = d.hkv * d.d, es = int64_t(flashcore::dtype_size(d.k.dtype));
   int32_t* ids = static_cast<int32_t*>(dc.table.data());
   std::iota(ids, ids + dc.pages, 0);
-  std::shuffle(ids, ids + dc.pages, rng);
+  if (!in_order) std::shuffle(ids, ids + dc.pages, rng);
   dc.kc = empty_array(d.k.dtype, dc.pages * page * row);
   dc.vc = empty_array(d.v.dtype, dc.pages * page * row);
   for (int64_t b = 0; b < d.b; ++b)

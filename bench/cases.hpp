@@ -52,7 +52,7 @@ struct DecodeCache {
   int64_t page = 0, per_seq = 0, pages = 0;
   HostArray kc, vc, lens, table;
 };
-DecodeCache make_decode_cache(const AttentionData& d, int64_t page, Rng& rng);
+DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng);
 struct SoftmaxVData {
   int64_t m = 0, l = 0, d = 0;
   HostArray s, v, o;     // S [M,L] f32, V [L,d], O [M,d]

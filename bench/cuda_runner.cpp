@@ -235,7 +235,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
     }
     // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
     // d.v themselves), cache_seqlens = Sk on the device.
-    DecodeCache dc = decode ? make_decode_cache(d, c.page_size, rng) : DecodeCache{};
+    DecodeCache dc = decode ? make_decode_cache(d, c.page_size, c.pages_in_order, rng) : DecodeCache{};
     DeviceCopy kc(dc.kc), vc(dc.vc), lens(dc.lens), table(dc.table);
     const bool paged = dc.page > 0;
     const flashcore::Tensor tkc = paged ? view(dc.kc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, kc.get()) : tk;
@@ -275,8 +275,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
       r.mem_gbps = copy_gbps(stream);
       r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
       r.note += "; mem = device-to-device copy (bytes read + written)";
-      if (decode) r.note += paged ? "; paged cache, page " + std::to_string(dc.page) + ", pages in a random order"
-                                  : "; contiguous cache";
+      const char* order = c.pages_in_order ? ", pages in table order" : ", pages in a random order";
+      if (decode) r.note += paged ? "; paged cache, page " + std::to_string(dc.page) + order : "; contiguous cache";
     }
   } catch (const std::exception& e) {
     r.error = e.what();

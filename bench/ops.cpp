@@ -275,7 +275,7 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
 void run_decode(Result& r, Rng& rng, Result* contig_row) {
   const Config& c = r.cfg;
   AttentionData d = make_attention(c, rng);
-  DecodeCache dc = make_decode_cache(d, c.page_size, rng);
+  DecodeCache dc = make_decode_cache(d, c.page_size, c.pages_in_order, rng);
   const int64_t page = dc.page;
   const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d}),
                           kcv = page > 0 ? view(dc.kc, {dc.pages, page, d.hkv, d.d}) : view(d.k, {d.b, d.sk, d.hkv, d.d}),
@@ -292,7 +292,8 @@ void run_decode(Result& r, Rng& rng, Result* contig_row) {
                  [&] { contiguous(nullptr); }, contig_row, "", 1.0, &r.speedup_vs_contiguous};
   measure(r, [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kcv, vcv, lensv, o, opt, p, t); }, poison_out,
           check, contig_row != nullptr ? &base : nullptr);
-  r.note = page > 0 ? "paged cache, page " + std::to_string(page) + ", pages in a random order" : "contiguous cache";
+  const char* order = c.pages_in_order ? ", pages in table order" : ", pages in a random order";
+  r.note = page > 0 ? "paged cache, page " + std::to_string(page) + order : "contiguous cache";
   if (contig_row != nullptr) contig_row->note = "contiguous cache, calls interleaved with the row above";
 }
 
