@@ -92,11 +92,16 @@ __device__ __forceinline__ TilePages<PagedWalk<kBlockN, kHeadDim, kThreads, T>::
   using W = PagedWalk<kBlockN, kHeadDim, kThreads, T>;
   TilePages<W::kPasses> pg;
   const int key0 = n * kBlockN + tid / W::kLanes;
+  if (kv.pages == nullptr) {  // a contiguous cache: no ids (load_kv does not read them), no per-row tests
+#pragma unroll
+    for (int i = 0; i < W::kPasses; ++i) pg.id[i] = -1;
+    return pg;
+  }
 #pragma unroll
   for (int i = 0; i < W::kPasses; ++i) {
     const int key = key0 + i * W::kStep;
     // no wait here: the ids are first used by the next tile's copies
-    pg.id[i] = kv.pages != nullptr && key < sk ? __ldg(kv.pages + kv.slot(key)) : -1;
+    pg.id[i] = key < sk ? __ldg(kv.pages + kv.slot(key)) : -1;
   }
   return pg;
 }
