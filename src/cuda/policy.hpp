@@ -64,7 +64,7 @@ constexpr InstanceInfo sm90_instance(const char* key) {
   using C = FwdSm90Config<kDType == DType::e4m3 ? 1 : 2, kDType == DType::e4m3, kHeadDim, kBlockM, kBlockN, kStages,
                           kVariant>;
   return {key,           90,           kDType,       kHeadDim,     kBlockM,      kBlockN,
-          4 * C::kConsumers + 4,       kStages,      kVariant == 1, kVariant == 2, C::kSmem,
+          4 * C::kConsumers + 4,       kStages,      C::kPersistent, C::kVtIn,   C::kSmem,
           C::kCtasPerSm, C::kChordForm, C::kVtFused, C::kScoreMod};
 }
 
