@@ -59,9 +59,6 @@ struct CacheKvRows {
             __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1};
   }
   __device__ __forceinline__ int slot(int key) const { return page_shift >= 0 ? key >> page_shift : key / page_size; }
-  __device__ __forceinline__ int in_page(int key) const {
-    return page_shift >= 0 ? key & (page_size - 1) : key % page_size;
-  }
 };
 
 // The walk of a paged tile copy: thread tid copies 16-byte column chunk tid % kLanes of the
@@ -127,18 +124,32 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvR
   using Tile = typename W::Tile;
   const int lane = tid % W::kLanes, r0 = tid / W::kLanes, c = lane * Tile::kElemsPerChunk;
   if (lane >= Tile::kChunks) return;
+  // A thread's rows of one page are kStep rows apart: the row addresses are worked out where
+  // a pass enters a new page (warp-uniform: a warp's rows of a pass lie in one 8-row group,
+  // and pages hold whole 8-row groups) and advance by a constant stride otherwise.
+  const T *krow = kv.k, *vrow = kv.v;
+  bool page_ok = false;
+  int last_slot = -1;
 #pragma unroll
   for (int i = 0; i < W::kPasses; ++i) {
-    const int r = r0 + i * W::kStep;
+    const int r = r0 + i * W::kStep, key = key0 + r;
     if (kBlockN % W::kStep == 0 || r < kBlockN) {
-      const int id = pg.id[i];
-      const bool row_ok = id >= 0 && id < kv.num_pages;
-      const int64_t in_page = kv.in_page(key0 + r);
-      const T* krow = kv.k + id * kv.k_ps + in_page * kv.k_ss;
-      const T* vrow = kv.v + id * kv.v_ps + in_page * kv.v_ss;
+      const int slot = kv.slot(key);
+      if (slot != last_slot) {
+        last_slot = slot;
+        const int id = pg.id[i];
+        page_ok = id >= 0 && id < kv.num_pages;
+        const int64_t in_page = key - slot * kv.page_size;
+        krow = kv.k + id * kv.k_ps + in_page * kv.k_ss;
+        vrow = kv.v + id * kv.v_ps + in_page * kv.v_ss;
+      } else {
+        krow += W::kStep * kv.k_ss;
+        vrow += W::kStep * kv.v_ss;
+      }
+      const bool ok = page_ok && key < sk;
       const uint32_t off = stage * kTileKV + Tile::offset(r, lane);
-      ptx::cp_async_16(sK + off, row_ok && c < d ? krow + c : kv.k, row_ok && c < d);
-      ptx::cp_async_16(sV + off, row_ok && c < dv ? vrow + c : kv.v, row_ok && c < dv);
+      ptx::cp_async_16(sK + off, ok && c < d ? krow + c : kv.k, ok && c < d);
+      ptx::cp_async_16(sV + off, ok && c < dv ? vrow + c : kv.v, ok && c < dv);
     }
   }
 }
