@@ -243,12 +243,18 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 
-const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list) {
-  const InstanceInfo* best = nullptr;
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list) {
+  int best_hd = INT_MAX;
   for (const InstanceInfo& i : list)
-    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev) && (best == nullptr || i.head_dim < best->head_dim))
-      best = &i;
-  return best;
+    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev)) best_hd = std::min(best_hd, i.head_dim);
+  const InstanceInfo* other = nullptr;
+  for (const InstanceInfo& i : list)
+    if (i.dtype == dtype && i.head_dim == best_hd && i.runs_on(dev)) {
+      const bool split = i.block_m < 16 * i.warps;
+      if (split && rows <= i.block_m) return &i;
+      if (!split && other == nullptr) other = &i;
+    }
+  return other;
 }
 
 int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_rows, const InstanceInfo& i,

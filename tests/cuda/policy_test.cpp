@@ -370,8 +370,8 @@ const InstanceInfo kKvc[] = {
 // KV splits only where (sequence, head) CTAs leave SMs idle and the cache has tiles to share.
 TEST(CudaPolicy, KvCacheKernelAndSplits) {
   const InstanceList kvc(kKvc);
-  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev) {
-    const InstanceInfo* i = pick_kvcache(dt, hd, dev, kvc);
+  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev, int64_t rows = 64) {
+    const InstanceInfo* i = pick_kvcache(dt, hd, rows, dev, kvc);
     return std::string(i != nullptr ? i->key : "none");
   };
   EXPECT_EQ(key(DType::f16, 64, kH200), "kvc_sm80_f16_hd64_64x64_w4_o2");
@@ -380,7 +380,14 @@ TEST(CudaPolicy, KvCacheKernelAndSplits) {
   EXPECT_EQ(key(DType::f16, 200, kSm86), "kvc_sm80_f16_hd256_64x16_w4_o2");
   EXPECT_EQ(key(DType::f32, 64, kH200), "none");
   EXPECT_EQ(key(DType::f16, 264, kH200), "none");
-  const InstanceInfo& hd128 = *pick_kvcache(DType::f16, 128, kH200, kvc);
+  // Packed rows that fit 16 (decode, G <= 16; short speculation): the key-split rows; more
+  // rows, or a head dim without them (hd256): the 64-row tile.
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4), "kvc_sm80_f16_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::bf16, 64, kA100, 16), "kvc_sm80_bf16_hd64_16x64_w4_o4");
+  EXPECT_EQ(key(DType::bf16, 96, kSm86, 1), "kvc_sm80_bf16_hd96_16x64_w4_o3");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 17), "kvc_sm80_f16_hd128_64x64_w4_o2");
+  EXPECT_EQ(key(DType::f16, 256, kH200, 4), "kvc_sm80_f16_hd256_64x16_w4_o2");
+  const InstanceInfo& hd128 = *pick_kvcache(DType::f16, 128, 64, kH200, kvc);
   // B1 H8 decode over 5008 keys: 8 CTAs on 132 SMs -> min(264 / 8, 79 / 2, 32) = 32.
   EXPECT_EQ(kvcache_split_count(1, 8, 1, 5008, hd128, kH200), 32);
   // B32 H32 decode: 1024 CTAs fill the SMs already.
