@@ -74,9 +74,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   if (m0 >= rows) return;
   const int hk = h / p.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, t = lane % 4;
-  const auto kv = sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
-
   const core::BandMask mask = band_mask(p, seq);
+  const auto kv = [&] {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
+    auto c = sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+    c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));
+    return c;
+  }();
   TileRange tiles = tile_range(mask, m0 >> shift, (min(m0 + kRows, rows) - 1) >> shift, seq.sk, kBlockN);
   {  // this split's run of the key tiles (near-equal runs, in order)
     const int ns = p.kv_splits, per = (tiles.hi - tiles.lo + ns - 1) / ns;
