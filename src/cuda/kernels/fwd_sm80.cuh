@@ -100,12 +100,15 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
 
   const T* gq = static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + m0) * p.q_ss + h * p.q_sh;
   const auto kv = [&] {
-    if constexpr (kCache)
-      return sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
-    else
+    if constexpr (kCache) {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
+      auto c = sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+      c.key_lo = int(band_mask(p, seq).key_begin(m0 >> shift, seq.sk));
+      return c;
+    } else {
       return sm80::ContiguousKvRows<T, kBlockN>{
           static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
           static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
+    }
   }();
 
   const core::BandMask mask = band_mask(p, seq);
