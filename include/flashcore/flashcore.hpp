@@ -49,9 +49,6 @@
 //    A row that sees a NaN or Inf score, or a value row holding NaN/Inf, gets NaN/Inf
 //    outputs as the fp64 reference does, and such a row's lse is NaN (lse = -inf is kept
 //    for fully masked rows). Finite scores give their softmax however large they are.
-//    These hold on the CPU and the reference. CUDA kernels do not yet keep them: a NaN / Inf
-//    in V at a key the mask hides from some rows of a tile can reach those rows, and scores
-//    whose scaled maximum passes ~2^31 can lose their row (docs/cuda.md, "Semantics").
 #pragma once
 
 #include <cstddef>

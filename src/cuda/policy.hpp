@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/problem.hpp"
+#include "cuda/kernels/cut_tiles.hpp"
 #include "cuda/kernels/sm90/traits.hpp"
 
 namespace flashcore::cuda {
@@ -37,10 +38,11 @@ struct InstanceInfo {
   bool chord = false;          // sm90 rows with FwdSm90Config::kChordForm (FwdParams::exp_chord)
   bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
-  // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Config::kSmem.
+  // multiple of 128 bytes (common/swizzle.cuh), and sm80_extra_smem; sm90, the instance's
+  // FwdSm90Config::kSmem.
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
-    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes;
+    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes + sm80_extra_smem(block_m, block_n);
   }
   // CTAs per SM: sm90, FwdSm90Config::kCtasPerSm (64-row tiles two or three, taller ones
   // one); the sm80 rows (occupancy: their key) one.

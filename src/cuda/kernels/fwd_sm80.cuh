@@ -14,7 +14,10 @@
 // K/V tiles stream through a kStages-deep cp.async ring (one __syncthreads per tile;
 // kernels/sm80/load.cuh, by key block); the tile algebra is kernels/sm80/mainloop.cuh; the
 // epilogue divides by the row sums and writes O (and lse) straight from registers
-// (parts/epilogue.cuh).
+// (parts/epilogue.cuh). Hostile values (kernels/sm80/repair.cuh): a block whose O came out
+// non-finite in a row with a finite sum runs its keys a second time, cleaning V in the
+// tiles the band or Sk cuts; rows with large scores or a NaN are computed again after the
+// epilogue, and cleaned NaN / Inf added back to the rows that see them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,9 +27,11 @@
 #include "cuda/common/launch.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/swizzle.cuh"
+#include "cuda/kernels/cut_tiles.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/kernels/sm80/load.cuh"
 #include "cuda/kernels/sm80/mainloop.cuh"
+#include "cuda/kernels/sm80/repair.cuh"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/seq_mask.cuh"
@@ -35,8 +40,9 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocksPerSM>
+template <typename T, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps, int kStages, int kMinBlocksPerSM>
 struct FwdSm80Traits {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kMI = kBlockM / (16 * kWarps);  // 16-row fragments per warp
   static constexpr int kRowBytes = SwizzledTile<kHeadDim, T>::kRowBytes;
@@ -46,7 +52,10 @@ struct FwdSm80Traits {
   static constexpr int kPK = kBlockN / MmaOps<T>::kPVKeys;  // k-steps of P V
   static constexpr int kTileQ = kBlockM * kRowBytes;  // bytes
   static constexpr int kTileKV = kBlockN * kRowBytes;
-  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV;
+  // Then the record of V's cleaned keys (sm80/repair.cuh: clean_cut_v), kCutWords per cut
+  // tile, at most kMaxCut of them (cut_tiles.hpp; the policy reads the size from there too).
+  static constexpr int kMaxCut = max_cut_tiles(kBlockM, kBlockN), kCutWords = sm80_cut_words(kBlockM, kBlockN);
+  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV + sm80_extra_smem(kBlockM, kBlockN);
   // CTAs per SM the register budget is fitted to (__launch_bounds__): more warps to
   // hide the ldmatrix/MMA/MUFU latencies vs more registers per thread (spills).
   static constexpr int kMinBlocks = kMinBlocksPerSM;
@@ -55,6 +64,7 @@ struct FwdSm80Traits {
   // mixed with 16-row warps (32 registers), 10-39% slower with 32-row warps (spills).
   static constexpr bool kQInRegs = kKS <= 4;
   static_assert(kBlockM % (16 * kWarps) == 0 && kBlockN % 16 == 0 && kStages >= 2, "tile shape");
+  static_assert((kThreads & (kThreads - 1)) == 0, "threads: a power of two");
 };
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
@@ -68,82 +78,131 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   const uint32_t sQ = ptx::smem_addr(smem);
   const uint32_t sK = sQ + Tr::kTileQ;
   const uint32_t sV = sK + kStages * Tr::kTileKV;
+  const uint32_t bad_words = sV + kStages * Tr::kTileKV;  // the cleaned keys' record (Tr::kSmem)
 
-  // Heavy (late, causal) query blocks first: they are launched in reverse order.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z;
-  const SeqInfo seq = seq_info(p, b);
-  const int m0 = m_block * kBlockM;
-  if (m0 >= seq.sq) return;
-  const int hk = h / p.group;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-
-  const T* gq = static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + m0) * p.q_ss + h * p.q_sh;
-  const sm80::ContiguousKvRows<T, kBlockN> kv{
-      static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
-      static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
-
-  const core::BandMask mask = band_mask(p, seq);
-  const int m_last = min(m0 + kBlockM, seq.sq) - 1;
-  const TileRange tiles = tile_range(mask, m0, m_last, seq.sk, kBlockN);
-  const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
-
-  // Prologue: Q, then the first kStages-1 K/V tiles, one commit group each.
-  load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, seq.sq - m0, p.d, tid);
-  ptx::cp_async_commit();
-  auto load_kv = [&](int n, int stage) {
-    sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, kv, n, stage, seq.sk, p.d, p.dv, tid);
+  // Where the block's work is: its head, sequence and first row (heavy, late causal query
+  // blocks first: they are launched in reverse order), the sequence's K/V rows, its key
+  // tiles, the band, this thread and its rows row0 + 16 mi + {0, 8}. Found from the thread's
+  // and block's indices read again (ptx::tid_x, ctaid) by each key loop run and the
+  // epilogue: held over the first run, it made ptxas spill there when the second was added.
+  struct Where {
+    SeqInfo seq;
+    sm80::ContiguousKvRows<T, kBlockN> kv;
+    TileRange tiles;
+    Band32 band;
+    int h, b, m0, tid, row0;
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (tiles.lo + s < tiles.hi) load_kv(tiles.lo + s, s);
+  auto where = [&p]() {
+    // Two-warp tiles: tid masked to its range (which threadIdx.x would have told; kThreads is
+    // a power of two), as ptxas then kept the tf32 hd256 32x16 tile's key loop free of spills;
+    // other tiles (tf32 hd64 128x64, 16-bit hd256 64x32) spilled with the mask, not without.
+    const int tid = Tr::kThreads == 64 ? ptx::tid_x() & (Tr::kThreads - 1) : ptx::tid_x();
+    const int3 block = ptx::ctaid();
+    const int h = block.y, b = block.z;
+    const int m0 = (int(gridDim.x) - 1 - block.x) * kBlockM;
+    const SeqInfo seq = seq_info(p, b);
+    const int hk = h / p.group;
+    const core::BandMask mask = band_mask(p, seq);
+    return Where{seq,
+                 {static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
+                  static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss},
+                 tile_range(mask, m0, min(m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN),
+                 Band32{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk},
+                 h, b, m0, tid, m0 + tid / 32 * 16 * kMI + tid % 32 / 4};
+  };
+  {
+    const Where w = where();
+    if (w.m0 >= w.seq.sq) return;
+    // Prologue: Q, one commit group (each key loop run loads its first K/V tiles).
+    const T* gq = static_cast<const T*>(p.q) + w.seq.bb * p.q_sb + (w.seq.q_row0 + w.m0) * p.q_ss + w.h * p.q_sh;
+    load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, w.seq.sq - w.m0, p.d, w.tid);
     ptx::cp_async_commit();
   }
 
   float acc[kMI][kDF][4];
-#pragma unroll
-  for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-    for (int i = 0; i < kDF; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.f;
   OnlineSoftmax<2 * kMI> sm;
-  sm.init();
-
-  sm80::Mainloop<T, Tr> ml;
-  ml.init(sQ, sK, sV, warp, lane);
-  const int g = lane / 4, t = lane % 4;
-  const int row0 = m0 + warp * 16 * kMI + g;  // this lane's rows: row0 + 16 mi + {0, 8}
-  if constexpr (Tr::kQInRegs) {
-    ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
-    __syncthreads();
-    ml.load_q_regs();
-  }
-
-  for (int n = tiles.lo; n < tiles.hi; ++n) {
-    const int it = n - tiles.lo;
-    ptx::cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
-    {
-      const int nn = n + kStages - 1;
-      if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
+  // The key loop, O and the softmax state from scratch. kClean (the second run, below): V's
+  // NaN / Inf in the tiles the band or Sk cuts set to 0 and recorded before P V
+  // (clean_cut_v); returns whether any was.
+  auto key_loop = [&](auto clean) {
+    constexpr bool kClean = decltype(clean)::value;
+    const Where w = where();
+    const TileRange& tiles = w.tiles;
+    const int tid = w.tid, t = tid % 4;
+    auto load_kv = [&](int n, int stage) {
+      sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, w.kv, n, stage, w.seq.sk, p.d, p.dv, tid);
+    };
+    sm80::Mainloop<T, Tr> ml;
+    ml.init(sQ, sK, sV, tid / 32, tid % 32);
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int i = 0; i < kDF; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.f;
+    sm.init();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (tiles.lo + s < tiles.hi) load_kv(tiles.lo + s, s);
       ptx::cp_async_commit();
     }
-    const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
-    float s[kMI][kNF][4];
-    ml.qk(s, stage_off);
-    mask_scores<kMI, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0, n * kBlockN, t);
-    float corr[2 * kMI];
-    sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
-    rescale_rows<kMI, kDF>(acc, corr);
-    ml.pv(acc, s, stage_off);
-  }
-  ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+    if constexpr (Tr::kQInRegs) {
+      ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
+      __syncthreads();
+      ml.load_q_regs();
+    }
+    bool cleaned = false;
+    int cut_k = 0;  // kClean: the cut tiles so far (CutTiles' ordinal of the next)
+    if constexpr (kClean) {  // the record zeroed (the loop's first barrier orders it before its use)
+      for (int i = tid; i < Tr::kCutWords; i += Tr::kThreads) ptx::sts32(bad_words + 4u * i, 0u);
+    }
+    for (int n = tiles.lo; n < tiles.hi; ++n) {
+      const int it = n - tiles.lo;
+      ptx::cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
+      {
+        const int nn = n + kStages - 1;
+        if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
+        ptx::cp_async_commit();
+      }
+      const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
+      const bool full = n >= tiles.full_lo && n < tiles.full_hi;
+      if constexpr (kClean) {
+        if (!full) {
+          cleaned |= sm80::clean_cut_v<T, Tr>(sV + stage_off, bad_words, cut_k++, tid);
+          __syncthreads();  // the cleaned tile, for every warp
+        }
+      }
+      float s[kMI][kNF][4];
+      ml.qk(s, stage_off);
+      mask_scores<kMI, kNF>(s, full, p.scale_log2, w.band, w.row0, n * kBlockN, t);
+      float corr[2 * kMI];
+      sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+      rescale_rows<kMI, kDF>(acc, corr);
+      ml.pv(acc, s, stage_off);
+    }
+    ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+    sm.finish();
+    return kClean && __syncthreads_or(cleaned);
+  };
+  key_loop(std::false_type{});
+  // O non-finite in a row whose sum is not (V's NaN / Inf, at a key the row may not see: P V
+  // multiplies every key of a tile, 0 * NaN is NaN): the block runs its keys again, cleaning
+  // (rare; the barrier also frees the stages for the second run).
+  bool cleaned = false;
+  if (__syncthreads_or(sm80::nonfinite_rows<kMI, kDF>(acc, sm.l))) cleaned = key_loop(std::true_type{});
 
-  sm.finish();
-  T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
-  float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
+  zero_empty_rows<kMI, kDF>(acc, sm.l);
+  const Where w = where();
+  T* go = static_cast<T*>(p.o) + w.seq.bb * p.o_sb + w.seq.q_row0 * p.o_ss + w.h * p.o_sh;
+  float* glse = p.lse == nullptr ? nullptr : p.lse + w.seq.bb * p.lse_sb + w.h * p.lse_sh + w.seq.q_row0;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
-    store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, row0 + 16 * mi, seq.sq, p.dv, t);
+    store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, w.row0 + 16 * mi,
+                         w.seq.sq, p.dv, w.tid % 4);
+  // Rows the softmax could not take (l NaN) computed again, and V's cleaned NaN / Inf added
+  // back to the rows that see them (sm80/repair.cuh).
+  const uint32_t flags = sm80::row_flags<kMI>(sm.l);
+  if (__any_sync(0xffffffffu, (flags & 0xFFFFu) != 0) || cleaned)
+    sm80::repair<T, Tr>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>

@@ -1,7 +1,10 @@
 // fwd_sm80_f32_hd256_simt: fp32 attention on the FFMA (SIMT) units, exact exp2f. One warp
 // per query row: lane l holds q and o at d = l + 32 i; a score is a warp-wide sum (five
 // xor-shuffles), then the running max / sum update of the online softmax is the same
-// on every lane. Keys outside the row's band are never visited. Correct for any D <= 256,
+// on every lane. Keys outside the row's band are never visited (a NaN or Inf of V there never
+// reaches the row). The scale is folded into q before the dot products, so a score and the
+// max it is compared with are the same fp32 value: 2^(s - m) is exact at the max whatever the
+// scores' size. Correct for any D <= 256,
 // any strides; it is the precise path (`exact_fp32`) and, for now, the only fp32 path.
 #pragma once
 
@@ -10,6 +13,7 @@
 #include <cmath>
 
 #include "cuda/kernels/params.hpp"
+#include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/seq_mask.cuh"
 
 namespace flashcore::cuda {
@@ -48,9 +52,10 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    const float mn = fmaxf(m, s);
-    const float corr = exp2f(m - mn);  // m = -inf on the first key: corr = 0
-    const float pj = exp2f(s - mn);
+    const float mn = fmaxf(m, s);  // (fmaxf skips a NaN score: its pj is NaN, and so are l and o)
+    const float base = mn == -INFINITY ? 0.f : mn;  // only -inf so far: no -inf - -inf
+    const float corr = exp2f(m - base);              // m = -inf on the first key: corr = 0
+    const float pj = exp2f(s - base);
     l = l * corr + pj;
     m = mn;
     const float* vj = v + j * p.v_ss;
@@ -60,16 +65,17 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
       o[c] = d < p.dv ? fmaf(pj, vj[d], o[c] * corr) : 0.f;
     }
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
+  // A row with no finite score (l = 0) writes O = 0 (o may hold 0 * Inf from V) and lse =
+  // -inf; one that saw a NaN score (l = NaN) NaN for both.
+  const float inv = row_inv(l);
   float* orow = static_cast<float*>(p.o) + seq.bb * p.o_sb + (seq.q_row0 + i) * p.o_ss + h * p.o_sh;
 #pragma unroll
   for (int c = 0; c < kSimtMaxPerLane; ++c) {
     const int d = lane + 32 * c;
-    if (d < p.dv) orow[d] = o[c] * inv;
+    if (d < p.dv) orow[d] = l == 0.f ? 0.f : o[c] * inv;
   }
   if (p.lse != nullptr && lane == 0)
-    p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] =
-        l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+    p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] = row_lse(m, 0.f, l);
 }
 
 inline cudaError_t launch_fwd_sm80_simt_f32(const FwdParams& p, cudaStream_t stream) {

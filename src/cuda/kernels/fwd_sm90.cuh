@@ -10,6 +10,9 @@
 //   load.cuh                 the producer: TMA loads of Q, K, V by key block (ContiguousKv
 //                            says where a key block lives)
 //   vt_transpose.cuh         fp8: V^T made by the producer warpgroup's spare warps
+//   v_scan.cuh               16-bit: V tiles a mask cuts scanned for NaN / Inf by those
+//                            warps (cleaned, the keys recorded, added back to the rows
+//                            that see them after the key loop: parts/nonfinite_v.cuh)
 //   mainloop.cuh             the consumer: S = Q K^T, mask, online softmax, O += P V on the
 //                            key tiles (intra-warpgroup overlap, ping-pong, speculation)
 //   epilogue.cuh             O and lse out: KV-split partials, TMA stores or row copies
@@ -65,9 +68,11 @@
 #include "cuda/kernels/sm90/load.cuh"
 #include "cuda/kernels/sm90/mainloop.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
+#include "cuda/kernels/sm90/repair.cuh"
 #include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
 #include "cuda/kernels/sm90/traits.hpp"
+#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/kernels/sm90/vt_transpose.cuh"
 
 namespace flashcore::cuda {
@@ -95,11 +100,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   if constexpr (!Tr::kPersistent) {
     if (sched.past_end(sched.own, seq_info(p, sched.own.b))) return;  // varlen: past this sequence's end
   }
-  if (threadIdx.x == 0) s.init_barriers();
+  if (threadIdx.x == 0) {
+    s.init_barriers();
+    sm90::BadKeys<Tr>{s.bad}.init();
+  }
   __syncthreads();
 
   if (threadIdx.x / 128 == 0) {
-    // Producer warpgroup: the TMA thread, and (fp8) the transposing warps.
+    // Producer warpgroup: the TMA thread, and the other three warps: (fp8) the transposing
+    // warps, or (16-bit) the scan of the V tiles that the band or Sk cuts.
     ptx::setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       sm90::Producer<Tr>{&tm_q, &tm_k, &tm_v, s}.run(p, sched);
@@ -107,6 +116,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       if (p.vt_sync != nullptr) sm90::FusedVtTransposer<Tr>{s}.run(p);
     } else if constexpr (Tr::kVtIn) {  // one item per CTA
       if (threadIdx.x >= 32) sm90::RingVtTransposer<Tr>{s}.run(sched.item_tiles(p, sched.own, seq_info(p, sched.own.b)));
+    } else if constexpr (Tr::kScanV) {
+      if (threadIdx.x >= 32) sm90::VScanner<T, Tr>{s}.run();
     }
   } else {
     // Consumer warpgroups: per work item the main loop, then the epilogue.
@@ -126,10 +137,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
       ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+      // The rows' reasons for a second look (rows to compute again exactly, V's NaN / Inf to
+      // add back: repair.cuh), kept over the epilogue in one register.
+      const uint32_t fix = ml.fix_flags(p, qi, res);
+      bool fix_any = __any_sync(0xffffffffu, sm90::fix_needed(fix));
       if (Sched::kSplits && sched.ns > 1)
         ep.store_split(p, res, wi, seq, row0, sched.shift, sched.split_j);
       else
-        ep.store(p, res, wi, seq, row0, sched.shift);
+        fix_any = ep.store(p, res, wi, seq, row0, sched.shift, qi, fix_any);
+      if (fix_any) sm90::RowRepair<T, Tr>{s, ml.cw, ml.warp, ml.lane}.run(p, qi, sched, wi, fix);
       ++qi;
     }
     ml.close_turns();

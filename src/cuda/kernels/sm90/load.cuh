@@ -18,7 +18,9 @@
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
+#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/parts/fp8.hpp"
+#include "cuda/parts/nonfinite_v.cuh"
 
 namespace flashcore::cuda::sm90 {
 
@@ -74,15 +76,20 @@ struct Producer {
   }
 
   // V of key block n into the V ring's buffer st (16-bit: V's rows; fp8: V^T's): the
-  // stage acquired, then the loads issued.
-  __device__ __forceinline__ void acquire_v(PipelineState<Tr::kStages> st) const {
-    const Pipeline<Tr::kStages> v = s.v_pipe();
-    v.producer_acquire(st);
-    v.producer_expect(st, Tr::kTileKV);
+  // stage acquired, then the loads issued. scan (Tr::kScanV, a tile the band or Sk cuts):
+  // onto the stage's vraw barrier, whose completion the scanning warps wait for (v_scan.cuh);
+  // they arrive on the full one. A whole tile's arrives on vraw too, without bytes.
+  __device__ __forceinline__ uint32_t v_barrier(PipelineState<Tr::kStages> st, bool scan) const {
+    return scan ? s.vraw(st.stage()) : s.v_pipe().full(st.stage());
+  }
+  __device__ __forceinline__ void acquire_v(PipelineState<Tr::kStages> st, bool scan) const {
+    s.v_pipe().producer_acquire(st);
+    ptx::mbar_arrive_expect_tx(v_barrier(st, scan), Tr::kTileKV);
+    if (Tr::kScanV && !scan) ptx::mbar_arrive(s.vraw(st.stage()));  // vraw's phases follow full's (v_scan.cuh)
   }
   template <class Kv>
-  __device__ __forceinline__ void issue_v(PipelineState<Tr::kStages> st, int n, const Kv& kv) const {
-    const uint32_t off = st.stage() * Tr::kTileKV, full = s.v_pipe().full(st.stage());
+  __device__ __forceinline__ void issue_v(PipelineState<Tr::kStages> st, int n, const Kv& kv, bool scan) const {
+    const uint32_t off = st.stage() * Tr::kTileKV, full = v_barrier(st, scan);
     if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
 #pragma unroll
       for (int c = 0; c < kBlockN / 64; ++c)
@@ -113,11 +120,36 @@ struct Producer {
 
   // Tr::kVtFused: before an item's first V^T load, every unit of its KV head written by the
   // transposing warps and fenced (their release, this acquire, then the fence into the
-  // async proxy that TMA reads through).
-  __device__ __forceinline__ void wait_vt_head(const FwdParams& p, int batch, int hk) const {
-    const unsigned* done = p.vt_sync + 1 + batch * p.vt_kv_heads + hk;
-    while (ptx::ld_acquire_gpu(done) < unsigned(p.vt_head_units)) __nanosleep(64);
+  // async proxy that TMA reads through). Returns whether one of them had a NaN.
+  __device__ __forceinline__ bool wait_vt_head(const FwdParams& p, int batch, int hk) const {
+    const unsigned* done = p.vt_sync + 2 + 2 * (batch * p.vt_kv_heads + hk);
+    uint2 x;
+    while ((x = ptx::ld_acquire_gpu_v2(done)).x < unsigned(p.vt_head_units)) __nanosleep(64);
     ptx::fence_proxy_async_global();
+    return x.y != 0;
+  }
+
+  // Tr::kScanV: item qi's job for the scanning warps (v_scan.cuh): its tiles (the cut ones are
+  // scanned) and the K/V tile count at its first; tiles.lo > tiles.hi: no more items.
+  __device__ __forceinline__ void post_scan(int qi, int it, const TileRange& tiles) const {
+    const Pipeline<2> jobs = s.job_pipe();
+    const PipelineState<2> js{qi};
+    jobs.producer_acquire(js);
+    ptx::sts128(s.job(js.stage()), make_uint4(uint32_t(tiles.lo), uint32_t(tiles.hi), uint32_t(tiles.full_lo),
+                                              uint32_t(tiles.full_hi)));
+    ptx::sts64(s.job(js.stage()) + 16u, make_uint2(uint32_t(it), uint32_t(qi)));
+    jobs.producer_commit(js);
+  }
+
+  // fp8 from the pre-pass's V^T (complete: it ran before): head bh's stamp (FwdParams::vt_bad)
+  // copied into item qi's BadKeys tag, counted on Q's full barrier (the consumers wait on
+  // it): the item's rows take V's NaN back where it equals the call's (parts/nonfinite_v.cuh).
+  // A bulk copy: no register holds it. (The fused transposer's V^T: the tag is written
+  // with the item's first V load, from wait_vt_head's flag.)
+  __device__ __forceinline__ void copy_stamp(const FwdParams& p, int qi, int bh) const {
+    if (p.vt_bad == nullptr) return;
+    ptx::mbar_expect_tx(s.q_pipe().full(0), 16);
+    ptx::bulk_load(BadKeys<Tr>{s.bad}.tag(qi), p.vt_bad + 4 * bh, 16, s.q_pipe().full(0));
   }
 
   // The TMA thread's work: every item of the scheduler's list, Q then its key tiles' K and
@@ -134,22 +166,29 @@ struct Producer {
       const int hk = sched.kv_head(p, wi);
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const ContiguousKv<kBlockN> kv(p, seq, wi.b, hk);
+      if constexpr (Tr::kScanV) post_scan(qi, it, tiles);
       load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
+      if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
+        if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
+      }
       for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
         const PipelineState<Tr::kStages> st{it};
         load_k(st, n, kv);
         if constexpr (Tr::kVtIn) {
           load_v_raw(rs, n, kv);
         } else {
-          acquire_v(st);
-          if constexpr (Tr::kVtFused) {
-            if (p.vt_sync != nullptr && n == tiles.lo) wait_vt_head(p, kv.batch, hk);
+          const bool scan = Tr::kScanV && (n < tiles.full_lo || n >= tiles.full_hi);
+          if constexpr (Tr::kVtFused) {  // (the tag: before the arrival on V's full barrier, a release)
+            if (p.vt_sync != nullptr && n == tiles.lo)
+              ptx::sts32(BadKeys<Tr>{s.bad}.tag(qi), wait_vt_head(p, kv.batch, hk) ? p.vt_stamp : 0u);
           }
-          issue_v(st, n, kv);
+          acquire_v(st, scan);
+          issue_v(st, n, kv, scan);
         }
       }
       ++qi;
     }
+    if constexpr (Tr::kScanV) post_scan(qi, it, TileRange{1, 0, 0, 0});
   }
 };
 

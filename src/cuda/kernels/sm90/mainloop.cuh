@@ -45,6 +45,7 @@
 #include "cuda/kernels/params.hpp"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
+#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/parts/fp8.hpp"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/operands_fp8.cuh"
@@ -52,6 +53,12 @@
 #include "cuda/parts/softmax.cuh"
 
 namespace flashcore::cuda::sm90 {
+
+// fix_flags' bits (RowRepair, repair.cuh) of a lane: row half's l is NaN (1 << half) or 0 (4 << half);
+// the item's V had cleaned keys (kFixTagged).
+constexpr uint32_t kFixTagged = 16u;
+// Whether flags ask for the repair (rows with l = 0 alone do not).
+__device__ __forceinline__ bool fix_needed(uint32_t flags) { return (flags & (3u | kFixTagged)) != 0; }
 
 // What the consumer computes of one item and the epilogue writes out: O unnormalized (this
 // lane's fragments of the warpgroup's 64 rows x kHeadDim) and the rows' softmax state.
@@ -299,13 +306,28 @@ struct Mainloop {
 
     it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
-    sm.finish();
-    if constexpr (Tr::kFp8) {  // O * v_descale; l carries 2^kPLog2 (O too: they cancel), lse not
-      sm.m[0] -= kPLog2;
-      sm.m[1] -= kPLog2;
+    // Row sums and maxima for the epilogue (fp8: l carries 2^kPLog2, O too: they cancel,
+    // lse not); rows with no finite score zeroed; fp8: O * v_descale. The rows the softmax
+    // could not take (l NaN) are computed again after the epilogue (repair.cuh).
+    sm.finish(kPLog2);
+    zero_empty_rows<1, kDF>(acc, sm.l);
+    if constexpr (Tr::kFp8) {
       const float os[2] = {o_scale, o_scale};
       rescale_rows<1, kDF>(acc, os);
     }
+  }
+
+  // After the key loop: this lane's reasons for RowRepair (repair.cuh), kept over the
+  // epilogue instead of the item's state: row half's l NaN (1 << half) or 0 (4 << half), and
+  // kFixTagged where the item's V had cleaned keys (BadKeys).
+  __device__ __forceinline__ uint32_t fix_flags(const FwdParams& p, int qi, const ItemResult<Tr>& res) const {
+    uint32_t f = BadKeys<Tr>{s.bad}.tagged(p, qi) ? kFixTagged : 0u;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (isnan(res.sm.l[half])) f |= 1u << half;
+      if (res.sm.l[half] == 0.f) f |= 4u << half;
+    }
+    return f;
   }
 };
 

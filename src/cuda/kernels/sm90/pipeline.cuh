@@ -67,8 +67,10 @@ struct Pipeline {
 };
 
 // Named barrier ids (bar.sync / bar.arrive; 0 is __syncthreads): the ping-pong turns of the
-// consumer warpgroups take 1 .. 4, each consumer's epilogue its own above them.
+// consumer warpgroups take 1 .. 4, each consumer's epilogue its own above them (8 .. 11),
+// the producer's V scanning warps one more (v_scan.cuh).
 constexpr uint32_t kBarTurn0 = 1;
 constexpr uint32_t kBarEpilogue0 = 8;
+constexpr uint32_t kBarScan = 12;
 
 }  // namespace flashcore::cuda::sm90
