@@ -78,14 +78,14 @@ struct Producer {
   // V of key block n into the V ring's buffer st (16-bit: V's rows; fp8: V^T's): the
   // stage acquired, then the loads issued. scan (Tr::kScanV, a tile the band or Sk cuts):
   // onto the stage's vraw barrier, whose completion the scanning warps wait for (v_scan.cuh);
-  // they arrive on the full one. A whole tile's arrives on vraw too, without bytes.
+  // they arrive on the full one. Whole tiles leave vraw alone (its phases count the stage's
+  // cut tiles, the parity the scanning warps keep).
   __device__ __forceinline__ uint32_t v_barrier(PipelineState<Tr::kStages> st, bool scan) const {
     return scan ? s.vraw(st.stage()) : s.v_pipe().full(st.stage());
   }
   __device__ __forceinline__ void acquire_v(PipelineState<Tr::kStages> st, bool scan) const {
     s.v_pipe().producer_acquire(st);
     ptx::mbar_arrive_expect_tx(v_barrier(st, scan), Tr::kTileKV);
-    if (Tr::kScanV && !scan) ptx::mbar_arrive(s.vraw(st.stage()));  // vraw's phases follow full's (v_scan.cuh)
   }
   template <class Kv>
   __device__ __forceinline__ void issue_v(PipelineState<Tr::kStages> st, int n, const Kv& kv, bool scan) const {

@@ -4,15 +4,26 @@
 //
 // VScanner: the producer warpgroup's three spare warps (24 registers each). The TMA thread
 // brings a cut tile's V onto the stage's vraw barrier instead of its full one (load.cuh;
-// for a whole tile it arrives on vraw too, with no bytes, so that vraw's phases follow
-// full's); these warps walk the same items and tiles (jobs the TMA thread posts), wait for
-// it, and read it a 32-key group per warp, lane L the row of key 32 g + L (every 8-byte
+// whole tiles never touch vraw, so a stage's vraw phases are its cut tiles alone); these
+// warps walk the same items and tiles (jobs the TMA thread posts), wait for it, and read it
+// a 32-key group per warp, lane L the row of key 32 g + L (every 8-byte
 // piece of the row, piece (i + L) % 16 in turn: two wavefronts per load, no more). A row
 // with a NaN or Inf is cleaned in place (its non-finite elements set to 0), the group's
 // ballot is the record's word for those keys, and a non-zero word tags the item. Then the writes are fenced for the async proxy
 // (wgmma reads the stage), the three warps meet on a named barrier, and one thread arrives
 // on the stage's full barrier, which the consumers wait on as for any tile. Tiles every row
 // sees whole keep their NaN / Inf: P V spreads them to exactly the rows that see them.
+//
+// The parity these warps wait for on vraw is their own count of the cut tiles they took on
+// that stage, not the tile's count in the ring: a parity wait tells only the last two
+// phases apart, and these warps do not take part in the whole tiles' hand-overs, so they
+// may reach a cut tile's wait while the stage is still two or more tiles behind (a whole
+// tile not yet acquired: at an item's start, the TMA thread posts the job before its first
+// loads), where the ring's parity already reads as complete; or, had whole tiles arrived
+// on vraw, the stage could run two phases past a wait still pending. With cut tiles alone
+// on vraw neither happens: the next cut tile of a stage is loaded only once the consumers
+// released the previous one, after these warps handed it on, so at each wait the stage is
+// at most one phase ahead of the count.
 //
 // BadKeys: two slots (items alternate: the n-th item of a CTA uses slot n % 2), each a tag
 // word (n + 1 while item n has cleaned keys, or fp8's stamp: tagged; zeroed at the start) and
@@ -120,6 +131,7 @@ struct VScanner {
   // needs the slot again two items later, when the consumers are done with this item.
   __device__ __forceinline__ void run() const {
     const Pipeline<2> jobs = s.job_pipe();
+    uint32_t vraw_parity = 0;  // bit st: the parity of the next cut tile's phase on stage st's vraw
 #pragma unroll 1
     for (int qi = 0;; ++qi) {
       const PipelineState<2> js{qi};
@@ -132,7 +144,8 @@ struct VScanner {
         if (n == cut.fl) n = cut.fh;  // the whole tiles' V goes straight to the consumers
         if (n >= cut.hi) break;
         const PipelineState<kStages> st{int(ptx::lds32(job + 16u)) - cut.lo + n};
-        ptx::mbar_wait(s.vraw(st.stage()), st.full_parity());
+        ptx::mbar_wait(s.vraw(st.stage()), (vraw_parity >> st.stage()) & 1u);
+        vraw_parity ^= 1u << st.stage();
         scan(s.v + uint32_t(st.stage()) * Tr::kTileKV, BadKeys<Tr>{s.bad}, qi, k, int(threadIdx.x / 32) - 1,
              int(threadIdx.x % 32));
         ptx::fence_proxy_async();  // the cleaned rows, for wgmma
