@@ -80,7 +80,8 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 }
 
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared
-// `dst`, counted on `bar` as the tensor loads are (mbar_expect_tx first).
+// `dst`, counted on `bar` as the tensor loads are (its bytes expected on the phase first,
+// before anything that could complete it).
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)

@@ -145,9 +145,16 @@ struct Producer {
   // copied into item qi's BadKeys tag, counted on Q's full barrier (the consumers wait on
   // it): the item's rows take V's NaN back where it equals the call's (parts/nonfinite_v.cuh).
   // A bulk copy: no register holds it. (The fused transposer's V^T: the tag is written
-  // with the item's first V load, from wait_vt_head's flag.)
+  // with the item's first V load, from wait_vt_head's flag.) Before load_q: its 16 bytes are
+  // expected on item qi's phase while the TMA thread's arrival is still missing from it, so
+  // the phase cannot complete without them (expected after Q's loads, Q's bytes could have
+  // completed the phase first, and the copy would count on the next item's phase, the tag
+  // read before it landed). Persistent kernels: once the consumers released the previous
+  // item's Q (load_q's wait, which then passes at once), so that the phase is item qi's and
+  // tag(qi)'s last reader (item qi - 2's) is done.
   __device__ __forceinline__ void copy_stamp(const FwdParams& p, int qi, int bh) const {
     if (p.vt_bad == nullptr) return;
+    if (Tr::kPersistent) s.q_pipe().producer_acquire(PipelineState<1>{qi});
     ptx::mbar_expect_tx(s.q_pipe().full(0), 16);
     ptx::bulk_load(BadKeys<Tr>{s.bad}.tag(qi), p.vt_bad + 4 * bh, 16, s.q_pipe().full(0));
   }
@@ -167,10 +174,10 @@ struct Producer {
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const ContiguousKv<kBlockN> kv(p, seq, wi.b, hk);
       if constexpr (Tr::kScanV) post_scan(qi, it, tiles);
-      load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
       if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
         if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
       }
+      load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
       for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
         const PipelineState<Tr::kStages> st{it};
         load_k(st, n, kv);
