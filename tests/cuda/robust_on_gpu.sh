@@ -7,9 +7,13 @@
 # run_on_gpu.sh:
 #   cmake -S . -B build/cuda -G Ninja -DFLASHCORE_CUDA_ARCHS=90 && ninja -C build/cuda flashcore_cuda_tests
 #   tests/cuda/stage_gpubin.sh
-# STAGES (default "hostile suite sanitize"), SHARDS (default 8 parallel test processes),
+# STAGES (default "focus hostile suite sanitize"), SHARDS (default 8 parallel test processes),
 # TIMEOUT (default 300 s each), SANITIZE_TOOLS (default "memcheck racecheck"),
 # SANITIZE_TIMEOUT (default 400 s per tool).
+# focus: the cases that hung, failed the launch or gave NaN on 2026-11-29
+# (docs/results/cuda-hostile-2026-11-29.md), each in a process of its own (a launch failure
+# poisons the rest of its process, a hang only its own), at once, FOCUS_TIMEOUT (default
+# 150 s) each; those this build does not have are left out.
 # More stages, each skipped once the call has run DEADLINE seconds (default: none):
 #   backward  flashcore_cuda_backward_tests (staged when built), sharded
 #   serving   merge_states on device tensors and the score variants' refusal, under memcheck
@@ -22,7 +26,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 BIN=${GPUBIN:-.gpubin}
 export LD_LIBRARY_PATH=$PWD/$BIN:${LD_LIBRARY_PATH:-}
-STAGES=${STAGES:-hostile suite sanitize}
+STAGES=${STAGES:-focus hostile suite sanitize}
 SHARDS=${SHARDS:-8}
 TIMEOUT=${TIMEOUT:-300}
 t0=$(date +%s)
@@ -49,6 +53,29 @@ shards() {
   echo "$name rc=$rc"
 }
 
+if has focus; then
+  stamp focus
+  listed=$("$BIN"/flashcore_cuda_tests --gtest_list_tests --gtest_filter='Cuda/CudaHostile.*' 2>/dev/null |
+           awk '/^  /{print $1}')
+  pids=()
+  names=()
+  for tk in HiddenNonFiniteV/fwd_sm90_f16_hd64_64x64_s2 NoFiniteScore/fwd_sm90_f16_hd64_64x64_s2 \
+            HugeScores/fwd_sm90_f16_hd128_128x128_s2_p HiddenNonFiniteV/fwd_sm90_f16_hd128_128x128_s2_p \
+            HiddenNonFiniteV/fwd_sm90_f16_hd128_128x128_s2 HugeScores/fwd_sm90_e4m3_hd128_64x128_s2_vt; do
+    echo "$listed" | grep -qx "$tk" || continue
+    name=focus.${tk//\//.}
+    timeout "${FOCUS_TIMEOUT:-150}" "$BIN"/flashcore_cuda_tests --gtest_filter="Cuda/CudaHostile.$tk" \
+      > "$OUT/$name.log" 2>&1 &
+    pids+=($!)
+    names+=("$name")
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    rc=$?
+    echo "${names[$i]} rc=$rc$( ((rc == 124)) && echo ' (timed out: a hang?)')"
+    grep -hE "^\[  FAILED  \] .*/|Failure|kernel |Value of|Expected|error" "$OUT/${names[$i]}.log" | head -8
+  done
+fi
 if has hostile; then
   stamp hostile
   shards hostile 'Cuda/CudaHostile.*:CudaHostileArgs.*'
