@@ -135,3 +135,5 @@ if has ab; then
   python3 tests/cuda/ab_table.py "$OUT/ab_rows.jsonl" | tee "$OUT/ab.txt"
 fi
 stamp done
+# The device returns few files: the logs as one archive beside the summaries.
+(cd "$OUT" && ls ./*.log > /dev/null 2>&1 && tar czf "logs-$(date +%s).tgz" ./*.log && rm -f ./*.log)
