@@ -137,6 +137,9 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
       ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+      // 16-bit: the item's record of cleaned keys from the V scanning warps (v_scan.cuh), before
+      // fix_flags and RowRepair read it.
+      if constexpr (Tr::kScanV) sm90::scan_record_sync<Tr>(ml.cw);
       // The rows' reasons for a second look (rows to compute again exactly, V's NaN / Inf to
       // add back: repair.cuh), kept over the epilogue in one register.
       const uint32_t fix = ml.fix_flags(p, qi, res);

@@ -25,12 +25,31 @@
 // released the previous one, after these warps handed it on, so at each wait the stage is
 // at most one phase ahead of the count.
 //
+// The record (BadKeys below) reaches the consumers through a named barrier of its own, not
+// through the V stages' full barriers: once per item, the scanning warps (after the item's
+// last cut tile) and each consumer warpgroup (after its key loop, before fix_flags reads the
+// tag and RowRepair the words) meet on barrier kBarScanRecord0 + cw (scan_record_sync).
+// The full barrier alone did order the words in the PTX memory model (each warp's lane 0
+// writes its words, the three warps meet on kBarScan, then one thread arrives with release
+// semantics and the consumers' wait acquires), but only through that bar.sync's cumulativity
+// to a thread that did not write them, and compute-sanitizer racecheck, which does not
+// follow it, reported the pairs as hazards (27 on fwd_sm90_bf16_hd64_64x64_s2: the tag's
+// STS against fix_flags' LDS, the words' STS against RowRepair's). The bar.sync orders every
+// writer before every reader directly, and, for persistent kernels, every read of a slot
+// before its next writes (item n + 2's, after the scanning warps' barrier of item n + 1,
+// which each consumer reaches after item n's epilogue and second look). The consumers do
+// not wait there in practice: the scanning warps reach it right after handing on the item's
+// last cut tile, which the consumers had to wait for; the scanning warps wait for the
+// consumers' key loop, with nothing to scan meanwhile but the next item's cut tiles, loaded
+// after that item's Q.
+//
 // BadKeys: two slots (items alternate: the n-th item of a CTA uses slot n % 2), each a tag
 // word (n + 1 while item n has cleaned keys, or fp8's stamp: tagged; zeroed at the start) and
 // Tr::kBadWords words (16-bit: kBlockN / 32 per cut tile, CutTileBits; fp8 none), 16-byte
 // aligned. A slot is written again two items later: by then the consumers have read it
-// (its writers run only once the producer has loaded that item's Q, after the consumers
-// released the Q of the item in between, after their epilogue and second look).
+// (16-bit: scan_record_sync above; fp8: its writers run only once the producer has loaded
+// that item's Q, after the consumers released the Q of the item in between, after their
+// epilogue and second look).
 #pragma once
 
 #include <cstdint>
@@ -87,6 +106,14 @@ struct BadKeys {
   }
 };
 
+// Tr::kScanV: the hand-over of an item's record between the scanning warps and consumer
+// warpgroup cw (above): a bar.sync of their 96 + 128 threads, once per item on each side.
+template <class Tr>
+__device__ __forceinline__ void scan_record_sync(int cw) {
+  static_assert(Tr::kConsumers <= 3, "barriers kBarScanRecord0 .. 15");
+  ptx::named_bar_sync(kBarScanRecord0 + uint32_t(cw), 32 * 3 + 128);
+}
+
 template <typename T, class Tr>
 struct VScanner {
   static constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kWarps = 3;
@@ -126,7 +153,8 @@ struct VScanner {
   }
 
   // The items the TMA thread posts (Producer::post_scan), until the last (lo > hi): for each
-  // cut tile, wait for its V on its vraw barrier, scan it, hand it on. The job stays in its
+  // cut tile, wait for its V on its vraw barrier, scan it, hand it on; then the item's record
+  // to the consumers (scan_record_sync). The job stays in its
   // slot until the item is done and is read again per tile (registers); the TMA thread
   // needs the slot again two items later, when the consumers are done with this item.
   __device__ __forceinline__ void run() const {
@@ -156,6 +184,9 @@ struct VScanner {
       __syncwarp();
       jobs.consumer_release(js, int(threadIdx.x % 32));
       if (last) break;
+      // The item's record to each consumer warpgroup (in turn; they reach it in ping-pong order).
+#pragma unroll 1
+      for (int cw = 0; cw < Tr::kConsumers; ++cw) scan_record_sync<Tr>(cw);
     }
   }
 };
