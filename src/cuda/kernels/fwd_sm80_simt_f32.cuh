@@ -2,9 +2,14 @@
 // per query row: lane l holds q and o at d = l + 32 i; a score is a warp-wide sum (five
 // xor-shuffles), then the running max / sum update of the online softmax is the same
 // on every lane. Keys outside the row's band are never visited (a NaN or Inf of V there never
-// reaches the row). The scale is folded into q before the dot products, so a score and the
-// max it is compared with are the same fp32 value: 2^(s - m) is exact at the max whatever the
-// scores' size. Correct for any D <= 256,
+// reaches the row). A score is the dot product q.k, then one product with the scale (log2
+// domain), as the tensor-core kernels form it: keys whose products are equal get the same fp32
+// score, and a score and the max it is compared with are the same fp32 value, so 2^(s - m) is
+// exact (1) at the max and at every key tied with it, whatever the scores' size. (With the
+// scale folded into q, q.k's partial sums of scaled terms rounded, differently per key: on
+// q, k of 0 and +-2^40, keys tied in q.k came out one ulp of 2^77 apart, weights 1 and 0,
+// and the rows' average over their tied keys was lost: CudaHostile.HugeScores, rel_err
+// 0.14-0.26.) Correct for any D <= 256,
 // any strides; it is the precise path (`exact_fp32`) and, for now, the only fp32 path.
 #pragma once
 
@@ -36,7 +41,7 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
 #pragma unroll
   for (int c = 0; c < kSimtMaxPerLane; ++c) {
     const int d = lane + 32 * c;
-    qr[c] = d < p.d ? q[d] * p.scale_log2 : 0.f;  // scores land in the log2 domain
+    qr[c] = d < p.d ? q[d] : 0.f;
     o[c] = 0.f;
   }
   const core::BandMask mask = band_mask(p, seq);
@@ -52,6 +57,7 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+    s *= p.scale_log2;  // the score in the log2 domain (one rounding, the same for equal q.k)
     const float mn = fmaxf(m, s);  // (fmaxf skips a NaN score: its pj is NaN, and so are l and o)
     const float base = mn == -INFINITY ? 0.f : mn;  // only -inf so far: no -inf - -inf
     const float corr = exp2f(m - base);              // m = -inf on the first key: corr = 0
