@@ -6,8 +6,8 @@
 // brings a cut tile's V onto the stage's vraw barrier instead of its full one (load.cuh;
 // whole tiles never touch vraw, so a stage's vraw phases are its cut tiles alone); these
 // warps walk the same items and tiles (jobs the TMA thread posts), wait for it, and read it
-// a 32-key group per warp, lane L the row of key 32 g + L (every 8-byte
-// piece of the row, piece (i + L) % 16 in turn: two wavefronts per load, no more). A row
+// a 32-key group per warp, lane L the row of key 32 g + L (every 16-byte
+// chunk of the row, chunk (i + L) % 8 in turn: four wavefronts per load, no more). A row
 // with a NaN or Inf is cleaned in place (its non-finite elements set to 0), the group's
 // ballot is the record's word for those keys, and a non-zero word tags the item. Then the writes are fenced for the async proxy
 // (wgmma reads the stage), the three warps meet on a named barrier, and one thread arrives
@@ -119,25 +119,33 @@ struct VScanner {
   static constexpr int kBlockN = Tr::kBlockN, kStages = Tr::kStages, kWarps = 3;
   SmemLayout<Tr> s;
 
-  // Key row r of the tile at `tile`: whether it holds a NaN or Inf; clean: those set to 0 in
-  // place. 8 bytes at a time, the row's piece (i + r) % 16 in turn (a warp's 32 rows: two
-  // wavefronts per load, no more), loops not unrolled, the cleaning a pass of its own: these
-  // warps have 24 registers.
-  __device__ __forceinline__ bool scan_row(uint32_t tile, int r, bool clean) const {
+  // Key row r of the tile at `tile`: whether it holds a NaN or Inf. 16 bytes at a time, the
+  // row's chunk (i + r) % 8 in turn (a quarter warp's 8 rows: 8 different chunks, so four
+  // wavefronts per load, no more). The loop's load latency bounds it, not the bandwidth:
+  // with 8-byte loads it took twice as many round trips, and unrolling (two or four loads
+  // in flight) does not fit these warps' 24 registers (ptxas reused the registers and
+  // serialized the loads at two, spilled at four).
+  __device__ __forceinline__ bool row_flagged(uint32_t tile, int r) const {
     uint32_t any = 0;
+#pragma unroll 1
+    for (int i = 0; i < 8 * Tr::kColBlocks; ++i) {
+      const uint4 x = ptx::lds128(tile + uint32_t((i / 8) * kBlockN + r) * 128u + uint32_t(((i + r) & 7) << 4));
+      any |= nonfinite_bits<T>(x.x) | nonfinite_bits<T>(x.y) | nonfinite_bits<T>(x.z) | nonfinite_bits<T>(x.w);
+    }
+    return any != 0;
+  }
+  // The rare second pass over a flagged row: its NaN / Inf set to 0 in place.
+  __device__ __forceinline__ void clean_row(uint32_t tile, int r) const {
 #pragma unroll 1
     for (int i = 0; i < 16 * Tr::kColBlocks; ++i) {
       const uint32_t a = tile + uint32_t((i / 16) * kBlockN + r) * 128u + uint32_t(((i + r) & 15) << 3);
       uint2 x = ptx::lds64(a);
-      const uint32_t f = nonfinite_bits<T>(x.x) | nonfinite_bits<T>(x.y);
-      any |= f;
-      if (clean && f != 0) {
+      if ((nonfinite_bits<T>(x.x) | nonfinite_bits<T>(x.y)) != 0) {
         x.x = zero_flagged<T>(x.x, nonfinite_bits<T>(x.x));
         x.y = zero_flagged<T>(x.y, nonfinite_bits<T>(x.y));
         ptx::sts64(a, x);
       }
     }
-    return any != 0;
   }
 
   // The warps' share of cut tile k (ordinal) of item qi, in the V stage at `tile`.
@@ -145,8 +153,8 @@ struct VScanner {
                                        int lane) const {
 #pragma unroll 1
     for (int g = warp; g < kBlockN / 32; g += kWarps) {
-      const bool flagged = scan_row(tile, 32 * g + lane, false);
-      if (flagged) scan_row(tile, 32 * g + lane, true);
+      const bool flagged = row_flagged(tile, 32 * g + lane);
+      if (flagged) clean_row(tile, 32 * g + lane);
       const uint32_t word = __ballot_sync(0xffffffffu, flagged);
       if (lane == 0) bad.record(qi, k, g, word);
     }
