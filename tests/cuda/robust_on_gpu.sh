@@ -85,9 +85,9 @@ if has suite; then
   shards suite '*:-Cuda/CudaHostile.*:CudaHostileArgs.*:Cuda/CudaSm90.DispatcherSelects/*'
 fi
 if has sanitize; then
-  # Small cases of every path the change added: the 16-bit sm90 V scan and row repair
-  # (staged O through TMA, persistent), KV splits, the fp8 transposers (fused, pre-pass,
-  # in-kernel "_vt"), the sm80 kernel's cleaning rerun.
+  # Small cases of every path the change added: the 16-bit sm90 rows computed again where O
+  # came out non-finite (staged O through TMA, persistent), KV splits, the fp8 transposers
+  # (fused, pre-pass, in-kernel "_vt"), the sm80 kernel's cleaning rerun.
   # (The keys this build has: the test list's "Test/<key>" lines.)
   listed=$("$BIN"/flashcore_cuda_tests --gtest_list_tests --gtest_filter='Cuda/CudaHostile.*' 2>/dev/null |
            awk '/^  /{print $1}')

@@ -10,9 +10,9 @@
 //   load.cuh                 the producer: TMA loads of Q, K, V by key block (ContiguousKv
 //                            says where a key block lives)
 //   vt_transpose.cuh         fp8: V^T made by the producer warpgroup's spare warps
-//   v_scan.cuh               16-bit: V tiles a mask cuts scanned for NaN / Inf by those
-//                            warps (cleaned, the keys recorded, added back to the rows
-//                            that see them after the key loop: parts/nonfinite_v.cuh)
+//   bad_keys.cuh             hidden keys' NaN / Inf in V: 16-bit, rows whose O comes out
+//                            non-finite computed again (repair.cuh); fp8, the items whose
+//                            V^T had NaN cleaned (their rows take it back after the epilogue)
 //   mainloop.cuh             the consumer: S = Q K^T, mask, online softmax, O += P V on the
 //                            key tiles (intra-warpgroup overlap, ping-pong, speculation)
 //   epilogue.cuh             O and lse out: KV-split partials, TMA stores or row copies
@@ -64,6 +64,7 @@
 #include "cuda/common/tma_host.hpp"
 #include "cuda/kernels/item_order.hpp"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/epilogue.cuh"
 #include "cuda/kernels/sm90/load.cuh"
 #include "cuda/kernels/sm90/mainloop.cuh"
@@ -72,7 +73,6 @@
 #include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
 #include "cuda/kernels/sm90/traits.hpp"
-#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/kernels/sm90/vt_transpose.cuh"
 
 namespace flashcore::cuda {
@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   __syncthreads();
 
   if (threadIdx.x / 128 == 0) {
-    // Producer warpgroup: the TMA thread, and the other three warps: (fp8) the transposing
-    // warps, or (16-bit) the scan of the V tiles that the band or Sk cuts.
+    // Producer warpgroup: the TMA thread, and (fp8, where the kernel makes V^T) the
+    // transposing warps; the other warps have nothing to do.
     ptx::setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       sm90::Producer<Tr>{&tm_q, &tm_k, &tm_v, s}.run(p, sched);
@@ -116,8 +116,6 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       if (p.vt_sync != nullptr) sm90::FusedVtTransposer<Tr>{s}.run(p);
     } else if constexpr (Tr::kVtIn) {  // one item per CTA
       if (threadIdx.x >= 32) sm90::RingVtTransposer<Tr>{s}.run(sched.item_tiles(p, sched.own, seq_info(p, sched.own.b)));
-    } else if constexpr (Tr::kScanV) {
-      if (threadIdx.x >= 32) sm90::VScanner<T, Tr>{s}.run();
     }
   } else {
     // Consumer warpgroups: per work item the main loop, then the epilogue.
@@ -137,18 +135,16 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
       ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
-      // 16-bit: the item's record of cleaned keys from the V scanning warps (v_scan.cuh), before
-      // fix_flags and RowRepair read it.
-      if constexpr (Tr::kScanV) sm90::scan_record_sync<Tr>(ml.cw);
-      // The rows' reasons for a second look (rows to compute again exactly, V's NaN / Inf to
-      // add back: repair.cuh), kept over the epilogue in one register.
+      // The rows' reasons for a second look (rows to compute again exactly: l NaN, or 16-bit
+      // O not finite; fp8's V NaN to add back: repair.cuh), kept over the epilogue in one
+      // register.
       const uint32_t fix = ml.fix_flags(p, qi, res);
       bool fix_any = __any_sync(0xffffffffu, sm90::fix_needed(fix));
       if (Sched::kSplits && sched.ns > 1)
         ep.store_split(p, res, wi, seq, row0, sched.shift, sched.split_j);
       else
         fix_any = ep.store(p, res, wi, seq, row0, sched.shift, qi, fix_any);
-      if (fix_any) sm90::RowRepair<T, Tr>{s, ml.cw, ml.warp, ml.lane}.run(p, qi, sched, wi, fix);
+      if (fix_any) sm90::RowRepair<T, Tr>{s, ml.cw, ml.warp, ml.lane}.run(p, sched, wi, fix);
       ++qi;
     }
     ml.close_turns();

@@ -3,8 +3,9 @@
 // KV-cache slots outside a sliding window, say). Only the tiles that the band or Sk cuts
 // hold such keys (the others every row of the tile sees whole, and tiles hidden from every
 // row are not visited), so there, and only there, V is cleaned before P V: its non-finite
-// elements set to 0 (where and by whom per kernel family: kernels/sm90/v_scan.cuh,
-// kernels/fwd_sm80.cuh; fp8's V^T makers clean what they write), and the keys cleaned are
+// elements set to 0 (where and by whom per kernel family: kernels/fwd_sm80.cuh; fp8's V^T
+// makers clean what they write; the sm90 16-bit kernels clean nothing and compute the rows
+// whose O came out non-finite again instead: kernels/sm90/bad_keys.cuh), and the keys cleaned are
 // recorded, one bit per key. Once the item's output is written, each row adds back the
 // non-finite elements of the cleaned keys it sees (add_nonfinite_v) to its written O: P_ij
 // v_jd is as non-finite as v_jd (P_ij >= 0 keeps its sign; the fp64 reference's P_ij of 0

@@ -15,12 +15,11 @@
 
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
-#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/parts/fp8.hpp"
-#include "cuda/parts/nonfinite_v.cuh"
 
 namespace flashcore::cuda::sm90 {
 
@@ -76,20 +75,17 @@ struct Producer {
   }
 
   // V of key block n into the V ring's buffer st (16-bit: V's rows; fp8: V^T's): the
-  // stage acquired, then the loads issued. scan (Tr::kScanV, a tile the band or Sk cuts):
-  // onto the stage's vraw barrier, whose completion the scanning warps wait for (v_scan.cuh);
-  // they arrive on the full one. Whole tiles leave vraw alone (its phases count the stage's
-  // cut tiles, the parity the scanning warps keep).
-  __device__ __forceinline__ uint32_t v_barrier(PipelineState<Tr::kStages> st, bool scan) const {
-    return scan ? s.vraw(st.stage()) : s.v_pipe().full(st.stage());
-  }
-  __device__ __forceinline__ void acquire_v(PipelineState<Tr::kStages> st, bool scan) const {
-    s.v_pipe().producer_acquire(st);
-    ptx::mbar_arrive_expect_tx(v_barrier(st, scan), Tr::kTileKV);
+  // stage acquired, then the loads issued. Every tile, cut by a mask or not, goes straight
+  // to the consumers (16-bit: what a hidden key's NaN / Inf does to a row is found after the
+  // key loop, bad_keys.cuh).
+  __device__ __forceinline__ void acquire_v(PipelineState<Tr::kStages> st) const {
+    const Pipeline<Tr::kStages> v = s.v_pipe();
+    v.producer_acquire(st);
+    v.producer_expect(st, Tr::kTileKV);
   }
   template <class Kv>
-  __device__ __forceinline__ void issue_v(PipelineState<Tr::kStages> st, int n, const Kv& kv, bool scan) const {
-    const uint32_t off = st.stage() * Tr::kTileKV, full = v_barrier(st, scan);
+  __device__ __forceinline__ void issue_v(PipelineState<Tr::kStages> st, int n, const Kv& kv) const {
+    const uint32_t off = st.stage() * Tr::kTileKV, full = s.v_pipe().full(st.stage());
     if constexpr (Tr::kFp8) {  // V^T: kHeadDim rows of 64 keys per column block
 #pragma unroll
       for (int c = 0; c < kBlockN / 64; ++c)
@@ -129,18 +125,6 @@ struct Producer {
     return x.y != 0;
   }
 
-  // Tr::kScanV: item qi's job for the scanning warps (v_scan.cuh): its tiles (the cut ones are
-  // scanned) and the K/V tile count at its first; tiles.lo > tiles.hi: no more items.
-  __device__ __forceinline__ void post_scan(int qi, int it, const TileRange& tiles) const {
-    const Pipeline<2> jobs = s.job_pipe();
-    const PipelineState<2> js{qi};
-    jobs.producer_acquire(js);
-    ptx::sts128(s.job(js.stage()), make_uint4(uint32_t(tiles.lo), uint32_t(tiles.hi), uint32_t(tiles.full_lo),
-                                              uint32_t(tiles.full_hi)));
-    ptx::sts64(s.job(js.stage()) + 16u, make_uint2(uint32_t(it), uint32_t(qi)));
-    jobs.producer_commit(js);
-  }
-
   // fp8 from the pre-pass's V^T (complete: it ran before): head bh's stamp (FwdParams::vt_bad)
   // copied into item qi's BadKeys tag, counted on Q's full barrier (the consumers wait on
   // it): the item's rows take V's NaN back where it equals the call's (parts/nonfinite_v.cuh).
@@ -173,7 +157,6 @@ struct Producer {
       const int hk = sched.kv_head(p, wi);
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const ContiguousKv<kBlockN> kv(p, seq, wi.b, hk);
-      if constexpr (Tr::kScanV) post_scan(qi, it, tiles);
       if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
         if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
       }
@@ -184,18 +167,16 @@ struct Producer {
         if constexpr (Tr::kVtIn) {
           load_v_raw(rs, n, kv);
         } else {
-          const bool scan = Tr::kScanV && (n < tiles.full_lo || n >= tiles.full_hi);
           if constexpr (Tr::kVtFused) {  // (the tag: before the arrival on V's full barrier, a release)
             if (p.vt_sync != nullptr && n == tiles.lo)
               ptx::sts32(BadKeys<Tr>{s.bad}.tag(qi), wait_vt_head(p, kv.batch, hk) ? p.vt_stamp : 0u);
           }
-          acquire_v(st, scan);
-          issue_v(st, n, kv, scan);
+          acquire_v(st);
+          issue_v(st, n, kv);
         }
       }
       ++qi;
     }
-    if constexpr (Tr::kScanV) post_scan(qi, it, TileRange{1, 0, 0, 0});
   }
 };
 

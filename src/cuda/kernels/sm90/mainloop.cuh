@@ -43,9 +43,9 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
-#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/parts/fp8.hpp"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/operands_fp8.cuh"
@@ -54,8 +54,9 @@
 
 namespace flashcore::cuda::sm90 {
 
-// fix_flags' bits (RowRepair, repair.cuh) of a lane: row half's l is NaN (1 << half) or 0 (4 << half);
-// the item's V had cleaned keys (kFixTagged).
+// fix_flags' bits (RowRepair, repair.cuh) of a lane: row half is to be computed again exactly
+// (1 << half: its l is NaN, or, 16-bit, its O came out non-finite), its l is 0 (4 << half);
+// fp8: the item's V^T had cleaned keys (kFixTagged).
 constexpr uint32_t kFixTagged = 16u;
 // Whether flags ask for the repair (rows with l = 0 alone do not).
 __device__ __forceinline__ bool fix_needed(uint32_t flags) { return (flags & (3u | kFixTagged)) != 0; }
@@ -318,10 +319,32 @@ struct Mainloop {
   }
 
   // After the key loop: this lane's reasons for RowRepair (repair.cuh), kept over the
-  // epilogue instead of the item's state: row half's l NaN (1 << half) or 0 (4 << half), and
-  // kFixTagged where the item's V had cleaned keys (BadKeys).
+  // epilogue instead of the item's state: row half to be computed again (1 << half) where its
+  // l is NaN or (16-bit) its O is not finite, its l 0 (4 << half), and (fp8) kFixTagged where
+  // the item's V^T had cleaned keys (BadKeys).
+  //
+  // 16-bit: the kernels do not clean V, so a NaN / Inf of V at a key hidden from a row by the
+  // band or Sk (in a tile they cut) gives that row P V's 0 * NaN = NaN (bad_keys.cuh). Such a
+  // row, and any other whose O is not finite (one that sees a NaN / Inf V: non-finite again
+  // when computed exactly, as the reference wants), is computed again over the keys it
+  // sees. The test: per element an fma by 0 (0 for a finite value, NaN for NaN / Inf),
+  // summed in four chains (two per row half, kDF each), then or-ed over the row's quad (the
+  // four lanes hold its columns), so the lanes of a row agree. Rows with no finite score
+  // were zeroed (l = 0) and pass.
   __device__ __forceinline__ uint32_t fix_flags(const FwdParams& p, int qi, const ItemResult<Tr>& res) const {
-    uint32_t f = BadKeys<Tr>{s.bad}.tagged(p, qi) ? kFixTagged : 0u;
+    uint32_t f = 0;
+    if constexpr (Tr::kFp8) {
+      f = BadKeys<Tr>{s.bad}.tagged(p, qi) ? kFixTagged : 0u;
+    } else {
+      float z[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int df = 0; df < kDF; ++df)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) z[i] = fmaf(res.acc[0][df][i], 0.f, z[i]);
+      f = (isnan(z[0] + z[1]) ? 1u : 0u) | (isnan(z[2] + z[3]) ? 2u : 0u);
+      f |= __shfl_xor_sync(0xffffffffu, f, 1);
+      f |= __shfl_xor_sync(0xffffffffu, f, 2);
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (isnan(res.sm.l[half])) f |= 1u << half;

@@ -67,13 +67,8 @@ struct Pipeline {
 };
 
 // Named barrier ids (bar.sync / bar.arrive; 0 is __syncthreads): the ping-pong turns of the
-// consumer warpgroups take 1 .. 4, each consumer's epilogue its own above them (8 .. 11),
-// the producer's V scanning warps one more (v_scan.cuh), and the hand-over of an item's
-// record of cleaned keys from those warps to consumer warpgroup c one each (13 + c, at most
-// three consumers: v_scan.cuh, scan_record_sync).
+// consumer warpgroups take 1 .. 4, each consumer's epilogue its own above them (8 .. 11).
 constexpr uint32_t kBarTurn0 = 1;
 constexpr uint32_t kBarEpilogue0 = 8;
-constexpr uint32_t kBarScan = 12;
-constexpr uint32_t kBarScanRecord0 = 13;
 
 }  // namespace flashcore::cuda::sm90

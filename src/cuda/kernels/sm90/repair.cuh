@@ -2,14 +2,15 @@
 // and the epilogue keep no state for it: registers), where Mainloop::fix_flags found a
 // reason in one of the warp's rows:
 //
-// - Rows with l = NaN (a NaN score, or a max past kExactFrom: parts/softmax.cuh) computed
-//   again exactly (parts/exact_rows.cuh) and written again: O and lse, or the split's
+// - Rows with l = NaN (a NaN score, or a max past kExactFrom: parts/softmax.cuh), and
+//   (16-bit) rows whose O came out non-finite (a hidden key's NaN / Inf V through P V's
+//   0 * NaN, or a NaN / Inf V the row sees: bad_keys.cuh), computed again exactly over the
+//   keys they see (parts/exact_rows.cuh) and written again: O and lse, or the split's
 //   partial row and (m, mlo, l).
-// - V's NaN / Inf at keys the item's cut tiles had cleaned before P V (16-bit: v_scan.cuh;
-//   fp8 "_vt": its transposer; other fp8: every tile, by the pre-pass or the fused
-//   transposer) added to the written O of the other rows that see those keys
-//   (parts/nonfinite_v.cuh); not to rows past the sequence or with no finite score (l = 0,
-//   O = 0).
+// - fp8: V's NaN at keys the V^T makers had cleaned before P V ("_vt": its transposer, the
+//   cut tiles; other fp8: every tile, by the pre-pass or the fused transposer) added to the
+//   written O of the other rows that see those keys (parts/nonfinite_v.cuh); not to rows
+//   past the sequence or with no finite score (l = 0, O = 0).
 //
 // The item's geometry and factors are found again here. Each lane writes its own fragments'
 // elements, as the register epilogue and the split's stores do; where the epilogue staged
@@ -19,9 +20,9 @@
 #include <cstdint>
 
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/mainloop.cuh"
 #include "cuda/kernels/sm90/scheduler.cuh"
-#include "cuda/kernels/sm90/v_scan.cuh"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/exact_rows.cuh"
 #include "cuda/parts/nonfinite_v.cuh"
@@ -36,10 +37,9 @@ struct RowRepair {
   int cw, warp, lane;
 
   template <class Sched>
-  __device__ __forceinline__ void run(const FwdParams& p, int qi, const Sched& sched, const WorkItem& wi,
+  __device__ __forceinline__ void run(const FwdParams& p, const Sched& sched, const WorkItem& wi,
                                       uint32_t flags) const {
     if (!fix_needed(flags)) return;
-    const BadKeys<Tr> bad{s.bad};
     const WorkItem w{ptx::opaque(wi.m0), ptx::opaque(wi.h), ptx::opaque(wi.b)};
     const SeqInfo seq = seq_info(p, w.b);
     const TileRange tiles = sched.item_tiles(p, w, seq);
@@ -88,19 +88,21 @@ struct RowRepair {
         }
         continue;
       }
-      // V's non-finite values at the cleaned keys it sees, into its written O (l > 0).
-      const int kb1[1] = {kb}, ke1[1] = {ke};
-      auto add = [&](int, int col, float x) {
-        if (split) p.part_o[at + col] += x * v_scale;
-        else add_to_output<O>(static_cast<O*>(p.o) + at + col, x * v_scale, bf16);
-      };
-      if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // V^T cleaned whole by the pre-pass or the fused transposer
-        const Fp8NanBits bits{&p, seq.bb * p.kv_heads + hk, p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, w.b)) : 0};
-        add_nonfinite_v<T, 1, kDF>(v0, p.v_ss, p.dv, t, kb1, ke1, bits, add);
-      } else if constexpr (Tr::kVtIn) {  // its transposer tags the item only: every key of the cut tiles
-        add_nonfinite_v<T, 1, kDF>(v0, p.v_ss, p.dv, t, kb1, ke1, CutTileKeys<Tr::kBlockN>{CutTiles(tiles)}, add);
-      } else {
-        add_nonfinite_v<T, 1, kDF>(v0, p.v_ss, p.dv, t, kb1, ke1, bad.bits(qi, tiles), add);
+      // fp8: V's non-finite values at the cleaned keys it sees, into its written O (l > 0).
+      // (16-bit flags are never tagged: no row gets here.)
+      if constexpr (Tr::kFp8) {
+        const int kb1[1] = {kb}, ke1[1] = {ke};
+        auto add = [&](int, int col, float x) {
+          if (split) p.part_o[at + col] += x * v_scale;
+          else add_to_output<O>(static_cast<O*>(p.o) + at + col, x * v_scale, bf16);
+        };
+        if constexpr (!Tr::kVtIn) {  // V^T cleaned whole by the pre-pass or the fused transposer
+          const Fp8NanBits bits{&p, seq.bb * p.kv_heads + hk,
+                                p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, w.b)) : 0};
+          add_nonfinite_v<T, 1, kDF>(v0, p.v_ss, p.dv, t, kb1, ke1, bits, add);
+        } else {  // its transposer tags the item only: every key of the cut tiles
+          add_nonfinite_v<T, 1, kDF>(v0, p.v_ss, p.dv, t, kb1, ke1, CutTileKeys<Tr::kBlockN>{CutTiles(tiles)}, add);
+        }
       }
     }
   }

@@ -1,10 +1,11 @@
 // Shared-memory layout of the sm90 forward kernel (FwdSm90Config's sizes), from the 1024-byte
 // aligned base up: Q's tile, kStages K tiles, kStages V (fp8: V^T) tiles, fp8 "_vt"'s raw V
-// ring, O's staging buffer (where it has its own), the fused V^T transposer's tiles, the
-// record of V's cleaned keys (BadKeys), then the mbarriers. Every tile is kColBlocks column blocks of [rows][128 bytes] in the 128-byte
-// swizzle (16-byte chunk c of row r at c ^ (r % 8)): what TMA's SWIZZLE_128B writes and
-// wgmma's SW128 descriptors read. fp8's V^T tiles: kHeadDim rows of 64 keys per 64-byte
-// column block, the 64-byte swizzle.
+// ring, O's staging buffer (where it has its own), the fused V^T transposer's tiles, fp8's
+// tags of items with cleaned keys (BadKeys) and the RowRepair words, then the mbarriers.
+// Every tile is kColBlocks column blocks of [rows][128 bytes] in the 128-byte swizzle
+// (16-byte chunk c of row r at c ^ (r % 8)): what TMA's SWIZZLE_128B writes and wgmma's SW128
+// descriptors read. fp8's V^T tiles: kHeadDim rows of 64 keys per 64-byte column block, the
+// 64-byte swizzle.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct SmemLayout {
   uint32_t raw;      // Tr::kVtIn: V's 64-key sub-tiles (kRawSlots of kRawSub bytes)
   uint32_t o;        // O's staging: its own buffer (Tr::kTileO > 0) or Q's
   uint32_t vt_tiles; // Tr::kVtFused: the transposing warps' tiles (kVtStage bytes each)
-  uint32_t bad;      // BadKeys: two slots of a tag word and Tr::kBadWords words
+  uint32_t bad;      // BadKeys (bad_keys.cuh): fp8's two tag slots, then the RowRepair words
   uint32_t bars;     // the mbarriers (below)
 
   __device__ __forceinline__ explicit SmemLayout(uint32_t base) {
@@ -37,9 +38,7 @@ struct SmemLayout {
   }
 
   // The mbarriers (Tr::kBarriers of 8 bytes): Q's full, K's full, V's full, K's empty, V's
-  // empty, Q's empty, then (Tr::kVtIn) the raw ring's full and empty ones, then (Tr::kScanV)
-  // the V stages' vraw ones (a cut tile's TMA completes there; the scan then arrives on full)
-  // and the scan jobs' full and empty ones.
+  // empty, Q's empty, then (Tr::kVtIn) the raw ring's full and empty ones.
   __device__ __forceinline__ Pipeline<1> q_pipe() const { return {bars, bars + 8u * (1 + 4 * kStages)}; }
   __device__ __forceinline__ Pipeline<kStages> k_pipe() const {
     return {bars + 8u * 1, bars + 8u * (1 + 2 * kStages)};
@@ -50,18 +49,10 @@ struct SmemLayout {
   __device__ __forceinline__ Pipeline<Tr::kRawSlots> raw_pipe() const {
     return {bars + 8u * (2 + 4 * kStages), bars + 8u * (2 + 4 * kStages + Tr::kRawSlots)};
   }
-  __device__ __forceinline__ uint32_t vraw(int stage) const {
-    return bars + 8u * (2 + 4 * kStages + (Tr::kVtIn ? 2 * Tr::kRawSlots : 0) + stage);
-  }
   // Consumer warpgroup cw's word telling its warps, for items of qi's parity, that one of
   // them needs RowRepair (Epilogue::store_staged), after BadKeys' slots.
   __device__ __forceinline__ uint32_t fix_word(int cw, int qi) const {
-    return bad + uint32_t(Tr::kBadBytes - (Tr::kScanV ? 2 * 32 : 0) - 32) + 8u * uint32_t(cw) + 4u * uint32_t(qi & 1);
-  }
-  // Tr::kScanV: the scan jobs' ring of two (v_scan.cuh), its 32-byte jobs after those words.
-  __device__ __forceinline__ Pipeline<2> job_pipe() const { return {vraw(kStages), vraw(kStages + 2)}; }
-  __device__ __forceinline__ uint32_t job(int slot) const {
-    return bad + uint32_t(Tr::kBadBytes - 2 * 32) + 32u * uint32_t(slot);
+    return bad + uint32_t(Tr::kBadBytes - 32) + 8u * uint32_t(cw) + 4u * uint32_t(qi & 1);
   }
 
   // One thread, then a CTA barrier: Q's full barrier takes the TMA thread's arrival, its
@@ -73,10 +64,6 @@ struct SmemLayout {
     k_pipe().init(1, 4 * Tr::kConsumers);  // one arrival per consumer warp
     v_pipe().init(Tr::kVtIn ? Tr::kVtWarps : 1, 4 * Tr::kConsumers);
     if constexpr (Tr::kVtIn) raw_pipe().init(1, Tr::kVtWarps);
-    if constexpr (Tr::kScanV) {
-      for (int st = 0; st < kStages; ++st) ptx::mbar_init(vraw(st), 1);
-      job_pipe().init(1, 3);  // the TMA thread posts a job; each scanning warp takes it
-    }
     ptx::mbar_init_fence();
   }
 };

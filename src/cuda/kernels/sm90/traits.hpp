@@ -5,8 +5,6 @@
 // each instance's shared memory and CTAs per SM from here instead of a mirrored formula.
 #pragma once
 
-#include "cuda/kernels/cut_tiles.hpp"
-
 namespace flashcore::cuda {
 
 template <int kElemBytes, bool kIsFp8, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, int kVariant_>
@@ -44,19 +42,13 @@ struct FwdSm90Config {
   static constexpr int kRawSub = 64 * kColBlocks * 128;
   static constexpr int kRawBytes = 32768, kRawSlots = kRawBytes / kRawSub;
   static constexpr bool kVtIn = kVariant == 2;
-  // V's NaN / Inf at keys a mask hides from some rows (kernels/sm90/v_scan.cuh): the 16-bit
-  // kernels' V tiles that a mask cuts arrive on a barrier of their own (vraw) and are
-  // scanned, cleaned and handed on by the producer warpgroup's three spare warps (kScanV),
-  // which the TMA thread tells each item's tiles through a ring of two jobs (32 bytes each);
-  // fp8's V^T makers clean what they write. Which keys were cleaned: per item (two slots,
-  // items alternate) a tag and kBadWords words, one bit per key of each cut tile (at most
-  // kMaxCut per item: the band's two edges, kBlockM - 1 keys each, and Sk's end); then 32
-  // bytes of the epilogue's RowRepair words (SmemLayout::fix_word).
-  static constexpr bool kScanV = !kFp8;
-  static constexpr int kMaxCut = max_cut_tiles(kBlockM, kBlockN);
-  static constexpr int kBadWords = kScanV ? kMaxCut * (kBlockN / 32) : 0;  // (fp8: in global memory, or none)
-  static constexpr int kBadBytes = 2 * ((4 * (1 + kBadWords) + 15) / 16 * 16) + 32 + (kScanV ? 2 * 32 : 0);
-  static constexpr int kBarriers = 2 + 4 * kStages + (kVtIn ? 2 * kRawSlots : 0) + (kScanV ? kStages + 4 : 0);  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q[, raw_full[], raw_empty[]][, vraw[], job_full[2], job_empty[2]]
+  // V's NaN / Inf at keys a mask hides from some rows (kernels/sm90/bad_keys.cuh): the
+  // 16-bit kernels keep no record (rows whose O comes out non-finite are computed again);
+  // fp8's V^T makers clean what they write, and a tag per item (two slots of 16 bytes, items
+  // alternate) says which items' rows take V's NaN back. Then 32 bytes of the epilogue's
+  // RowRepair words (SmemLayout::fix_word).
+  static constexpr int kBadBytes = (kFp8 ? 2 * 16 : 0) + 32;
+  static constexpr int kBarriers = 2 + 4 * kStages + (kVtIn ? 2 * kRawSlots : 0);  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q[, raw_full[], raw_empty[]]
   static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + kBadBytes + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the

@@ -42,7 +42,7 @@
 #include "cuda/kernels/params.hpp"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
-#include "cuda/kernels/sm90/v_scan.cuh"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/parts/fp8.hpp"
 #include "cuda/parts/nonfinite_v.cuh"
 
