@@ -116,8 +116,11 @@ struct AttentionParams {
   // device's SM count); by default dq's sums are atomic and may differ in the last bits.
   bool deterministic = false;
   // Score variants (docs/variants.md): each off by default, combinable with every mask, GQA,
-  // varlen and lse, forward and backward. CPU backends; CUDA tensors with one set are
-  // refused (Status::unsupported, naming it) until the GPU kernels have them.
+  // varlen and lse, forward and backward. CPU backends; on CUDA tensors (f32, f16, bf16) the
+  // forward runs them on the sm80-family kernels on every GPU (Hopper too: the sm90 kernels
+  // do not take them, and a forced sm90 key with one set is refused, naming it); e4m3 inputs
+  // and the CUDA backward refuse them (Status::unsupported, naming it). docs/cuda.md says
+  // what they cost on Hopper.
   // softcap > 0: each scaled score s = scale * q.k becomes softcap * tanh(s / softcap)
   // (Gemma 2; FlashAttention's softcap: the scale first), before ALiBi; 0 = off.
   float softcap = 0.0f;

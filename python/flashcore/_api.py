@@ -383,7 +383,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), scale=None, return_lse=
     is a float (per tensor) or a float32 array [B, Hkv] on q's device (per batch entry and
     KV head, as FlashAttention-3's descale tensors; a query head takes its KV head's).
 
-    Score variants (docs/variants.md; CPU arrays for now): softcap=c (> 0; None or 0 = off):
+    Score variants (docs/variants.md; CPU arrays, and CUDA f32 / f16 / bf16 arrays in the
+    forward): softcap=c (> 0; None or 0 = off):
     each scaled score s becomes c * tanh(s / c), as Gemma 2 and FlashAttention define it.
     alibi_slopes: float32 [H] or [B, H] (varlen: per sequence) on q's device; query i of head
     h subtracts slope * |i + Sk - Sq - j| from its score with key j. sinks: float32 [H], a
@@ -497,7 +498,8 @@ _KV_LAYOUTS = {"NHD": 0, "nhd": 0, "HND": 1, "hnd": 1}
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
                            kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False, out=None,
-                           strategy="auto", exp="exact", threads=None, impl=None):
+                           strategy="auto", exp="exact", threads=None, impl=None, softcap=None, alibi_slopes=None,
+                           sinks=None):
     """Attention of q [B, Sq, H, D] over each sequence's keys in a KV cache (the contract of
     FlashAttention's flash_attn_with_kvcache). Returns out [B, Sq, H, Dv] (and lse
     [B, H, Sq] float32 with return_lse=True).
@@ -513,7 +515,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     cache. window, scale, strategy, exp, threads, impl as attention's. Bad lengths and page
     ids (a length < 0, keys past S_max or past the sequence's pages, a page id outside the
     cache, two sequences appending to one slot) are refused by name before anything is
-    written. CPU arrays (CUDA arrays are refused for now); no autograd.
+    written. softcap, alibi_slopes ([H] or [B, H]; ALiBi distances from each sequence's own
+    length, bottom-right) and sinks ([H]) as attention's. CPU arrays (CUDA arrays are refused
+    for now); no autograd.
     """
     fw = _framework(q, "q")
     for x, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cache_seqlens, "cache_seqlens")):
@@ -526,7 +530,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     if type(return_lse) is not bool:
         return_lse = _flag(return_lse, "return_lse")
     params = _params(fw, causal=causal, window=window, scale=scale, strategy=strategy, exp=exp, threads=threads,
-                     impl=impl)
+                     impl=impl, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
     b, sq, h, _ = _shape(q, "q", 4, "[B, Sq, H, D]")
     if out is None:
         out = _empty(q, fw, (b, sq, h, _shape(v_cache, "v_cache", 4, "[.., Hkv, Dv]")[3]))

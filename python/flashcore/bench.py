@@ -9,7 +9,8 @@ overhead per call: flashcore.attention from Python minus the same call looped in
 (B=1, H=8, S=128, D=64, CPU f32), both in this process.
 
 Flags follow flashcore-bench (shared/BENCH.md); with no shape flags it runs a small
-default suite (well under a minute on 2 cores).
+default suite (well under a minute on 2 cores). --op ring-attention times
+flashcore.distributed.ring_attention over --world processes (ring_bench.py).
 """
 
 from __future__ import annotations
@@ -305,7 +306,7 @@ def print_table(rows, show_torch):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m flashcore.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--op", choices=["attention", "softmax-v", "gemm-chain"], default="attention")
+    ap.add_argument("--op", choices=["attention", "softmax-v", "gemm-chain", "ring-attention"], default="attention")
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--impl", default="auto")
     ap.add_argument("--strategy", choices=_STRATEGIES, default="auto")
@@ -325,7 +326,18 @@ def main(argv=None):
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch SDPA column")
     ap.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead measurement")
     ap.add_argument("--overhead-iters", type=int, default=2000)
+    ap.add_argument("--world", type=int, default=2, help="ring-attention: ranks (processes; one GPU each on cuda)")
+    ap.add_argument("--layout", choices=["contiguous", "zigzag"], default="zigzag", help="ring-attention sharding")
     a = ap.parse_args(argv)
+    if a.op == "ring-attention":
+        from . import ring_bench
+
+        a.batch, a.heads, a.head_dim = a.batch or 1, a.heads or 8, a.head_dim or 64
+        a.seq = a.seq_q or 1024
+        if a.seq_k not in (None, a.seq):
+            raise SystemExit("flashcore.bench: ring-attention takes one sequence (--seq-k = --seq-q)")
+        ring_bench.main(a)
+        return 0
 
     shape_given = any(x is not None for x in (a.batch, a.heads, a.kv_heads, a.seq_q, a.seq_k, a.head_dim))
     impl = None if a.impl == "auto" else a.impl

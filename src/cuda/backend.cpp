@@ -18,12 +18,14 @@
 #include "core/errors.hpp"
 #include "cuda/bwd_backend.hpp"
 #include "cuda/device.hpp"
+#include "cuda/head_pad.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/parts/fp8.hpp"
 #include "cuda/policy.hpp"
 #include "cuda/problem_checks.hpp"
 #include "cuda/registry.hpp"
+#include "cuda/workspace.hpp"
 
 namespace flashcore::cuda {
 namespace {
@@ -147,6 +149,7 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   const std::string bad_align = tensor_core_misalignment(p, &bad_tensor);
   if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   check_kernel_limits(p);
+  refuse_score_variants(p, "the e4m3 (sm90) kernels");
 
   FwdParams f = fwd_params(p, sq, sk, dev);
   f.scale_log2 *= p.q_descale * p.k_descale;
@@ -221,14 +224,23 @@ KernelChoice policy_choice(const core::AttentionProblem& p, int64_t sq, int64_t 
 
 }  // namespace
 
-void attention(const core::AttentionProblem& p, PhaseTimes* times) {
-  const DeviceInfo dev = device_info(true);
-  if (p.dtype == DType::e4m3) return attention_fp8(p, dev, times);
-  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
-    throw_error(Status::unsupported, std::string("q: dtype ") + to_string(p.dtype) +
-                                         " is not supported by the CUDA kernels (f32, f16, bf16; e4m3 on Hopper)");
-  check_pointers(p, dev);
+namespace {
 
+// A checked 16-bit or f32 call: the kernel and its parameters (inst null: the exact FFMA
+// kernel). `empty`: nothing to launch (a zero-sized problem).
+struct FwdPlan {
+  KernelChoice choice;
+  FwdParams f;
+  bool empty = false;
+};
+
+// Every check and the kernel choice of a 16-bit or f32 call; throws before anything runs.
+// own_buffers: q, k, v and out are the library's workspace (checked by the caller: under
+// CUDA graph capture a stream-ordered allocation is not yet device memory to
+// cudaPointerGetAttributes).
+FwdPlan plan_forward(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times,
+                     bool own_buffers = false) {
+  if (!own_buffers) check_pointers(p, dev);
   const int64_t hd = std::max(p.d, p.dv);
   if (hd > kMaxHeadDim)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " > " + std::to_string(kMaxHeadDim) +
@@ -251,25 +263,106 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (!f32) {
     if (!dims_ok)
       throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
-                                           " must be multiples of 8 for the 16-bit CUDA kernels");
+                                           " must be multiples of 8 for a forced 16-bit CUDA kernel (params.impl)");
     if (!bad_align.empty()) throw_error(Status::invalid_argument, bad_tensor + ": " + bad_align);
   }
-  KernelChoice choice;  // inst null: the FFMA kernel (f32 only: 16-bit choices throw instead)
+  FwdPlan plan;  // choice.inst null: the FFMA kernel (f32 only: 16-bit choices throw instead)
   if (forced && !simt_forced)
-    choice = forced_choice(p, sq, sk, dev, hd, dims_ok, bad_tensor, bad_align);
+    plan.choice = forced_choice(p, sq, sk, dev, hd, dims_ok, bad_tensor, bad_align);
   else if (!simt_forced && !(f32 && (p.exact_fp32 || !dims_ok || !bad_align.empty())))
-    choice = policy_choice(p, sq, sk, dev);
+    plan.choice = policy_choice(p, sq, sk, dev);
 
-  FwdParams f = fwd_params(p, sq, sk, dev);
-  f.pack_shift = choice.pack_shift;
-  f.o_tma = o_tma_mappable(p);
-  f.kv_splits = choice.kv_splits;
-  name_kernel(times, choice.inst == nullptr ? kSimtKey : choice.inst->key, f);
-  if (p.batch == 0 || p.heads == 0 || sq == 0) return;
+  plan.f = fwd_params(p, sq, sk, dev);
+  plan.f.pack_shift = plan.choice.pack_shift;
+  plan.f.o_tma = o_tma_mappable(p);
+  plan.f.kv_splits = plan.choice.kv_splits;
+  name_kernel(times, plan.choice.inst == nullptr ? kSimtKey : plan.choice.inst->key, plan.f);
+  plan.empty = p.batch == 0 || p.heads == 0 || sq == 0;
+  return plan;
+}
+
+void run_forward(const core::AttentionProblem& p, const DeviceInfo& dev, FwdPlan& plan) {
+  if (plan.empty) return;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-  if (choice.inst != nullptr) return launch(p, dev, *choice.inst, f, stream);
-  const cudaError_t e = fwd_sm80_f32_hd256_simt(f, stream);
+  if (plan.choice.inst != nullptr) return launch(p, dev, *plan.choice.inst, plan.f, stream);
+  const cudaError_t e = fwd_sm80_f32_hd256_simt(plan.f, stream);
   if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + kSimtKey + " failed to launch", e);
+}
+
+// 16-bit head dims that are not a multiple of 8 (head_pad.hpp): q, k, v copied with their
+// head dims padded (policy.hpp: padded_head_dims), the padded problem planned and run as
+// any other, O's first Dv columns copied back. One workspace from the pool holds the padded
+// q, k, v and O; it is allocated before the plan and freed (stream-ordered) on every path.
+void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
+  check_pointers(p, dev);
+  const auto [dp, dvp] = padded_head_dims(p, dev, instances());
+  const int64_t nb = p.cu_q != nullptr ? 1 : p.batch;  // varlen: the packed rows, one batch entry
+  const PadView qv{p.q.data, p.q.sb, p.q.ss, p.q.sh, nb, p.sq, p.heads, p.d, dp};
+  const PadView kv{p.k.data, p.k.sb, p.k.ss, p.k.sh, nb, p.sk, p.kv_heads, p.d, dp};
+  const PadView vv{p.v.data, p.v.sb, p.v.ss, p.v.sh, nb, p.sk, p.kv_heads, p.dv, dvp};
+  const PadView ov{p.o, p.o_sb, p.o_ss, p.o_sh, nb, p.sq, p.heads, p.dv, dvp};
+  const size_t es = dtype_size(p.dtype);
+  const size_t q_bytes = size_t(nb * p.sq * p.heads * dp) * es, k_bytes = size_t(nb * p.sk * p.kv_heads * dp) * es;
+  const size_t v_bytes = size_t(nb * p.sk * p.kv_heads * dvp) * es, o_bytes = size_t(nb * p.sq * p.heads * dvp) * es;
+  const auto up16 = [](size_t n) { return (n + 15) / 16 * 16; };
+  const size_t total = up16(q_bytes) + up16(k_bytes) + up16(v_bytes) + up16(o_bytes);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  char* ws = nullptr;
+  if (total > 0) {
+    const cudaError_t ea = cudaMallocFromPoolAsync(reinterpret_cast<void**>(&ws), total, workspace_pool(dev.id), stream);
+    if (ea != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the head-dim padding workspace failed", ea);
+  }
+  char* qp = ws;
+  char* kp = qp + up16(q_bytes);
+  char* vp = kp + up16(k_bytes);
+  char* op = vp + up16(v_bytes);
+  core::AttentionProblem pp = p;
+  pp.d = dp;
+  pp.dv = dvp;
+  pp.q = {qp, p.sq * p.heads * dp, p.heads * dp, dp};
+  pp.k = {kp, p.sk * p.kv_heads * dp, p.kv_heads * dp, dp};
+  pp.v = {vp, p.sk * p.kv_heads * dvp, p.kv_heads * dvp, dvp};
+  pp.o = op;
+  pp.o_sb = p.sq * p.heads * dvp;
+  pp.o_ss = p.heads * dvp;
+  pp.o_sh = dvp;
+  cudaError_t e = cudaSuccess;
+  const char* what = "";
+  try {
+    FwdPlan plan = plan_forward(pp, dev, times, /*own_buffers=*/true);
+    if (times != nullptr) times->kernel += "+hpad";
+    if (!plan.empty) {
+      what = "the head-dim padding copy";
+      e = launch_pad_head(qv, qp, stream);
+      if (e == cudaSuccess) e = launch_pad_head(kv, kp, stream);
+      if (e == cudaSuccess) e = launch_pad_head(vv, vp, stream);
+      if (e == cudaSuccess) run_forward(pp, dev, plan);
+      if (e == cudaSuccess) e = launch_unpad_head(op, ov, p.o, stream);
+    }
+  } catch (...) {
+    if (ws != nullptr) cudaFreeAsync(ws, stream);
+    throw;
+  }
+  const cudaError_t ef = ws != nullptr ? cudaFreeAsync(ws, stream) : cudaSuccess;
+  if (e != cudaSuccess) cuda_fail(Status::device_error, std::string("CUDA kernel ") + what + " failed to launch", e);
+  if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the head-dim padding workspace failed", ef);
+}
+
+}  // namespace
+
+void attention(const core::AttentionProblem& p, PhaseTimes* times) {
+  const DeviceInfo dev = device_info(true);
+  if (p.dtype == DType::e4m3) return attention_fp8(p, dev, times);
+  if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
+    throw_error(Status::unsupported, std::string("q: dtype ") + to_string(p.dtype) +
+                                         " is not supported by the CUDA kernels (f32, f16, bf16; e4m3 on Hopper)");
+  // 16-bit head dims off the multiples of 8 go through padded copies (no kernel reads them
+  // in place: their rows are not 16-byte aligned), unless a key is forced.
+  const bool forced = p.impl != nullptr && p.impl[0] != '\0';
+  if (p.dtype != DType::f32 && (p.d % 8 != 0 || p.dv % 8 != 0) && !forced && std::max(p.d, p.dv) <= kMaxHeadDim)
+    return attention_head_padded(p, dev, times);
+  FwdPlan plan = plan_forward(p, dev, times);
+  run_forward(p, dev, plan);
 }
 
 std::vector<KernelInfo> kernels() {

@@ -130,6 +130,7 @@ void check_backward(const core::AttentionBackwardProblem& bp, const DeviceInfo& 
     throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
                                          " must be multiples of 8 for the CUDA backward");
   check_kernel_limits(p);
+  refuse_score_variants(p, "the CUDA backward");
   const int64_t es = int64_t(dtype_size(p.dtype)), nb = p.cu_q != nullptr ? 1 : p.batch;
   const int64_t sq = bp.rows_q, sk = bp.rows_k;
   // (an operand without elements, Dv = 0's v, out, dout and dv, is never read or written:

@@ -9,12 +9,16 @@
 // ~2^24 an fp32 lse cannot hold log2 l beside the max, and splits whose maxima tie must be
 // weighted by their sums. A row no split saw a key of (every l_j = 0) gets O = 0 and lse =
 // -inf, one that saw a NaN score (some l_j NaN) NaN, as the kernels write them.
+// With sinks (FwdParams::sinks) the head's sink joins the merged row once, here
+// (core::join_sink; the splits' partials never hold it): a row with no key then gets O = 0
+// and lse = the sink, a NaN row stays NaN.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "core/variants/score.hpp"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/epilogue.cuh"
 
@@ -84,15 +88,20 @@ __global__ void __launch_bounds__(kCombineThreads) kv_combine_kernel(const FwdPa
     mh = ch;
     ml = cl;
   }
-  const float inv = row_inv(l);  // l = 0: every O_j is 0 (the kernels zero such rows)
   const int hq = r % p.heads, q = varlen ? r / p.heads : (r / p.heads) % p.sq, b = varlen ? 0 : r / p.heads / p.sq;
+  float inv = row_inv(l);  // l = 0: every O_j is 0 (the kernels zero such rows)
+  float lse = row_lse(mh, ml, l);
+  if (p.sinks != nullptr) {  // l NaN: NaN through the join as well
+    const core::SinkJoin j = core::join_sink((mh + ml) * 0.69314718055994531f, l, p.sinks[hq]);
+    inv = j.inv;
+    lse = j.lse;
+  }
   O* go = static_cast<O*>(p.o) + b * p.o_sb + q * p.o_ss + hq * p.o_sh + c;
   put(go, acc.x * inv);
   put(go + 1, acc.y * inv);
   put(go + 2, acc.z * inv);
   put(go + 3, acc.w * inv);
-  if (p.lse != nullptr && c == 0)
-    p.lse[b * p.lse_sb + hq * p.lse_sh + q] = row_lse(mh, ml, l);
+  if (p.lse != nullptr && c == 0) p.lse[b * p.lse_sb + hq * p.lse_sh + q] = lse;
 }
 
 }  // namespace

@@ -31,6 +31,15 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, co
   f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
   f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
   f.scale_log2 = p.scale * 1.4426950408889634f;
+  // The score variants (FwdParams: the log2-domain factors; the sm90 kernels refuse them).
+  f.variants = p.variants();
+  if (p.softcap > 0.0f) {
+    f.softcap_in = float(2.0 * 1.4426950408889634 * double(p.scale) / double(p.softcap));
+    f.softcap_out = float(double(p.softcap) * 1.4426950408889634);
+  }
+  f.alibi = p.alibi;
+  f.alibi_sb = p.alibi_sb;
+  f.sinks = p.sinks;
   return f;
 }
 

@@ -10,6 +10,10 @@ namespace flashcore::cuda {
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev) {
   if (!dev.hopper()) return "needs a compute capability 9.0 (Hopper) device";
   if (p.dtype != i.dtype) return "is not a " + std::string(to_string(p.dtype)) + " kernel";
+  if (p.variants())
+    return std::string("does not take the score variants (") +
+           (p.softcap > 0.0f ? "params.softcap" : p.alibi != nullptr ? "params.alibi_slopes" : "params.sinks") +
+           "): the sm80 kernels do";
   if (p.d != i.head_dim || p.dv != i.head_dim)
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
@@ -59,7 +63,7 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
   return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64) ? int(ns) : 1;
 }
 
-// The 16-bit sm90 rule:
+// The 16-bit sm90 rule (none with a score variant set: the sm80 family takes those):
 // - a 64-row tile where each query block sees few keys (hd64: Sk < kShortSk64, twice that
 //   under a band mask; hd128 and up: a local window with Sk < kShortSk), where the packed
 //   rows of a head fit one tile, or where the taller tiles would leave SMs idle; with more
@@ -70,7 +74,7 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
 //   resident at once and Sk is at most kPersistentMaxSk (per tile kind and mask, below).
 const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
                               InstanceList list) {
-  if (p.tile_m != 0) return nullptr;
+  if (p.tile_m != 0 || p.variants()) return nullptr;  // (the score variants: sm80 family only)
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 16384,
                     kPersistentMaxSkBanded = 8192, kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
   const bool banded = p.banded(), windowed = p.windowed();
@@ -212,6 +216,18 @@ KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int6
   const int64_t sk_mean = p.cu_q != nullptr ? p.sk / std::max<int64_t>(p.batch, 1) : p.sk;
   const InstanceInfo* inst = pick_fp8(p, sq, sk_mean, gqa_pack_shift(p, sq), dev, list);
   return complete_choice(p, sq, sk, dev, inst, 0);
+}
+
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
+                                             InstanceList list) {
+  const int64_t hd = std::max(p.d, p.dv);
+  int64_t best = 0;
+  if (dev.hopper() && !p.variants())
+    for (const InstanceInfo& i : list)
+      if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) && (best == 0 || i.head_dim < best))
+        best = i.head_dim;
+  if (best > 0) return {best, best};
+  return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 
 }  // namespace flashcore::cuda

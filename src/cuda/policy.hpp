@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/problem.hpp"
 #include "cuda/kernels/cut_tiles.hpp"
@@ -92,8 +93,8 @@ struct KernelChoice {
 };
 
 // Why the sm90 kernel `i` cannot take this problem ("" when it can): it needs a 9.0
-// device, the problem's dtype, D == Dv == its head dim, its shared memory, and (persistent)
-// 32-bit item numbers.
+// device, the problem's dtype, no score variant (softcap, ALiBi, sinks: named), D == Dv ==
+// its head dim, its shared memory, and (persistent) 32-bit item numbers.
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev);
 
 // The persistent ("_p") row of sm90 tile t (same dtype, head dim, tile and stages), or null.
@@ -109,8 +110,8 @@ bool kv_splittable(const InstanceInfo& i);
 int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, const InstanceInfo& i, int pack_shift,
                    const DeviceFacts& dev);
 
-// The Hopper kernel for a 16-bit problem (no forced tile; table order = preference), or
-// null (not a 9.0 device, no qualifying row): the sm80 family runs it.
+// The Hopper kernel for a 16-bit problem (no forced tile, no score variant; table order =
+// preference), or null (not a 9.0 device, no qualifying row): the sm80 family runs it.
 const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
                               InstanceList list);
 
@@ -141,6 +142,16 @@ struct Choice16 {
 };
 Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                        InstanceList list);
+
+// The head dims (D, Dv) that a 16-bit problem whose D or Dv is not a multiple of 8 is copied
+// into (backend.cpp: attention_head_padded; zero columns): on Hopper without a score
+// variant, both the smallest sm90 head dim >= max(D, Dv) that runs there (the sm90 kernels
+// take D == Dv == their head dim; the sm80 family, which takes the problems otherwise,
+// ran them at a fraction of the speed: docs/results/cuda-head-pad-2026-11-29.md); otherwise
+// each the next multiple of 8
+// (the sm80 family zero-fills up to its instance's head dim).
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
+                                             InstanceList list);
 // e4m3 problems: inst null when no row takes them.
 KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                                InstanceList list);

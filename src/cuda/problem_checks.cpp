@@ -8,12 +8,17 @@
 
 namespace flashcore::cuda {
 
+const char* score_variant_name(const core::AttentionProblem& p) {
+  return p.softcap > 0.0f ? "params.softcap" : p.alibi ? "params.alibi_slopes" : p.sinks ? "params.sinks" : nullptr;
+}
+
+void refuse_score_variants(const core::AttentionProblem& p, const char* kernels) {
+  if (const char* variant = score_variant_name(p); variant != nullptr)
+    throw_error(Status::unsupported, std::string(variant) + ": the score variants (softcap, alibi_slopes, sinks) are not in " +
+                                         kernels + " yet (the sm80 forward kernels and the CPU backend take them)");
+}
+
 void check_kernel_limits(const core::AttentionProblem& p) {
-  // The score variants run on the CPU backends so far.
-  const char* variant = p.softcap > 0.0f ? "params.softcap" : p.alibi ? "params.alibi_slopes" : p.sinks ? "params.sinks" : nullptr;
-  if (variant != nullptr)
-    throw_error(Status::unsupported, std::string(variant) + ": the score variants (softcap, alibi_slopes, sinks) are not yet "
-                                                            "in the CUDA kernels; use CPU tensors");
   if (p.heads > 65535 || p.batch > 65535)
     throw_error(Status::unsupported, "q: B = " + std::to_string(p.batch) + ", H = " + std::to_string(p.heads) +
                                          ": the CUDA kernels take at most 65535 of each");

@@ -14,9 +14,15 @@ namespace flashcore::cuda {
 
 // The kernels' index limits: B and H are grid dimensions (<= 65535), row arithmetic is
 // 32-bit (the tensors' rows <= 2^30; varlen's longest sequence is at most its total).
-// Throws `unsupported` naming q; or naming the score variant set (softcap, ALiBi, sinks),
-// which the CUDA kernels do not have yet.
+// Throws `unsupported` naming q.
 void check_kernel_limits(const core::AttentionProblem& p);
+
+// The score variants (softcap, ALiBi, sinks) run on the sm80 forward kernels (and the exact
+// fp32 one) only. The first one set, by its argument's name ("params.softcap", ...), or null.
+const char* score_variant_name(const core::AttentionProblem& p);
+// Throws `unsupported` naming the first variant set, for the kernels that do not take them
+// (`kernels`: e.g. "the CUDA backward").
+void refuse_score_variants(const core::AttentionProblem& p, const char* kernels);
 
 // Rows `bytes`-aligned: the base and every stride that is used (its dim > 1) a multiple of
 // `bytes` / (element size) elements. Returns why not ("" when aligned).

@@ -43,7 +43,8 @@ include(${CMAKE_CURRENT_SOURCE_DIR}/cuda/instances.cmake)
 # One family's enabled rows of one direction (instances.cmake) -> one generated .cu per
 # row, calling launch_<dir>_<family><type, head dim, tile fields...> of
 # kernels/<dir>_<family>.cuh, appended to the list <out_var>, and its registry line
-# appended to _fc_enabled_<dir> (the registry of that direction reads them).
+# appended to _fc_enabled_<dir> (the registry of that direction reads them). The sm80
+# forward rows have a second unit, <key>_variants.cu, with the score variants' kernel.
 function(_fc_instances family dir out_var)
   string(TOLOWER ${family} fam)
   fc_cuda_instance_rows(${family} ${dir} "${FLASHCORE_CUDA_DTYPES}" "${FLASHCORE_CUDA_HDIMS}" _fc_rows)
@@ -58,7 +59,18 @@ function(_fc_instances family dir out_var)
       list(GET _fc_rows_TMPLS ${i} tmpl_args)
       string(APPEND enabled "${reg}\n")
       set(src ${_fc_inst_dir}/${key}.cu)
-      set(txt "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/${dir}_${fam}.cuh\"\n\nnamespace flashcore::cuda {\ncudaError_t ${key}(const ${_fc_params_${dir}}& p, cudaStream_t stream) {\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+      set(head "// Generated from src/cuda/instances.inc by src/cuda/sources.cmake; do not edit.\n#include \"cuda/kernels/${dir}_${fam}.cuh\"\n\nnamespace flashcore::cuda {\n")
+      set(sig "(const ${_fc_params_${dir}}& p, cudaStream_t stream)")
+      if(fam STREQUAL "sm80" AND dir STREQUAL "fwd")
+        # The score variants' kernel of the row (FwdParams::variants) in a second unit,
+        # <key>_variants.cu: the plain kernel's unit holds that kernel alone, as before.
+        set(txt "${head}cudaError_t ${key}_variants${sig};\ncudaError_t ${key}${sig} {\n  if (p.variants) return ${key}_variants(p, stream);\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+        set(vsrc ${_fc_inst_dir}/${key}_variants.cu)
+        _fc_write_if_changed(${vsrc} "${head}cudaError_t ${key}_variants${sig} {\n  return launch_${dir}_${fam}<${tmpl_args}, true>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+        list(APPEND sources ${vsrc})
+      else()
+        set(txt "${head}cudaError_t ${key}${sig} {\n  return launch_${dir}_${fam}<${tmpl_args}>(p, stream);\n}\n}  // namespace flashcore::cuda\n")
+      endif()
       _fc_write_if_changed(${src} "${txt}")
       list(APPEND sources ${src})
     endforeach()
@@ -70,9 +82,10 @@ endfunction()
 # The launchers' parameters per direction (kernels/params.hpp, kernels/bwd_params.hpp).
 set(_fc_params_fwd FwdParams)
 set(_fc_params_bwd BwdParams)
-set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu
+set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32_variants.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu
                      ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/bwd_aux.cu
-                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu)
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/head_pad.cu)
 set(_fc_sm90_sources "")
 foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
   set(_fc_enabled_${dir} "")
@@ -103,8 +116,24 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_S
 #   28 bytes (7 values reloaded per key tile) for sm_90, none for sm_86 / sm_89. It is the
 #   hd256 TF32 tile of every device whose blocks cannot have 192 KiB of shared memory (A100,
 #   sm_86, sm_89: 128x16 does not fit), and on sm_90 it runs only where 128x16 would leave
-#   SMs idle (policy.cpp: pick_sm80), i.e. on problems of a few microseconds.
-set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2)
+#   SMs idle (policy.cpp: pick_sm80), i.e. on problems of a few microseconds. Its score
+#   variants' kernel (_variants) spills 4 / 36 bytes for sm_80 / sm_90 the same way.
+# - fwd_sm80_f16_hd256_64x32_w4_o2_variants, fwd_sm80_bf16_hd256_64x32_w4_o2_variants: the
+#   score variants' kernel of a row whose plain kernel uses all 255 registers (16-row warps at
+#   hd256); the ALiBi slope held across the key loop makes ptxas spill one value of the
+#   epilogue: 4 bytes stored before the loop, reloaded after it (every arch; docs/variants.md).
+# - the variant kernels of the 128-row 16-bit tiles (hd64 128x64, hd128 128x32, hd256 128x64)
+#   and of tf32 hd64 128x64: with the hostile-value steps (sm80/repair.cuh) ptxas spills 8-36
+#   bytes for sm_90, in the cleaning rerun of the key loop only (the second run, for blocks
+#   whose O came out non-finite in a row with a finite sum: V's NaN / Inf in a cut tile); the
+#   first key loop, which every call runs, has none (nvdisasm: every STL / LDL lies between
+#   the two barrier reductions that bound the rerun). Their plain kernels do not spill.
+set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2 fwd_sm80_tf32_hd256_32x16_w2_o2_variants
+                     fwd_sm80_f16_hd256_64x32_w4_o2_variants fwd_sm80_bf16_hd256_64x32_w4_o2_variants
+                     fwd_sm80_f16_hd64_128x64_w4_o2_variants fwd_sm80_bf16_hd64_128x64_w4_o2_variants
+                     fwd_sm80_f16_hd128_128x32_w4_o2_variants fwd_sm80_bf16_hd128_128x32_w4_o2_variants
+                     fwd_sm80_f16_hd256_128x64_w8_o1_variants fwd_sm80_bf16_hd256_128x64_w8_o1_variants
+                     fwd_sm80_tf32_hd64_128x64_w4_o2_variants)
 foreach(src IN LISTS _fc_inst_sources _fc_sm90_sources)
   get_filename_component(key ${src} NAME_WE)
   if(NOT key IN_LIST _fc_known_spills)

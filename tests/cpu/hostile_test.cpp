@@ -238,6 +238,79 @@ TEST(Hostile, DenormalValues) { run_property(Values::denormal, calls(30)); }
 TEST(Hostile, HugeScoresGiveTheirSoftmax) { run_property(Values::huge, calls(60)); }
 TEST(Hostile, NonFiniteValuesReachOnlyRowsThatSeeThem) { run_property(Values::nonfinite, calls(120)); }
 
+// A row split over keys (one query block, two threads) whose later keys all score -inf
+// (K = -inf where q > 0) and one of which holds NaN in V: that part of the row sees no
+// finite score, yet the key is seen, so 0 * NaN reaches the output as in the reference
+// (column 0 NaN, the others finite), whichever part holds it.
+TEST(Hostile, SplitPartWithOnlyMinusInfScoresPassesSeenNaN) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t sk = 1024, d = 8;
+  for (Strategy st : kStrategies) {
+    SCOPED_TRACE(name(st));
+    HostTensor q(DType::f32, {1, 1, 1, d}), k(DType::f32, {1, sk, 1, d}), v(DType::f32, {1, sk, 1, d});
+    HostTensor out(DType::f32, {1, 1, 1, d}), ref(DType::f32, {1, 1, 1, d});
+    q.fill_uniform(rng, 0.5, 1);
+    k.fill_uniform(rng, -1, 1);
+    v.fill_uniform(rng, -1, 1);
+    for (int64_t j = 64; j < sk; ++j) k.set(j * d, -std::numeric_limits<double>::infinity());
+    v.set((sk - 5) * d, std::numeric_limits<double>::quiet_NaN());
+    fc::AttentionParams p;
+    p.strategy = st;
+    p.threads = 2;
+    fc::reference::attention(q.view(), k.view(), v.view(), ref.view(), p);
+    ASSERT_TRUE(std::isnan(ref.get(0)) && std::isfinite(ref.get(1)));
+    out.poison();
+    fc::attention(q.view(), k.view(), v.view(), out.view(), p);
+    EXPECT_TRUE(outputs_agree(out, ref, 1e-5));
+  }
+}
+
+// Scaled scores within fp32's range whose max times log2(e) is not: +-2.4e38 to 3.2e38 (scale 1),
+// and a huge ALiBi slope that takes every score of a row near -FLT_MAX (and some past it,
+// to -inf). exp2's argument c*s - c*m must not become inf - inf: each row is the softmax of
+// its scores, here one-hot on the max key (an ulp at 2^127 is 2^104). Every strategy and
+// exp2 mode.
+TEST(Hostile, MaxPastFloatRangeAfterLog2e) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t sk = 7, dv = 3;
+  for (const double sign : {1.0, -1.0})
+    for (const bool alibi : {false, true})
+      for (Strategy st : kStrategies)
+        for (Exp2Mode mode : kExpModes) {
+          SCOPED_TRACE(std::string(name(st)) + " " + name(mode) + (alibi ? " alibi" : " scores") +
+                       (sign > 0 ? " +" : " -"));
+          // ALiBi: 13 rows over 7 keys, row i at distance |i - 6 - j| from key j: row 0's
+          // biases -slope * (6 + j) run from -2.55e38 to -inf (j >= 3), the later rows'
+          // reach 0.
+          const int64_t sq = alibi ? 13 : 1;
+          HostTensor q(DType::f32, {1, sq, 1, 1}), k(DType::f32, {1, sk, 1, 1}), v(DType::f32, {1, sk, 1, dv});
+          HostTensor out(DType::f32, {1, sq, 1, dv}), ref(DType::f32, {1, sq, 1, dv});
+          HostTensor slopes(DType::f32, {1});
+          v.fill_uniform(rng, -1, 1);
+          fc::AttentionParams p;
+          p.strategy = st;
+          p.exp2 = mode;
+          p.threads = 1;
+          if (alibi) {
+            q.fill_uniform(rng, -1, 1);
+            k.fill_uniform(rng, -1, 1);
+            slopes.set(0, 4.25e37);
+            p.alibi_slopes = slopes.ptr();
+          } else {
+            q.set(0, 0x1p63);
+            for (int64_t j = 0; j < sk; ++j) k.set(j, sign * std::ldexp(1.4 + 0.08 * double(j), 64));
+            p.scale = 1.0f;
+          }
+          fc::reference::attention(q.view(), k.view(), v.view(), ref.view(), p);
+          for (int64_t i = 0; i < sq * dv; ++i) ASSERT_TRUE(std::isfinite(ref.get(i)));
+          out.poison();
+          fc::attention(q.view(), k.view(), v.view(), out.view(), p);
+          EXPECT_TRUE(outputs_agree(out, ref, 1e-5));
+        }
+}
+
 // A NaN or Inf in V at a key that the causal mask (or a window) hides from some rows of
 // the same block, the shape the probe first found (decode and prefill, every strategy).
 TEST(Hostile, MaskedNonFiniteValuesStayHidden) {

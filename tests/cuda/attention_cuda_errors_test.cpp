@@ -1,6 +1,6 @@
 // Bad inputs to the CUDA backend's forward (host pointers, misaligned rows, unknown tiles and
-// keys, bad cu_seqlens, unsupported head dims, the CPU-only score variants, a TF32 key with
-// exact_fp32, an sm90 key on a problem it does not take): refused before any launch with an
+// keys, bad cu_seqlens, unsupported head dims, the score variants on an sm90 key, a TF32 key
+// with exact_fp32, an sm90 key on a problem it does not take): refused before any launch with an
 // error naming the argument, the output untouched. (fp8's: attention_cuda_fp8_test.cpp.)
 // Every test skips with a message when there is no sm80+ GPU (CudaSm90Errors: no sm90 GPU).
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "attention_cuda_test_util.hpp"
 #include "common/test_util.hpp"
@@ -75,20 +76,34 @@ TEST(CudaErrors, RefusedBeforeLaunch) {
   cudaFree(dcu);
 }
 
+// Head dims past 256 are refused; a forced 16-bit key with a head dim off the multiples of
+// 8 (which only the padded copies take: attention_cuda_head_pad_test.cpp) names params.impl.
 TEST(CudaErrors, UnsupportedHeadDims) {
   FC_REQUIRE_GPU();
-  for (int64_t D : {20, 264}) {
+  for (int64_t D : {264, 259}) {
     SCOPED_TRACE(D);
     HostTensor q(DType::bf16, {1, 16, 1, D}), o(DType::bf16, {1, 16, 1, D});
     o.poison();
     DevTensor dq(q), dout(o);
     expect_refused(dq.view(), dq.view(), dq.view(), dout, o, {}, Status::unsupported, "head dim");
   }
+  const auto hd64 = fctest::keys_by_prefix("fwd_sm80_bf16_hd64_", false);
+  const std::string key = hd64.empty() ? std::string() : hd64.front().first;
+  if (key.empty()) GTEST_SKIP() << "no fwd_sm80_bf16_hd64 key in this build";
+  HostTensor q(DType::bf16, {1, 16, 1, 20}), o(DType::bf16, {1, 16, 1, 20});
+  o.poison();
+  DevTensor dq(q), dout(o);
+  flashcore::AttentionParams p;
+  p.impl = key.c_str();
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");
 }
 
-// The score variants are CPU-only so far: each one set is refused, named, before a launch.
-TEST(CudaErrors, ScoreVariantsRefused) {
+// The score variants run on the sm80 family only: an sm90 key forced with one of them is
+// refused before a launch, naming params.impl (and, on an sm90 device, the variant); without
+// a forced key the dispatcher takes an sm80 kernel on every GPU, Hopper included.
+TEST(CudaErrors, ScoreVariantsOnSm80Only) {
   FC_REQUIRE_GPU();
+  const std::string key = sm90_key(DType::f16, 64);
   HostTensor q(DType::f16, {1, 64, 2, 64}), o(DType::f16, {1, 64, 2, 64}), heads(DType::f32, {2});
   o.poison();
   fctest::Rng rng;
@@ -100,9 +115,32 @@ TEST(CudaErrors, ScoreVariantsRefused) {
   pc.softcap = 30.0f;
   pa.alibi_slopes = &on_gpu;
   ps.sinks = &on_gpu;
-  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pc, Status::unsupported, "params.softcap");
-  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, pa, Status::unsupported, "params.alibi_slopes");
-  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, ps, Status::unsupported, "params.sinks");
+  const bool hopper = fctest::sm90_missing().empty();
+  const std::pair<AttentionParams*, const char*> cases[] = {
+      {&pc, "params.softcap"}, {&pa, "params.alibi_slopes"}, {&ps, "params.sinks"}};
+  for (auto [params, name] : cases) {
+    SCOPED_TRACE(name);
+    if (key.empty()) break;
+    params->impl = key.c_str();
+    expect_refused(dq.view(), dq.view(), dq.view(), dout, o, *params, Status::unsupported, "params.impl");
+    if (hopper) expect_refused(dq.view(), dq.view(), dq.view(), dout, o, *params, Status::unsupported, name);
+    params->impl = nullptr;
+  }
+  for (auto [params, name] : cases) {  // (after the refusals: these write the output)
+    SCOPED_TRACE(name);
+    flashcore::PhaseTimes times;
+    ASSERT_NO_THROW(flashcore::attention(dq.view(), dq.view(), dq.view(), dout.view(), *params, &times));
+    EXPECT_EQ(times.kernel.rfind("fwd_sm80_f16_hd64_", 0), 0u) << "kernel " << times.kernel;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    HostTensor back(DType::f16, {1, 64, 2, 64}), ref(DType::f32, {1, 64, 2, 64});
+    dout.download(back);
+    AttentionParams rp = *params;
+    if (rp.alibi_slopes != nullptr) rp.alibi_slopes = heads.ptr();
+    if (rp.sinks != nullptr) rp.sinks = heads.ptr();
+    const HostTensor qf = fctest::to_f32(q);
+    flashcore::reference::attention(qf.view(), qf.view(), qf.view(), ref.view(), rp);
+    EXPECT_TRUE(fctest::close(back, ref, fctest::cuda_fwd::out_tol(DType::f16, 64)));
+  }
 }
 
 TEST(CudaF32, Tf32KeyWithExactRefused) {

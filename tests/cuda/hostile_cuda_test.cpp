@@ -16,6 +16,8 @@
 //   NoFiniteScore     rows that see no key (causal with Sq > Sk, empty varlen sequences)
 //                     and rows whose only keys score -inf: O = 0, lse = -inf.
 //   RandomNonFinite   NaN / +-Inf planted at random in q, k and v.
+//   Variants          the cases above with softcap, ALiBi slopes and sinks (the sm80
+//                     family's variant kernels and the exact fp32 kernel's variant form).
 //
 // Skipped with a message without an sm80+ GPU, and per kernel where the device cannot run it.
 #include <cuda_runtime.h>
@@ -99,11 +101,15 @@ struct Call {
   float scale = 0.f;  // 0: 1 / sqrt(D)
   std::string suffix;
   bool prepass = false;
+  float softcap = 0.f;                  // score variants: softcap (0: off),
+  bool alibi = false, sinks = false;    // ALiBi slopes [H] and sinks [H] (random)
   std::string str() const {
     std::string s = "B" + std::to_string(B) + " H" + std::to_string(H) + "/" + std::to_string(Hkv) + " Sq" +
                     std::to_string(Sq) + " Sk" + std::to_string(Sk) + (causal ? " causal" : "") + " w(" +
                     std::to_string(wl) + "," + std::to_string(wr) + ")" + (cu_q.empty() ? "" : " varlen") +
-                    " scale " + std::to_string(scale) + " " + suffix + (prepass ? " V^T pre-pass" : "");
+                    " scale " + std::to_string(scale) + " " + suffix + (prepass ? " V^T pre-pass" : "") +
+                    (softcap > 0.f ? " softcap " + std::to_string(softcap) : "") + (alibi ? " alibi" : "") +
+                    (sinks ? " sinks" : "");
     return s;
   }
 };
@@ -270,7 +276,10 @@ void run(const Kernel& kn, const Call& c, Fill f) {
   fill(kn, c, f, q, k, v, rng, &descale);
   o.poison();
   lse.poison();
-  DevTensor dq(q), dk(k), dv(v), dout(o), dlse(lse);
+  HostTensor slopes(DType::f32, {c.H}), sinks(DType::f32, {c.H});
+  slopes.fill_uniform(rng, 0.01, 0.3);
+  sinks.fill_uniform(rng, -1.5, 2.5);
+  DevTensor dq(q), dk(k), dv(v), dout(o), dlse(lse), dslopes(slopes), dsinks(sinks);
   int32_t *dcq = nullptr, *dck = nullptr;
   const bool varlen = !c.cu_q.empty();
   if (varlen) {
@@ -284,6 +293,9 @@ void run(const Kernel& kn, const Call& c, Fill f) {
   p.window_left = c.wl;
   p.window_right = c.wr;
   p.scale = c.scale;
+  p.softcap = c.softcap;
+  p.alibi_slopes = c.alibi ? &dslopes.view() : nullptr;
+  p.sinks = c.sinks ? &dsinks.view() : nullptr;
   if (kn.fp8) p.q_descale = p.k_descale = descale;
   if (varlen) {
     p.cu_seqlens_q = dcq;
@@ -310,6 +322,8 @@ void run(const Kernel& kn, const Call& c, Fill f) {
   fc::AttentionParams rp = p;
   rp.impl = nullptr;
   rp.lse = &ref_lse.view();
+  rp.alibi_slopes = c.alibi ? slopes.ptr() : nullptr;
+  rp.sinks = c.sinks ? sinks.ptr() : nullptr;
   if (varlen) {
     rp.cu_seqlens_q = c.cu_q.data();
     rp.cu_seqlens_k = c.cu_k.data();
@@ -441,6 +455,35 @@ TEST_P(CudaHostile, NoFiniteScore) {
 TEST_P(CudaHostile, RandomNonFinite) {
   run_all(call(150, 260, true), Fill::random);
   run_all(call(100, 333, false, 20, 5), Fill::random);
+}
+
+// The variant kernels (sm80 family, the exact fp32 kernel; the sm90 and e4m3 kernels refuse
+// the variants) keep the rules as the plain ones: the cleaning rerun, V's NaN / Inf added
+// back, rows computed again (the transformed scores and the sink: a row with no finite
+// score gets O = 0 and lse = its sink).
+TEST_P(CudaHostile, Variants) {
+  if (kn_.sm90 || kn_.fp8) GTEST_SKIP() << "the sm90 and e4m3 kernels do not take the score variants";
+  auto with = [](Call c, float softcap, bool alibi, bool sinks) {
+    c.softcap = softcap;
+    c.alibi = alibi;
+    c.sinks = sinks;
+    return c;
+  };
+  for (int v = 0; v < 3; ++v) {  // all three; ALiBi and sinks; softcap alone
+    const float cap = v == 1 ? 0.f : 30.f;
+    const bool alibi = v < 2, sinks = v < 2;
+    SCOPED_TRACE(v == 0 ? "softcap, ALiBi, sinks" : v == 1 ? "ALiBi, sinks" : "softcap");
+    run_all(with(call(512, 512, true), cap, alibi, sinks), Fill::hidden);
+    run_all(with(call(257, 257, false, 16, 16), cap, alibi, sinks), Fill::hidden);
+    run_all(with(varlen({0, 5, 5, 300}, {0, 130, 131, 700}, true), cap, alibi, sinks), Fill::hidden);
+    // Huge scores: without softcap the rows are computed again (exactly near the max).
+    run_all(with(call(200, 300), cap, alibi, sinks), Fill::huge_pow2);
+    run_all(with(call(257, 257, true), cap, alibi, sinks), Fill::huge_pow2);
+    run_all(with(call(130, 200, true), cap, alibi, sinks), Fill::nan_q);
+    run_all(with(call(257, 257, false, 0, 0), cap, alibi, sinks), Fill::minus_inf);
+    run_all(with(call(300, 200, true), cap, alibi, sinks), Fill::minus_inf);  // the first 100 rows see no key
+    run_all(with(call(150, 260, true), cap, alibi, sinks), Fill::random);
+  }
 }
 
 std::string key_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }

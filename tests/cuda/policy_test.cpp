@@ -240,6 +240,44 @@ TEST(CudaPolicy, Sm90Refusal) {
   EXPECT_EQ(persistent_variant(kAll, *p128), p128);
 }
 
+// The score variants (softcap, ALiBi, sinks) run on the sm80 family only: on a Hopper GPU
+// the dispatcher takes the sm80 row the same shape gets without sm90 rows, and every sm90 row
+// refuses them, naming the variant.
+TEST(CudaPolicy, ScoreVariantsOnSm80) {
+  std::vector<InstanceInfo> no90;
+  for (const InstanceInfo& i : kAll)
+    if (i.arch == 80) no90.push_back(i);
+  static const float slopes[32] = {}, sinks[32] = {};
+  const Row rows[] = {
+      {"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
+      {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits on sm90
+      {"", kH200, f16, 2, 16, 16, 1024, 1024, 64, 64, Mask::causal, true, 0, 0, "", 0, 1},
+      {"", kH200, f32, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
+      {"", kA100, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::local, false, 0, 0, "", 0, 1},
+  };
+  for (const Row& r : rows)
+    for (int v = 0; v < 3; ++v) {
+      core::AttentionProblem p = problem(r), plain = problem(r);
+      if (v == 0) p.softcap = 30.0f;
+      if (v == 1) p.alibi = slopes;
+      if (v == 2) p.sinks = sinks;
+      const char* name = v == 0 ? "params.softcap" : v == 1 ? "params.alibi_slopes" : "params.sinks";
+      SCOPED_TRACE(std::string(name) + " " + to_string(r.dtype) + " hd" + std::to_string(r.d));
+      const Choice16 got = choose_kernel(p, r.sq, r.sk, r.dev, kAll), want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
+      ASSERT_NE(want.kernel.inst, nullptr);
+      ASSERT_NE(got.kernel.inst, nullptr);
+      EXPECT_EQ(std::string(got.kernel.inst->key), want.kernel.inst->key);
+      EXPECT_EQ(got.kernel.inst->arch, 80);
+      EXPECT_EQ(got.kernel.kv_splits, 1);
+      EXPECT_EQ(got.kernel.pack_shift, 0);
+      EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), nullptr);
+      for (const InstanceInfo& i : kAll)
+        if (i.arch == 90 && i.dtype == r.dtype && r.dev.hopper()) {
+          EXPECT_NE(sm90_refusal(p, i, r.dev).find(name), std::string::npos) << i.key;
+        }
+    }
+}
+
 TEST(CudaPolicy, GqaPackShift) {
   core::AttentionProblem p = problem({"", kH200, f16, 1, 64, 1, 1, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1});
   EXPECT_EQ(gqa_pack_shift(p, 1), 6);    // G = 64
@@ -273,5 +311,30 @@ TEST(CudaPolicy, VtPath) {
   EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd256_128x128_s2_p"), false, false), VtPath::prepass);  // no room for it
 }
 
+// Head dims off the multiples of 8 (16-bit): on Hopper padded to the smallest sm90 head dim
+// that covers both (D == Dv there), unless a score variant keeps the call on the sm80 family;
+// elsewhere each to the next multiple of 8.
+TEST(CudaPolicy, PaddedHeadDims) {
+  const InstanceList all(kAll);
+  const auto dims = [&](int64_t d, int64_t dv, const DeviceFacts& dev, DType dt, bool softcap = false) {
+    core::AttentionProblem p;
+    p.dtype = p.out_dtype = dt;
+    p.d = d;
+    p.dv = dv;
+    p.softcap = softcap ? 30.0f : 0.0f;
+    return padded_head_dims(p, dev, all);
+  };
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(dims(59, 59, kH200, DType::bf16), P(64, 64));
+  EXPECT_EQ(dims(1, 1, kH200, DType::f16), P(64, 64));
+  EXPECT_EQ(dims(111, 64, kH200, DType::f16), P(128, 128));
+  EXPECT_EQ(dims(59, 33, kH200, DType::bf16), P(64, 64));
+  EXPECT_EQ(dims(200, 255, kH200, DType::bf16), P(256, 256));
+  EXPECT_EQ(dims(111, 111, kH200, DType::bf16, true), P(112, 112));  // softcap: sm80 only
+  EXPECT_EQ(dims(111, 33, kA100, DType::bf16), P(112, 40));
+  EXPECT_EQ(dims(7, 255, kSm86, DType::f16), P(8, 256));
+}
+
 }  // namespace
 }  // namespace flashcore::cuda
+

@@ -86,6 +86,7 @@ if has sanitize; then
   if [ "${SANITIZE_SM80:-1}" = 1 ]; then
     small='Cuda/CudaDtype.CausalUnequalLengths/f16:Cuda/CudaDtype.Varlen/*:Cuda/CudaDtype.PaddedHeadDims/bf16:CudaErrors.*:CudaF32.*'
     small="$small:Cuda/CudaDtype.CausalUnequalLengths/f32:Cuda/CudaDtype.PaddedHeadDims/f32:Cuda/CudaDtype.ForcedTiles/f32"
+    small="$small:Dtypes/CudaVariants.Varlen/f16"  # the score variants' kernels (softcap, ALiBi, sinks)
     timeout 240 $CS --tool memcheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter="$small" > "$LOG/sanitizer.log" 2>&1
     echo "memcheck rc=$?" | tee -a "$LOG/sanitizer.log"
     timeout 150 $CS --tool racecheck $BIN/flashcore_cuda_tests --gtest_brief=1 --gtest_filter='Cuda/CudaDtype.Varlen/f16:Cuda/CudaDtype.LocalWindows/bf16:Cuda/CudaDtype.Varlen/f32:Cuda/CudaDtype.LocalWindows/f32' >> "$LOG/sanitizer.log" 2>&1

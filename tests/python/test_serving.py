@@ -79,6 +79,29 @@ def test_kvcache_split_decode_and_window(rng):
         assert ref.rel_err(out, o_ref) <= 1e-5
 
 
+def test_kvcache_score_variants(rng):
+    # softcap, ALiBi slopes [B, H] (distances from each sequence's own length) and sinks,
+    # speculative causal rows with an append, paged: against the reference sequence by sequence.
+    b, sq, h, hkv, d = 3, 3, 4, 2, 32
+    lens = np.array([40, 0, 17], np.int32)
+    q = randn(rng, (b, sq, h, d), np.float32)
+    k_all = [randn(rng, (int(n) + sq, hkv, d), np.float32) for n in lens]
+    v_all = [randn(rng, (int(n) + sq, hkv, d), np.float32) for n in lens]
+    k_new = np.stack([ks[n:] for ks, n in zip(k_all, lens)])
+    v_new = np.stack([vs[n:] for vs, n in zip(v_all, lens)])
+    kc, vc, table, _ = build_cache(rng, k_all, v_all, lens, sq, 16, np.float32)
+    slopes = rng.uniform(0.01, 0.5, (b, h)).astype(np.float32)
+    sinks = rng.uniform(-1, 1, h).astype(np.float32)
+    out, lse = flashcore.attention_with_kvcache(
+        q, kc, vc, lens, k_new=k_new, v_new=v_new, block_table=table, causal=True, return_lse=True, threads=2,
+        softcap=5.0, alibi_slopes=slopes, sinks=sinks)
+    for i in range(b):
+        o_ref, lse_ref = ref.attention(q[i:i + 1], k_all[i][None], v_all[i][None], causal=True, softcap=5.0,
+                                       alibi_slopes=slopes[i:i + 1], sinks=sinks)
+        assert ref.rel_err(out[i:i + 1], o_ref) <= 1e-5
+        assert np.allclose(lse[i], lse_ref[0], atol=1e-5, rtol=1e-5)
+
+
 def test_kvcache_errors_name_the_argument(rng):
     q = randn(rng, (2, 1, 4, 16), np.float32)
     kc = randn(rng, (6, 8, 2, 16), np.float32)

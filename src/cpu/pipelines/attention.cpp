@@ -344,21 +344,23 @@ void Attention<Src>::pack_kv(int64_t g0, int64_t g1) {
       const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
       if (!a.k_inplace)
         pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data());
-      if (!banded_) {
-        pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, kb0 * g.mr, kb1 * g.mr, vpack, a.g2.gk->ab,
-                    a.g2.pb, rowbuf.data());
-      } else {  // this part's keys: list V's NaN / Inf and zero them in the panels
-        std::vector<NonFiniteV>& bad = vbad_[size_t((gi - g0) * parts + part)];
-        // In steps of ~16 KiB of V (whole key blocks), each scanned while the packing has
-        // just brought it into cache.
-        const int64_t step = g.mr * std::max<int64_t>(1, (16384 / std::max<int64_t>(1, p_.dv * es_in_)) / g.mr);
-        for (int64_t k0 = kb0 * g.mr; k0 < kb1 * g.mr; k0 += step) {
-          const int64_t k1 = std::min(k0 + step, kb1 * g.mr);
-          pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, k0, k1, vpack, a.g2.gk->ab, a.g2.pb, rowbuf.data());
-          list_nonfinite(v_.head(b, hk), k0, std::min(k1, sk), p_.dv, 0, bad);
-        }
+      // V's panels; where a mask applies, in steps of ~16 KiB of V (whole key blocks), each
+      // step's keys listed for NaN / Inf while the packing has just brought them into cache.
+      // (Not in steps for the rows layout: pack_panels transposes its panels whole, in one
+      // call over every key.)
+      const int64_t v0 = kb0 * g.mr, v1 = kb1 * g.mr;
+      const bool stepped = banded_ && a.g2.pb != Layout::rows;
+      const int64_t step = stepped ? g.mr * std::max<int64_t>(1, (16384 / std::max<int64_t>(1, p_.dv * es_in_)) / g.mr)
+                                   : std::max<int64_t>(v1 - v0, 1);
+      std::vector<NonFiniteV>* bad = banded_ ? &vbad_[size_t((gi - g0) * parts + part)] : nullptr;
+      for (int64_t k0 = v0; k0 < v1; k0 += step) {
+        const int64_t k1 = std::min(k0 + step, v1);
+        pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, k0, k1, vpack, a.g2.gk->ab, a.g2.pb, rowbuf.data());
+        if (bad != nullptr) list_nonfinite(v_.head(b, hk), k0, std::min(k1, sk), p_.dv, 0, *bad);
+      }
+      if (bad != nullptr) {  // the listed elements zeroed in the panels
         const int64_t es2 = a.g2.es;
-        for (const NonFiniteV& e : bad)
+        for (const NonFiniteV& e : *bad)
           std::memset(vpack + ((e.col / a.g2.nr) * skp * a.g2.nr + pack_index(a.g2.pb, e.key, e.col % a.g2.nr, a.g2.nr)) * es2,
                       0, size_t(es2));
       }

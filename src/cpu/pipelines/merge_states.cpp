@@ -26,11 +26,11 @@ void merge_states(const core::MergeProblem& p) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t b = r / (p.s * p.heads), i = r / p.heads % p.s, h = r % p.heads;
-      const float lse = merge_row(
+      const MergedRow merged = merge_row(
           p.n,
           [&](int64_t s) {
             const core::StatePart& sp = p.parts[s];
-            return std::pair<float, float>(sp.lse[b * sp.lse_sb + h * sp.lse_sh + i], 1.0f);
+            return MergedRow{sp.lse[b * sp.lse_sb + h * sp.lse_sh + i], 1.0f};
           },
           [&](int64_t s, float w, float* a) {
             const core::Operand4& o = p.parts[s].o;
@@ -43,6 +43,7 @@ void merge_states(const core::MergeProblem& p) {
             for (int64_t j = 0; j < d; ++j) a[j] += w * x[j];
           },
           acc.data(), d);
+      const float lse = finish_row(merged, nullptr, acc.data(), d);
       core::convert_row(acc.data(), d, static_cast<char*>(p.o) + (b * p.o_sb + i * p.o_ss + h * p.o_sh) * es_out,
                         p.out_dtype);
       p.lse[b * p.lse_sb + h * p.lse_sh + i] = lse;

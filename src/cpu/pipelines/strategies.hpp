@@ -139,7 +139,9 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
     for (int64_t i = 0; i < mq; ++i) {
       cm[i] = m[i] == kNegInf ? 0.0f : c * m[i];
       shift[i] = 0.0f;
-      if (std::abs(cm[i]) >= kShiftedMaxFrom && std::isfinite(cm[i])) {
+      // (a finite m whose c*m overflows to +-inf is shifted too: ALiBi's bias can take a
+      // score near -FLT_MAX, where exp2(c*s - c*m) would be exp2(-inf + inf) = NaN)
+      if (std::abs(cm[i]) >= kShiftedMaxFrom && std::isfinite(m[i])) {
         shift[i] = m[i];
         cm[i] = 0.0f;
         shifted = true;
@@ -238,7 +240,8 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
   const bool sinks = out.sink != nullptr && out.ml == nullptr;
   for (int64_t i = 0; i < mq; ++i) {
     if (!out.valid(i)) continue;
-    if (l[i] == 0.0f) std::fill(O + i * dvp, O + i * dvp + out.dv, 0.0f);
+    // (a part of a split row keeps its 0 * NaN: the merge reads it where other parts saw scores)
+    if (l[i] == 0.0f && out.ml == nullptr) std::fill(O + i * dvp, O + i * dvp + out.dv, 0.0f);
     float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
     float lse = l[i] > 0.0f ? scale * m[i] + std::log(l[i]) : l[i] == 0.0f ? kNegInf : l[i];
     if (sinks && l[i] >= 0.0f) {
@@ -258,30 +261,52 @@ void softmax_block(const Geometry& g, Strategy strategy, Exp2Mode mode, float c,
 
 // One output row merged from n parts that each normalized their O row by their own sum
 // (FlashAttention's split-KV combine): ml(s) gives part s's scaled max m_s and sum l_s as a
-// pair (an lse is the pair (lse, 1)); add(s, w, acc) adds w times its O row into acc[dv].
+// MergedRow {m, l} (an lse is {lse, 1}); add(s, w, acc) adds w times its O row into acc[dv].
 // Weights w_s = l_s exp(m_s - max), a part at the max (+inf too) l_s; a part with m_s = -inf
-// saw no key and is not read (its O may hold anything). acc ends as sum_s w_s o_s / sum_s
-// w_s. Returns the merged lse, max + log(sum w_s): -inf with acc = 0 when every part is
-// -inf, NaN (and a NaN acc) when any m_s is NaN.
+// saw no finite score and is not read (its O may hold anything), unless read_empty: then
+// its O row, times 0, is added too (a split row's part whose seen keys all scored -inf
+// still passes on the NaN of a seen value, as 0 * NaN does unsplit). acc ends as
+// sum_s w_s o_s, not yet normalized; returns the row's (max, sum_s w_s), the pair an
+// unsplit row has after its keys: (-inf, 0) with acc = 0 when every part is -inf, a NaN
+// max (and NaN sum and acc) when any m_s is NaN. finish_row normalizes.
+struct MergedRow {
+  float m, l;
+};
 template <class ML, class Add>
-float merge_row(int64_t n, const ML& ml, const Add& add, float* acc, int64_t dv) {
+MergedRow merge_row(int64_t n, const ML& ml, const Add& add, float* acc, int64_t dv, bool read_empty = false) {
   float mx = kNegInf;
   for (int64_t s = 0; s < n; ++s) {
-    const float m = ml(s).first;
+    const float m = ml(s).m;
     mx = std::isnan(m) ? m : std::max(mx, m);  // (std::max keeps a NaN first argument)
   }
   std::fill(acc, acc + dv, 0.0f);
-  if (mx == kNegInf) return kNegInf;
+  if (mx == kNegInf) return {kNegInf, 0.0f};
   float wsum = 0.0f;
   for (int64_t s = 0; s < n; ++s) {
     const auto [m, l] = ml(s);
-    if (m == kNegInf) continue;
+    if (m == kNegInf) {
+      if (read_empty) add(s, 0.0f, acc);
+      continue;
+    }
     const float w = m == mx ? l : l * std::exp(m - mx);
     add(s, w, acc);
     wsum += w;
   }
-  for (int64_t j = 0; j < dv; ++j) acc[j] /= wsum;
-  return mx + std::log(wsum);
+  return {mx, wsum};
+}
+
+// A merged row's O (acc, divided by its sum) and lse, max + log(sum); with a sink (non-null)
+// joined to the sum as softmax_block joins it to an unsplit row's (core::join_sink). A row
+// with no key: acc stays 0, lse -inf (or the sink).
+inline float finish_row(MergedRow r, const float* sink, float* acc, int64_t dv) {
+  if (sink != nullptr) {
+    const core::SinkJoin j = core::join_sink(r.m, r.l, *sink);
+    for (int64_t k = 0; k < dv; ++k) acc[k] *= j.inv;
+    return j.lse;
+  }
+  if (r.l == 0.0f) return kNegInf;
+  for (int64_t k = 0; k < dv; ++k) acc[k] /= r.l;
+  return r.m + std::log(r.l);
 }
 
 // Split over keys: each of `items` blocks ran as `nsplit` parts over disjoint key ranges,
@@ -301,22 +326,18 @@ void merge_splits(int64_t items, int64_t nsplit, int64_t mq, int64_t dv, const s
     for (int64_t i = 0; i < mq; ++i) {
       if (!out.valid(i)) continue;
       const auto part = [&](int64_t s) { return (it * nsplit + s) * mq + i; };
-      float lse = merge_row(
+      const MergedRow r = merge_row(
           nsplit,
           [&](int64_t s) {
             const float* ml = split_ml.data() + part(s) * 2;
-            return std::pair<float, float>(ml[0], ml[1]);
+            return MergedRow{ml[0], ml[1]};
           },
           [&](int64_t s, float w, float* a) {
             const float* os = split_o.data() + part(s) * dv;
             for (int64_t j = 0; j < dv; ++j) a[j] += w * os[j];
           },
-          acc.data(), dv);
-      if (out.sink != nullptr) {  // the sink joined once here, to the merged (lse, 1)
-        const core::SinkJoin j = core::join_sink(lse, lse == kNegInf ? 0.0f : 1.0f, out.sink[i / out.seg]);
-        for (float& a : acc) a *= j.inv;
-        lse = j.lse;
-      }
+          acc.data(), dv, true);
+      const float lse = finish_row(r, out.sink != nullptr ? out.sink + i / out.seg : nullptr, acc.data(), dv);
       core::convert_row(acc.data(), dv, out.row(i), out.o_type);
       if (out.lse) *out.lse_at(i) = lse;
     }

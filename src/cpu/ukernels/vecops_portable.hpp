@@ -13,7 +13,7 @@
 
 namespace flashcore::cpu::portable {
 
-static void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
+[[maybe_unused]] static void col_max(int64_t kc, int64_t mq, const float* t, int64_t ldt, float* mx) {
   for (int64_t k = 0; k < kc; ++k) {
     const float* row = t + k * ldt;
     for (int64_t i = 0; i < mq; ++i) mx[i] = row[i] > mx[i] ? row[i] : mx[i];
@@ -113,7 +113,7 @@ static void exp2_pack_indexed(int64_t kc, int64_t mq, const float* t, int64_t ld
     }
 }
 
-static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
+[[maybe_unused]] static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
                       void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
                       float* sum) {
   const bool fast = mode == Exp2Mode::fast;
@@ -137,7 +137,7 @@ static void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float
     exp2_pack_t<2>(kc, mq, t, ldt, 0.0f, nullptr, dst, ldd, dst_type, nullptr);
 }
 
-static void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
+[[maybe_unused]] static void add_f16_tile(int64_t mr, int64_t nr, const uint16_t* tile, float* c, int64_t ldc,
                          int accumulate) {
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
@@ -169,7 +169,7 @@ static void store_row(const float* row, int64_t n, float scale, void* dst, DType
   }
 }
 
-static void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
+[[maybe_unused]] static void scale_rows(int64_t mq, int64_t n, float* o, int64_t ld, const float* alpha) {
   for (int64_t i = 0; i < mq; ++i) {
     const float a = alpha[i];
     float* row = o + i * ld;

@@ -18,6 +18,11 @@
 // non-finite in a row with a finite sum runs its keys a second time, cleaning V in the
 // tiles the band or Sk cuts; rows with large scores or a NaN are computed again after the
 // epilogue, and cleaned NaN / Inf added back to the rows that see them.
+//
+// The score variants (softcap, ALiBi, sinks) run in a second kernel of each instance,
+// fwd_sm80_kernel<..., true> (the same code, the hostile-value steps included): S' is then
+// the transformed score times log2 e (parts/score_mod.cuh) before the mask, and the sink
+// joins each row before the epilogue; rows computed again take the variants too.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,6 +39,7 @@
 #include "cuda/kernels/sm80/repair.cuh"
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/operands.cuh"
+#include "cuda/parts/score_mod.cuh"
 #include "cuda/parts/seq_mask.cuh"
 #include "cuda/parts/softmax.cuh"
 #include "cuda/parts/tile_load.cuh"
@@ -67,7 +73,13 @@ struct FwdSm80Traits {
   static_assert((kThreads & (kThreads - 1)) == 0, "threads: a power of two");
 };
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+// kVariants: the score variants' kernel (FwdParams::variants; softcap and ALiBi on each
+// tile's scores before the mask, the sink joined before the epilogue; parts/score_mod.cuh).
+// The plain kernel (false) has none of its steps: its PTX is the same as before they were
+// written (one kernel template: a body function inlined into two kernels numbered the PTX
+// registers otherwise, and ptxas then named registers differently).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
+          bool kVariants = false>
 __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kThreads,
                                   FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
@@ -134,6 +146,8 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     };
     sm80::Mainloop<T, Tr> ml;
     ml.init(sQ, sK, sV, tid / 32, tid % 32);
+    [[maybe_unused]] float slope2 = 0.f;  // variants: the ALiBi slope times log2 e
+    if constexpr (kVariants) slope2 = alibi_slope_log2(p, w.b, w.h);
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
@@ -173,9 +187,11 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       }
       float s[kMI][kNF][4];
       ml.qk(s, stage_off);
-      mask_scores<kMI, kNF>(s, full, p.scale_log2, w.band, w.row0, n * kBlockN, t);
+      // variants: the scores go to the log2 domain here, and the mask and softmax take factor 1
+      if constexpr (kVariants) transform_scores<kMI, kNF>(s, p, slope2, w.band.offset, w.row0, n * kBlockN, t);
+      mask_scores<kMI, kNF>(s, full, kVariants ? 1.f : p.scale_log2, w.band, w.row0, n * kBlockN, t);
       float corr[2 * kMI];
-      sm.template update<kMI, kNF>(s, p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
+      sm.template update<kMI, kNF>(s, kVariants ? 1.f : p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
       rescale_rows<kMI, kDF>(acc, corr);
       ml.pv(acc, s, stage_off);
     }
@@ -191,7 +207,34 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   if (__syncthreads_or(sm80::nonfinite_rows<kMI, kDF>(acc, sm.l))) cleaned = key_loop(std::true_type{});
 
   zero_empty_rows<kMI, kDF>(acc, sm.l);
+  // The rows repair() takes (l NaN: computed again; l = 0: no finite score): the variant
+  // kernel reads them here, before a sink sets l = 1; the plain one after the epilogue.
+  uint32_t flags = 0;
+  if constexpr (kVariants) flags = sm80::row_flags<kMI>(sm.l);
   const Where w = where();
+  if constexpr (kVariants) {
+    if (p.sinks != nullptr) {  // the sink joins each row: O's rows scaled here, l = 1, m = lse log2 e
+      const float sink = p.sinks[w.h];
+      float f[2 * kMI];
+#pragma unroll
+      for (int r = 0; r < 2 * kMI; ++r) {  // l = 0: f = 0, lse = the sink; l NaN: NaN (computed again)
+        float lse;
+        f[r] = join_sink_log2(sm.m[r] + sm.mlo[r], sm.l[r], sink, lse);
+        sm.m[r] = lse * kLog2eF;
+        sm.mlo[r] = 0.f;
+        sm.l[r] = 1.f;
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int df = 0; df < kDF; ++df) {
+          acc[mi][df][0] *= f[2 * mi];
+          acc[mi][df][1] *= f[2 * mi];
+          acc[mi][df][2] *= f[2 * mi + 1];
+          acc[mi][df][3] *= f[2 * mi + 1];
+        }
+    }
+  }
   T* go = static_cast<T*>(p.o) + w.seq.bb * p.o_sb + w.seq.q_row0 * p.o_ss + w.h * p.o_sh;
   float* glse = p.lse == nullptr ? nullptr : p.lse + w.seq.bb * p.lse_sb + w.h * p.lse_sh + w.seq.q_row0;
 #pragma unroll
@@ -200,15 +243,20 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
                          w.seq.sq, p.dv, w.tid % 4);
   // Rows the softmax could not take (l NaN) computed again, and V's cleaned NaN / Inf added
   // back to the rows that see them (sm80/repair.cuh).
-  const uint32_t flags = sm80::row_flags<kMI>(sm.l);
+  if constexpr (!kVariants) flags = sm80::row_flags<kMI>(sm.l);
   if (__any_sync(0xffffffffu, (flags & 0xFFFFu) != 0) || cleaned)
-    sm80::repair<T, Tr>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
+    sm80::repair<T, Tr, kVariants>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+// The launcher of one instance: the plain kernel, or with kVariants the variant kernel
+// (the build compiles each in a translation unit of its own, src/cuda/sources.cmake: the
+// plain one's code does not depend on the other's presence, and the instance's plain
+// launcher hands calls with FwdParams::variants to the variant one).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
+          bool kVariants = false>
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
-  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kVariants>;
   static std::atomic<uint64_t> smem_done{0};
   const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;

@@ -9,8 +9,9 @@
 // scale folded into q, q.k's partial sums of scaled terms rounded, differently per key: on
 // q, k of 0 and +-2^40, keys tied in q.k came out one ulp of 2^77 apart, weights 1 and 0,
 // and the rows' average over their tied keys was lost: CudaHostile.HugeScores, rel_err
-// 0.14-0.26.) Correct for any D <= 256,
-// any strides; it is the precise path (`exact_fp32`) and, for now, the only fp32 path.
+// 0.14-0.26.) Correct for any D <= 256, any strides; it is the precise path (`exact_fp32`),
+// and the fp32 path where TF32 cannot run. The variant form (kVariants) transforms q.k the
+// same way, once per key (parts/score_mod.cuh), and keeps the rules above.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/epilogue.cuh"
+#include "cuda/parts/score_mod.cuh"
 #include "cuda/parts/seq_mask.cuh"
 
 namespace flashcore::cuda {
@@ -26,6 +28,9 @@ namespace flashcore::cuda {
 constexpr int kSimtRowsPerBlock = 4;  // warps per CTA, one query row each
 constexpr int kSimtMaxPerLane = 8;    // 8 * 32 = 256 = the largest head dim
 
+// kVariants: the score variants' form (FwdParams::variants): each score transformed in the
+// log2 domain (parts/score_mod.cuh, tanhf), the sink joined at the end.
+template <bool kVariants>
 __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kernel(const FwdParams p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -47,6 +52,8 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
   const core::BandMask mask = band_mask(p, seq);
   const int j0 = int(mask.key_begin(i, seq.sk)), j1 = int(mask.key_end(i, seq.sk));
   float m = -INFINITY, l = 0.f;
+  [[maybe_unused]] float slope2 = 0.f;  // variants: ALiBi's slope (log2 domain)
+  if constexpr (kVariants) slope2 = alibi_slope_log2(p, b, h);
   for (int j = j0; j < j1; ++j) {
     const float* kj = k + j * p.k_ss;
     float s = 0.f;
@@ -57,7 +64,12 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    s *= p.scale_log2;  // the score in the log2 domain (one rounding, the same for equal q.k)
+    // the score in the log2 domain (one rounding, the same for equal q.k; variants: q.k
+    // transformed, the same for equal q.k too)
+    if constexpr (kVariants)
+      s = transform_score_exact(s, p, slope2, fabsf(float(i + seq.sk - seq.sq - j)));
+    else
+      s *= p.scale_log2;
     const float mn = fmaxf(m, s);  // (fmaxf skips a NaN score: its pj is NaN, and so are l and o)
     const float base = mn == -INFINITY ? 0.f : mn;  // only -inf so far: no -inf - -inf
     const float corr = exp2f(m - base);              // m = -inf on the first key: corr = 0
@@ -72,8 +84,13 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
     }
   }
   // A row with no finite score (l = 0) writes O = 0 (o may hold 0 * Inf from V) and lse =
-  // -inf; one that saw a NaN score (l = NaN) NaN for both.
-  const float inv = row_inv(l);
+  // -inf (with a sink: O = 0 and lse = the sink); one that saw a NaN score (l = NaN) NaN for
+  // both.
+  float inv = row_inv(l);
+  [[maybe_unused]] float lse_sink = 0.f;
+  if constexpr (kVariants) {
+    if (p.sinks != nullptr) inv = join_sink_log2(m, l, p.sinks[h], lse_sink);  // the sink joins the row's sum
+  }
   float* orow = static_cast<float*>(p.o) + seq.bb * p.o_sb + (seq.q_row0 + i) * p.o_ss + h * p.o_sh;
 #pragma unroll
   for (int c = 0; c < kSimtMaxPerLane; ++c) {
@@ -81,12 +98,16 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
     if (d < p.dv) orow[d] = l == 0.f ? 0.f : o[c] * inv;
   }
   if (p.lse != nullptr && lane == 0)
-    p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] = row_lse(m, 0.f, l);
+    p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] =
+        kVariants && p.sinks != nullptr ? lse_sink : row_lse(m, 0.f, l);
 }
 
-inline cudaError_t launch_fwd_sm80_simt_f32(const FwdParams& p, cudaStream_t stream) {
+// The plain kernel, or with kVariants the variant one (each instantiated in a unit of its
+// own: inst_simt_f32.cu, inst_simt_f32_variants.cu).
+template <bool kVariants>
+cudaError_t launch_fwd_sm80_simt_f32(const FwdParams& p, cudaStream_t stream) {
   const dim3 grid((p.sq + kSimtRowsPerBlock - 1) / kSimtRowsPerBlock, p.heads, p.batch);
-  fwd_sm80_simt_f32_kernel<<<grid, kSimtRowsPerBlock * 32, 0, stream>>>(p);
+  fwd_sm80_simt_f32_kernel<kVariants><<<grid, kSimtRowsPerBlock * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

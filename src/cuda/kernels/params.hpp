@@ -119,6 +119,20 @@ struct FwdParams {
   int kv_splits = 1;
   float* part_o = nullptr;
   float4* part_ml = nullptr;
+  // Score variants (core/variants/score.hpp; the sm80 family's variant kernels, the exact
+  // fp32 kernel, and the sinks in kv_combine.cu). `variants`: any of them set, the launcher
+  // takes the variant kernel (the plain one never reads the fields below). In the log2
+  // domain the kernels work in, with z = the transformed natural-log score:
+  //   z log2 e = softcap_out tanh(scale acc / c) - m_bh log2 e |i + Sk - Sq - j|
+  // softcap_out = c log2 e (0: no softcap; then z log2 e = acc scale_log2 - ...),
+  // softcap_in = 2 log2 e scale / c (acc softcap_in is the exponent of the device tanh:
+  // parts/score_mod.cuh). ALiBi slope m_bh of (sequence or batch entry b, head h):
+  // alibi[b alibi_sb + h], or null; sinks[h] (natural log), or null.
+  bool variants = false;
+  float softcap_in = 0.f, softcap_out = 0.f;
+  const float* alibi = nullptr;
+  int64_t alibi_sb = 0;
+  const float* sinks = nullptr;
 
   // O's query rows: B Sq, or the packed tensor's total_q (varlen); the splits' stride in
   // part_o / part_ml is o_rows() H rows.

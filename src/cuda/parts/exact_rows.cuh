@@ -99,4 +99,57 @@ __device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, floa
   mlo = fmaf(c, best, -m);  // the product's rounding error: m + mlo = c u* exactly
 }
 
+// The same for a row whose scores are a function of q . k and the key (the score variants'
+// kernels): z(u, j) the transformed score in the log2 domain (parts/score_mod.cuh's exact
+// form), dz(u, j, u', j') = z(u, j) - z(u', j') formed so that it is exact near the max
+// where it can be (without softcap: c (u - u') minus the ALiBi term's difference, as above).
+// The row's max z* = z(u*, j*) (m, mlo 0), P_j = 2^dz(u_j, j, u*, j*).
+template <typename T, int kDF, class Z, class Dz>
+__device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, float& mlo, float& l,
+                                                const ExactRow<T>& row, const ExactKv<T>& kv, int lane, const Z& z,
+                                                const Dz& dz) {
+  const int t = lane % 4;
+  float best = 0.f;
+  int bj = 0;
+  bool have = false, nan = false;
+#pragma unroll 1
+  for (int j = row.kb; j < row.ke; ++j) {
+    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
+    if (isnan(u)) nan = true;
+    else if (!have || dz(u, j, best, bj) > 0.f) best = u, bj = j, have = true;
+  }
+  const float top = have ? z(best, bj) : -INFINITY;
+#pragma unroll
+  for (int df = 0; df < kDF; ++df)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) o[df][e] = nan ? NAN : 0.f;
+  mlo = 0.f;
+  if (nan || top == -INFINITY) {  // NaN row; or no finite score: O = 0, lse = -inf
+    l = nan ? NAN : 0.f;
+    m = -INFINITY;
+    return;
+  }
+  float sum = 0.f;
+#pragma unroll 1
+  for (int j = row.kb; j < row.ke; ++j) {
+    const float p = exp2f(dz(row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d), j, best, bj));
+    sum += p;
+    const T* vj = kv.v0 + j * kv.v_ss;
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      const int col = df * 8 + 2 * t;
+      if (col < kv.dv) {
+        o[df][0] = fmaf(p, float(vj[col]), o[df][0]);
+        o[df][1] = fmaf(p, float(vj[col + 1]), o[df][1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int df = 0; df < kDF; ++df)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) o[df][e] *= kv.v_scale;
+  l = sum;
+  m = top;
+}
+
 }  // namespace flashcore::cuda

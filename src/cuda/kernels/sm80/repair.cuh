@@ -18,6 +18,7 @@
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/exact_rows.cuh"
 #include "cuda/parts/nonfinite_v.cuh"
+#include "cuda/parts/score_mod.cuh"
 #include "cuda/parts/seq_mask.cuh"
 
 namespace flashcore::cuda::sm80 {
@@ -77,8 +78,10 @@ struct SmemWord {
 // again exactly and written again (O, lse); where the second run cleaned (cleaned), V's
 // NaN / Inf at the cleaned keys each other row sees (l > 0) added to its written O. The
 // sequence (b), the KV head, the band and the block's tiles are found again here, not held
-// across the key loops.
-template <typename T, class Tr>
+// across the key loops. kVariants (the score variants' kernel): the rows computed again take
+// the transformed scores (transform_score_exact) and the sink, as the key loop does; the
+// flags are those of the rows before the sink joined them.
+template <typename T, class Tr, bool kVariants = false>
 __device__ __forceinline__ void repair(const FwdParams& p, int b, int h, int m0, int tid, uint32_t flags,
                                        bool cleaned, uint32_t words) {
   const int warp = tid / 32, lane = tid % 32;
@@ -102,11 +105,28 @@ __device__ __forceinline__ void repair(const FwdParams& p, int b, int h, int m0,
     T* orow = static_cast<T*>(p.o) + seq.bb * p.o_sb + (seq.q_row0 + i) * p.o_ss + int64_t(h) * p.o_sh;
     if (exact) {
       float o[kDF][2], m, mlo, l;
-      recompute_row<T, kDF>(
-          o, m, mlo, l,
-          ExactRow<T>{static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + i) * p.q_ss + int64_t(h) * p.q_sh,
-                      kb, ke},
-          ExactKv<T>{k0, v0, p.k_ss, p.v_ss, p.d, p.dv, p.scale_log2, 1.f}, lane);
+      const ExactRow<T> row{
+          static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + i) * p.q_ss + int64_t(h) * p.q_sh, kb, ke};
+      const ExactKv<T> kv{k0, v0, p.k_ss, p.v_ss, p.d, p.dv, p.scale_log2, 1.f};
+      if constexpr (kVariants) {
+        const float slope2 = alibi_slope_log2(p, ptx::opaque(b), h);
+        const int dist0 = i + seq.sk - seq.sq;
+        auto z = [&](float u, int j) { return transform_score_exact(u, p, slope2, fabsf(float(dist0 - j))); };
+        recompute_row_z<T, kDF>(o, m, mlo, l, row, kv, lane, z, [&](float u, int j, float u1, int j1) {
+          return p.softcap_out > 0.f ? z(u, j) - z(u1, j1)  // bounded scores
+                                     : p.scale_log2 * (u - u1) - slope2 * (fabsf(float(dist0 - j)) - fabsf(float(dist0 - j1)));
+        });
+        if (p.sinks != nullptr) {  // the sink joins the row (O scaled, l = 1, m = lse log2 e)
+          float lse;
+          const float f = join_sink_log2(m, l, p.sinks[h], lse);
+#pragma unroll
+          for (int df = 0; df < kDF; ++df) o[df][0] *= f, o[df][1] *= f;
+          m = lse * kLog2eF;
+          l = 1.f;
+        }
+      } else {
+        recompute_row<T, kDF>(o, m, mlo, l, row, kv, lane);
+      }
       store_row<T, kDF>([&](int df, int e) { return o[df][e]; }, m, mlo, l, orow,
                         p.lse != nullptr ? p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i : nullptr, p.dv,
                         t, ptx::PackAs<T>{});

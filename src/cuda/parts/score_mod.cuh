@@ -1,0 +1,102 @@
+// The score variants on mma accumulator fragments (softcap, ALiBi; core/variants/score.hpp
+// for the definitions) and the sink joined to a row's softmax, for the kernels' variant
+// forms (FwdParams::variants). The plain kernels never include these steps.
+//
+// The kernels' softmax works in the log2 domain. A variant tile's raw scores acc = q.k become
+// the transformed scores times log2 e before the mask and the row max, so the softmax then
+// runs with the factor 1:
+//   softcap c:  c log2 e * tanh(scale acc / c), tanh(x) = (2^y - 1) / (2^y + 1) with
+//               y = 2 x log2 e = acc * FwdParams::softcap_in (one MUFU.EX2, one MUFU.RCP;
+//               y clamped at 64, where the quotient is 1 in fp32; y below -126 flushes 2^y to
+//               0: -1). Absolute error of tanh ~2.4e-7 (ex2.approx's 2^-22 relative, the
+//               fast division's 2 ulp): the score's error is c times that, as the CPU's
+//               tanh_f32 (core/variants/score.hpp). tanh.approx.f32 would take one MUFU op
+//               instead of two, but its ~2^-11 relative error is c * 5e-4 in the score (a
+//               2.4% error of P at c = 50), more than the 16-bit types' rounding of P.
+//   no softcap: acc * scale log2 e (any sign of the scale).
+//   ALiBi m:    minus m log2 e * |i + Sk - Sq - j| (the sequence's lengths, bottom-right).
+#pragma once
+
+#include <cmath>
+
+#include "core/variants/score.hpp"
+#include "cuda/common/ptx.cuh"
+#include "cuda/kernels/params.hpp"
+
+namespace flashcore::cuda {
+
+constexpr float kLog2eF = 1.4426950408889634f;
+constexpr float kLn2F = 0.69314718055994531f;
+
+// tanh(x) from y = 2 x log2 e (see above). A NaN y stays NaN (the clamp keeps it).
+__device__ __forceinline__ float tanh_of_exp2_arg(float y) {
+  const float e = ptx::exp2_fast(y > 64.f ? 64.f : y);
+  return __fdividef(e - 1.f, e + 1.f);
+}
+
+// The ALiBi slope of (sequence or batch entry b, head h) times log2 e (0 without ALiBi): the
+// one register the variants hold across the key loop; every other factor is read from the
+// kernel parameters (constant memory) where it is used.
+__device__ __forceinline__ float alibi_slope_log2(const FwdParams& p, int b, int h) {
+  return p.alibi != nullptr ? p.alibi[b * p.alibi_sb + h] * kLog2eF : 0.f;
+}
+
+// One raw score -> its transformed score in the log2 domain, the exact fp32 kernel's form
+// (tanhf; dist: the ALiBi distance).
+__device__ __forceinline__ float transform_score_exact(float acc, const FwdParams& p, float slope2, float dist) {
+  float z = p.softcap_out > 0.f ? p.softcap_out * tanhf(acc * p.softcap_in * (0.5f * kLn2F)) : acc * p.scale_log2;
+  if (p.alibi != nullptr) z -= slope2 * dist;
+  return z;
+}
+
+// A key tile's raw scores (mma accumulator fragments: s[mi][nf][e] is query row row0 + 16 mi
+// + 8 (e / 2), key col0 + 8 nf + 2 t + e % 2) -> transformed scores in the log2 domain, every
+// element (the mask comes after: masked ones become -inf there); slope2 from
+// alibi_slope_log2, offset = Sk - Sq of the sequence. The branches are uniform.
+template <int kMI, int kNF>
+__device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const FwdParams& p, float slope2, int offset,
+                                                 int row0, int col0, int t) {
+  if (p.softcap_out > 0.f) {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nf][e] = p.softcap_out * tanh_of_exp2_arg(s[mi][nf][e] * p.softcap_in);
+  } else {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nf][e] *= p.scale_log2;
+  }
+  if (p.alibi != nullptr) {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // slope2 |i + Sk - Sq - j| = |a - slope2 (8 nf + e % 2)| with a = slope2 d0, d0 the
+        // distance at the lane's first column (exact in fp32 below 2^24): one FFMA and one
+        // FADD per score.
+        const float a = slope2 * float(row0 + 16 * mi + 8 * half + offset - col0 - 2 * t);
+#pragma unroll
+        for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            s[mi][nf][2 * half + e] -= fabsf(fmaf(-slope2, float(nf * 8 + e), a));
+      }
+  }
+}
+
+// A row's (m, l) (log2 domain, m the max in use, l the full row sum 2^(z - m)) with the sink
+// z_h joined (core::join_sink, in the natural-log domain): returns the factor of the row's
+// unnormalized O and sets lse (natural log). A row with no visible key (l = 0): 0 and the
+// sink; a sink of -inf: 1 / l and the row's own lse (-inf when l = 0).
+__device__ __forceinline__ float join_sink_log2(float m, float l, float sink, float& lse) {
+  const core::SinkJoin j = core::join_sink(m * kLn2F, l, sink);
+  lse = j.lse;
+  return j.inv;
+}
+
+}  // namespace flashcore::cuda

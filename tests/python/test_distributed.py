@@ -1,0 +1,130 @@
+"""flashcore.distributed.ring_attention over gloo on CPU: world sizes 1 to 4 (processes on
+this machine, flashcore's CPU kernels), each rank's output, lse and gradients against the
+float64 reference of the whole sequence (tests/python/reference.py), causal and not,
+contiguous and zigzag sharding, GQA, odd shard lengths, float32 and bfloat16; shard /
+unshard; the options it refuses.
+"""
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+mp = pytest.importorskip("torch.multiprocessing")
+
+import reference as ref  # noqa: E402
+
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available in this torch build", allow_module_level=True)
+
+# (causal, layout, H, Hkv, dtype, tolerance): odd chunk lengths in both layouts (contiguous
+# S_local 7; zigzag S_local 6 = two chunks of 3).
+CONFIGS = [(causal, layout, h, hkv, torch.float32, 2e-5)
+           for causal in (False, True) for layout in ("contiguous", "zigzag") for h, hkv in ((2, 2), (4, 1))]
+CONFIGS.append((True, "zigzag", 4, 2, torch.bfloat16, 3e-2))
+
+
+def _worker(rank, world, init_file, seed):
+    import flashcore.distributed as fd
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        for n, (causal, layout, h, hkv, dtype, tol) in enumerate(CONFIGS):
+            s_local = 6 if layout == "zigzag" else 7
+            s = s_local * world
+            g = torch.Generator().manual_seed(seed + n)  # the same global tensors on every rank
+            q = torch.randn(2, s, h, 16, generator=g)
+            k = torch.randn(2, s, hkv, 16, generator=g)
+            v = torch.randn(2, s, hkv, 12, generator=g)
+            dout = torch.randn(2, s, h, 12, generator=g)
+            q, k, v, dout = (x.to(dtype) for x in (q, k, v, dout))
+            want_o, want_lse = ref.attention(q.float().numpy(), k.float().numpy(), v.float().numpy(), causal=causal)
+            want_g = ref.attention_backward(q.float().numpy(), k.float().numpy(), v.float().numpy(),
+                                            dout.float().numpy(), causal=causal)
+            mine = [fd.shard(x, rank, world, layout).clone().requires_grad_(True) for x in (q, k, v)]
+            out, lse = fd.ring_attention(*mine, causal=causal, layout=layout, return_lse=True, threads=1)
+            out.backward(fd.shard(dout, rank, world, layout))
+            what = f"rank {rank}/{world} causal={causal} {layout} H{h}/{hkv} {dtype}"
+            err = ref.rel_err(out.detach().float().numpy(), fd.shard(torch.from_numpy(want_o), rank, world, layout))
+            assert err <= tol, f"{what}: out rel_err {err:.2e}"
+            want_lse_mine = fd.shard(torch.from_numpy(want_lse), rank, world, layout, dim=2)
+            assert np.allclose(lse.numpy(), want_lse_mine.numpy(), rtol=1e-3, atol=1e-3 if dtype == torch.float32
+                               else 5e-2), f"{what}: lse"
+            for x, w, name in zip(mine, want_g, ("dq", "dk", "dv")):
+                err = ref.rel_err(x.grad.float().numpy(), fd.shard(torch.from_numpy(w), rank, world, layout))
+                assert err <= tol * (1 if dtype == torch.float32 else 2), f"{what}: {name} rel_err {err:.2e}"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_ring_matches_reference(world):
+    fd, init_file = tempfile.mkstemp(prefix="fc_ring_")
+    os.close(fd)
+    os.unlink(init_file)  # the file store creates it
+    try:
+        mp.spawn(_worker, args=(world, init_file, 1234 + world), nprocs=world, join=True)
+    finally:
+        if os.path.exists(init_file):
+            os.unlink(init_file)
+
+
+def test_shard_unshard_round_trip():
+    import flashcore.distributed as fd
+
+    x = torch.arange(2 * 24 * 3, dtype=torch.float32).reshape(2, 24, 3)
+    for world in (1, 2, 3, 4):
+        for layout in ("contiguous", "zigzag"):
+            parts = [fd.shard(x, r, world, layout) for r in range(world)]
+            assert torch.equal(fd.unshard(parts, layout), x)
+    # zigzag: rank 0 of 2 holds chunks 0 and 3 of 4
+    assert torch.equal(fd.shard(x, 0, 2, "zigzag")[0, :, 0], torch.cat([x[0, 0:6, 0], x[0, 18:24, 0]]))
+    with pytest.raises(ValueError, match="layout"):
+        fd.shard(x, 0, 2, "striped")
+    with pytest.raises(ValueError, match="multiple"):
+        fd.shard(x[:, :10], 0, 3, "contiguous")
+
+
+def test_refusals_name_the_option():
+    import flashcore.distributed as fd
+
+    q = torch.zeros(1, 4, 2, 8)
+    if not dist.is_initialized():
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            fd.ring_attention(q, q, q)
+    fd_, init_file = tempfile.mkstemp(prefix="fc_ring_")
+    os.close(fd_)
+    os.unlink(init_file)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="window"):
+            fd.ring_attention(q, q, q, window=(2, 0))
+        with pytest.raises(ValueError, match="cu_seqlens_q"):
+            fd.ring_attention(q, q, q, cu_seqlens_q=torch.zeros(2, dtype=torch.int32))
+        with pytest.raises(ValueError, match="layout"):
+            fd.ring_attention(q, q, q, layout="striped")
+        with pytest.raises(ValueError, match="even"):
+            fd.ring_attention(torch.zeros(1, 5, 2, 8), torch.zeros(1, 5, 2, 8), torch.zeros(1, 5, 2, 8),
+                              layout="zigzag")
+        with pytest.raises(TypeError, match="torch tensors"):
+            fd.ring_attention(q.numpy(), q, q)
+    finally:
+        dist.destroy_process_group()
+        if os.path.exists(init_file):
+            os.unlink(init_file)
+
+
+def test_bench_ring_attention(capsys):
+    import json
+
+    from flashcore import bench
+
+    assert bench.main(["--op", "ring-attention", "--world", "2", "--batch", "1", "--heads", "2", "--seq-q", "64",
+                       "--head-dim", "16", "--causal", "--iters", "2", "--threads", "1", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["op"] == "ring-attention" and row["world"] == 2 and row["layout"] == "zigzag"
+    assert len(row["per_rank_ms"]) == 2
+    for key in ("fwd_ms", "step_ms", "single_fwd_ms", "single_step_ms", "fwd_scaling", "step_scaling"):
+        assert row[key] > 0, key
