@@ -34,7 +34,7 @@ void print_usage(const char* argv0) {
       "  [--batch B] [--heads H] [--kv-heads Hkv] [--seq-q Sq] [--seq-k Sk] [--head-dim D]\n"
       "  [--causal] [--softcap C] [--alibi] [--sinks] [--threads N] [--iters N] [--check] [--json]\n"
       "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
-      "  [--prepacked] [--vs-unpacked] [--paired N] [--page-size N] [--vs-contiguous]\n"
+      "  [--prepacked] [--vs-unpacked] [--paired N] [--page-size N] [--pages-in-order] [--vs-contiguous]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
@@ -54,7 +54,7 @@ void print_usage(const char* argv0) {
       "Backward GFLOP/s count 2.5x the forward's flops, fwd+bwd 3.5x (FlashAttention's count).\n"
       "--op decode: attention_with_kvcache, Sq queries (default 1) per sequence against Sk keys\n"
       "(default 4096) in a KV cache, paged with --page-size N (each sequence's pages in a random\n"
-      "order) or contiguous (0, the default); reported in GB/s (K/V read + q + out) and %% of the\n"
+      "order; in table order with --pages-in-order) or contiguous (0, the default); reported in GB/s (K/V read + q + out) and %% of the\n"
       "measured memory read bandwidth. --vs-contiguous (with --page-size N > 0): the same keys in\n"
       "a contiguous cache timed alongside, calls interleaved, as a second row with the ratio.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
@@ -89,6 +89,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     if (a == "--prepacked") { c.prepacked = true; continue; }
     if (a == "--vs-unpacked") { c.prepacked = c.vs_unpacked = true; continue; }
     if (a == "--vs-contiguous") { c.vs_contiguous = true; continue; }
+    if (a == "--pages-in-order") { c.pages_in_order = true; continue; }
     if (a == "--help" || a == "-h") { opt.help = true; continue; }
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 
 #include "core/dtype.hpp"
@@ -132,6 +133,31 @@ void set_variants(const Config& c, AttentionData& d, flashcore::AttentionParams&
     d.sinks_t = view(d.sinks, {d.h}, dev, sinks_dev);
     p.sinks = &d.sinks_t;
   }
+}
+
+DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng) {
+  DecodeCache dc;
+  dc.page = page;
+  dc.per_seq = page > 0 ? (d.sk + page - 1) / page : 0;
+  dc.pages = d.b * dc.per_seq;
+  dc.lens = empty_array(DType::i32, d.b);
+  dc.table = empty_array(DType::i32, std::max<int64_t>(dc.pages, 1));
+  for (int64_t b = 0; b < d.b; ++b) static_cast<int32_t*>(dc.lens.data())[b] = int32_t(d.sk);
+  if (page == 0) return dc;
+  const int64_t row = d.hkv * d.d, es = int64_t(flashcore::dtype_size(d.k.dtype));
+  int32_t* ids = static_cast<int32_t*>(dc.table.data());
+  std::iota(ids, ids + dc.pages, 0);
+  if (!in_order) std::shuffle(ids, ids + dc.pages, rng);
+  dc.kc = empty_array(d.k.dtype, dc.pages * page * row);
+  dc.vc = empty_array(d.v.dtype, dc.pages * page * row);
+  for (int64_t b = 0; b < d.b; ++b)
+    for (int64_t s = 0; s < d.sk; ++s) {
+      const int64_t dst = (int64_t(ids[b * dc.per_seq + s / page]) * page + s % page) * row * es,
+                    src = (b * d.sk + s) * row * es;
+      std::memcpy(dc.kc.bytes.data() + dst, d.k.bytes.data() + src, size_t(row * es));
+      std::memcpy(dc.vc.bytes.data() + dst, d.v.bytes.data() + src, size_t(row * es));
+    }
+  return dc;
 }
 
 SoftmaxVData make_softmax_v(const Config& c, Rng& rng) {

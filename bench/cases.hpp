@@ -44,6 +44,15 @@ struct AttentionData {
   HostArray slopes, sinks;  // f32 [H] with --alibi / --sinks (else empty)
   flashcore::Tensor slopes_t, sinks_t;  // their views (set by set_variants)
 };
+// decode's KV cache holding the Sk keys of d's K and V for every sequence (cache_seqlens =
+// Sk): contiguous (page 0: kc / vc stay empty, d.k / d.v are the cache), or pages of `page`
+// rows, each sequence's pages in a random order (a server's cache after many sequences came
+// and went); table [B, per_seq] lists them.
+struct DecodeCache {
+  int64_t page = 0, per_seq = 0, pages = 0;
+  HostArray kc, vc, lens, table;
+};
+DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng);
 struct SoftmaxVData {
   int64_t m = 0, l = 0, d = 0;
   HostArray s, v, o;     // S [M,L] f32, V [L,d], O [M,d]

@@ -39,6 +39,14 @@ class DeviceCopy {
   size_t bytes_;
 };
 
+// The run's stream, destroyed when the run returns (whichever way).
+struct OwnedStream {
+  cudaStream_t s = nullptr;
+  ~OwnedStream() {
+    if (s) cudaStreamDestroy(s);
+  }
+};
+
 class Events {
  public:
   Events() { cuda_ok(cudaEventCreate(&a_), "cudaEventCreate"); cuda_ok(cudaEventCreate(&b_), "cudaEventCreate"); }
@@ -87,20 +95,115 @@ cudaGraphExec_t capture(cudaStream_t s, const std::function<void()>& call) {
   return exec;
 }
 
+// Warm-up and an estimate, then c.iters (or enough for kTargetSeconds) samples of one call,
+// or of one CUDA graph of kGraphCalls calls for shapes under kGraphBelowUs: p50, p90, iters
+// and the GFLOP/s at p50.
+void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& call) {
+  const Config& c = r.cfg;
+  Events ev;
+  for (int i = 0; i < 3; ++i) call();
+  const double est = ev.time_us(stream, [&] { for (int i = 0; i < 10; ++i) call(); }) / 10;
+  cudaGraphExec_t graph = est < kGraphBelowUs ? capture(stream, call) : nullptr;
+  const int per_sample = graph ? kGraphCalls : 1;
+  int n = c.iters > 0 ? c.iters
+                      : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est, 0.5) * per_sample)),
+                                       double(kMinIters), 10000.0));
+  std::vector<double> us;
+  for (int i = 0; i < n; ++i) {
+    us.push_back(ev.time_us(stream, [&] {
+      if (graph) cuda_ok(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+      else call();
+    }) / per_sample);
+  }
+  if (graph) {
+    cudaGraphExecDestroy(graph);
+    r.note += "; CUDA graph of " + std::to_string(kGraphCalls) + " calls per sample";
+  }
+  r.iters = n;
+  r.p50_us = percentile(us, 0.5);
+  r.p90_us = percentile(us, 0.9);
+  r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
+  r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
+}
+
+// The device's copy bandwidth, GB/s of bytes read + written by cudaMemcpyAsync between two
+// 512 MiB buffers (best of 10), measured once per process: decode rows' ceiling.
+double copy_gbps(cudaStream_t s) {
+  static double gbps = 0;
+  if (gbps > 0) return gbps;
+  constexpr size_t kBytes = size_t(512) << 20;
+  void *a = nullptr, *b = nullptr;
+  cuda_ok(cudaMalloc(&a, kBytes), "cudaMalloc");
+  cuda_ok(cudaMalloc(&b, kBytes), "cudaMalloc");
+  Events ev;
+  double best = 1e30;
+  for (int i = 0; i < 10; ++i)
+    best = std::min(best, ev.time_us(s, [&] { cuda_ok(cudaMemcpyAsync(b, a, kBytes, cudaMemcpyDeviceToDevice, s), "copy"); }));
+  cudaFree(a);
+  cudaFree(b);
+  gbps = 2.0 * double(kBytes) / (best * 1e-6) * 1e-9;
+  return gbps;
+}
+
+// --op attention-backward on device copies (--pass bwd: the backward of one forward made
+// before the timed calls; fwd+bwd: a forward with lse and its backward per call); --check
+// compares dq, dk, dv with the fp64 backward reference on a subset (cases.cpp). The
+// forward's tensors and options come from run_cuda.
+void run_backward(Result& r, AttentionData& d, DeviceCopy& o, const flashcore::Tensor& tq, const flashcore::Tensor& tk,
+                  const flashcore::Tensor& tv, const flashcore::Tensor& to, const flashcore::AttentionParams& p,
+                  cudaStream_t stream, Rng& rng) {
+  using flashcore::Device;
+  const Config& c = r.cfg;
+  BackwardData g = make_backward(d, rng);
+  DeviceCopy dout(g.dout), lse(g.lse), dq(g.dq), dk(g.dk), dv(g.dv);
+  const flashcore::Tensor tdout = view(g.dout, {d.b, d.sq, d.h, d.d}, Device::cuda, dout.get()),
+                          tlse = view(g.lse, {d.b, d.h, d.sq}, Device::cuda, lse.get()),
+                          tdq = view(g.dq, {d.b, d.sq, d.h, d.d}, Device::cuda, dq.get()),
+                          tdk = view(g.dk, {d.b, d.sk, d.hkv, d.d}, Device::cuda, dk.get()),
+                          tdv = view(g.dv, {d.b, d.sk, d.hkv, d.d}, Device::cuda, dv.get());
+  flashcore::AttentionParams pf = p;  // the forward's: with lse, the policy's kernel
+  pf.lse = const_cast<flashcore::Tensor*>(&tlse);
+  pf.impl = nullptr;
+  const bool both = c.pass == "fwd+bwd";
+  if (!both) flashcore::attention(tq, tk, tv, to, pf);
+  auto call = [&] {
+    if (both) flashcore::attention(tq, tk, tv, to, pf);
+    flashcore::attention_backward(tq, tk, tv, to, tdout, tlse, tdq, tdk, tdv, p);
+  };
+  for (DeviceCopy* x : {&dq, &dk, &dv}) cuda_ok(cudaMemsetAsync(x->get(), 0xFF, x->bytes(), stream), "cudaMemset");
+  call();
+  cuda_ok(cudaStreamSynchronize(stream), "first call");
+  if (c.check) {
+    const std::pair<HostArray*, DeviceCopy*> back[] = {{&d.o, &o}, {&g.lse, &lse}, {&g.dq, &dq}, {&g.dk, &dk}, {&g.dv, &dv}};
+    for (const auto& [h, dev] : back)
+      cuda_ok(cudaMemcpy(h->data(), dev->get(), dev->bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+    const CheckResult cr = check_attention_backward(c, d, g);
+    r.rel_err = cr.rel_err;
+    r.tol = tolerance(c);
+    r.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= r.tol;
+    r.check_subset = cr.subset;
+  }
+  r.kernel = c.impl == "auto" ? "attention_backward (CUDA, the backend's choice)" : c.impl;
+  r.strategy_ran = both ? "fwd+bwd" : "bwd";
+  time_samples(r, stream, call);
+}
+
 }  // namespace
 
 Result run_cuda(const Config& c, uint64_t seed) {
   Result r;
   r.cfg = c;
   r.seed = seed;
-  cudaStream_t stream = nullptr;
+  OwnedStream owned;
   try {
     int ndev = 0;
     const cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0)
       throw std::runtime_error(std::string("--backend cuda: no usable CUDA device (") +
                                (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
-    if (c.op != "attention") throw std::runtime_error("--backend cuda: only --op attention runs on the CUDA backend");
+    const bool decode = c.op == "decode", backward = c.pass != "fwd";
+    if (c.op != "attention" && c.op != "attention-backward" && !decode)
+      throw std::runtime_error("--backend cuda: --op attention, attention-backward and decode run on the CUDA backend");
     if (c.impl == "naive") throw std::runtime_error("--impl naive is a CPU baseline");
     cudaDeviceProp prop{};
     cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -114,7 +217,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
     const flashcore::Tensor tk = view(d.k, {d.b, d.sk, d.hkv, d.d}, Device::cuda, k.get());
     const flashcore::Tensor tv = view(d.v, {d.b, d.sk, d.hkv, d.d}, Device::cuda, v.get());
     const flashcore::Tensor to = view(d.o, {d.b, d.sq, d.h, d.d}, Device::cuda, o.get());
-    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaStreamCreateWithFlags(&owned.s, cudaStreamNonBlocking), "cudaStreamCreate");
+    cudaStream_t stream = owned.s;
     flashcore::AttentionParams p;
     p.causal = c.causal;
     p.strategy = parse_strategy(c.strategy);
@@ -125,12 +229,33 @@ Result run_cuda(const Config& c, uint64_t seed) {
     p.tile_n = c.tile_n;
     DeviceCopy slopes(d.slopes), sinks(d.sinks);  // (--alibi, --sinks; empty otherwise)
     set_variants(c, d, p, Device::cuda, slopes.get(), sinks.get());
-    auto call = [&] { flashcore::attention(tq, tk, tv, to, p, nullptr); };
+    if (backward) {
+      run_backward(r, d, o, tq, tk, tv, to, p, stream, rng);
+      return r;
+    }
+    // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
+    // d.v themselves), cache_seqlens = Sk on the device.
+    DecodeCache dc = decode ? make_decode_cache(d, c.page_size, c.pages_in_order, rng) : DecodeCache{};
+    DeviceCopy kc(dc.kc), vc(dc.vc), lens(dc.lens), table(dc.table);
+    const bool paged = dc.page > 0;
+    const flashcore::Tensor tkc = paged ? view(dc.kc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, kc.get()) : tk;
+    const flashcore::Tensor tvc = paged ? view(dc.vc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, vc.get()) : tv;
+    const flashcore::Tensor tlens = view(dc.lens, {d.b}, Device::cuda, lens.get());
+    const flashcore::Tensor ttable = view(dc.table, {d.b, dc.per_seq}, Device::cuda, table.get());
+    flashcore::KvCacheOptions opt;
+    if (paged) opt.block_table = &ttable;
+    auto run = [&](flashcore::PhaseTimes* t) {
+      if (decode)
+        flashcore::attention_with_kvcache(tq, tkc, tvc, tlens, to, opt, p, t);
+      else
+        flashcore::attention(tq, tk, tv, to, p, t);
+    };
+    auto call = [&] { run(nullptr); };
 
     // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.
     flashcore::PhaseTimes first;
     cuda_ok(cudaMemsetAsync(o.get(), 0xFF, o.bytes(), stream), "cudaMemset");
-    flashcore::attention(tq, tk, tv, to, p, &first);
+    run(&first);
     cuda_ok(cudaStreamSynchronize(stream), "first call");
     r.kernel = first.kernel;
     r.strategy_ran = first.strategy.empty() ? "fused" : first.strategy;
@@ -144,35 +269,18 @@ Result run_cuda(const Config& c, uint64_t seed) {
       r.check_subset = cr.subset;
     }
 
-    // Warm-up and estimate, then samples of one call (or one graph of kGraphCalls calls).
-    Events ev;
-    for (int i = 0; i < 3; ++i) call();
-    const double est = ev.time_us(stream, [&] { for (int i = 0; i < 10; ++i) call(); }) / 10;
-    cudaGraphExec_t graph = est < kGraphBelowUs ? capture(stream, call) : nullptr;
-    const int per_sample = graph ? kGraphCalls : 1;
-    int n = c.iters > 0 ? c.iters
-                        : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est, 0.5) * per_sample)),
-                                         double(kMinIters), 10000.0));
-    std::vector<double> us;
-    for (int i = 0; i < n; ++i) {
-      us.push_back(ev.time_us(stream, [&] {
-        if (graph) cuda_ok(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
-        else call();
-      }) / per_sample);
+    time_samples(r, stream, call);
+    if (const double bytes = decode_bytes(c); bytes > 0) {  // memory-bound rows: GB/s
+      r.gbps = bytes / (r.p50_us * 1e-6) * 1e-9;
+      r.mem_gbps = copy_gbps(stream);
+      r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
+      r.note += "; mem = device-to-device copy (bytes read + written)";
+      const char* order = c.pages_in_order ? ", pages in table order" : ", pages in a random order";
+      if (decode) r.note += paged ? "; paged cache, page " + std::to_string(dc.page) + order : "; contiguous cache";
     }
-    if (graph) {
-      cudaGraphExecDestroy(graph);
-      r.note += "; CUDA graph of " + std::to_string(kGraphCalls) + " calls per sample";
-    }
-    r.iters = n;
-    r.p50_us = percentile(us, 0.5);
-    r.p90_us = percentile(us, 0.9);
-    r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
-    r.note += "; no measured GPU ceiling in the bench yet (pct_peak null)";
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  if (stream) cudaStreamDestroy(stream);
   return r;
 }
 

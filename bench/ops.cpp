@@ -275,27 +275,12 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
 void run_decode(Result& r, Rng& rng, Result* contig_row) {
   const Config& c = r.cfg;
   AttentionData d = make_attention(c, rng);
-  const int64_t page = c.page_size, per_seq = page > 0 ? (d.sk + page - 1) / page : 0, pages = d.b * per_seq;
-  const int64_t row = d.hkv * d.d, es = int64_t(flashcore::dtype_size(d.k.dtype));
-  HostArray kc, vc, lens = empty_array(DType::i32, d.b), table = empty_array(DType::i32, std::max<int64_t>(pages, 1));
-  for (int64_t b = 0; b < d.b; ++b) static_cast<int32_t*>(lens.data())[b] = int32_t(d.sk);
-  if (page > 0) {
-    int32_t* ids = static_cast<int32_t*>(table.data());
-    std::iota(ids, ids + pages, 0);
-    std::shuffle(ids, ids + pages, rng);
-    kc = empty_array(d.k.dtype, pages * page * row);
-    vc = empty_array(d.v.dtype, pages * page * row);
-    for (int64_t b = 0; b < d.b; ++b)
-      for (int64_t s = 0; s < d.sk; ++s) {
-        const int64_t dst = (int64_t(ids[b * per_seq + s / page]) * page + s % page) * row * es, src = (b * d.sk + s) * row * es;
-        std::memcpy(kc.bytes.data() + dst, d.k.bytes.data() + src, size_t(row * es));
-        std::memcpy(vc.bytes.data() + dst, d.v.bytes.data() + src, size_t(row * es));
-      }
-  }
+  DecodeCache dc = make_decode_cache(d, c.page_size, c.pages_in_order, rng);
+  const int64_t page = dc.page;
   const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d}),
-                          kcv = page > 0 ? view(kc, {pages, page, d.hkv, d.d}) : view(d.k, {d.b, d.sk, d.hkv, d.d}),
-                          vcv = page > 0 ? view(vc, {pages, page, d.hkv, d.d}) : view(d.v, {d.b, d.sk, d.hkv, d.d}),
-                          lensv = view(lens, {d.b}), tablev = view(table, {d.b, per_seq});
+                          kcv = page > 0 ? view(dc.kc, {dc.pages, page, d.hkv, d.d}) : view(d.k, {d.b, d.sk, d.hkv, d.d}),
+                          vcv = page > 0 ? view(dc.vc, {dc.pages, page, d.hkv, d.d}) : view(d.v, {d.b, d.sk, d.hkv, d.d}),
+                          lensv = view(dc.lens, {d.b}), tablev = view(dc.table, {d.b, dc.per_seq});
   flashcore::KvCacheOptions opt;
   if (page > 0) opt.block_table = &tablev;
   const flashcore::AttentionParams p = forward_params(c);
@@ -307,7 +292,8 @@ void run_decode(Result& r, Rng& rng, Result* contig_row) {
                  [&] { contiguous(nullptr); }, contig_row, "", 1.0, &r.speedup_vs_contiguous};
   measure(r, [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kcv, vcv, lensv, o, opt, p, t); }, poison_out,
           check, contig_row != nullptr ? &base : nullptr);
-  r.note = page > 0 ? "paged cache, page " + std::to_string(page) + ", pages in a random order" : "contiguous cache";
+  const char* order = c.pages_in_order ? ", pages in table order" : ", pages in a random order";
+  r.note = page > 0 ? "paged cache, page " + std::to_string(page) + order : "contiguous cache";
   if (contig_row != nullptr) contig_row->note = "contiguous cache, calls interleaved with the row above";
 }
 
@@ -416,14 +402,6 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   r.cfg = c0;
   apply_defaults(r.cfg);
   r.seed = seed;
-  if (r.cfg.backend == "cuda" && r.cfg.pass != "fwd") {
-    r.error = "--backend cuda: attention's backward has no CUDA kernels in this build yet (CPU only)";
-    return {r};
-  }
-  if (r.cfg.backend == "cuda" && r.cfg.op == "decode") {
-    r.error = "--backend cuda: attention_with_kvcache has no CUDA kernels in this build yet (CPU only)";
-    return {r};
-  }
   if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
   const bool packable = r.cfg.op == "softmax-v" || r.cfg.op == "gemm-chain";

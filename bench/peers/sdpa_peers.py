@@ -11,6 +11,7 @@ flashcore_cuda_timing: per-call CUDA events, median after warm-up. TFLOP/s count
 
   python3 bench/peers/sdpa_peers.py [--dtype f16|bf16|f32|both|all] [--iters N] [--only-mission]
                                     [--hdims 64,128]   (grid shapes of these head dims only)
+                                    [--gqa] [--decode]  (GQA rows; the serving grid's decode rows only)
 """
 import argparse
 import json
@@ -74,6 +75,9 @@ def main():
     ap.add_argument("--only-mission", action="store_true")
     ap.add_argument("--hdims", default="64,128,256")
     ap.add_argument("--gqa", action="store_true", help="also GQA 32/8 rows (decode, 16 queries)")
+    ap.add_argument("--decode", action="store_true",
+                    help="only the serving grid's decode rows (D128, one query, H32/8; B64 H64/8), as "
+                         "flashcore-bench --op decode times them")
     args = ap.parse_args()
     dts = {"f16": [torch.float16], "bf16": [torch.bfloat16], "f32": [torch.float32],
            "both": [torch.float16, torch.bfloat16],
@@ -86,6 +90,10 @@ def main():
         backends = F32_BACKENDS if dt == torch.float32 else BACKENDS
         # (tag, B, H, S, D, causal, Hkv = H, Sq = S)
         rows = [r + (r[2], r[3]) for r in shapes(args.only_mission, [int(x) for x in args.hdims.split(",")])]
+        if args.decode:  # B x Sk >= 131072 (the serving grid), one query per sequence
+            rows = [("decode", b, 32, s, 128, False, 8, 1)
+                    for b, s in ((1, 131072), (8, 16384), (8, 32768), (32, 4096), (32, 32768))]
+            rows += [("decode", 64, 64, 8192, 128, False, 8, 1)]
         if args.gqa:  # (tag, B, H, S = keys, D, causal, Hkv, Sq), as flashcore_cuda_timing --gqa
             rows += [("gqa", 32, 32, s, 128, False, 8, 1) for s in (4096, 8192)]
             rows += [("gqa", 8, 32, 4096, 128, False, 8, 16)]  # no mask: is_causal aligns Sq != Sk top-left
@@ -105,6 +113,9 @@ def main():
                         fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hkv != h)
                         ms = median_ms(fn, args.iters)
                     row.update(us=round(ms * 1e3, 2), tflops=round(flops / ms / 1e9, 1))
+                    if sq <= 16:  # memory-bound rows: q, k, v read and out written once, GB/s
+                        nbytes = 2 * (b * h * sq * d + b * hkv * s * d) * q.element_size()
+                        row.update(gbps=round(nbytes / ms / 1e6, 1))
                     if ms < 0.1:  # short shapes: also without launch overhead, as flashcore_cuda_timing
                         with sdpa_kernel([enum]):
                             row.update(graph_us=round(graph_us(fn), 2))

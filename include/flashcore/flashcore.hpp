@@ -48,7 +48,14 @@
 //    reaches that row, whatever K and V hold there (NaN or Inf in stale cache slots, say).
 //    A row that sees a NaN or Inf score, or a value row holding NaN/Inf, gets NaN/Inf
 //    outputs as the fp64 reference does, and such a row's lse is NaN (lse = -inf is kept
-//    for fully masked rows). Finite scores give their softmax however large they are.
+//    for fully masked rows). Finite scores give their softmax however large they are, while
+//    they fit fp32: kernels form scale * q.k and the ALiBi bias in fp32, where a value past
+//    FLT_MAX is an Inf (the fp64 reference keeps it finite). The CUDA attention_with_kvcache
+//    does not keep the first of these yet: a NaN / Inf in V at a key a window or the causal
+//    mask hides from some rows of a tile can reach those rows (docs/cuda.md, "Semantics").
+//  * Subnormal 16-bit inputs may be read as zero: the bf16 dot products of AMX and
+//    AVX512-BF16 do so in hardware, as do the SVE fp16 kernels (FPCR.FZ16). A subnormal
+//    q or k element times an Inf then gives a NaN score (the fp64 reference: +-Inf).
 #pragma once
 
 #include <cstddef>
@@ -214,6 +221,10 @@ struct KvCacheOptions {
   const Tensor* k_new = nullptr;        // [B, S_new, Hkv, D], appended in place (with v_new)
   const Tensor* v_new = nullptr;        // [B, S_new, Hkv, Dv]
   KvLayout layout = KvLayout::nhd;      // of k_cache and v_cache
+  // CUDA tensors: copy cache_seqlens and block_table to the host (synchronizing the stream;
+  // not capturable in a CUDA graph) and check their contents as on the CPU, refusing bad
+  // values by name before anything runs. CPU tensors are always checked.
+  bool check_contents = false;
 };
 
 // attention_with_kvcache: attention of q [B, Sq, H, D] over each sequence's keys in a KV
@@ -242,7 +253,12 @@ struct KvCacheOptions {
 //    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot
 //    (pages shared by sequences that both append) are refused by name; every output (out,
 //    lse, and the caches when appending) is then untouched.
-//  * CPU tensors; CUDA tensors are refused with Status::unsupported for now.
+//  * CPU tensors, or CUDA tensors (f16 / bf16, D and Dv multiples of 8 up to 256, 16-byte
+//    aligned rows; no score variants): there cache_seqlens and block_table stay on the
+//    device and are not checked (no host sync; a call can be captured in a CUDA graph).
+//    Lengths are clamped to the cache and a page id outside it reads as zero rows (an append
+//    to it is dropped): bad values give unspecified outputs, never accesses outside the
+//    caches; cache.check_contents checks them as the CPU path does (a copy to the host).
 void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                             const Tensor& cache_seqlens, const Tensor& out,
                             const KvCacheOptions& cache = {}, const AttentionParams& params = {},

@@ -499,7 +499,7 @@ _KV_LAYOUTS = {"NHD": 0, "nhd": 0, "HND": 1, "hnd": 1}
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
                            kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False, out=None,
                            strategy="auto", exp="exact", threads=None, impl=None, softcap=None, alibi_slopes=None,
-                           sinks=None):
+                           sinks=None, check_cache=False):
     """Attention of q [B, Sq, H, D] over each sequence's keys in a KV cache (the contract of
     FlashAttention's flash_attn_with_kvcache). Returns out [B, Sq, H, Dv] (and lse
     [B, H, Sq] float32 with return_lse=True).
@@ -514,10 +514,13 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     bottom-right aligned: the Sq queries are the sequence's last positions and see the whole
     cache. window, scale, strategy, exp, threads, impl as attention's. Bad lengths and page
     ids (a length < 0, keys past S_max or past the sequence's pages, a page id outside the
-    cache, two sequences appending to one slot) are refused by name before anything is
+    cache, two sequences appending to one slot) in CPU arrays are refused by name before anything is
     written. softcap, alibi_slopes ([H] or [B, H]; ALiBi distances from each sequence's own
-    length, bottom-right) and sinks ([H]) as attention's. CPU arrays (CUDA arrays are refused
-    for now); no autograd.
+    length, bottom-right) and sinks ([H]) as attention's. CPU arrays, or CUDA arrays (f16 /
+    bf16, head dims multiples of 8; no score variants; cache_seqlens and block_table stay on
+    the device unchecked: lengths are clamped to the cache, a page id outside it reads as
+    zeros; check_cache=True copies them to the host, synchronizing, and refuses bad values
+    by name as for CPU arrays); no autograd.
     """
     fw = _framework(q, "q")
     for x, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cache_seqlens, "cache_seqlens")):
@@ -535,8 +538,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     if out is None:
         out = _empty(q, fw, (b, sq, h, _shape(v_cache, "v_cache", 4, "[.., Hkv, Dv]")[3]))
     lse = _empty(q, fw, (b, h, sq), float32=True) if return_lse else None
-    _call(_core.attention_with_kvcache, fw, q, params, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-          out, lse, layout)
+    check = _flag(check_cache, "check_cache")
+    _call(lambda *a: _core.attention_with_kvcache(*a, check_contents=check), fw, q, params, q, k_cache, v_cache,
+          cache_seqlens, block_table, k_new, v_new, out, lse, layout)
     return (out, lse) if return_lse else out
 
 

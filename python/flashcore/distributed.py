@@ -75,12 +75,15 @@ def unshard(parts, layout="contiguous", dim=1):
     return torch.cat(chunks, dim=dim)
 
 
-def _mode(causal, qc, kc):
-    """How a query chunk attends a key chunk: 'full', 'diag' (causal, the chunks equal), or
-    None (every key after every query)."""
-    if not causal or kc < qc:
-        return "full"
-    return "diag" if kc == qc else None
+def _blocks(causal, layout, rank, src, world, s_local):
+    """The (query chunk, key chunk) pairs of a step where rank `rank` holds the K/V shard of
+    rank `src`, as (query part index, q start, q length, k start, k length, diag): under a
+    causal mask a key chunk before the query chunk is attended in full, the same chunk with
+    the mask (diag), a later one not at all."""
+    for i, (qc, qs, ql) in enumerate(_chunks(layout, rank, world, s_local)):
+        for kc, ks, kl in _chunks(layout, src, world, s_local):
+            if not causal or kc <= qc:
+                yield i, qs, ql, ks, kl, causal and kc == qc
 
 
 class _Ring:
@@ -110,39 +113,44 @@ class _Ring:
             r.wait()
 
 
-def _forward(q, k, v, causal, layout, scale, threads, group):
+def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group):
     ring = _Ring(group)
     s_local = q.shape[1]
     if k.shape[1] != s_local:
         raise ValueError(f"k: local length {k.shape[1]} differs from q's {s_local} (shards of one sequence)")
-    qparts = _chunks(layout, ring.rank, ring.world, s_local)
-    acc = [None] * len(qparts)  # per query part: (out fp32, lse)
+    acc = [None] * len(_chunks(layout, ring.rank, ring.world, s_local))  # per query part: (out fp32, lse)
     kv = (k.contiguous(), v.contiguous())
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
         reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
-        for i, (qc, qs, ql) in enumerate(qparts):
-            for kc, ks, kl in _chunks(layout, src, ring.world, s_local):
-                mode = _mode(causal, qc, kc)
-                if mode is None:
-                    continue
-                o, lse = _api.attention(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
-                                        causal=mode == "diag", scale=scale, return_lse=True, threads=threads)
-                o = o.float()
-                acc[i] = (o, lse) if acc[i] is None else _api.merge_states(acc[i][0], acc[i][1], o, lse,
-                                                                           threads=threads)
+        for i, qs, ql, ks, kl, diag in _blocks(causal, layout, ring.rank, src, ring.world, s_local):
+            o, lse = _api.attention(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
+                                    causal=diag, scale=scale, softcap=softcap, return_lse=True, threads=threads)
+            o = o.float()
+            acc[i] = (o, lse) if acc[i] is None else _api.merge_states(acc[i][0], acc[i][1], o, lse, threads=threads)
         _Ring.finish(reqs)
         if nxt is not None:
             kv = tuple(nxt)
-    out = torch.cat([a[0] for a in acc], dim=1).to(q.dtype)
+    out = torch.cat([a[0] for a in acc], dim=1)
     lse = torch.cat([a[1] for a in acc], dim=2)
-    return out, lse
+    if sinks is not None:  # each row's sink joins once: a state with out 0 and lse = the sink
+        sink_lse = sinks.detach().float().to(lse.device)[None, :, None].expand_as(lse).contiguous()
+        out, lse = _api.merge_states(out, lse, torch.zeros_like(out), sink_lse, threads=threads)
+    return out.to(q.dtype), lse
 
 
-def _backward(q, k, v, out, dout, lse, causal, layout, scale, threads, group):
+def _sink_grad(sinks, out, dout, lse):
+    """This rank's share of d(loss)/d(sinks): -sum over its rows of P_sink D, P_sink =
+    exp(sink - lse) (lse with the sink), D = rowsum(dout * out)."""
+    d = (dout.float() * out.float()).sum(-1).transpose(1, 2)  # [B, H, S_local]
+    s = sinks.detach().float().to(lse.device)[None, :, None]
+    p = torch.where(torch.isneginf(s), torch.zeros_like(lse), torch.exp(s - lse))
+    return -(p * d).sum(dim=(0, 2)).to(sinks.dtype)
+
+
+def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, group):
     ring = _Ring(group)
     s_local = q.shape[1]
-    qparts = _chunks(layout, ring.rank, ring.world, s_local)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     kv = (k.contiguous(), v.contiguous())
     dkv = (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
@@ -151,17 +159,13 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, threads, group):
         src = (ring.rank - step) % ring.world
         # K and V move on while this step computes; their gradient sums follow after it.
         reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
-        for qc, qs, ql in qparts:
-            for kc, ks, kl in _chunks(layout, src, ring.world, s_local):
-                mode = _mode(causal, qc, kc)
-                if mode is None:
-                    continue
-                g = _api.attention_backward(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
-                                            out.narrow(1, qs, ql), dout.narrow(1, qs, ql), lse.narrow(2, qs, ql),
-                                            causal=mode == "diag", scale=scale, threads=threads)
-                dq.narrow(1, qs, ql).add_(g[0].float())
-                dkv[0].narrow(1, ks, kl).add_(g[1].float())
-                dkv[1].narrow(1, ks, kl).add_(g[2].float())
+        for _, qs, ql, ks, kl, diag in _blocks(causal, layout, ring.rank, src, ring.world, s_local):
+            g = _api.attention_backward(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
+                                        out.narrow(1, qs, ql), dout.narrow(1, qs, ql), lse.narrow(2, qs, ql),
+                                        causal=diag, scale=scale, softcap=softcap, threads=threads)
+            dq.narrow(1, qs, ql).add_(g[0].float())
+            dkv[0].narrow(1, ks, kl).add_(g[1].float())
+            dkv[1].narrow(1, ks, kl).add_(g[2].float())
         # The gradient sums go where this step's K and V go: after the last step, home.
         greqs, gnxt = ring.start(list(dkv), 1) if ring.world > 1 else ([], None)
         _Ring.finish(reqs)
@@ -175,22 +179,25 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, threads, group):
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, layout, scale, threads, group):
-        out, lse = _forward(q, k, v, causal, layout, scale, threads, group)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (causal, layout, scale, threads, group)
+    def forward(ctx, q, k, v, sinks, causal, layout, scale, softcap, threads, group):
+        out, lse = _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
+        ctx.args = (causal, layout, scale, softcap, threads, group)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
+        # (the sink's share is in lse: the key blocks' backward needs nothing more)
         dq, dk, dv = _backward(q, k, v, out, dout.contiguous(), lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None
+        dsinks = _sink_grad(sinks, out, dout, lse) if sinks is not None and ctx.needs_input_grad[3] else None
+        return dq, dk, dv, dsinks, None, None, None, None, None, None
 
 
 def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, return_lse=False,
-                   group=None, threads=None, window=None, cu_seqlens_q=None, cu_seqlens_k=None):
+                   group=None, threads=None, softcap=None, sinks=None, window=None, cu_seqlens_q=None,
+                   cu_seqlens_k=None, alibi_slopes=None):
     """Attention of this rank's query shard to the whole sharded sequence of `group`.
 
     q [B, S_local, H, D], k [B, S_local, Hkv, D], v [B, S_local, Hkv, Dv] (torch tensors, the
@@ -198,7 +205,11 @@ def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, re
     Returns this rank's out [B, S_local, H, Dv] (and with return_lse=True its lse [B, H,
     S_local], float32), differentiable in q, k and v. scale defaults to 1/sqrt(D); threads
     passes to flashcore's CPU calls. Every rank of the group must call it with the same
-    options.
+    options. softcap as flashcore.attention's (on every key block); sinks ([H] float32, the
+    same on every rank) join each row once, after the blocks' merge, and are differentiable:
+    each rank's sinks.grad is its own rows' share (sum it over the group as for any
+    replicated parameter). Windows, ALiBi and varlen batches are refused (their masks and
+    biases are positional, which the blocks' local calls cannot express).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialized (init_process_group first)")
@@ -211,7 +222,12 @@ def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, re
         raise ValueError("window: local windows are not taken by ring_attention")
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         raise ValueError("cu_seqlens_q: varlen batches are not taken by ring_attention")
+    if alibi_slopes is not None:
+        raise ValueError("alibi_slopes: ALiBi is not taken by ring_attention")
+    if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.dim() != 1 or sinks.shape[0] != q.shape[2]):
+        raise ValueError(f"sinks: expected a torch tensor [H] with H = {q.shape[2]}")
     _layout(layout)
     scale = float(scale) if scale is not None else q.shape[3] ** -0.5
-    out, lse = _RingAttention.apply(q, k, v, bool(causal), layout, scale, threads, group)
+    softcap = float(softcap) if softcap else None
+    out, lse = _RingAttention.apply(q, k, v, sinks, bool(causal), layout, scale, softcap, threads, group)
     return (out, lse) if return_lse else out

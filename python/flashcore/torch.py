@@ -26,7 +26,7 @@ import torch
 
 from . import _api
 
-__all__ = ["attention", "attention_backward", "softmax_v", "gemm_chain"]
+__all__ = ["attention", "attention_backward", "attention_with_kvcache", "softmax_v", "gemm_chain"]
 
 _Tensor = torch.Tensor
 
@@ -130,6 +130,28 @@ def _backward(ctx, dout, _dlse):
 _attention.register_autograd(_backward, setup_context=_setup_context)
 
 
+@torch.library.custom_op("flashcore::attention_with_kvcache", mutates_args=("k_cache", "v_cache"))
+def _attention_with_kvcache(q: _Tensor, k_cache: _Tensor, v_cache: _Tensor, cache_seqlens: _Tensor,
+                            k_new: Optional[_Tensor], v_new: Optional[_Tensor], block_table: Optional[_Tensor],
+                            kv_layout: str, causal: bool, window_left: int, window_right: int, scale: float,
+                            threads: int = 0) -> tuple[_Tensor, _Tensor]:
+    # (the caches are written only when k_new / v_new are given; declared mutated always)
+    out, lse = _api.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=k_new, v_new=v_new,
+                                           block_table=block_table, kv_layout=kv_layout, causal=causal,
+                                           window=(window_left, window_right), scale=_opt(scale),
+                                           return_lse=True, threads=_opt(threads))
+    return out, lse
+
+
+@_attention_with_kvcache.register_fake
+def _attention_with_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, kv_layout, causal,
+                                 window_left, window_right, scale, threads=0):
+    torch._check(q.dim() == 4, lambda: f"q: expected rank 4 [B, Sq, H, D], got {q.dim()}")
+    torch._check(v_cache.dim() == 4, lambda: f"v_cache: expected rank 4, got {v_cache.dim()}")
+    b, sq, h, _ = q.shape
+    return q.new_empty((b, sq, h, v_cache.shape[3])), q.new_empty((b, h, sq), dtype=torch.float32)
+
+
 @torch.library.custom_op("flashcore::softmax_v", mutates_args=())
 def _softmax_v(s: _Tensor, v: _Tensor, scale: float, strategy: str, exp: str) -> _Tensor:
     return _api.softmax_v(s, v, scale=scale, strategy=strategy, exp=exp)
@@ -188,6 +210,19 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1)
         _api._flag(deterministic, "deterministic"),
         _softcap(softcap), alibi_slopes, sinks)
     return (dq, dk, dv) if sinks is None else (dq, dk, dv, dsinks)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
+                           kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False,
+                           threads=None):
+    """flashcore.attention_with_kvcache as torch.ops.flashcore.attention_with_kvcache (see there
+    for the arguments; the caches are declared mutated, so torch.compile orders the append
+    before later reads of them). Returns out, or (out, lse); no autograd."""
+    wl, wr = _api._window(window)
+    out, lse = torch.ops.flashcore.attention_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, kv_layout, _api._flag(causal, "causal"), wl, wr,
+        0.0 if scale is None else _api._scale(scale, 0.0), _api._threads(threads))
+    return (out, lse) if return_lse else out
 
 
 def softmax_v(s, v, *, scale=1.0, strategy="auto", exp="exact"):

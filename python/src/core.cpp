@@ -396,7 +396,7 @@ void attention(nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::han
 // optional lse written; layout 0 = NHD, 1 = HND (flashcore.hpp's KvLayout).
 void attention_with_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle seqlens_,
                             nb::handle table_, nb::handle k_new_, nb::handle v_new_, nb::handle out, nb::handle lse,
-                            int layout, const PyParams& params) {
+                            int layout, const PyParams& params, bool check_contents) {
   const bool append = !is_none(k_new_) || !is_none(v_new_);
   AttentionCall c(q, k_cache, v_cache, out, lse, params, KvNames{"k_cache", "v_cache", append});
   fc::KvCacheOptions opt;
@@ -418,6 +418,7 @@ void attention_with_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache
   }
   if (layout != 0 && layout != 1) raise_value("kv_layout: unknown code " + std::to_string(layout));
   opt.layout = fc::KvLayout(layout);
+  opt.check_contents = check_contents;
   nb::gil_scoped_release nogil;
   fc::attention_with_kvcache(c.in.q.t, c.in.k.t, c.in.v.t, seqlens.t, c.out.t, opt, c.in.p);
 }
@@ -618,7 +619,8 @@ NB_MODULE(_core, m) {
       .def_rw("dsinks", &PyParams::dsinks, kNone);
   m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a);
   m.def("attention_with_kvcache", &attention_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "cache_seqlens"_a,
-        "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "out"_a, "lse"_a.none(), "layout"_a, "params"_a);
+        "block_table"_a.none(), "k_new"_a.none(), "v_new"_a.none(), "out"_a, "lse"_a.none(), "layout"_a, "params"_a,
+        "check_contents"_a = false);
   m.def("attention_loop", &attention_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "params"_a, "iters"_a);
   m.def("attention_backward", &attention_backward, "q"_a, "k"_a, "v"_a, "out"_a, "dout"_a, "lse"_a, "dq"_a, "dk"_a,
         "dv"_a, "params"_a, "reference"_a = false);

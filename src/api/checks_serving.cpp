@@ -12,6 +12,9 @@
 #include "api/check_helpers.hpp"
 #include "api/checks.hpp"
 #include "core/errors.hpp"
+#if defined(FC_BUILD_CUDA)
+#include "cuda/backend.hpp"
+#endif
 
 namespace flashcore::api {
 
@@ -110,6 +113,27 @@ int64_t check_cache_contents(const Tensor& seqlens, const Tensor* table, const T
   return longest;
 }
 
+// check_cache_contents on device arrays: cache_seqlens and the block table copied to the
+// host first (KvCacheOptions::check_contents).
+void check_device_contents(const Tensor& seqlens, const Tensor* table, const Tensor& kc, const char* kname,
+                           int64_t batch, int64_t s_new, void* stream) {
+#if defined(FC_BUILD_CUDA)
+  std::vector<int32_t> lens(static_cast<size_t>(batch)), ids;
+  cuda::copy_rows_to_host(lens.data(), seqlens.data, batch, 4, seqlens.strides[0] * 4, stream, "cache_seqlens");
+  Tensor hl = Tensor::contiguous(lens.data(), DType::i32, {batch});
+  Tensor ht;
+  if (table != nullptr) {
+    const int64_t max_pages = table->shape[1];
+    ids.resize(size_t(batch * max_pages));
+    cuda::copy_rows_to_host(ids.data(), table->data, batch, max_pages * 4, table->strides[0] * 4, stream, "block_table");
+    ht = Tensor::contiguous(ids.data(), DType::i32, {batch, max_pages});
+  }
+  check_cache_contents(hl, table != nullptr ? &ht : nullptr, kc, kname, batch, s_new);
+#else
+  (void)seqlens, (void)table, (void)kc, (void)kname, (void)batch, (void)s_new, (void)stream;
+#endif
+}
+
 }  // namespace
 
 core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -190,9 +214,18 @@ core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor&
     check_caches_disjoint(k_cache, "k_cache", v_cache, "v_cache");
   }
 
-  if (q.device == Device::cuda)
-    throw_error(Status::unsupported, "q: attention_with_kvcache takes CPU tensors only in this build (CUDA tensors given)");
-  a.sk = check_cache_contents(cache_seqlens, paged ? cache.block_table : nullptr, kc, names.k, B, pr.s_new);
+  pr.cache_rows = paged ? cache.block_table->shape[1] * kc.shape[1] : kc.shape[1];
+  pr.num_pages = paged ? kc.shape[0] : 0;
+  // CUDA: the lengths and the table stay on the device (no host sync) unless the caller asks
+  // for the check (a copy to the host); the kernels clamp what they read to the cache
+  // (src/cuda/kernels/params.hpp).
+  if (q.device == Device::cuda) {
+    if (cache.check_contents) check_device_contents(cache_seqlens, paged ? cache.block_table : nullptr, kc, names.k,
+                                                    B, pr.s_new, params.stream);
+    a.sk = std::max<int64_t>(pr.cache_rows - pr.s_new, 0);
+  } else {
+    a.sk = check_cache_contents(cache_seqlens, paged ? cache.block_table : nullptr, kc, names.k, B, pr.s_new);
+  }
   a.seqlens_k = static_cast<const int32_t*>(cache_seqlens.data);
   if (paged) {
     a.block_table = static_cast<const int32_t*>(cache.block_table->data);

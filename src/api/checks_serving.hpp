@@ -9,8 +9,8 @@ namespace flashcore::api {
 
 // attention_with_kvcache's checks (flashcore.hpp states the contract): the forward's
 // (check_attention) for q, the caches, out and params, then cache_seqlens, the block table,
-// k_new / v_new and, on the CPU, the lengths and page ids they hold. CUDA tensors are refused
-// (Status::unsupported) after the checks that read no device memory.
+// k_new / v_new and the lengths and page ids they hold (CUDA tensors: only with
+// cache.check_contents, copied to the host).
 core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                                   const Tensor& cache_seqlens, const Tensor& out,
                                                   const KvCacheOptions& cache, const AttentionParams& params);

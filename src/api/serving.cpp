@@ -1,5 +1,4 @@
-// attention_with_kvcache and merge_states: check, then the backend (attention_with_kvcache:
-// CPU; its checks refuse CUDA tensors for now).
+// attention_with_kvcache and merge_states: check, then the backend of the tensors' device.
 #include <vector>
 
 #include "api/checks_serving.hpp"
@@ -17,6 +16,14 @@ void attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor
                             const AttentionParams& params, PhaseTimes* times) {
   const core::KvCacheProblem p =
       api::check_attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, out, cache, params);
+  if (p.attn.device == Device::cuda) {
+#if defined(FC_BUILD_CUDA)
+    cuda::attention_with_kvcache(p, times);
+    return;
+#else
+    throw_error(Status::unsupported, "q: CUDA tensors given, but this flashcore was built without CUDA");
+#endif
+  }
   cpu::attention_with_kvcache(p, times);
 }
 

@@ -76,13 +76,16 @@ struct AttentionProblem {
 };
 
 // attention_with_kvcache: attention over a KV cache (attn.k / attn.v, attn.seqlens_k the
-// lengths before the append, attn.sk the longest of them) after the new keys k_new / v_new
+// lengths before the append, attn.sk the longest of them; CUDA tensors, whose lengths are
+// not read on the host: cache_rows - s_new) after the new keys k_new / v_new
 // [B, s_new, Hkv, D] are written in place at each sequence's seqlens_k[b] ..
-// seqlens_k[b] + s_new - 1.
+// seqlens_k[b] + s_new - 1. cache_rows: the keys a sequence's cache holds (S_max, or
+// max_pages * page_size); num_pages: the paged cache's pages.
 struct KvCacheProblem {
   AttentionProblem attn;
   Operand4 k_new, v_new;
   int64_t s_new = 0;
+  int64_t cache_rows = 0, num_pages = 0;
 };
 
 // merge_states: n parts (O [B, S, H, D] in part_dtype, lse [B, H, S] fp32) merged into one.

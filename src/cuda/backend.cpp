@@ -87,17 +87,6 @@ int forced_key(const char* impl, std::string* key) {
   return int(n);
 }
 
-// Names the kernel that runs in times: its key, "+gqa<G>" for packed query heads, "+kv<N>"
-// for KV splits, "+chord" for an fp8 kernel's chord form (Exp2Mode::fast without lse).
-void name_kernel(PhaseTimes* times, const char* key, const FwdParams& f) {
-  if (times == nullptr) return;
-  times->kernel = key;
-  if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);
-  if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);
-  if (f.exp_chord) times->kernel += "+chord";
-  times->strategy = to_string(Strategy::online);
-}
-
 // The e4m3 head dims of this build, for a message.
 std::string fp8_head_dims() {
   std::string dims;
@@ -295,17 +284,16 @@ void run_forward(const core::AttentionProblem& p, const DeviceInfo& dev, FwdPlan
 // q, k, v and O; it is allocated before the plan and freed (stream-ordered) on every path.
 void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
   check_pointers(p, dev);
-  const auto [dp, dvp] = padded_head_dims(p, dev, instances());
+  const auto [dp, dvp] = padded_head_dims(p);
   const int64_t nb = p.cu_q != nullptr ? 1 : p.batch;  // varlen: the packed rows, one batch entry
   const PadView qv{p.q.data, p.q.sb, p.q.ss, p.q.sh, nb, p.sq, p.heads, p.d, dp};
   const PadView kv{p.k.data, p.k.sb, p.k.ss, p.k.sh, nb, p.sk, p.kv_heads, p.d, dp};
   const PadView vv{p.v.data, p.v.sb, p.v.ss, p.v.sh, nb, p.sk, p.kv_heads, p.dv, dvp};
   const PadView ov{p.o, p.o_sb, p.o_ss, p.o_sh, nb, p.sq, p.heads, p.dv, dvp};
+  // Each view's padded buffer, 16-byte aligned, one after the other.
   const size_t es = dtype_size(p.dtype);
-  const size_t q_bytes = size_t(nb * p.sq * p.heads * dp) * es, k_bytes = size_t(nb * p.sk * p.kv_heads * dp) * es;
-  const size_t v_bytes = size_t(nb * p.sk * p.kv_heads * dvp) * es, o_bytes = size_t(nb * p.sq * p.heads * dvp) * es;
-  const auto up16 = [](size_t n) { return (n + 15) / 16 * 16; };
-  const size_t total = up16(q_bytes) + up16(k_bytes) + up16(v_bytes) + up16(o_bytes);
+  const auto bytes = [&](const PadView& v) { return (size_t(v.padded_elems()) * es + 15) / 16 * 16; };
+  const size_t total = bytes(qv) + bytes(kv) + bytes(vv) + bytes(ov);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   char* ws = nullptr;
   if (total > 0) {
@@ -313,19 +301,22 @@ void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& de
     if (ea != cudaSuccess) cuda_fail(Status::device_error, "q: allocating the head-dim padding workspace failed", ea);
   }
   char* qp = ws;
-  char* kp = qp + up16(q_bytes);
-  char* vp = kp + up16(k_bytes);
-  char* op = vp + up16(v_bytes);
+  char* kp = qp + bytes(qv);
+  char* vp = kp + bytes(kv);
+  char* op = vp + bytes(vv);
+  const auto padded = [](const PadView& v, char* buf) {
+    return core::Operand4{buf, v.padded_s0(), v.padded_s1(), v.cols_p};
+  };
   core::AttentionProblem pp = p;
   pp.d = dp;
   pp.dv = dvp;
-  pp.q = {qp, p.sq * p.heads * dp, p.heads * dp, dp};
-  pp.k = {kp, p.sk * p.kv_heads * dp, p.kv_heads * dp, dp};
-  pp.v = {vp, p.sk * p.kv_heads * dvp, p.kv_heads * dvp, dvp};
+  pp.q = padded(qv, qp);
+  pp.k = padded(kv, kp);
+  pp.v = padded(vv, vp);
   pp.o = op;
-  pp.o_sb = p.sq * p.heads * dvp;
-  pp.o_ss = p.heads * dvp;
-  pp.o_sh = dvp;
+  pp.o_sb = ov.padded_s0();
+  pp.o_ss = ov.padded_s1();
+  pp.o_sh = ov.cols_p;
   cudaError_t e = cudaSuccess;
   const char* what = "";
   try {

@@ -15,6 +15,17 @@ namespace flashcore::cuda {
 // host pointers, launch failures) before or instead of writing a wrong result.
 void attention(const core::AttentionProblem& p, PhaseTimes* times);
 
+// attention_with_kvcache on device tensors (kvcache_host.cpp; f16 / bf16, contiguous or
+// paged caches, the append first): throws flashcore::Error before launching anything when
+// the problem cannot run, or when a launch fails. cache_seqlens and block_table are not read
+// on the host.
+void attention_with_kvcache(const core::KvCacheProblem& p, PhaseTimes* times);
+
+// Copies `rows` rows of `row_bytes` bytes, `pitch` bytes apart in device memory, into host
+// memory (dst, rows packed) on `stream` and waits for them; throws device_error naming `name`.
+void copy_rows_to_host(void* dst, const void* src, int64_t rows, int64_t row_bytes, int64_t pitch, void* stream,
+                       const char* name);
+
 // The gradients of attention on device tensors (bwd_backend.cpp; f16 / bf16): throws
 // flashcore::Error before launching anything when the problem cannot run, or when a
 // launch fails.

@@ -54,14 +54,14 @@ int grid_for(int64_t chunks) {
 }  // namespace
 
 cudaError_t launch_pad_head(const PadView& v, void* dst, cudaStream_t stream) {
-  const int64_t chunks = v.n0 * v.n1 * v.n2 * (v.cols_p / 8);
+  const int64_t chunks = v.padded_elems() / 8;
   if (chunks == 0) return cudaSuccess;
   pad_head_kernel<<<grid_for(chunks), kThreads, 0, stream>>>(v, static_cast<uint4*>(dst), chunks);
   return cudaGetLastError();
 }
 
 cudaError_t launch_unpad_head(const void* src, const PadView& v, void* dst, cudaStream_t stream) {
-  const int64_t chunks = v.n0 * v.n1 * v.n2 * (v.cols_p / 8);
+  const int64_t chunks = v.padded_elems() / 8;
   if (chunks == 0) return cudaSuccess;
   unpad_head_kernel<<<grid_for(chunks), kThreads, 0, stream>>>(static_cast<const uint4*>(src), v,
                                                                 static_cast<uint16_t*>(dst), chunks);

@@ -7,11 +7,12 @@
 # <dtypes> and head dim in <hdims> (both lists; "*" takes all), in table order, as three
 # lists in the caller's scope:
 #   <prefix>_KEYS   <dir>_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages> unless 2],
-#                   <dir>_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p persistent, _vt fp8 V^T in the kernel]
+#                   <dir>_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p persistent, _vt fp8 V^T in the kernel,
+#                   _sv the score variants' kernel]
 #   <prefix>_REGS   the registry's FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...) lines
 #   <prefix>_TMPLS  the launcher's template arguments (type, head dim, tile fields...)
 set(_FC_INSTANCES_INC ${CMAKE_CURRENT_LIST_DIR}/instances.inc)
-set(FC_CUDA_DIRECTIONS fwd bwd)
+set(FC_CUDA_DIRECTIONS fwd bwd kvc)
 function(fc_cuda_instance_rows family dir dtypes hdims prefix)
   file(STRINGS ${_FC_INSTANCES_INC} rows REGEX "^FC_${family}\\( *${dir} *,")
   string(TOLOWER ${family} fam)
@@ -46,6 +47,8 @@ function(fc_cuda_instance_rows family dir dtypes hdims prefix)
         set(key ${key}_p)
       elseif(ps EQUAL 2)
         set(key ${key}_vt)
+      elseif(ps EQUAL 3)
+        set(key ${key}_sv)
       endif()
     endif()
     list(GET args 1 ty)

@@ -31,7 +31,8 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, co
   f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
   f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
   f.scale_log2 = p.scale * 1.4426950408889634f;
-  // The score variants (FwdParams: the log2-domain factors; the sm90 kernels refuse them).
+  // The score variants (FwdParams: the log2-domain factors, read by the sm90 "_sv" and the sm80
+  // family's variant kernels).
   f.variants = p.variants();
   if (p.softcap > 0.0f) {
     f.softcap_in = float(2.0 * 1.4426950408889634 * double(p.scale) / double(p.softcap));
@@ -41,6 +42,17 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, co
   f.alibi_sb = p.alibi_sb;
   f.sinks = p.sinks;
   return f;
+}
+
+// Names the kernel that runs in times: its key, "+gqa<G>" for packed query heads, "+kv<N>"
+// for KV splits, "+chord" for an fp8 kernel's chord form (Exp2Mode::fast without lse).
+void name_kernel(PhaseTimes* times, const char* key, const FwdParams& f) {
+  if (times == nullptr) return;
+  times->kernel = key;
+  if (f.pack_shift > 0) times->kernel += "+gqa" + std::to_string(1 << f.pack_shift);
+  if (f.kv_splits > 1) times->kernel += "+kv" + std::to_string(f.kv_splits);
+  if (f.exp_chord) times->kernel += "+chord";
+  times->strategy = to_string(Strategy::online);
 }
 
 // The launches share one workspace (WorkspaceLayout); each launch stops the chain at its

@@ -10,12 +10,15 @@ namespace flashcore::cuda {
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev) {
   if (!dev.hopper()) return "needs a compute capability 9.0 (Hopper) device";
   if (p.dtype != i.dtype) return "is not a " + std::string(to_string(p.dtype)) + " kernel";
-  if (p.variants())
+  if (p.variants() && !i.score_mod)
     return std::string("does not take the score variants (") +
            (p.softcap > 0.0f ? "params.softcap" : p.alibi != nullptr ? "params.alibi_slopes" : "params.sinks") +
-           "): the sm80 kernels do";
-  if (p.d != i.head_dim || p.dv != i.head_dim)
+           "): the '_sv' and sm80 kernels do";
+  if (i.dtype == DType::e4m3 && (p.d != i.head_dim || p.dv != i.head_dim))
     return "needs D == Dv == " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
+           ", Dv = " + std::to_string(p.dv) + ")";
+  if (p.d > i.head_dim || p.dv > i.head_dim)
+    return "needs D, Dv <= " + std::to_string(i.head_dim) + " (D = " + std::to_string(p.d) +
            ", Dv = " + std::to_string(p.dv) + ")";
   if (i.smem() > dev.smem_optin) return "needs more shared memory than this device has";
   if (i.persistent && i.items(p.sq, p.heads, p.batch) > INT32_MAX - 2 * int64_t(dev.sms))
@@ -63,7 +66,8 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
   return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64) ? int(ns) : 1;
 }
 
-// The 16-bit sm90 rule (none with a score variant set: the sm80 family takes those):
+// The 16-bit sm90 rule (a call with a score variant set: the head dim's "_sv" row; the
+// plain rule below never takes one):
 // - a 64-row tile where each query block sees few keys (hd64: Sk < kShortSk64, twice that
 //   under a band mask; hd128 and up: a local window with Sk < kShortSk), where the packed
 //   rows of a head fit one tile, or where the taller tiles would leave SMs idle; with more
@@ -74,7 +78,20 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
 //   resident at once and Sk is at most kPersistentMaxSk (per tile kind and mask, below).
 const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts& dev, int pack_shift,
                               InstanceList list) {
-  if (p.tile_m != 0 || p.variants()) return nullptr;  // (the score variants: sm80 family only)
+  if (p.tile_m != 0) return nullptr;
+  // The rows of the smallest head dim that covers D and Dv (TMA zero-fills the columns past
+  // them; the epilogue writes Dv columns): "_sv" rows for the score variants, else the others.
+  const bool sv = p.variants();
+  int hd = INT_MAX;
+  for (const InstanceInfo& i : list)
+    if (i.arch == 90 && i.score_mod == sv && i.dtype == p.dtype && i.head_dim >= std::max(p.d, p.dv))
+      hd = std::min(hd, i.head_dim);
+  if (hd == INT_MAX) return nullptr;
+  if (sv) {
+    for (const InstanceInfo& i : list)
+      if (i.score_mod && i.dtype == p.dtype && i.head_dim == hd && sm90_refusal(p, i, dev).empty()) return &i;
+    return nullptr;
+  }
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 16384,
                     kPersistentMaxSkBanded = 8192, kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
   const bool banded = p.banded(), windowed = p.windowed();
@@ -87,7 +104,8 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
   for (const InstanceInfo& i : list)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
     // builds its message: this runs on every call and walks the whole table.
-    if (i.arch == 90 && !i.persistent && i.dtype == p.dtype && i.head_dim == p.d && sm90_refusal(p, i, dev).empty()) {
+    if (i.arch == 90 && !i.persistent && !i.score_mod && i.dtype == p.dtype && i.head_dim == hd &&
+        sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
         if (rows64 == nullptr || (i.ctas_per_sm() > rows64->ctas_per_sm() && items64 > 2 * int64_t(dev.sms)))
           rows64 = &i;
@@ -96,14 +114,15 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
       if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if (i.items(sq, heads, p.batch) >= dev.sms) tall = &i;
     }
-  const bool few_keys = p.d <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
+  // (the rules read the kernels' head dim: a kernel's work follows it, not the real D)
+  const bool few_keys = hd <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const InstanceInfo* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
   const auto resident = [&](const InstanceInfo* i) { return int64_t(dev.sms) * i->ctas_per_sm(); };
   const int64_t persistent_max_sk = pick == nullptr          ? 0
                                     : pick->ctas_per_sm() > 2 ? kPersistentMaxSk3
                                     : banded                  ? kPersistentMaxSkBanded
-                                    : p.d > 128               ? kPersistentMaxSk256
+                                    : hd > 128                ? kPersistentMaxSk256
                                                               : kPersistentMaxSk;
   if (pick != nullptr && sk <= persistent_max_sk && pick->items(sq, heads, p.batch) > resident(pick))
     if (const InstanceInfo* v = persistent_variant(list, *pick); v != nullptr && sm90_refusal(p, *v, dev).empty())
@@ -190,7 +209,8 @@ KernelChoice complete_choice(const core::AttentionProblem& p, int64_t sq, int64_
                              const InstanceInfo* inst, int kv_splits) {
   KernelChoice c;
   c.inst = inst;
-  c.pack_shift = inst != nullptr && inst->arch == 90 ? gqa_pack_shift(p, sq) : 0;
+  // (no packing for the score variants or on their "_sv" rows: slopes and sinks are per query head)
+  c.pack_shift = inst != nullptr && inst->arch == 90 && !inst->score_mod && !p.variants() ? gqa_pack_shift(p, sq) : 0;
   if (inst != nullptr && kv_splits == 0) kv_splits = kv_split_count(p, sq, sk, *inst, c.pack_shift, dev);
   c.kv_splits = std::max(kv_splits, 1);
   return c;
@@ -218,16 +238,25 @@ KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int6
   return complete_choice(p, sq, sk, dev, inst, 0);
 }
 
-std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
-                                             InstanceList list) {
-  const int64_t hd = std::max(p.d, p.dv);
-  int64_t best = 0;
-  if (dev.hopper() && !p.variants())
-    for (const InstanceInfo& i : list)
-      if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) && (best == 0 || i.head_dim < best))
-        best = i.head_dim;
-  if (best > 0) return {best, best};
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
+}
+
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list) {
+  const InstanceInfo* best = nullptr;
+  for (const InstanceInfo& i : list)
+    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev) && (best == nullptr || i.head_dim < best->head_dim))
+      best = &i;
+  return best;
+}
+
+int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_rows, const InstanceInfo& i,
+                        const DeviceFacts& dev) {
+  const int64_t items = i.items(sq, heads, batch);
+  if (items < 1) return 1;
+  const int64_t tiles = (cache_rows + i.block_n - 1) / i.block_n;
+  const int64_t ns = std::min<int64_t>({2 * int64_t(dev.sms) / items, tiles / 2, 32});
+  return ns >= 2 ? int(ns) : 1;
 }
 
 }  // namespace flashcore::cuda

@@ -38,6 +38,7 @@ struct InstanceInfo {
   int smem90 = 0, ctas90 = 1;  // sm90 rows: FwdSm90Config::kSmem, kCtasPerSm
   bool chord = false;          // sm90 rows with FwdSm90Config::kChordForm (FwdParams::exp_chord)
   bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
+  bool score_mod = false;      // sm90 "_sv" rows: the score variants' kernel (FwdSm90Config::kScoreMod)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh), and sm80_extra_smem; sm90, the instance's
   // FwdSm90Config::kSmem.
@@ -66,7 +67,7 @@ constexpr InstanceInfo sm90_instance(const char* key) {
                           kVariant>;
   return {key,           90,           kDType,       kHeadDim,     kBlockM,      kBlockN,
           4 * C::kConsumers + 4,       kStages,      kVariant == 1, kVariant == 2, C::kSmem,
-          C::kCtasPerSm, C::kChordForm, C::kVtFused};
+          C::kCtasPerSm, C::kChordForm, C::kVtFused, C::kScoreMod};
 }
 
 // The dtype keys of the table's rows -> storage dtype (tf32: fp32 storage on TF32 tensor
@@ -93,8 +94,9 @@ struct KernelChoice {
 };
 
 // Why the sm90 kernel `i` cannot take this problem ("" when it can): it needs a 9.0
-// device, the problem's dtype, no score variant (softcap, ALiBi, sinks: named), D == Dv ==
-// its head dim, its shared memory, and (persistent) 32-bit item numbers.
+// device, the problem's dtype, no score variant (softcap, ALiBi, sinks: named) unless it is
+// an "_sv" row, D and Dv at most its head dim (e4m3: D == Dv == its head dim), its shared
+// memory, and (persistent) 32-bit item numbers.
 std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i, const DeviceFacts& dev);
 
 // The persistent ("_p") row of sm90 tile t (same dtype, head dim, tile and stages), or null.
@@ -144,14 +146,11 @@ Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, 
                        InstanceList list);
 
 // The head dims (D, Dv) that a 16-bit problem whose D or Dv is not a multiple of 8 is copied
-// into (backend.cpp: attention_head_padded; zero columns): on Hopper without a score
-// variant, both the smallest sm90 head dim >= max(D, Dv) that runs there (the sm90 kernels
-// take D == Dv == their head dim; the sm80 family, which takes the problems otherwise,
-// ran them at a fraction of the speed: docs/results/cuda-head-pad-2026-11-29.md); otherwise
-// each the next multiple of 8
-// (the sm80 family zero-fills up to its instance's head dim).
-std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p, const DeviceFacts& dev,
-                                             InstanceList list);
+// into (backend.cpp: attention_head_padded; zero columns): each the next multiple of 8, the
+// smallest rows that 16-byte loads and TMA take; the padded problem then runs on the
+// kernels of the smallest head dim that covers both (both families zero-fill up to their
+// instance's head dim).
+std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p);
 // e4m3 problems: inst null when no row takes them.
 KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                                InstanceList list);
@@ -159,6 +158,16 @@ KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int6
 // unless force_prepass: FLASHCORE_SM90_VT_PREPASS=1 for measurements and tests), inside its
 // producer ("_vt" rows), or the pre-pass (vt_fp8.cu) into a workspace. none: not e4m3.
 enum class VtPath { none, prepass, fused, in_kernel };
+
+// attention_with_kvcache's kernel among the kvc rows (`list`): the first row of the dtype
+// and of the smallest head dim >= hd that runs on the device, or null.
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list);
+// Its KV splits (flash-decoding) for batch sequences of sq rows and heads item heads (with GQA
+// packing: Sq G rows and H / G heads) over at most cache_rows keys each: ns = min(2 SMs / CTAs, key tiles / 2, 32) where that is >= 2
+// (kv_combine.cu merges them), else 1. cache_rows bounds the lengths (they stay on the
+// device): each CTA splits its own sequence's tiles, so an over-count only adds empty runs.
+int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_rows, const InstanceInfo& i,
+                        const DeviceFacts& dev);
 VtPath vt_path(const InstanceInfo& inst, bool varlen, bool force_prepass);
 
 // Packing and splits for a given instance (a forced key's; kv_splits 0: the rule's count).

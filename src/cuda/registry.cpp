@@ -1,5 +1,6 @@
-// The instance registry (registry.hpp): instances_fwd.inc expanded into the launchers'
-// declarations, the policy's InstanceInfo table and the launcher table, in one order.
+// The instance registry (registry.hpp): instances_fwd.inc (and attention_with_kvcache's
+// instances_kvc.inc) expanded into the launchers' declarations, the policy's InstanceInfo
+// tables and the launcher tables, each in one order.
 #include "cuda/registry.hpp"
 
 #include <cstring>
@@ -10,6 +11,7 @@ namespace flashcore::cuda {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) cudaError_t key(const FwdParams&, cudaStream_t);
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) cudaError_t key(const FwdParams&, cudaStream_t);
 #include "instances_fwd.inc"
+#include "instances_kvc.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
 
@@ -31,6 +33,18 @@ const LaunchFn kLaunchers[] = {
 };
 static_assert(std::size(kInstances) == std::size(kLaunchers), "one launcher per instance");
 
+const InstanceInfo kKvcInstances[] = {
+#define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#include "instances_kvc.inc"
+#undef FC_SM80_INST
+};
+const LaunchFn kKvcLaunchers[] = {
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) key,
+#include "instances_kvc.inc"
+#undef FC_SM80_INST
+};
+static_assert(std::size(kKvcInstances) == std::size(kKvcLaunchers), "one launcher per instance");
+
 }  // namespace
 
 InstanceList instances() { return kInstances; }
@@ -41,6 +55,12 @@ const InstanceInfo* find_key(const char* key) {
   return nullptr;
 }
 
-LaunchFn launcher(const InstanceInfo& i) { return kLaunchers[&i - kInstances]; }
+LaunchFn launcher(const InstanceInfo& i) {
+  for (size_t j = 0; j < std::size(kKvcInstances); ++j)
+    if (&kKvcInstances[j] == &i) return kKvcLaunchers[j];
+  return kLaunchers[&i - kInstances];
+}
+
+InstanceList kvcache_instances() { return kKvcInstances; }
 
 }  // namespace flashcore::cuda

@@ -1,5 +1,6 @@
 // The CUDA forward instances of this build: the fwd rows of src/cuda/instances.inc that the
-// configure step enabled (sources.cmake writes them to instances_fwd.inc), each with its facts for
+// configure step enabled (sources.cmake writes them to instances_fwd.inc; the kvc rows of
+// attention_with_kvcache to instances_kvc.inc), each with its facts for
 // the policy (InstanceInfo) and its launcher (one generated translation unit per row), and
 // the kernels outside the table (the exact FFMA kernel, the fp8 V^T pre-pass, the KV-split
 // combine).
@@ -20,8 +21,10 @@ using LaunchFn = cudaError_t (*)(const FwdParams&, cudaStream_t);
 InstanceList instances();
 // The instance with this key, or null.
 const InstanceInfo* find_key(const char* key);
-// The launcher of an instance of instances().
+// The launcher of an instance of instances() or of kvcache_instances().
 LaunchFn launcher(const InstanceInfo& i);
+// attention_with_kvcache's instances (the kvc rows, kernels/kvc_sm80.cuh), in table order.
+InstanceList kvcache_instances();
 
 // The exact fp32 FFMA kernel (any head dim up to 256; no tensor cores) and its key.
 inline constexpr const char* kSimtKey = "fwd_sm80_f32_hd256_simt";

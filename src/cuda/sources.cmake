@@ -1,9 +1,9 @@
 # CUDA backend (included from src/CMakeLists.txt when FLASHCORE_WITH_CUDA).
 #
-# instances.inc is the one list of kernels (a direction per row: fwd, bwd); every row
+# instances.inc is the one list of kernels (a direction per row: fwd, bwd, kvc); every row
 # (minus the axes switched off below) becomes its own small .cu in the build tree, so the
 # instances compile in parallel, and each direction's registry is built from its filtered
-# rows (instances_<dir>.inc; registry.cpp reads the forward ones).
+# rows (instances_<dir>.inc; registry.cpp reads the forward and KV-cache ones).
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 
@@ -11,7 +11,7 @@ set(FLASHCORE_CUDA_ARCHS "80;86;89;90" CACHE STRING
     "SASS targets of the CUDA kernels (PTX of the last one is embedded too); e.g. 90 for a quick Hopper-only build")
 set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32;e4m3" CACHE STRING
     "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built), e4m3 (sm90 only)")
-set(FLASHCORE_CUDA_HDIMS "64;96;128;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 256)")
+set(FLASHCORE_CUDA_HDIMS "64;96;128;192;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 192 (sm90 only), 256)")
 
 set(_fc_cuda_archs "")
 list(LENGTH FLASHCORE_CUDA_ARCHS _fc_narch)
@@ -82,10 +82,12 @@ endfunction()
 # The launchers' parameters per direction (kernels/params.hpp, kernels/bwd_params.hpp).
 set(_fc_params_fwd FwdParams)
 set(_fc_params_bwd BwdParams)
+set(_fc_params_kvc FwdParams)
 set(_fc_inst_sources ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32.cu
                      ${CMAKE_CURRENT_SOURCE_DIR}/cuda/inst_simt_f32_variants.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/vt_fp8.cu
                      ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_combine.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/bwd_aux.cu
-                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/head_pad.cu)
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/merge_states.cu ${CMAKE_CURRENT_SOURCE_DIR}/cuda/head_pad.cu
+                     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/kv_append.cu)
 set(_fc_sm90_sources "")
 foreach(dir IN LISTS FC_CUDA_DIRECTIONS)
   set(_fc_enabled_${dir} "")
@@ -170,7 +172,7 @@ endif()
 # The host side: coordination and checks (backend.cpp), the kernel-choice policy (plain C++,
 # tested without a GPU), the instance registry, device queries, workspace and launches.
 target_sources(flashcore_obj PRIVATE cuda/backend.cpp cuda/bwd_backend.cpp cuda/device.cpp cuda/launch.cpp
-                                     cuda/merge_states_host.cpp cuda/policy.cpp cuda/problem_checks.cpp cuda/registry.cpp cuda/workspace.cpp)
+                                     cuda/kvcache_host.cpp cuda/merge_states_host.cpp cuda/policy.cpp cuda/problem_checks.cpp cuda/registry.cpp cuda/workspace.cpp)
 # The kernels go into both libraries next to flashcore_obj's objects; the libraries are
 # created after this file is included, hence the deferred calls.
 cmake_language(DEFER CALL target_sources flashcore PRIVATE ${_fc_cuda_objs})

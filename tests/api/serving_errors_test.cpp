@@ -208,10 +208,6 @@ const KvErrCase kKvCases[] = {
     {"caches_overlap", [](KvCall& c) { c.vcv.data = static_cast<float*>(c.kcv.data) + 8; }, Status::invalid_argument,
      "v_cache: overlaps k_cache"},
     {"cache_self_overlap", [](KvCall& c) { c.kcv.strides[0] = 0; }, Status::invalid_argument, "k_cache: shape"},
-    {"cuda", [](KvCall& c) {
-       for (Tensor* t : {&c.qv, &c.ov, &c.lv, &c.kcv, &c.vcv, &c.knv, &c.vnv, &c.lensv, &c.tablev})
-         t->device = fc::Device::cuda;
-     }, Status::unsupported, "attention_with_kvcache takes CPU tensors only"},
 };
 
 class KvCacheErrorTest : public ::testing::TestWithParam<KvErrCase> {};
@@ -258,6 +254,20 @@ TEST(KvCacheError, ValidCallsPass) {
   const int32_t ids[] = {2, -1, -1, 0, 1, -1};
   for (int i = 0; i < 6; ++i) set_i32(inter.tablev, i, ids[i]);
   EXPECT_NO_THROW(inter.run());
+}
+
+// CUDA tensors: the CUDA backend's attention_with_kvcache (tests/cuda), or refused by a
+// build without it.
+TEST(KvCacheError, CudaTensorsWithoutCuda) {
+#if defined(FC_BUILD_CUDA)
+  GTEST_SKIP() << "this build has the CUDA backend";
+#else
+  KvCall c;
+  for (Tensor* t : {&c.qv, &c.ov, &c.lv, &c.kcv, &c.vcv, &c.knv, &c.vnv, &c.lensv, &c.tablev})
+    t->device = fc::Device::cuda;
+  expect_error([&] { c.run(); }, Status::unsupported, "q: CUDA tensors given, but this flashcore was built without CUDA",
+               {&c.out, &c.lse, &c.kc, &c.vc, &c.lens});
+#endif
 }
 
 }  // namespace

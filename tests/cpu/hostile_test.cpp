@@ -427,7 +427,9 @@ TEST(Hostile, AliasedArraysAreRefusedOrCorrect) {
     if (varlen) {  // cu_seqlens written into the shared buffer too (int32 bits in the floats)
       int32_t* cus = reinterpret_cast<int32_t*>(base);
       cu_q = cus + rng.integer(0, kCap - 8);
-      cu_k = cus + rng.integer(0, kCap - 8);
+      do {  // (the two arrays apart from each other: one written over the other is no valid call)
+        cu_k = cus + rng.integer(0, kCap - 8);
+      } while (cu_k > cu_q - 2 && cu_k < cu_q + 2);
       cu_q[0] = cu_k[0] = 0;
       cu_q[1] = int32_t(rng.integer(0, sq));
       cu_k[1] = int32_t(rng.integer(0, sk));

@@ -98,10 +98,11 @@ TEST(CudaErrors, UnsupportedHeadDims) {
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");
 }
 
-// The score variants run on the sm80 family only: an sm90 key forced with one of them is
-// refused before a launch, naming params.impl (and, on an sm90 device, the variant); without
-// a forced key the dispatcher takes an sm80 kernel on every GPU, Hopper included.
-TEST(CudaErrors, ScoreVariantsOnSm80Only) {
+// The score variants run on the sm90 "_sv" rows and the sm80 family: a plain sm90 key forced
+// with one of them is refused before a launch, naming params.impl (and, on an sm90 device,
+// the variant); without a forced key the dispatcher takes the "_sv" kernel on Hopper and an
+// sm80 kernel elsewhere.
+TEST(CudaErrors, ScoreVariantsOnSvAndSm80) {
   FC_REQUIRE_GPU();
   const std::string key = sm90_key(DType::f16, 64);
   HostTensor q(DType::f16, {1, 64, 2, 64}), o(DType::f16, {1, 64, 2, 64}), heads(DType::f32, {2});
@@ -130,7 +131,10 @@ TEST(CudaErrors, ScoreVariantsOnSm80Only) {
     SCOPED_TRACE(name);
     flashcore::PhaseTimes times;
     ASSERT_NO_THROW(flashcore::attention(dq.view(), dq.view(), dq.view(), dout.view(), *params, &times));
-    EXPECT_EQ(times.kernel.rfind("fwd_sm80_f16_hd64_", 0), 0u) << "kernel " << times.kernel;
+    EXPECT_EQ(times.kernel.rfind(hopper ? "fwd_sm90_f16_hd64_" : "fwd_sm80_f16_hd64_", 0), 0u) << "kernel " << times.kernel;
+    if (hopper) {
+      EXPECT_TRUE(fctest::has_suffix(times.kernel, "_sv")) << "kernel " << times.kernel;
+    }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     HostTensor back(DType::f16, {1, 64, 2, 64}), ref(DType::f32, {1, 64, 2, 64});
     dout.download(back);
@@ -156,7 +160,8 @@ TEST(CudaF32, Tf32KeyWithExactRefused) {
   expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::invalid_argument, "exact_fp32");
 }
 
-// An sm90 key forced onto a problem it does not take is refused, naming params.impl.
+// An sm90 key forced onto a problem it does not take (D or Dv past its head dim, bad KV
+// split counts) is refused, naming params.impl; one whose head dim covers D and Dv runs.
 TEST(CudaSm90Errors, ForcedKeyRefused) {
   FC_REQUIRE_SM90();
   const std::string key = sm90_key(DType::f16, 128), k64 = sm90_key(DType::f16, 64);
@@ -168,15 +173,18 @@ TEST(CudaSm90Errors, ForcedKeyRefused) {
   o.poison();
   DevTensor dq(q), dout(o);
   AttentionParams p;
-  p.impl = key.c_str();
-  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");  // D = 96
+  p.impl = k64.c_str();
+  expect_refused(dq.view(), dq.view(), dq.view(), dout, o, p, Status::unsupported, "params.impl");  // D = 96 > 64
 
   HostTensor q2(DType::f16, {1, 64, 2, 128}), v2(DType::f16, {1, 64, 2, 64}), o2(DType::f16, {1, 64, 2, 64});
   q2.fill_uniform(rng, -1, 1);
   v2.fill_uniform(rng, -1, 1);
   o2.poison();
   DevTensor dq2(q2), dv2(v2), dout2(o2);
-  expect_refused(dq2.view(), dq2.view(), dv2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // Dv != D
+  expect_refused(dq2.view(), dq2.view(), dv2.view(), dout2, o2, p, Status::unsupported, "params.impl");  // D 128 > 64
+  p.impl = key.c_str();  // the hd128 kernel takes D 128, Dv 64 (Dv's columns zero-filled)
+  EXPECT_NO_THROW(flashcore::attention(dq2.view(), dq2.view(), dv2.view(), dout2.view(), p));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   // KV splits: a count out of 1 .. 64 or not a number, a persistent kernel.
   HostTensor q3(DType::f16, {1, 64, 2, 64}), o3(DType::f16, {1, 64, 2, 64});

@@ -4,6 +4,7 @@
 // (CudaSm90.DispatcherSelects). Every test skips with a message when the GPU is not sm90.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,48 @@ class CudaSm90 : public ::testing::TestWithParam<DType> {};
 // tiles would leave SMs idle, else the table's first (192 rows at hd64); its persistent
 // variant ("_p") where Sk <= 16384 without a band mask (hd256: 2048), Sk <= 8192 with one
 // (hd64's three-per-SM tile: 1024) and there are more items than resident CTAs.
+// Head dims between the instantiated ones (and D != Dv) run on the sm90 kernels of the
+// smallest head dim that covers both, in place: TMA zero-fills the columns past D and Dv,
+// the epilogue writes Dv columns (D 80 on hd96, 48 on hd64, (192, 128) and 136 on hd192 (or
+// hd256 in a build without it), (128, 64) on hd128), with masks, GQA packing, KV splits,
+// lse, unaligned-to-the-tile lengths.
+TEST_P(CudaSm90, CoveringHeadDims) {
+  FC_REQUIRE_SM90();
+  const DType dt = GetParam();
+  const std::string sm90 = "fwd_sm90_" + std::string(fctest::name(dt)) + "_hd";
+  struct Dims {
+    int64_t d, dv;
+  };
+  for (const Dims& x : {Dims{80, 80}, Dims{48, 48}, Dims{192, 128}, Dims{136, 136}, Dims{128, 64}, Dims{72, 40},
+                        Dims{256, 200}})
+    for (int shape = 0; shape < 3; ++shape) {
+      // The first plain row of the smallest head dim of this build's sm90 rows that covers D
+      // and Dv, forced by key: the dispatcher takes the sm80 family for grids too small for
+      // the row (DispatcherSelects covers its choice of the covering head dim).
+      int64_t hd = 0;
+      std::string key;
+      for (const auto& [k, kd] : keys_by_prefix(sm90, false))
+        if (!fctest::has_suffix(k, "_sv") && !fctest::has_suffix(k, "_p") && kd >= std::max(x.d, x.dv) &&
+            (hd == 0 || kd < hd))
+          hd = kd, key = k;
+      if (hd == 0) continue;  // a partial build
+      Case c;
+      c.dtype = dt;
+      c.D = x.d;
+      c.Dv = x.dv;
+      if (shape == 0) {  // prefill, causal, Sq != Sk
+        c.B = 2, c.H = c.Hkv = 4, c.Sq = 300, c.Sk = 457, c.causal = true;
+      } else if (shape == 1) {  // decode, GQA 8:1 (packed), KV splits
+        c.B = 1, c.H = 8, c.Hkv = 1, c.Sq = 1, c.Sk = 5000;
+      } else {  // a window
+        c.B = 1, c.H = c.Hkv = 2, c.Sq = 200, c.Sk = 200, c.wl = 33, c.wr = 5;
+      }
+      c.impl = key;
+      c.expect_kernel = key;
+      run_case(c);
+    }
+}
+
 TEST_P(CudaSm90, DispatcherSelects) {
   FC_REQUIRE_SM90();
   const DType dt = GetParam();
@@ -203,16 +246,21 @@ TEST_P(CudaSm90, DispatcherSelects) {
     varlen_case(dt, 64, "", 4, cu, cu, sm90 + "64_64x64_s2_p");
   }
   c.exact_kernel = false;
-  c.expect_kernel = "fwd_sm80_";
   c.H = c.Hkv = 132;
   c.Sq = 100;
   c.Sk = 200;
-  c.D = 80;  // no sm90 instance (padded head dims run on the sm80 family)
-  run_case(c);
+  if (built({96, 128})) {  // D, Dv below a row's head dim: the smallest covering sm90 row
+    c.D = 80;
+    c.expect_kernel = sm90 + "96_";
+    run_case(c);
+    c.D = 128;
+    c.Dv = 64;  // D != Dv
+    c.expect_kernel = sm90 + "128_";
+    run_case(c);
+    c.Dv = -1;
+  }
   c.D = 128;
-  c.Dv = 64;  // D != Dv
-  run_case(c);
-  c.Dv = -1;
+  c.expect_kernel = "fwd_sm80_";
   c.tile_m = 64;  // a forced tile stays with the sm80 family
   c.tile_n = 64;
   run_case(c);

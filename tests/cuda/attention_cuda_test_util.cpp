@@ -147,21 +147,11 @@ void varlen_case(DType dt, int64_t D, const std::string& impl, int64_t H, const 
         p.max_seqlen_k = std::max<int64_t>(p.max_seqlen_k, ck[i] - ck[i - 1]);
       }
       p.max_seqlen_k = std::min<int64_t>(p.max_seqlen_k + 3, tk);
-      cudaStream_t st = nullptr;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-      p.stream = st;
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t ge = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      EXPECT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
-      ASSERT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
-      ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(ge, st), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-      cudaGraphExecDestroy(ge);
-      cudaGraphDestroy(g);
-      cudaStreamDestroy(st);
-      p.stream = nullptr;
+      fctest::run_captured([&](cudaStream_t st) {
+        p.stream = st;
+        EXPECT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
+        p.stream = nullptr;
+      });
     } else {
       ASSERT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
     }

@@ -2,14 +2,16 @@
 // docs/variants.md) against the fp64 reference: each variant alone and all combined, with
 // causal masks, windows, GQA/MQA, varlen batches, lse on and off, fully masked rows (O = 0,
 // lse = the sink), odd lengths, f16 / bf16 / f32 (TF32 and the exact FFMA kernel), several
-// head dims, every sm80 key of the build forced; the sm90 kernels never run them (automatic
-// dispatch takes the sm80 family on every GPU, a forced sm90 key is refused by name:
-// attention_cuda_errors_test.cpp), and the CUDA backward refuses them.
+// head dims, every sm80 key and every sm90 "_sv" key of the build forced. Automatic dispatch
+// takes the "_sv" rows on Hopper for 16-bit calls at their head dims (D == Dv, or padded
+// up to one), the sm80 family otherwise; a forced plain sm90 key is refused by name
+// (attention_cuda_errors_test.cpp), and the CUDA backward refuses them.
 // Inputs are fresh random values, outputs NaN-poisoned; every test skips with a message
 // when there is no sm80+ GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -53,6 +55,17 @@ std::string var_name(unsigned v) {
   return s.empty() ? "none" : s.substr(1);
 }
 
+// The family the dispatcher takes for a variant call (policy.cpp: pick_sm90,
+// padded_head_dims): on a Hopper GPU a 16-bit call runs on the "_sv" rows when one covers D
+// and Dv (each rounded up to a multiple of 8); the rest on the sm80 family.
+std::string variant_family(DType dt, int64_t D, int64_t Dv) {
+  if (dt == DType::f32 || !fctest::sm90_missing().empty()) return "fwd_sm80_";
+  const int64_t need = std::max((D + 7) / 8 * 8, (Dv + 7) / 8 * 8);
+  for (const auto& [key, hd] : keys_by_prefix("fwd_sm90_" + std::string(fctest::name(dt)) + "_hd", true))
+    if (fctest::has_suffix(key, "_sv") && hd >= need) return "fwd_sm90_";
+  return "fwd_sm80_";
+}
+
 struct VCase {
   DType dtype = DType::f16;
   int64_t B = 2, H = 4, Hkv = 2, Sq = 100, Sk = 130, D = 64, Dv = -1;
@@ -67,7 +80,7 @@ struct VCase {
   bool exact_fp32 = false;
   bool neg_inf_sink = false;  // head 0's sink is -inf (no sink)
   std::string impl;           // forced key
-  std::string expect;         // the kernel that must run starts with this (default "fwd_sm80_")
+  std::string expect;         // the kernel that must run starts with this (default: variant_family)
   std::string str() const {
     return std::string(fctest::name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + "/" +
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
@@ -143,7 +156,7 @@ void run_vcase(const VCase& c) {
   dout.download(o);
   dlse.download(lse);
   EXPECT_TRUE(o.padding_untouched()) << "kernel wrote outside the output view";
-  const std::string expect = !c.expect.empty() ? c.expect : !c.impl.empty() ? c.impl : "fwd_sm80_";
+  const std::string expect = !c.expect.empty() ? c.expect : !c.impl.empty() ? c.impl : variant_family(c.dtype, c.D, Dv);
   EXPECT_EQ(times.kernel.rfind(expect, 0), 0u) << "kernel " << times.kernel;
   // f32: the exact FFMA kernel when asked for or when the head dims are not multiples of 4.
   const bool exact = c.dtype == DType::f32 && (c.exact_fp32 || c.impl == kSimtKey || c.D % 4 != 0 || Dv % 4 != 0);
@@ -306,7 +319,7 @@ void varlen_vcase(DType dt, int64_t D, unsigned vars, bool causal, const std::st
   va.set(p, c, &dslopes.view(), &dsinks.view());
   flashcore::PhaseTimes t;
   EXPECT_NO_THROW(flashcore::attention(dq.view(), dk.view(), dv.view(), dout.view(), p, &t));
-  EXPECT_EQ(t.kernel.rfind(impl.empty() ? std::string("fwd_sm80_") : impl, 0), 0u) << "kernel " << t.kernel;
+  EXPECT_EQ(t.kernel.rfind(impl.empty() ? variant_family(dt, D, D) : impl, 0), 0u) << "kernel " << t.kernel;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaFree(dcq);
   cudaFree(dck);
@@ -348,6 +361,29 @@ TEST_P(CudaVariants, Varlen) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVariants, ::testing::Values(DType::f16, DType::bf16, DType::f32),
                          [](const ::testing::TestParamInfo<DType>& i) { return fctest::name(i.param); });
+
+// Every sm90 "_sv" key of this build, forced, with every variant and without (causal and
+// not, Sq != Sk, GQA, lse), on a Hopper GPU.
+TEST(CudaVariantsKeys, ForcedSvKeys) {
+  FC_REQUIRE_SM90();
+  for (DType dt : {DType::f16, DType::bf16})
+    for (const auto& [key, hd] : keys_by_prefix("fwd_sm90_" + std::string(fctest::name(dt)) + "_hd", true, 0))
+      if (fctest::has_suffix(key, "_sv"))
+        for (unsigned vars : {unsigned(kAll), unsigned(kSoftcap), unsigned(kAlibi | kSinks), 0u})
+          for (bool causal : {false, true}) {
+            VCase c;
+            c.dtype = dt;
+            c.D = hd;
+            c.H = 8;
+            c.Hkv = 2;
+            c.Sq = 200;
+            c.Sk = 333;
+            c.causal = causal;
+            c.vars = vars;
+            c.impl = key;
+            run_vcase(c);
+          }
+}
 
 // Every sm80 key of this build that the device runs, forced, with every variant (causal,
 // Sq != Sk, D = its head dim, and D one chunk below it: padded columns).

@@ -116,8 +116,12 @@ const Row kRows[] = {
     {"varlen causal, mean 1024: 128-row tile, persistent", kH200, f16, 8, 16, 16, 1024, 1024, 128, 128, Mask::causal, true, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
     {"varlen decode H32/8 Sk4096: packed, split", kH200, f16, 4, 32, 8, 1, 4096, 128, 128, Mask::none, true, 0, 0, "fwd_sm90_f16_hd128_64x64_s2", 2, 4},
     // 16-bit problems the sm90 rows do not take: the sm80 family.
-    {"D 128 != Dv 64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 64, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_128x32_w4_o2", 0, 1},
-    {"D 80: the hd96 sm80 row", kH200, f16, 4, 16, 16, 2048, 2048, 80, 80, Mask::none, false, 0, 0, "fwd_sm80_f16_hd96_64x64_w4_o2", 0, 1},
+    {"D 128 != Dv 64: the hd128 sm90 rows (Dv zero-filled)", kH200, f16, 4, 16, 16, 2048, 2048, 128, 64, Mask::none, false, 0, 0, "fwd_sm90_f16_hd128_128x128_s2_p", 0, 1},
+    {"D 80: the hd96 sm90 rows", kH200, f16, 4, 16, 16, 2048, 2048, 80, 80, Mask::none, false, 0, 0, "fwd_sm90_f16_hd96_128x128_s2", 0, 1},
+    {"D 192, Dv 128 (DeepSeek prefill): the hd192 sm90 rows, persistent (banded, Sk <= 8192)", kH200, bf16, 2, 8, 8, 4096, 4096, 192, 128, Mask::causal, false, 0, 0, "fwd_sm90_bf16_hd192_128x64_s2_p", 0, 1},
+    {"D 136: the hd192 sm90 rows, not persistent (Sk > 2048)", kH200, f16, 2, 8, 8, 4096, 4096, 136, 136, Mask::none, false, 0, 0, "fwd_sm90_f16_hd192_128x64_s2", 0, 1},
+    {"D 48 decode: the hd64 sm90 rows, packed", kH200, f16, 1, 32, 8, 1, 8192, 48, 48, Mask::none, false, 0, 0, "fwd_sm90_f16_hd64_64x128_s2", 2, 16},
+    {"D 264: no CUDA kernel", kH200, f16, 1, 8, 8, 512, 512, 264, 264, Mask::none, false, 0, 0, "error:no_head_dim", 0, 1},
     {"forced tile 64x64: sm80 family", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 64, 64, "fwd_sm80_f16_hd128_64x64_w4_o2", 0, 1},
     {"forced tile 99x1: none", kH200, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 99, 1, "error:no_tile", 0, 1},
     {"A100 hd128 S2048: first sm80 row", kA100, f16, 4, 16, 16, 2048, 2048, 128, 128, Mask::none, false, 0, 0, "fwd_sm80_f16_hd128_128x32_w4_o2", 0, 1},
@@ -172,7 +176,7 @@ TEST(CudaPolicy, ExpectedKeysExist) {
 // Every key follows docs/naming.md's CUDA grammar and says what its row holds.
 TEST(CudaPolicy, KeysFollowTheGrammar) {
   const std::regex sm80(R"(^fwd_sm80_(f16|bf16|tf32)_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)(_s(\d+))?$)");
-  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt)?$)");
+  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt|_sv)?$)");
   for (const InstanceInfo& i : kAll) {
     std::cmatch m;
     const bool ok = std::regex_match(i.key, m, i.arch == 80 ? sm80 : sm90);
@@ -190,6 +194,7 @@ TEST(CudaPolicy, KeysFollowTheGrammar) {
       EXPECT_EQ(std::stoi(m[5].str()), i.stages) << i.key;
       EXPECT_EQ(m[6].str() == "_p", i.persistent) << i.key;
       EXPECT_EQ(m[6].str() == "_vt", i.vt_in) << i.key;
+      EXPECT_EQ(m[6].str() == "_sv", i.score_mod) << i.key;
     }
     for (const InstanceInfo& j : kAll) EXPECT_TRUE(&i == &j || std::strcmp(i.key, j.key) != 0) << i.key << " twice";
   }
@@ -206,7 +211,7 @@ TEST(CudaPolicy, FilteredTables) {
   const Row hopper{"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1};
   EXPECT_EQ(choose(hopper, no90, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2") << "no sm90 rows: sm80 on Hopper";
   const Row hd64{"", kH200, f16, 4, 32, 32, 4096, 4096, 64, 64, Mask::none, false, 0, 0, "", 0, 1};
-  EXPECT_EQ(choose(hd64, hd128, &pack, &splits), "fwd_sm80_f16_hd128_128x32_w4_o2") << "hd64 on the hd128 rows (padded)";
+  EXPECT_EQ(choose(hd64, hd128, &pack, &splits), "fwd_sm90_f16_hd128_128x128_s2_p") << "hd64 on the hd128 rows (zero-filled)";
   const Row hd256{"", kH200, f16, 4, 32, 32, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "", 0, 1};
   EXPECT_EQ(choose(hd256, hd128, &pack, &splits), "error:no_head_dim");
   const Row f32_256{"", kH200, f32, 4, 32, 32, 4096, 4096, 256, 256, Mask::none, false, 0, 0, "", 0, 1};
@@ -229,8 +234,10 @@ TEST(CudaPolicy, Sm90Refusal) {
   core::AttentionProblem p = problem({"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1});
   EXPECT_EQ(sm90_refusal(p, *p128, kH200), "");
   EXPECT_NE(sm90_refusal(p, *p128, kA100).find("9.0"), std::string::npos);
-  p.dv = 64;
-  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("D == Dv == 128"), std::string::npos);
+  p.dv = 64;  // Dv below the head dim: zero-filled
+  EXPECT_EQ(sm90_refusal(p, *p128, kH200), "");
+  p.dv = 136;
+  EXPECT_NE(sm90_refusal(p, *p128, kH200).find("D, Dv <= 128"), std::string::npos);
   p.dv = 128;
   p.dtype = DType::bf16;
   EXPECT_NE(sm90_refusal(p, *p128, kH200).find("not a bf16 kernel"), std::string::npos);
@@ -240,18 +247,20 @@ TEST(CudaPolicy, Sm90Refusal) {
   EXPECT_EQ(persistent_variant(kAll, *p128), p128);
 }
 
-// The score variants (softcap, ALiBi, sinks) run on the sm80 family only: on a Hopper GPU
-// the dispatcher takes the sm80 row the same shape gets without sm90 rows, and every sm90 row
-// refuses them, naming the variant.
-TEST(CudaPolicy, ScoreVariantsOnSm80) {
+// The score variants (softcap, ALiBi, sinks): on a Hopper GPU a 16-bit call takes its head
+// dim's "_sv" row (no GQA packing: slopes and sinks are per query head), which every other
+// sm90 row refuses, naming the variant; fp32, and every call on another GPU, takes the sm80
+// row the same shape gets without sm90 rows.
+TEST(CudaPolicy, ScoreVariants) {
   std::vector<InstanceInfo> no90;
   for (const InstanceInfo& i : kAll)
     if (i.arch == 80) no90.push_back(i);
   static const float slopes[32] = {}, sinks[32] = {};
   const Row rows[] = {
       {"", kH200, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
-      {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits on sm90
+      {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits, no packing
       {"", kH200, f16, 2, 16, 16, 1024, 1024, 64, 64, Mask::causal, true, 0, 0, "", 0, 1},
+      {"", kH200, bf16, 2, 8, 8, 512, 700, 256, 256, Mask::local, false, 0, 0, "", 0, 1},
       {"", kH200, f32, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
       {"", kA100, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::local, false, 0, 0, "", 0, 1},
   };
@@ -263,18 +272,29 @@ TEST(CudaPolicy, ScoreVariantsOnSm80) {
       if (v == 2) p.sinks = sinks;
       const char* name = v == 0 ? "params.softcap" : v == 1 ? "params.alibi_slopes" : "params.sinks";
       SCOPED_TRACE(std::string(name) + " " + to_string(r.dtype) + " hd" + std::to_string(r.d));
-      const Choice16 got = choose_kernel(p, r.sq, r.sk, r.dev, kAll), want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
-      ASSERT_NE(want.kernel.inst, nullptr);
+      const Choice16 got = choose_kernel(p, r.sq, r.sk, r.dev, kAll);
       ASSERT_NE(got.kernel.inst, nullptr);
-      EXPECT_EQ(std::string(got.kernel.inst->key), want.kernel.inst->key);
-      EXPECT_EQ(got.kernel.inst->arch, 80);
-      EXPECT_EQ(got.kernel.kv_splits, 1);
       EXPECT_EQ(got.kernel.pack_shift, 0);
-      EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), nullptr);
+      if (r.dev.hopper() && r.dtype != f32) {
+        const std::string want = "fwd_sm90_" + std::string(to_string(r.dtype)) + "_hd" + std::to_string(r.d) + "_";
+        EXPECT_EQ(std::string(got.kernel.inst->key).rfind(want, 0), 0u) << got.kernel.inst->key;
+        EXPECT_TRUE(got.kernel.inst->score_mod) << got.kernel.inst->key;
+        EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), got.kernel.inst);
+      } else {
+        const Choice16 want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
+        ASSERT_NE(want.kernel.inst, nullptr);
+        EXPECT_EQ(std::string(got.kernel.inst->key), want.kernel.inst->key);
+        EXPECT_EQ(got.kernel.kv_splits, 1);
+        EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), nullptr);
+      }
       for (const InstanceInfo& i : kAll)
-        if (i.arch == 90 && i.dtype == r.dtype && r.dev.hopper()) {
+        if (i.arch == 90 && i.dtype == r.dtype && r.dev.hopper() && !i.score_mod) {
           EXPECT_NE(sm90_refusal(p, i, r.dev).find(name), std::string::npos) << i.key;
         }
+      // A call without variants never takes a "_sv" row.
+      const Choice16 base = choose_kernel(plain, r.sq, r.sk, r.dev, kAll);
+      ASSERT_NE(base.kernel.inst, nullptr);
+      EXPECT_FALSE(base.kernel.inst->score_mod) << base.kernel.inst->key;
     }
 }
 
@@ -311,30 +331,55 @@ TEST(CudaPolicy, VtPath) {
   EXPECT_EQ(vt_path(key("fwd_sm90_e4m3_hd256_128x128_s2_p"), false, false), VtPath::prepass);  // no room for it
 }
 
-// Head dims off the multiples of 8 (16-bit): on Hopper padded to the smallest sm90 head dim
-// that covers both (D == Dv there), unless a score variant keeps the call on the sm80 family;
-// elsewhere each to the next multiple of 8.
+// Head dims off the multiples of 8 (16-bit): each padded to the next multiple of 8 (the
+// padded problem then runs on the kernels of the smallest head dim that covers both).
 TEST(CudaPolicy, PaddedHeadDims) {
-  const InstanceList all(kAll);
-  const auto dims = [&](int64_t d, int64_t dv, const DeviceFacts& dev, DType dt, bool softcap = false) {
+  const auto dims = [&](int64_t d, int64_t dv) {
     core::AttentionProblem p;
-    p.dtype = p.out_dtype = dt;
+    p.dtype = p.out_dtype = DType::bf16;
     p.d = d;
     p.dv = dv;
-    p.softcap = softcap ? 30.0f : 0.0f;
-    return padded_head_dims(p, dev, all);
+    return padded_head_dims(p);
   };
   using P = std::pair<int64_t, int64_t>;
-  EXPECT_EQ(dims(59, 59, kH200, DType::bf16), P(64, 64));
-  EXPECT_EQ(dims(1, 1, kH200, DType::f16), P(64, 64));
-  EXPECT_EQ(dims(111, 64, kH200, DType::f16), P(128, 128));
-  EXPECT_EQ(dims(59, 33, kH200, DType::bf16), P(64, 64));
-  EXPECT_EQ(dims(200, 255, kH200, DType::bf16), P(256, 256));
-  EXPECT_EQ(dims(111, 111, kH200, DType::bf16, true), P(112, 112));  // softcap: sm80 only
-  EXPECT_EQ(dims(111, 33, kA100, DType::bf16), P(112, 40));
-  EXPECT_EQ(dims(7, 255, kSm86, DType::f16), P(8, 256));
+  EXPECT_EQ(dims(59, 59), P(64, 64));
+  EXPECT_EQ(dims(1, 1), P(8, 8));
+  EXPECT_EQ(dims(111, 64), P(112, 64));
+  EXPECT_EQ(dims(200, 255), P(200, 256));
+  EXPECT_EQ(dims(7, 255), P(8, 256));
+}
+
+const InstanceInfo kKvc[] = {
+#define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#include "policy_instances_kvc.inc"
+#undef FC_SM80_INST
+};
+
+// attention_with_kvcache: the smallest kvc head dim that covers D and Dv for the dtype, and
+// KV splits only where (sequence, head) CTAs leave SMs idle and the cache has tiles to share.
+TEST(CudaPolicy, KvCacheKernelAndSplits) {
+  const InstanceList kvc(kKvc);
+  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev) {
+    const InstanceInfo* i = pick_kvcache(dt, hd, dev, kvc);
+    return std::string(i != nullptr ? i->key : "none");
+  };
+  EXPECT_EQ(key(DType::f16, 64, kH200), "kvc_sm80_f16_hd64_64x64_w4_o2");
+  EXPECT_EQ(key(DType::bf16, 80, kA100), "kvc_sm80_bf16_hd96_64x64_w4_o2");
+  EXPECT_EQ(key(DType::bf16, 128, kSm86), "kvc_sm80_bf16_hd128_64x64_w4_o2");
+  EXPECT_EQ(key(DType::f16, 200, kSm86), "kvc_sm80_f16_hd256_64x16_w4_o2");
+  EXPECT_EQ(key(DType::f32, 64, kH200), "none");
+  EXPECT_EQ(key(DType::f16, 264, kH200), "none");
+  const InstanceInfo& hd128 = *pick_kvcache(DType::f16, 128, kH200, kvc);
+  // B1 H8 decode over 5008 keys: 8 CTAs on 132 SMs -> min(264 / 8, 79 / 2, 32) = 32.
+  EXPECT_EQ(kvcache_split_count(1, 8, 1, 5008, hd128, kH200), 32);
+  // B32 H32 decode: 1024 CTAs fill the SMs already.
+  EXPECT_EQ(kvcache_split_count(1, 32, 32, 4096, hd128, kH200), 1);
+  // B4 H8 decode over 4096 keys: 32 CTAs -> min(8, 32, 32) = 8.
+  EXPECT_EQ(kvcache_split_count(1, 8, 4, 4096, hd128, kH200), 8);
+  // A short cache has too few tiles to share: 128 keys, 2 tiles -> 1.
+  EXPECT_EQ(kvcache_split_count(1, 8, 1, 128, hd128, kH200), 1);
+  EXPECT_EQ(kvcache_split_count(0, 8, 1, 4096, hd128, kH200), 1);
 }
 
 }  // namespace
 }  // namespace flashcore::cuda
-

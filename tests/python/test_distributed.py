@@ -1,8 +1,8 @@
 """flashcore.distributed.ring_attention over gloo on CPU: world sizes 1 to 4 (processes on
-this machine, flashcore's CPU kernels), each rank's output, lse and gradients against the
+this machine, flashcore's CPU kernels), and over NCCL on two GPUs where a machine has them, each rank's output, lse and gradients against the
 float64 reference of the whole sequence (tests/python/reference.py), causal and not,
-contiguous and zigzag sharding, GQA, odd shard lengths, float32 and bfloat16; shard /
-unshard; the options it refuses.
+contiguous and zigzag sharding, GQA, odd shard lengths, float32 and bfloat16, softcap and
+sinks (their gradient summed over the ranks); shard / unshard; the options it refuses.
 """
 import os
 import tempfile
@@ -26,10 +26,14 @@ CONFIGS = [(causal, layout, h, hkv, torch.float32, 2e-5)
 CONFIGS.append((True, "zigzag", 4, 2, torch.bfloat16, 3e-2))
 
 
-def _worker(rank, world, init_file, seed):
+def _worker(rank, world, init_file, seed, backend="gloo"):
     import flashcore.distributed as fd
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    # nccl: one GPU per rank, flashcore's CUDA kernels (fp32 on TF32: a looser bound)
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         for n, (causal, layout, h, hkv, dtype, tol) in enumerate(CONFIGS):
             s_local = 6 if layout == "zigzag" else 7
@@ -40,12 +44,18 @@ def _worker(rank, world, init_file, seed):
             v = torch.randn(2, s, hkv, 12, generator=g)
             dout = torch.randn(2, s, h, 12, generator=g)
             q, k, v, dout = (x.to(dtype) for x in (q, k, v, dout))
+            if cuda:
+                tol = max(tol, 3e-3)
             want_o, want_lse = ref.attention(q.float().numpy(), k.float().numpy(), v.float().numpy(), causal=causal)
             want_g = ref.attention_backward(q.float().numpy(), k.float().numpy(), v.float().numpy(),
                                             dout.float().numpy(), causal=causal)
-            mine = [fd.shard(x, rank, world, layout).clone().requires_grad_(True) for x in (q, k, v)]
+            dev = f"cuda:{rank}" if cuda else "cpu"
+            mine = [fd.shard(x, rank, world, layout).to(dev).clone().requires_grad_(True) for x in (q, k, v)]
             out, lse = fd.ring_attention(*mine, causal=causal, layout=layout, return_lse=True, threads=1)
-            out.backward(fd.shard(dout, rank, world, layout))
+            out.backward(fd.shard(dout, rank, world, layout).to(dev))
+            out, lse = out.cpu(), lse.cpu()
+            for x in mine:
+                x.grad = x.grad.cpu()
             what = f"rank {rank}/{world} causal={causal} {layout} H{h}/{hkv} {dtype}"
             err = ref.rel_err(out.detach().float().numpy(), fd.shard(torch.from_numpy(want_o), rank, world, layout))
             assert err <= tol, f"{what}: out rel_err {err:.2e}"
@@ -66,6 +76,72 @@ def test_ring_matches_reference(world):
     os.unlink(init_file)  # the file store creates it
     try:
         mp.spawn(_worker, args=(world, init_file, 1234 + world), nprocs=world, join=True)
+    finally:
+        if os.path.exists(init_file):
+            os.unlink(init_file)
+
+
+def _worker_variants(rank, world, init_file, seed):
+    """softcap on every key block, sinks joined once per row (and their gradient: the ranks'
+    shares summed over the group), against the reference of the whole sequence."""
+    import flashcore.distributed as fd
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        for n, (causal, layout) in enumerate(((True, "zigzag"), (False, "contiguous"), (True, "contiguous"))):
+            s_local = 6 if layout == "zigzag" else 5
+            s = s_local * world
+            g = torch.Generator().manual_seed(seed + n)
+            q, k, v, dout = (torch.randn(2, s, h, 16, generator=g) for h in (4, 2, 2, 4))
+            sinks = torch.randn(4, generator=g)
+            kw = dict(causal=causal, softcap=1.5, sinks=sinks.numpy())
+            want_o, want_lse = ref.attention(q.numpy(), k.numpy(), v.numpy(), **kw)
+            want_g = ref.attention_backward(q.numpy(), k.numpy(), v.numpy(), dout.numpy(), **kw)
+            mine = [fd.shard(x, rank, world, layout).clone().requires_grad_(True) for x in (q, k, v)]
+            my_sinks = sinks.clone().requires_grad_(True)
+            out, lse = fd.ring_attention(*mine, causal=causal, layout=layout, softcap=1.5, sinks=my_sinks,
+                                         return_lse=True, threads=1)
+            out.backward(fd.shard(dout, rank, world, layout))
+            what = f"rank {rank}/{world} causal={causal} {layout} softcap+sinks"
+            err = ref.rel_err(out.detach().numpy(), fd.shard(torch.from_numpy(want_o), rank, world, layout))
+            assert err <= 2e-5, f"{what}: out rel_err {err:.2e}"
+            want_lse_mine = fd.shard(torch.from_numpy(want_lse), rank, world, layout, dim=2)
+            assert np.allclose(lse.numpy(), want_lse_mine.numpy(), rtol=1e-4, atol=1e-4), f"{what}: lse"
+            for x, w, name in zip(mine, want_g[:3], ("dq", "dk", "dv")):
+                err = ref.rel_err(x.grad.numpy(), fd.shard(torch.from_numpy(w), rank, world, layout))
+                assert err <= 2e-5, f"{what}: {name} rel_err {err:.2e}"
+            dsinks = my_sinks.grad.clone()
+            dist.all_reduce(dsinks)
+            err = ref.rel_err(dsinks.numpy(), want_g[3])
+            assert err <= 2e-5, f"{what}: dsinks rel_err {err:.2e}"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ring_softcap_and_sinks(world):
+    fd, init_file = tempfile.mkstemp(prefix="fc_ring_var_")
+    os.close(fd)
+    os.unlink(init_file)
+    try:
+        mp.spawn(_worker_variants, args=(world, init_file, 99 + world), nprocs=world, join=True)
+    finally:
+        if os.path.exists(init_file):
+            os.unlink(init_file)
+
+
+@pytest.mark.parametrize("world", [2])
+def test_ring_nccl_on_gpus(world):
+    if not torch.cuda.is_available() or torch.cuda.device_count() < world or not dist.is_nccl_available():
+        pytest.skip(f"needs {world} CUDA GPUs and NCCL")
+    import flashcore
+    if not flashcore.built_with_cuda():
+        pytest.skip("needs a flashcore built with CUDA")
+    fd, init_file = tempfile.mkstemp(prefix="fc_ring_nccl_")
+    os.close(fd)
+    os.unlink(init_file)
+    try:
+        mp.spawn(_worker, args=(world, init_file, 4321 + world, "nccl"), nprocs=world, join=True)
     finally:
         if os.path.exists(init_file):
             os.unlink(init_file)
@@ -110,6 +186,10 @@ def test_refusals_name_the_option():
                               layout="zigzag")
         with pytest.raises(TypeError, match="torch tensors"):
             fd.ring_attention(q.numpy(), q, q)
+        with pytest.raises(ValueError, match="alibi_slopes"):
+            fd.ring_attention(q, q, q, alibi_slopes=torch.zeros(2))
+        with pytest.raises(ValueError, match="sinks: expected a torch tensor"):
+            fd.ring_attention(q, q, q, sinks=torch.zeros(3))
     finally:
         dist.destroy_process_group()
         if os.path.exists(init_file):

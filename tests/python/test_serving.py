@@ -126,6 +126,12 @@ def test_kvcache_errors_name_the_argument(rng):
         flashcore.attention_with_kvcache(q, kc.reshape(2, 24, 2, 16)[:, :16], vc.reshape(2, 24, 2, 16)[:, :16],
                                          np.array([3, 16], np.int32), k_new=kn, v_new=kn)
     assert np.array_equal(kc, before)
+    # check_cache: CPU arrays are always checked (True changes nothing); a non-bool is refused
+    with pytest.raises(ValueError, match="block_table: sequence 1"):
+        flashcore.attention_with_kvcache(q, kc, vc, np.array([5, 17], np.int32), block_table=table, check_cache=True)
+    flashcore.attention_with_kvcache(q, kc, vc, good, block_table=table, check_cache=True)
+    with pytest.raises(TypeError, match="check_cache: must be a bool"):
+        flashcore.attention_with_kvcache(q, kc, vc, good, block_table=table, check_cache="yes")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
@@ -201,6 +207,34 @@ def test_torch_kvcache_and_merge(rng):
     assert ref.rel_err(f64(om), o_ref) <= TOL["bf16"]
 
 
+def test_torch_kvcache_op_and_compile(rng):
+    torch = pytest.importorskip("torch")
+    fct = pytest.importorskip("flashcore.torch")
+    q = torch.randn(2, 2, 8, 64)
+    k = torch.randn(2, 50, 2, 64)
+    v = torch.randn(2, 50, 2, 64)
+    table = torch.tensor([[3, 0, 5, 1], [2, 6, 4, 7]], dtype=torch.int32)
+
+    def cache():
+        kc = torch.full((8, 16, 2, 64), float("nan"))
+        vc = torch.full((8, 16, 2, 64), float("nan"))
+        for b in range(2):
+            for s in range(48):
+                kc[table[b, s // 16], s % 16], vc[table[b, s // 16], s % 16] = k[b, s], v[b, s]
+        return kc, vc
+
+    lens = torch.tensor([48, 48], dtype=torch.int32)
+    f64 = lambda x: x.to(torch.float64).numpy()  # noqa: E731
+    o_ref, _ = ref.attention(f64(q), f64(k), f64(v), causal=True)
+    step = lambda q, kc, vc: fct.attention_with_kvcache(q, kc, vc, lens, k_new=k[:, 48:], v_new=v[:, 48:],  # noqa: E731
+                                                        block_table=table, causal=True)
+    for f in (step, torch.compile(step, fullgraph=True)):
+        kc, vc = cache()
+        out = f(q, kc, vc)
+        assert ref.rel_err(f64(out), o_ref) <= TOL["f32"]
+        assert torch.equal(kc[int(table[1, 3]), 1], k[1, 49])  # the append, in place
+
+
 def test_jax_merge(rng):
     jnp = pytest.importorskip("jax.numpy")
     oa, ob = (randn(rng, (1, 4, 2, 8), np.float32) for _ in range(2))
@@ -224,3 +258,30 @@ def test_torch_cuda_merge(rng):
     f64 = lambda x: x.to("cpu", torch.float64).numpy()  # noqa: E731
     assert ref.rel_err(f64(out), f64(whole)) <= TOL["bf16"]
     assert np.allclose(f64(lse), f64(whole_lse), atol=1e-3, rtol=1e-3)
+
+
+def test_torch_cuda_kvcache(rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not flashcore.built_with_cuda():
+        pytest.skip("needs a CUDA GPU and a flashcore built with CUDA")
+    b, h, hkv, d, page = 3, 8, 2, 128, 16
+    lens = np.array([0, 37, 300], np.int32)
+    k_all = [randn(rng, (int(n) + 1, hkv, d), np.float32) for n in lens]
+    v_all = [randn(rng, (int(n) + 1, hkv, d), np.float32) for n in lens]
+    q = randn(rng, (b, 1, h, d), np.float32)
+    kc, vc, table, _ = build_cache(rng, k_all, v_all, lens, 1, page, np.float32)
+    kn = np.stack([ks[n:] for ks, n in zip(k_all, lens)])
+    vn = np.stack([vs[n:] for vs, n in zip(v_all, lens)])
+    cu = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to("cuda")  # noqa: E731
+    bf = lambda x: cu(x).to(torch.bfloat16)  # noqa: E731
+    kc_d, vc_d = bf(np.nan_to_num(kc)), bf(np.nan_to_num(vc))
+    out = flashcore.attention_with_kvcache(bf(q), kc_d, vc_d, cu(lens), k_new=bf(kn), v_new=bf(vn),
+                                           block_table=cu(table), causal=True, check_cache=True)
+    assert out.is_cuda and out.dtype == torch.bfloat16
+    for i in range(b):
+        o_ref, _ = ref.attention(q[i:i + 1], k_all[i][None], v_all[i][None], causal=True)
+        assert ref.rel_err(out[i:i + 1].to("cpu", torch.float64).numpy(), o_ref) <= TOL["bf16"]
+    bad = table.copy()
+    bad[2, 0] = 10 ** 6
+    with pytest.raises(ValueError, match="block_table"):
+        flashcore.attention_with_kvcache(bf(q), kc_d, vc_d, cu(lens), block_table=cu(bad), check_cache=True)

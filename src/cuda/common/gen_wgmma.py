@@ -4,7 +4,7 @@
 # --check: exit 1 when the committed header differs from what this script prints (a ctest).
 import pathlib, sys
 
-N_16BIT = (64, 96, 128, 256)  # the N of m64nNk16 the kernels use (S tile widths, head dims)
+N_16BIT = (64, 96, 128, 192, 256)  # the N of m64nNk16 the kernels use (S tile widths, head dims)
 TYPES_16BIT = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 N_FP8 = (64, 128, 136, 192, 256)  # m64nNk32 with e4m3 operands (S tile widths, head dims; 136: hd128 P V with a block of ones for the row sums, flashcore_wgmma_mufu)
 

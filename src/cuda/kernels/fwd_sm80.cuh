@@ -23,11 +23,17 @@
 // fwd_sm80_kernel<..., true> (the same code, the hostile-value steps included): S' is then
 // the transformed score times log2 e (parts/score_mod.cuh) before the mask, and the sink
 // joins each row before the epilogue; rows computed again take the variants too.
+// attention_with_kvcache runs fwd_sm80_kernel<..., false, true> (kernels/kvc_sm80.cuh): K/V
+// rows from a contiguous or paged cache (sm80/load.cuh: CacheKvRows), each sequence's
+// length read on the device, and KV splits whose partial rows kv_combine.cu merges. It has
+// no hostile-value steps yet: the second key run and the rows computed again read K/V as
+// contiguous rows.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "cuda/common/launch.hpp"
 #include "cuda/common/ptx.cuh"
@@ -79,7 +85,7 @@ struct FwdSm80Traits {
 // written (one kernel template: a body function inlined into two kernels numbered the PTX
 // registers otherwise, and ptxas then named registers differently).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
-          bool kVariants = false>
+          bool kVariants = false, bool kCache = false>
 __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kThreads,
                                   FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>::kMinBlocks)
     fwd_sm80_kernel(const FwdParams p) {
@@ -97,12 +103,16 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   // tiles, the band, this thread and its rows row0 + 16 mi + {0, 8}. Found from the thread's
   // and block's indices read again (ptx::tid_x, ctaid) by each key loop run and the
   // epilogue: held over the first run, it made ptxas spill there when the second was added.
+  // kCache: p.kv_splits CTAs per query block (consecutive blockIdx.x, `split` this one's run
+  // of the key tiles), and the query heads of a KV head packed into the rows (GQA, shift =
+  // log2 G > 0, as the sm90 kernels): row r is query r >> shift of head h + (r & (G - 1)).
+  using Kv = std::conditional_t<kCache, sm80::CacheKvRows<T, kBlockN>, sm80::ContiguousKvRows<T, kBlockN>>;
   struct Where {
     SeqInfo seq;
-    sm80::ContiguousKvRows<T, kBlockN> kv;
+    Kv kv;
     TileRange tiles;
     Band32 band;
-    int h, b, m0, tid, row0;
+    int h, b, m0, tid, row0, split, shift, rows;
   };
   auto where = [&p]() {
     // Two-warp tiles: tid masked to its range (which threadIdx.x would have told; kThreads is
@@ -110,24 +120,49 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     // other tiles (tf32 hd64 128x64, 16-bit hd256 64x32) spilled with the mask, not without.
     const int tid = Tr::kThreads == 64 ? ptx::tid_x() & (Tr::kThreads - 1) : ptx::tid_x();
     const int3 block = ptx::ctaid();
-    const int h = block.y, b = block.z;
-    const int m0 = (int(gridDim.x) - 1 - block.x) * kBlockM;
-    const SeqInfo seq = seq_info(p, b);
+    const int split = kCache ? block.x % p.kv_splits : 0;
+    const int m_block = kCache ? int(gridDim.x) / p.kv_splits - 1 - block.x / p.kv_splits : int(gridDim.x) - 1 - block.x;
+    const int shift = kCache ? p.pack_shift : 0;
+    const int h = block.y << shift, b = block.z;
+    const int m0 = m_block * kBlockM;
+    const SeqInfo seq = kCache ? cache_seq_info(p, b) : seq_info(p, b);
+    const int rows = seq.sq << shift;
     const int hk = h / p.group;
     const core::BandMask mask = band_mask(p, seq);
-    return Where{seq,
-                 {static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
-                  static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss},
-                 tile_range(mask, m0, min(m0 + kBlockM, seq.sq) - 1, seq.sk, kBlockN),
-                 Band32{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk},
-                 h, b, m0, tid, m0 + tid / 32 * 16 * kMI + tid % 32 / 4};
+    TileRange tiles = tile_range(mask, m0 >> shift, (min(m0 + kBlockM, rows) - 1) >> shift, seq.sk, kBlockN);
+    if constexpr (kCache) {  // this split's run of the key tiles (near-equal runs, in order)
+      const int ns = p.kv_splits, per = (tiles.hi - tiles.lo + ns - 1) / ns;
+      tiles.lo = min(tiles.hi, tiles.lo + split * per);
+      tiles.hi = min(tiles.hi, tiles.lo + per);
+    }
+    const Kv kv = [&] {
+      if constexpr (kCache)
+        return sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+      else
+        return sm80::ContiguousKvRows<T, kBlockN>{
+            static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
+            static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
+    }();
+    return Where{seq,   kv, tiles, Band32{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk},
+                 h,     b,  m0,    tid,
+                 m0 + tid / 32 * 16 * kMI + tid % 32 / 4,
+                 split, shift, rows};
   };
   {
     const Where w = where();
-    if (w.m0 >= w.seq.sq) return;
+    if (w.m0 >= w.rows) return;
     // Prologue: Q, one commit group (each key loop run loads its first K/V tiles).
-    const T* gq = static_cast<const T*>(p.q) + w.seq.bb * p.q_sb + (w.seq.q_row0 + w.m0) * p.q_ss + w.h * p.q_sh;
-    load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, w.seq.sq - w.m0, p.d, w.tid);
+    if (w.shift > 0) {  // packed rows: (query, head) pairs
+      const T* gq0 = static_cast<const T*>(p.q) + w.seq.bb * p.q_sb + w.seq.q_row0 * p.q_ss + w.h * p.q_sh;
+      const int shift = w.shift, m0 = w.m0;
+      const auto q_row = [&](int r) {
+        return gq0 + ((m0 + r) >> shift) * p.q_ss + ((m0 + r) & ((1 << shift) - 1)) * p.q_sh;
+      };
+      load_tile_rows<kBlockM, kHeadDim, Tr::kThreads>(sQ, q_row, gq0, w.rows - w.m0, p.d, w.tid);
+    } else {
+      const T* gq = static_cast<const T*>(p.q) + w.seq.bb * p.q_sb + (w.seq.q_row0 + w.m0) * p.q_ss + w.h * p.q_sh;
+      load_tile<kBlockM, kHeadDim, Tr::kThreads>(sQ, gq, p.q_ss, w.seq.sq - w.m0, p.d, w.tid);
+    }
     ptx::cp_async_commit();
   }
 
@@ -141,8 +176,19 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     const Where w = where();
     const TileRange& tiles = w.tiles;
     const int tid = w.tid, t = tid % 4;
+    // K/V tiles are loaded in order, each with the page ids fetched when the last one was
+    // (the KV cache's paged rows; nothing for the other policies).
+    const auto fetch_pages = [&](int n) {
+      if constexpr (kCache)
+        return sm80::fetch_pages<kBlockN, kHeadDim, Tr::kThreads, T>(w.kv, n, w.seq.sk, tid);
+      else
+        return sm80::NoPages{};
+    };
+    auto pages = fetch_pages(tiles.lo);
     auto load_kv = [&](int n, int stage) {
-      sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, w.kv, n, stage, w.seq.sk, p.d, p.dv, tid);
+      sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, w.kv, pages, n, stage, w.seq.sk, p.d,
+                                                                     p.dv, tid);
+      pages = fetch_pages(n + 1);
     };
     sm80::Mainloop<T, Tr> ml;
     ml.init(sQ, sK, sV, tid / 32, tid % 32);
@@ -189,7 +235,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       ml.qk(s, stage_off);
       // variants: the scores go to the log2 domain here, and the mask and softmax take factor 1
       if constexpr (kVariants) transform_scores<kMI, kNF>(s, p, slope2, w.band.offset, w.row0, n * kBlockN, t);
-      mask_scores<kMI, kNF>(s, full, kVariants ? 1.f : p.scale_log2, w.band, w.row0, n * kBlockN, t);
+      mask_scores<kMI, kNF>(s, full, kVariants ? 1.f : p.scale_log2, w.band, w.row0, n * kBlockN, t, w.shift);
       float corr[2 * kMI];
       sm.template update<kMI, kNF>(s, kVariants ? 1.f : p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);
       rescale_rows<kMI, kDF>(acc, corr);
@@ -204,7 +250,9 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   // multiplies every key of a tile, 0 * NaN is NaN): the block runs its keys again, cleaning
   // (rare; the barrier also frees the stages for the second run).
   bool cleaned = false;
-  if (__syncthreads_or(sm80::nonfinite_rows<kMI, kDF>(acc, sm.l))) cleaned = key_loop(std::true_type{});
+  if constexpr (!kCache) {
+    if (__syncthreads_or(sm80::nonfinite_rows<kMI, kDF>(acc, sm.l))) cleaned = key_loop(std::true_type{});
+  }
 
   zero_empty_rows<kMI, kDF>(acc, sm.l);
   // The rows repair() takes (l NaN: computed again; l = 0: no finite score): the variant
@@ -235,32 +283,53 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
         }
     }
   }
+  if constexpr (kCache) {
+    if (p.kv_splits > 1) {  // unnormalized rows and (m, mlo, l) for kv_combine.cu
+      const int64_t i0 = (int64_t(w.split) * p.o_rows() + int64_t(w.b) * p.sq) * p.heads + w.h;
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+        store_partial<kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, p.part_o, p.part_ml, i0, p.heads,
+                           w.row0 + 16 * mi, w.seq.sq, p.dv, w.tid % 4, w.shift);
+      return;
+    }
+  }
   T* go = static_cast<T*>(p.o) + w.seq.bb * p.o_sb + w.seq.q_row0 * p.o_ss + w.h * p.o_sh;
   float* glse = p.lse == nullptr ? nullptr : p.lse + w.seq.bb * p.lse_sb + w.h * p.lse_sh + w.seq.q_row0;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
     store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, w.row0 + 16 * mi,
-                         w.seq.sq, p.dv, w.tid % 4);
+                         w.seq.sq, p.dv, w.tid % 4, w.shift, p.o_sh, p.lse_sh);  // (packed rows: the KV cache's kernel)
   // Rows the softmax could not take (l NaN) computed again, and V's cleaned NaN / Inf added
   // back to the rows that see them (sm80/repair.cuh).
-  if constexpr (!kVariants) flags = sm80::row_flags<kMI>(sm.l);
-  if (__any_sync(0xffffffffu, (flags & 0xFFFFu) != 0) || cleaned)
-    sm80::repair<T, Tr, kVariants>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
+  if constexpr (!kCache) {
+    if constexpr (!kVariants) flags = sm80::row_flags<kMI>(sm.l);
+    if (__any_sync(0xffffffffu, (flags & 0xFFFFu) != 0) || cleaned)
+      sm80::repair<T, Tr, kVariants>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
+  }
 }
 
 // The launcher of one instance: the plain kernel, or with kVariants the variant kernel
 // (the build compiles each in a translation unit of its own, src/cuda/sources.cmake: the
 // plain one's code does not depend on the other's presence, and the instance's plain
 // launcher hands calls with FwdParams::variants to the variant one).
+// kCache: the KV cache's kernel (kernels/kvc_sm80.cuh), p.kv_splits CTAs per query block of
+// (query, head) rows packed per KV head (p.pack_shift).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks,
-          bool kVariants = false>
+          bool kVariants = false, bool kCache = false>
 cudaError_t launch_fwd_sm80(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks>;
-  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kVariants>;
+  auto kernel = fwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kVariants, kCache>;
   static std::atomic<uint64_t> smem_done{0};
   const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
-  const dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
+  dim3 grid((p.sq + kBlockM - 1) / kBlockM, p.heads, p.batch);
+  if constexpr (kCache) {
+    if (p.kv_splits < 1 || (p.kv_splits > 1 && (p.part_o == nullptr || p.part_ml == nullptr)))
+      return cudaErrorInvalidValue;
+    const int rows = p.sq << p.pack_shift;
+    grid = dim3(unsigned((rows + kBlockM - 1) / kBlockM * p.kv_splits), unsigned(p.heads >> p.pack_shift),
+                unsigned(p.batch));
+  }
   kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
   return cudaGetLastError();
 }

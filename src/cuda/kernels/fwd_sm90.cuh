@@ -134,12 +134,21 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       float scale_log2 = p.scale_log2, o_scale = p.o_scale;
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
-      ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+      if constexpr (Tr::kScoreMod)  // (never packed: the policy gives variant calls no GQA packing)
+        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, 0, band, scale_log2, o_scale, res,
+               alibi_slope_log2(p, wi.b, wi.h));
+      else
+        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
       // The rows' reasons for a second look (rows to compute again exactly: l NaN, or 16-bit
       // O not finite; fp8's V NaN to add back: repair.cuh), kept over the epilogue in one
-      // register.
+      // register; taken before a sink joins the rows (the repair joins it to the rows it
+      // computes again).
       const uint32_t fix = ml.fix_flags(p, qi, res);
       bool fix_any = __any_sync(0xffffffffu, sm90::fix_needed(fix));
+      if constexpr (Tr::kScoreMod) {
+        if (p.sinks != nullptr && !(Sched::kSplits && sched.ns > 1))  // (with splits: kv_combine.cu joins it)
+          join_sink_rows(res, p.sinks[wi.h]);
+      }
       if (Sched::kSplits && sched.ns > 1)
         ep.store_split(p, res, wi, seq, row0, sched.shift, sched.split_j);
       else
@@ -153,15 +162,18 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 #endif
 }
 
-// Host launcher: tensor maps of Q, K, V ([B][S][H][D] by strides, any order; D must be
-// kHeadDim), then the launch on the caller's stream. Varlen: the maps cover the packed
+// Host launcher: tensor maps of Q, K, V ([B][S][H][D] by strides, any order; D and Dv at
+// most kHeadDim, e4m3 equal to it), then the launch on the caller's stream. Varlen: the maps cover the packed
 // tensors ([1][total][H][D]); a sequence's tiles start at its first row, and rows of the
 // next sequence that a tile reaches are masked (keys) or not stored (queries).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
 cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   using Tr = FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages, kVariant>;
   constexpr bool kPersistent = Tr::kPersistent;
-  if (p.d != kHeadDim || p.dv != kHeadDim) return cudaErrorInvalidValue;
+  // 16-bit: D, Dv up to kHeadDim (TMA zero-fills the columns past them, the epilogue writes
+  // Dv columns); e4m3: D == Dv == kHeadDim (the V^T layouts assume it).
+  if (Tr::kFp8 ? p.d != kHeadDim || p.dv != kHeadDim : p.d > kHeadDim || p.dv > kHeadDim || p.d < 8 || p.dv < 8)
+    return cudaErrorInvalidValue;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int kv_heads = p.heads / p.group;
   const bool varlen = p.cu_q != nullptr;
@@ -177,7 +189,7 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   };
   CUtensorMap tq, tk, tv;
   cudaError_t e;
-  if (g > 1 && (g > 64 || kBlockM % g != 0)) return cudaErrorInvalidValue;
+  if (g > 1 && (g > 64 || kBlockM % g != 0 || Tr::kScoreMod)) return cudaErrorInvalidValue;  // ("_sv": no packing)
   if constexpr (Tr::kFp8) {  // V itself (Tr::kVtIn: 64-key boxes), or V^T from the pre-pass's workspace: [b][kv head][Dv][vt_sk] bytes (varlen: b = 1)
     if (!Tr::kVtIn && p.vt == nullptr) return cudaErrorInvalidValue;
     e = g > 1 ? make_tma_8bit_4d(&tq, p.q, p.d, p.heads, rows_q, nb, p.q_sh, p.q_ss, p.q_sb, g, 128, kBlockM / g)

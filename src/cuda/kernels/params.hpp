@@ -119,9 +119,10 @@ struct FwdParams {
   int kv_splits = 1;
   float* part_o = nullptr;
   float4* part_ml = nullptr;
-  // Score variants (core/variants/score.hpp; the sm80 family's variant kernels, the exact
-  // fp32 kernel, and the sinks in kv_combine.cu). `variants`: any of them set, the launcher
-  // takes the variant kernel (the plain one never reads the fields below). In the log2
+  // Score variants (core/variants/score.hpp; the sm90 "_sv" kernels, the sm80 family's
+  // variant kernels, the exact fp32 kernel, and the sinks in kv_combine.cu). `variants`: any
+  // of them set, the launcher takes the variant kernel (the plain one never reads the fields
+  // below). In the log2
   // domain the kernels work in, with z = the transformed natural-log score:
   //   z log2 e = softcap_out tanh(scale acc / c) - m_bh log2 e |i + Sk - Sq - j|
   // softcap_out = c log2 e (0: no softcap; then z log2 e = acc scale_log2 - ...),
@@ -133,6 +134,16 @@ struct FwdParams {
   const float* alibi = nullptr;
   int64_t alibi_sb = 0;
   const float* sinks = nullptr;
+  // attention_with_kvcache (the kvc kernels, kernels/kvc_sm80.cuh): sequence b has
+  // min(seqlens_k[b] + s_new, cache_rows) keys (lengths read on the device). With
+  // block_table the cache is paged: key s is row s % page_size of page
+  // block_table[b bt_sb + s / page_size], k / v point at page 0 and k_sb / v_sb are the
+  // page strides; a page id outside [0, num_pages) reads as zero rows (never out of bounds).
+  const int32_t* seqlens_k = nullptr;
+  int s_new = 0, cache_rows = 0;
+  const int32_t* block_table = nullptr;
+  int64_t bt_sb = 0;
+  int page_size = 0, num_pages = 0;
 
   // O's query rows: B Sq, or the packed tensor's total_q (varlen); the splits' stride in
   // part_o / part_ml is o_rows() H rows.

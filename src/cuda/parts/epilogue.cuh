@@ -78,4 +78,27 @@ __device__ __forceinline__ void add_to_output(T* at, float x, bool bf16) {
   }
 }
 
+// KV-split partials (kv_combine.cu) of rows row0 and row0 + 8: the unnormalized O row and
+// its (m, mlo, l) (the max in two parts, OnlineSoftmax::finish); query q of head offset o (packed rows, shift > 0: row r is query r >> shift of
+// head offset r & (G - 1); else row r is query r, offset 0) at index i0 + q * heads + o
+// (part_o: index * dv floats on). Rows past Sq and columns past Dv are not written.
+template <int kDF>
+__device__ __forceinline__ void store_partial(const float (&acc)[kDF][4], const float* m, const float* mlo,
+                                              const float* l, float* part_o, float4* part_ml, int64_t i0, int heads,
+                                              int row0, int sq, int dv, int t, int shift = 0) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int prow = row0 + half * 8, row = prow >> shift, hoff = prow & ((1 << shift) - 1);
+    if (row >= sq) continue;
+    const int64_t i = i0 + int64_t(row) * heads + hoff;
+    float* po = part_o + i * dv;
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      const int col = df * 8 + 2 * t;
+      if (col < dv) *reinterpret_cast<float2*>(po + col) = make_float2(acc[df][2 * half], acc[df][2 * half + 1]);
+    }
+    if (t == 0) part_ml[i] = make_float4(m[half], mlo[half], l[half], 0.f);
+  }
+}
+
 }  // namespace flashcore::cuda

@@ -29,6 +29,19 @@ __device__ __forceinline__ SeqInfo seq_info(const FwdParams& p, int b) {
   return s;
 }
 
+// A KV cache's sequence b (FwdParams::seqlens_k): Sq queries, its cached keys plus the
+// appended ones, clamped to what the cache holds (unchecked lengths stay in bounds).
+__device__ __forceinline__ SeqInfo cache_seq_info(const FwdParams& p, int b) {
+  SeqInfo s;
+  s.bb = b;
+  s.q_row0 = 0;
+  s.k_row0 = 0;
+  s.sq = p.sq;
+  const int64_t n = int64_t(p.seqlens_k[b]) + p.s_new;
+  s.sk = int(n < 0 ? 0 : n > p.cache_rows ? int64_t(p.cache_rows) : n);
+  return s;
+}
+
 __device__ __forceinline__ core::BandMask band_mask(const FwdParams& p, const SeqInfo& s) {
   return band_mask(p, s.sq, s.sk);
 }

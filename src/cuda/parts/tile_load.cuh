@@ -47,4 +47,23 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
   }
 }
 
+// load_tile for rows that are not a fixed stride apart (a paged KV cache): row r of the
+// tile starts at row_ptr(r), or is zero-filled where row_ptr gives null (a row past `rows`
+// is not asked for). `any`: a valid global address for the copies that read nothing.
+template <int kRows, int kHeadDim, int kThreads, typename T, class RowPtr>
+__device__ __forceinline__ void load_tile_rows(uint32_t smem, const RowPtr& row_ptr, const T* any, int rows, int cols,
+                                               int tid) {
+  using Tile = SwizzledTile<kHeadDim, T>;
+  constexpr int kChunks = Tile::kChunks, kE = Tile::kElemsPerChunk, kTotal = kRows * kChunks;
+#pragma unroll
+  for (int i0 = 0; i0 < kTotal; i0 += kThreads) {
+    const int i = i0 + tid;
+    if (kTotal % kThreads == 0 || i < kTotal) {
+      const int r = i / kChunks, chunk = i % kChunks, c = chunk * kE;
+      const T* row = r < rows && c < cols ? row_ptr(r) : nullptr;
+      ptx::cp_async_16(smem + Tile::offset(r, chunk), row != nullptr ? row + c : any, row != nullptr);
+    }
+  }
+}
+
 }  // namespace flashcore::cuda

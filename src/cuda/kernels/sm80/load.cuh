@@ -1,8 +1,9 @@
 // The loads of the sm80 forward: global -> shared tiles by cp.async (parts/tile_load.cuh:
 // 16 bytes per copy, rows past the sequence and columns past the head dim zero-filled), K
 // and V by key block. Where a key block lives is the KV indexing policy's answer
-// (ContiguousKvRows: a sequence's keys are consecutive rows; a paged cache would look its
-// blocks up instead), so the load step takes "which key block" only.
+// (ContiguousKvRows: a sequence's keys are consecutive rows; CacheKvRows: a KV cache's,
+// contiguous or paged, whose rows are looked up in the block table), so the load step takes
+// "which key block" only.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,117 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const Kv& kv, 
   const int rows = sk - n * kBlockN;
   load_tile<kBlockN, kHeadDim, kThreads>(sK + stage * kTileKV, kv.k_block(n), kv.k_ss, rows, d, tid);
   load_tile<kBlockN, kHeadDim, kThreads>(sV + stage * kTileKV, kv.v_block(n), kv.v_ss, rows, dv, tid);
+}
+
+// K and V of a (sequence, KV head) in a KV cache (attention_with_kvcache): contiguous rows
+// from the sequence's first key (pages null: as ContiguousKvRows), or paged: key s at row
+// s % page_size of page pages[s / page_size], page ids outside [0, num_pages) read as zeros.
+template <typename T, int kBlockN>
+struct CacheKvRows {
+  const T *k, *v;          // contiguous: the sequence's key 0; paged: page 0 (head offset included)
+  int64_t k_ss, v_ss;      // row strides (within a page when paged)
+  int64_t k_ps, v_ps;      // page strides
+  const int32_t* pages;    // the sequence's block-table row, or null
+  int page_size, num_pages;
+  int page_shift;          // log2(page_size) for a power of two (a shift, not a division), else -1
+
+  __device__ __forceinline__ static CacheKvRows make(const FwdParams& p, int b, int hk) {
+    const bool paged = p.block_table != nullptr;
+    const int64_t kb = paged ? 0 : b * p.k_sb, vb = paged ? 0 : b * p.v_sb;
+    return {static_cast<const T*>(p.k) + kb + hk * p.k_sh,
+            static_cast<const T*>(p.v) + vb + hk * p.v_sh,
+            p.k_ss,
+            p.v_ss,
+            p.k_sb,
+            p.v_sb,
+            paged ? p.block_table + b * p.bt_sb : nullptr,
+            p.page_size,
+            p.num_pages,
+            __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1};
+  }
+  __device__ __forceinline__ int slot(int key) const { return page_shift >= 0 ? key >> page_shift : key / page_size; }
+  __device__ __forceinline__ int in_page(int key) const {
+    return page_shift >= 0 ? key & (page_size - 1) : key % page_size;
+  }
+};
+
+// The walk of a paged tile copy: thread tid copies 16-byte column chunk tid % kLanes of the
+// tile rows tid / kLanes + i kStep, i < kPasses. kLanes is the row's chunk count rounded up
+// to a power of two (lanes past the row's chunks copy nothing), so every thread has the same
+// rows in every tile and can look their pages up a tile ahead.
+template <int kRows, int kHeadDim, int kThreads, typename T>
+struct PagedWalk {
+  using Tile = SwizzledTile<kHeadDim, T>;
+  static constexpr int kLanes = Tile::kChunks <= 8 ? 8 : Tile::kChunks <= 16 ? 16 : 32;
+  static_assert(Tile::kChunks <= 32 && kThreads % kLanes == 0, "a paged walk needs whole rows per pass");
+  static constexpr int kStep = kThreads / kLanes, kPasses = (kRows + kStep - 1) / kStep;
+};
+
+// The page ids of the rows a thread copies of one key tile (PagedWalk's rows; -1 past the
+// sequence), read from the block table one tile before its copies are issued: a page id is
+// a global load the copies' addresses depend on, and issued with them it would add a whole
+// load latency to every tile of the two-stage ring. Empty for the other KV policies.
+template <int kPasses>
+struct TilePages {
+  int id[kPasses];
+};
+struct NoPages {};
+
+template <int kBlockN, int kHeadDim, int kThreads, typename T>
+__device__ __forceinline__ TilePages<PagedWalk<kBlockN, kHeadDim, kThreads, T>::kPasses> fetch_pages(
+    const CacheKvRows<T, kBlockN>& kv, int n, int sk, int tid) {
+  using W = PagedWalk<kBlockN, kHeadDim, kThreads, T>;
+  TilePages<W::kPasses> pg;
+  const int key0 = n * kBlockN + tid / W::kLanes;
+  if (kv.pages == nullptr) {  // a contiguous cache: no ids (load_kv does not read them), no per-row tests
+#pragma unroll
+    for (int i = 0; i < W::kPasses; ++i) pg.id[i] = -1;
+    return pg;
+  }
+#pragma unroll
+  for (int i = 0; i < W::kPasses; ++i) {
+    const int key = key0 + i * W::kStep;
+    // no wait here: the ids are first used by the next tile's copies
+    pg.id[i] = key < sk ? __ldg(kv.pages + kv.slot(key)) : -1;
+  }
+  return pg;
+}
+
+template <int kBlockN, int kHeadDim, int kThreads, int kTileKV, typename T, class Kv>
+__device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const Kv& kv, NoPages, int n, int stage, int sk,
+                                        int d, int dv, int tid) {
+  load_kv<kBlockN, kHeadDim, kThreads, kTileKV, T>(sK, sV, kv, n, stage, sk, d, dv, tid);
+}
+
+// Paged or contiguous cache rows; pg: fetch_pages of tile n.
+template <int kBlockN, int kHeadDim, int kThreads, int kTileKV, typename T, int kPasses>
+__device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvRows<T, kBlockN>& kv,
+                                        const TilePages<kPasses>& pg, int n, int stage, int sk, int d, int dv,
+                                        int tid) {
+  const int key0 = n * kBlockN;
+  if (kv.pages == nullptr) {
+    load_tile<kBlockN, kHeadDim, kThreads>(sK + stage * kTileKV, kv.k + key0 * kv.k_ss, kv.k_ss, sk - key0, d, tid);
+    load_tile<kBlockN, kHeadDim, kThreads>(sV + stage * kTileKV, kv.v + key0 * kv.v_ss, kv.v_ss, sk - key0, dv, tid);
+    return;
+  }
+  using W = PagedWalk<kBlockN, kHeadDim, kThreads, T>;
+  using Tile = typename W::Tile;
+  const int lane = tid % W::kLanes, r0 = tid / W::kLanes, c = lane * Tile::kElemsPerChunk;
+  if (lane >= Tile::kChunks) return;
+#pragma unroll
+  for (int i = 0; i < W::kPasses; ++i) {
+    const int r = r0 + i * W::kStep;
+    if (kBlockN % W::kStep == 0 || r < kBlockN) {
+      const int id = pg.id[i];
+      const bool row_ok = id >= 0 && id < kv.num_pages;
+      const int64_t in_page = kv.in_page(key0 + r);
+      const T* krow = kv.k + id * kv.k_ps + in_page * kv.k_ss;
+      const T* vrow = kv.v + id * kv.v_ps + in_page * kv.v_ss;
+      const uint32_t off = stage * kTileKV + Tile::offset(r, lane);
+      ptx::cp_async_16(sK + off, row_ok && c < d ? krow + c : kv.k, row_ok && c < d);
+      ptx::cp_async_16(sV + off, row_ok && c < dv ? vrow + c : kv.v, row_ok && c < dv);
+    }
+  }
 }
 
 }  // namespace flashcore::cuda::sm80

@@ -49,6 +49,7 @@
 #include "cuda/parts/fp8.hpp"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/operands_fp8.cuh"
+#include "cuda/parts/score_mod.cuh"
 #include "cuda/parts/seq_mask.cuh"
 #include "cuda/parts/softmax.cuh"
 
@@ -68,6 +69,22 @@ struct ItemResult {
   float acc[1][Tr::kHeadDim / 8][4];
   OnlineSoftmax<2> sm;
 };
+
+// The head's sink joined to both of the lane's rows (the score variants' kernel): O's rows
+// scaled, m = lse log2 e and l = 1, so the epilogue writes O and lse with the sink in the sum.
+template <class Tr>
+__device__ __forceinline__ void join_sink_rows(ItemResult<Tr>& r, float sink) {
+  float f[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float lse;
+    f[half] = join_sink_log2(r.sm.m[half] + r.sm.mlo[half], r.sm.l[half], sink, lse);
+    r.sm.m[half] = lse * kLog2eF;
+    r.sm.mlo[half] = 0.f;
+    r.sm.l[half] = 1.f;
+  }
+  rescale_rows<1, Tr::kHeadDim / 8>(r.acc, f);
+}
 
 template <typename T, class Tr, bool kChord>
 struct Mainloop {
@@ -186,14 +203,18 @@ struct Mainloop {
   // tiles `tiles` (it0: the CTA's K/V tiles before them, advanced), the lane's rows row0 and
   // row0 + 8 (packed rows: queries row >> shift), the band, the item's scale (fp8: with its
   // per-head factors; 16-bit: p.scale_log2, read where it is used) and o_scale (fp8).
+  // Tr::kScoreMod: each tile's scores go to the log2 domain transformed (softcap, ALiBi with
+  // the item's slope times log2 e, slope2; parts/score_mod.cuh) before the mask, and the
+  // mask and softmax take the factor 1.
   __device__ __forceinline__ void run(const FwdParams& p, int qi, int& it0, const TileRange& tiles, int row0, int shift,
-                                      const Band32& band, float item_scale_log2, float o_scale,
-                                      ItemResult<Tr>& out) const {
+                                      const Band32& band, float item_scale_log2, float o_scale, ItemResult<Tr>& out,
+                                      [[maybe_unused]] float slope2 = 0.f) const {
     const Pipeline<1> q_pipe = s.q_pipe();
     const Pipeline<kStages> k_pipe = s.k_pipe(), v_pipe = s.v_pipe();
     const int t = lane % 4;
     auto scale_log2 = [&] {
       if constexpr (Tr::kFp8) return item_scale_log2;
+      else if constexpr (Tr::kScoreMod) return 1.f;
       else return p.scale_log2;
     };
     float(&acc)[1][kDF][4] = out.acc;
@@ -209,6 +230,7 @@ struct Mainloop {
     // update writes P in place in sc; with two P buffers (Tr::kSpeculate) it is packed into
     // pa at once, else by the caller once the in-flight P V that reads pa is retired.
     auto softmax = [&](float (&sc)[1][kNF][4], int n, float (&corr)[2], PRegs& pa, bool spec) {
+      if constexpr (Tr::kScoreMod) transform_scores<1, kNF>(sc, p, slope2, band.offset, row0, n * kBlockN, t);
       mask_scores<1, kNF>(sc, n >= tiles.full_lo && n < tiles.full_hi, scale_log2(), band, row0, n * kBlockN, t, shift);
       const float e = scale_log2() > 0.f ? scale_log2() : 1.f;
       if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack, kChord>(

@@ -26,6 +26,7 @@
 #include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/exact_rows.cuh"
 #include "cuda/parts/nonfinite_v.cuh"
+#include "cuda/parts/score_mod.cuh"
 
 namespace flashcore::cuda::sm90 {
 
@@ -67,11 +68,28 @@ struct RowRepair {
       const int64_t at = split ? ml * p.dv : seq.bb * p.o_sb + (seq.q_row0 + i) * p.o_ss + int64_t(hq) * p.o_sh;
       if (exact) {  // computed again (V's values are in it), and written again
         float o[kDF][2], m, mlo, l;
-        recompute_row<T, kDF>(
-            o, m, mlo, l,
-            ExactRow<T>{static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + i) * p.q_ss + int64_t(hq) * p.q_sh,
-                        kb, ke},
-            ExactKv<T>{k0, v0, p.k_ss, p.v_ss, p.d, p.dv, c, v_scale}, lane);
+        const ExactRow<T> row{
+            static_cast<const T*>(p.q) + seq.bb * p.q_sb + (seq.q_row0 + i) * p.q_ss + int64_t(hq) * p.q_sh, kb, ke};
+        const ExactKv<T> kv{k0, v0, p.k_ss, p.v_ss, p.d, p.dv, c, v_scale};
+        if constexpr (Tr::kScoreMod) {  // the transformed scores, and the sink (not into a split's partial)
+          const float slope2 = alibi_slope_log2(p, w.b, hq);
+          const int dist0 = i + seq.sk - seq.sq;
+          auto z = [&](float u, int j) { return transform_score_exact(u, p, slope2, fabsf(float(dist0 - j))); };
+          recompute_row_z<T, kDF>(o, m, mlo, l, row, kv, lane, z, [&](float u, int j, float u1, int j1) {
+            return p.softcap_out > 0.f ? z(u, j) - z(u1, j1)  // bounded scores
+                                       : c * (u - u1) - slope2 * (fabsf(float(dist0 - j)) - fabsf(float(dist0 - j1)));
+          });
+          if (p.sinks != nullptr && !split) {  // the sink joins the row (O scaled, l = 1, m = lse log2 e)
+            float lse;
+            const float f = join_sink_log2(m, l, p.sinks[hq], lse);
+#pragma unroll
+            for (int df = 0; df < kDF; ++df) o[df][0] *= f, o[df][1] *= f;
+            m = lse * kLog2eF;
+            l = 1.f;
+          }
+        } else {
+          recompute_row<T, kDF>(o, m, mlo, l, row, kv, lane);
+        }
         const auto get = [&](int df, int e) { return o[df][e]; };
         if (split) {
 #pragma unroll

@@ -13,8 +13,11 @@ struct FwdSm90Config {
   static constexpr int kVariant = kVariant_;
   static constexpr bool kFp8 = kIsFp8;
   // kVariant (the instance row's last column): 0 plain, 1 persistent ("_p"), 2 (fp8, 64-row
-  // tiles) V^T made in the kernel ("_vt", kVtIn below).
+  // tiles) V^T made in the kernel ("_vt", kVtIn below), 3 (16-bit) the score variants'
+  // kernel ("_sv", kScoreMod: softcap and ALiBi on each tile's scores, the sink joined to
+  // each row; FwdParams::variants).
   static constexpr bool kPersistent = kVariant == 1;
+  static constexpr bool kScoreMod = kVariant == 3;
   static constexpr int kElem = kElemBytes;
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
@@ -119,7 +122,9 @@ struct FwdSm90Config {
   // non-persistent threshold (no spills): H200, Sk = 1024 .. 16384, back to back, 1.05-1.21x
   // its speed without them on randn inputs, 0.98-1.03x on the timing tool's wider codes
   // (2026-11-27, 6c606da).
-  static constexpr bool kSpeculate = (kOPasses == 1 || !kPersistent) &&
+  // The hd256 score-variant kernel ("_sv", 128x64) spilled 24 bytes with them (ptxas,
+  // 2026-11-29): it runs without.
+  static constexpr bool kSpeculate = !(kScoreMod && kHeadDim > 128) && (kOPasses == 1 || !kPersistent) &&
                                      kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + 2 * kPRegs) >= (kPersistent && !kFp8 ? 40 : 32);
   // fp8 kernels that speculate have a second compiled form (fwd_sm90_kernel's kChord), which
   // the launcher takes for FwdParams::exp_chord (Exp2Mode::fast without lse).
@@ -135,6 +140,7 @@ struct FwdSm90Config {
   static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 32 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
   static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 48 registers)");
+  static_assert(!kScoreMod || !kFp8, "the score variants' kernel: 16-bit");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");
   static_assert(kCtasPerSm * (kSmem + 1024) <= 233472 && kSmem <= 232448, "shared memory (228 KiB per SM, 227 per CTA)");

@@ -1,0 +1,236 @@
+// attention_with_kvcache's test fixture, shared by the CPU and the CUDA tests: a case (page
+// size or contiguous, layout, shapes, lengths, appended keys, masks, variants), its inputs
+// and caches built from every sequence's keys (pages in a random permutation, unused table
+// entries far outside the cache, unused slots NaN), the fp64 reference over each sequence's
+// keys laid out contiguously, and the checks of one call (out, lse, the caches after the
+// append: the new keys at their slots and nothing else changed).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "common/test_util.hpp"
+
+namespace fctest {
+
+namespace fc = flashcore;
+
+struct KvCase {
+  const char* name;
+  DType dtype;
+  int64_t page;   // 0: a contiguous cache
+  bool hnd;
+  int64_t b, sq, h, hkv, d;
+  std::vector<int64_t> lens;  // cache_seqlens (before the append)
+  int64_t s_new;              // appended keys (0: none)
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+  int threads = 2;
+  Strategy strategy = Strategy::automatic;
+  bool variants = false;  // softcap 5, ALiBi slopes [B, H], sinks [H]
+};
+
+// Inputs, the cache built from them, and the reference over each sequence's keys.
+struct KvFixture {
+  const KvCase& c;
+  int64_t rows = 0, slots = 0, max_pages = 0;  // cache rows per page (or S_max), pages (or B)
+  int64_t out_pad = 3;  // elements past each output row in check() (CUDA: even, rows 4-byte aligned)
+  std::vector<std::vector<int32_t>> pages;     // per sequence, its pages in order
+  HostTensor q, k_all, v_all, k_new, v_new, k_cache, v_cache, seqlens, table, ref_out, ref_lse;
+  HostTensor slopes, sinks;                     // the score variants' arrays (c.variants)
+  mutable Tensor slopes_view, sinks_view;       // what params() points to
+
+  explicit KvFixture(const KvCase& cs, Rng& rng) : c(cs) {
+    if (c.variants) {
+      slopes = HostTensor(DType::f32, {c.b, c.h});
+      sinks = HostTensor(DType::f32, {c.h});
+      slopes.fill_uniform(rng, 0.01, 0.5);
+      sinks.fill_uniform(rng, -1, 1);
+    }
+    const int64_t longest = *std::max_element(c.lens.begin(), c.lens.end()) + c.s_new;
+    // Every sequence's keys, old and new: K_all [B, longest, Hkv, D].
+    q = HostTensor(c.dtype, {c.b, c.sq, c.h, c.d});
+    k_all = HostTensor(c.dtype, {c.b, std::max<int64_t>(longest, 1), c.hkv, c.d});
+    v_all = HostTensor(c.dtype, {c.b, std::max<int64_t>(longest, 1), c.hkv, c.d});
+    q.fill_uniform(rng, -3, 3);
+    k_all.fill_uniform(rng, -3, 3);
+    v_all.fill_uniform(rng, -1, 1);
+    if (c.page == 0) {
+      rows = longest + rng.integer(0, 9);  // S_max
+      slots = c.b;
+    } else {
+      rows = c.page;
+      for (int64_t b = 0; b < c.b; ++b) {
+        const int64_t need = (c.lens[size_t(b)] + c.s_new + c.page - 1) / c.page;
+        max_pages = std::max(max_pages, need + rng.integer(0, 2));
+        pages.emplace_back(size_t(need));
+        slots += need;
+      }
+      slots += 3;  // pages no sequence uses
+      std::vector<int32_t> perm(static_cast<size_t>(slots));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937_64(uint64_t(rng.integer(0, 1 << 30))));
+      size_t next = 0;
+      for (auto& ps : pages)
+        for (int32_t& p : ps) p = perm[next++];
+    }
+    // The caches, NaN everywhere (stale slots), then each sequence's old keys.
+    const std::vector<int64_t> shape = c.hnd ? std::vector<int64_t>{slots, c.hkv, rows, c.d}
+                                             : std::vector<int64_t>{slots, rows, c.hkv, c.d};
+    k_cache = HostTensor(c.dtype, shape);
+    v_cache = HostTensor(c.dtype, shape);
+    k_cache.poison();
+    v_cache.poison();
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t s = 0; s < c.lens[size_t(b)]; ++s)
+        for (int64_t hk = 0; hk < c.hkv; ++hk)
+          for (int64_t e = 0; e < c.d; ++e) {
+            const int64_t src = ((b * k_all.shape()[1] + s) * c.hkv + hk) * c.d + e;
+            k_cache.set(cache_index(b, s, hk, e), k_all.get(src));
+            v_cache.set(cache_index(b, s, hk, e), v_all.get(src));
+          }
+    if (c.s_new > 0) {
+      k_new = HostTensor(c.dtype, {c.b, c.s_new, c.hkv, c.d});
+      v_new = HostTensor(c.dtype, {c.b, c.s_new, c.hkv, c.d});
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t i = 0; i < c.s_new * c.hkv * c.d; ++i) {
+          const int64_t src = (b * k_all.shape()[1] + c.lens[size_t(b)]) * c.hkv * c.d + i;
+          k_new.set(b * c.s_new * c.hkv * c.d + i, k_all.get(src));
+          v_new.set(b * c.s_new * c.hkv * c.d + i, v_all.get(src));
+        }
+    }
+    seqlens = HostTensor(DType::i32, {c.b});
+    for (int64_t b = 0; b < c.b; ++b) seqlens.set(b, double(c.lens[size_t(b)]));
+    if (c.page > 0) {
+      table = HostTensor(DType::i32, {c.b, max_pages});
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t i = 0; i < max_pages; ++i)  // unused entries: ids far outside the cache
+          table.set(b * max_pages + i, i < int64_t(pages[size_t(b)].size()) ? pages[size_t(b)][size_t(i)]
+                                                                             : (i % 2 ? -7 : 1 << 30));
+    }
+    reference();
+  }
+
+  // Logical index (in the tensor's own shape) of key s, kv head hk, element e of sequence b.
+  int64_t cache_index(int64_t b, int64_t s, int64_t hk, int64_t e) const {
+    const int64_t slot = c.page == 0 ? b : pages[size_t(b)][size_t(s / c.page)], row = c.page == 0 ? s : s % c.page;
+    return c.hnd ? ((slot * c.hkv + hk) * rows + row) * c.d + e : ((slot * rows + row) * c.hkv + hk) * c.d + e;
+  }
+
+  // The call's options; seq >= 0: those of the reference over sequence seq alone (its row
+  // of the ALiBi slopes as [1, H]).
+  fc::AttentionParams params(int64_t seq = -1) const {
+    fc::AttentionParams p;
+    p.causal = c.causal;
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    if (c.variants) {
+      p.softcap = 5.0f;
+      slopes_view = slopes.view();
+      if (seq >= 0) {
+        slopes_view.shape[0] = 1;
+        slopes_view.data = static_cast<float*>(slopes_view.data) + seq * c.h;
+      }
+      sinks_view = sinks.view();
+      p.alibi_slopes = &slopes_view;
+      p.sinks = &sinks_view;
+    }
+    return p;
+  }
+
+  // Sequence by sequence: its queries against its keys (old and new) in fp32 rows.
+  void reference() {
+    ref_out = HostTensor(DType::f32, {c.b, c.sq, c.h, c.d});
+    ref_lse = HostTensor(DType::f32, {c.b, c.h, c.sq});
+    const HostTensor qf = to_f32(q);
+    for (int64_t b = 0; b < c.b; ++b) {
+      const int64_t len = c.lens[size_t(b)] + c.s_new;
+      HostTensor kb(DType::f32, {1, len, c.hkv, c.d}), vb(DType::f32, {1, len, c.hkv, c.d});
+      for (int64_t i = 0; i < len * c.hkv * c.d; ++i) {
+        kb.set(i, k_all.get(b * k_all.shape()[1] * c.hkv * c.d + i));
+        vb.set(i, v_all.get(b * k_all.shape()[1] * c.hkv * c.d + i));
+      }
+      Tensor qv = qf.view(), ov = ref_out.view(), lv = ref_lse.view();
+      qv.shape[0] = ov.shape[0] = lv.shape[0] = 1;
+      qv.data = static_cast<float*>(qv.data) + b * c.sq * c.h * c.d;
+      ov.data = static_cast<float*>(ov.data) + b * c.sq * c.h * c.d;
+      lv.data = static_cast<float*>(lv.data) + b * c.h * c.sq;
+      fc::AttentionParams p = params(b);
+      p.lse = &lv;
+      fc::reference::attention(qv, kb.view(), vb.view(), ov, p);
+    }
+  }
+
+  // The call's cache options on the fixture's host tensors.
+  fc::KvCacheOptions options() {
+    fc::KvCacheOptions opt;
+    if (c.page > 0) opt.block_table = table.ptr();
+    if (c.s_new > 0) {
+      opt.k_new = k_new.ptr();
+      opt.v_new = v_new.ptr();
+    }
+    opt.layout = c.hnd ? fc::KvLayout::hnd : fc::KvLayout::nhd;
+    return opt;
+  }
+
+  // Runs the call on a fresh copy of the caches (kc, vc), writing out and lse (p.lse is set
+  // by the runner): the CPU call by default; the CUDA tests copy to the device and back.
+  using Runner = std::function<void(KvFixture&, HostTensor& kc, HostTensor& vc, HostTensor& out, HostTensor& lse,
+                                    fc::AttentionParams p)>;
+  static void run_cpu(KvFixture& f, HostTensor& kc, HostTensor& vc, HostTensor& out, HostTensor& lse,
+                      fc::AttentionParams p) {
+    p.lse = lse.ptr();
+    fc::attention_with_kvcache(f.q.view(), kc.view(), vc.view(), f.seqlens.view(), out.view(), f.options(), p);
+  }
+
+  // One call (poisoned, padded outputs; a fresh copy of the cache) and every property.
+  void check(int threads, Strategy s, const Runner& run = run_cpu) {
+    std::ostringstream tr;
+    tr << "threads " << threads << ", strategy " << name(s);
+    SCOPED_TRACE(tr.str());
+    HostTensor kc(c.dtype, k_cache.shape()), vc(c.dtype, v_cache.shape());
+    for (int64_t i = 0; i < kc.numel(); ++i) {
+      kc.set(i, k_cache.get(i));
+      vc.set(i, v_cache.get(i));
+    }
+    HostTensor out(c.dtype, {c.b, c.sq, c.h, c.d}, {}, out_pad), lse(DType::f32, {c.b, c.h, c.sq}, {}, 1);
+    out.poison();
+    lse.poison();
+    fc::AttentionParams p = params();
+    p.threads = threads;
+    p.strategy = s;
+    run(*this, kc, vc, out, lse, p);
+    const double tol = tolerance(c.dtype, Exp2Mode::exact, k_all.shape()[1]);
+    EXPECT_TRUE(close(out, ref_out, tol));
+    EXPECT_TRUE(lse_close(lse, ref_lse, tol));
+    EXPECT_TRUE(out.padding_untouched());
+    EXPECT_TRUE(lse.padding_untouched());
+    for (int64_t b = 0; b < c.b; ++b)  // cache_seqlens is read, never written
+      EXPECT_EQ(seqlens.get(b), double(c.lens[size_t(b)]));
+    // The caches: the new keys at their slots, every other element as it was (NaN too).
+    std::vector<bool> written(static_cast<size_t>(kc.numel()), false);
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t i = 0; i < c.s_new; ++i)
+        for (int64_t hk = 0; hk < c.hkv; ++hk)
+          for (int64_t e = 0; e < c.d; ++e) {
+            const int64_t at = cache_index(b, c.lens[size_t(b)] + i, hk, e), src = ((b * c.s_new + i) * c.hkv + hk) * c.d + e;
+            written[size_t(at)] = true;
+            ASSERT_EQ(kc.get(at), k_new.get(src)) << "k_cache: new key " << i << " of sequence " << b;
+            ASSERT_EQ(vc.get(at), v_new.get(src)) << "v_cache: new key " << i << " of sequence " << b;
+          }
+    for (int64_t i = 0; i < kc.numel(); ++i) {
+      if (written[size_t(i)]) continue;
+      const double k0 = k_cache.get(i), k1 = kc.get(i), v0 = v_cache.get(i), v1 = vc.get(i);
+      ASSERT_TRUE((std::isnan(k0) && std::isnan(k1)) || k0 == k1) << "k_cache element " << i << " changed";
+      ASSERT_TRUE((std::isnan(v0) && std::isnan(v1)) || v0 == v1) << "v_cache element " << i << " changed";
+    }
+  }
+};
+
+}  // namespace fctest
