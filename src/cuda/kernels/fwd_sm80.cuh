@@ -20,9 +20,10 @@
 // epilogue, and cleaned NaN / Inf added back to the rows that see them.
 //
 // The score variants (softcap, ALiBi, sinks) run in a second kernel of each instance,
-// fwd_sm80_kernel<..., true> (the same code, the hostile-value steps included): S' is then
-// the transformed score times log2 e (parts/score_mod.cuh) before the mask, and the sink
-// joins each row before the epilogue; rows computed again take the variants too.
+// fwd_sm80_kernel<..., true> (the same code, the hostile-value steps included but the second
+// run: rows whose O came out non-finite are computed again exactly instead): S' is then the
+// transformed score times log2 e (parts/score_mod.cuh) before the mask, and the sink joins
+// each row before the epilogue; rows computed again take the variants too.
 // attention_with_kvcache runs fwd_sm80_kernel<..., false, true> (kernels/kvc_sm80.cuh): K/V
 // rows from a contiguous or paged cache (sm80/load.cuh: CacheKvRows), each sequence's
 // length read on the device, and KV splits whose partial rows kv_combine.cu merges. It has
@@ -249,8 +250,11 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   // O non-finite in a row whose sum is not (V's NaN / Inf, at a key the row may not see: P V
   // multiplies every key of a tile, 0 * NaN is NaN): the block runs its keys again, cleaning
   // (rare; the barrier also frees the stages for the second run).
+  // The variant kernels take no second run (its registers made ptxas spill there): their
+  // rows with O non-finite are computed again exactly instead (flags below), over the keys
+  // each row sees.
   bool cleaned = false;
-  if constexpr (!kCache) {
+  if constexpr (!kCache && !kVariants) {
     if (__syncthreads_or(sm80::nonfinite_rows<kMI, kDF>(acc, sm.l))) cleaned = key_loop(std::true_type{});
   }
 
@@ -258,7 +262,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   // The rows repair() takes (l NaN: computed again; l = 0: no finite score): the variant
   // kernel reads them here, before a sink sets l = 1; the plain one after the epilogue.
   uint32_t flags = 0;
-  if constexpr (kVariants) flags = sm80::row_flags<kMI>(sm.l);
+  if constexpr (kVariants) flags = sm80::row_flags<kMI>(sm.l) | sm80::nonfinite_row_bits<kMI, kDF>(acc, sm.l);
   const Where w = where();
   if constexpr (kVariants) {
     if (p.sinks != nullptr) {  // the sink joins each row: O's rows scaled here, l = 1, m = lse log2 e

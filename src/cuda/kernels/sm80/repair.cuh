@@ -23,11 +23,12 @@
 
 namespace flashcore::cuda::sm80 {
 
-// Whether one of this lane's rows whose sum l is not NaN (rows with l NaN are computed
-// again anyway) has a non-finite element of O: x * 0 is NaN exactly for x NaN or +-Inf.
+// This lane's rows (bit r = 2 mi + half) whose sum l is not NaN (rows with l NaN are
+// computed again anyway) and whose O has a non-finite element: x * 0 is NaN exactly for x
+// NaN or +-Inf.
 template <int kMI, int kDF>
-__device__ __forceinline__ bool nonfinite_rows(const float (&acc)[kMI][kDF][4], const float (&l)[2 * kMI]) {
-  bool bad = false;
+__device__ __forceinline__ uint32_t nonfinite_lane_rows(const float (&acc)[kMI][kDF][4], const float (&l)[2 * kMI]) {
+  uint32_t f = 0;
 #pragma unroll
   for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
@@ -35,9 +36,13 @@ __device__ __forceinline__ bool nonfinite_rows(const float (&acc)[kMI][kDF][4], 
       float z = 0.f;
 #pragma unroll
       for (int df = 0; df < kDF; ++df) z = fmaf(acc[mi][df][2 * half + 1], 0.f, fmaf(acc[mi][df][2 * half], 0.f, z));
-      bad |= isnan(z) && !isnan(l[2 * mi + half]);
+      if (isnan(z) && !isnan(l[2 * mi + half])) f |= 1u << (2 * mi + half);
     }
-  return bad;
+  return f;
+}
+template <int kMI, int kDF>
+__device__ __forceinline__ bool nonfinite_rows(const float (&acc)[kMI][kDF][4], const float (&l)[2 * kMI]) {
+  return nonfinite_lane_rows<kMI, kDF>(acc, l) != 0;
 }
 
 // V's tile at `tile` (a stage of the ring; rows of keys, SwizzledTile) of cut tile k
@@ -67,6 +72,16 @@ __device__ __forceinline__ uint32_t row_flags(const float (&l)[2 * kMI]) {
   uint32_t f = 0;
 #pragma unroll
   for (int r = 0; r < 2 * kMI; ++r) f |= (isnan(l[r]) ? 1u : 0u) << r | (l[r] == 0.f ? 1u : 0u) << (16 + r);
+  return f;
+}
+
+// The rows of nonfinite_lane_rows as row_flags' bit r (computed again exactly: the variant
+// kernels, which take no second run), the same in the four lanes of a row's quad.
+template <int kMI, int kDF>
+__device__ __forceinline__ uint32_t nonfinite_row_bits(const float (&acc)[kMI][kDF][4], const float (&l)[2 * kMI]) {
+  uint32_t f = nonfinite_lane_rows<kMI, kDF>(acc, l);
+  f |= __shfl_xor_sync(0xffffffffu, f, 1);
+  f |= __shfl_xor_sync(0xffffffffu, f, 2);
   return f;
 }
 
