@@ -119,7 +119,11 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
     // Two-warp tiles: tid masked to its range (which threadIdx.x would have told; kThreads is
     // a power of two), as ptxas then kept the tf32 hd256 32x16 tile's key loop free of spills;
     // other tiles (tf32 hd64 128x64, 16-bit hd256 64x32) spilled with the mask, not without.
-    const int tid = Tr::kThreads == 64 ? ptx::tid_x() & (Tr::kThreads - 1) : ptx::tid_x();
+    // kCache: threadIdx.x, which ptxas may read again where it would otherwise hold what it
+    // derives from it (the opaque read left the hd256 key loop two registers short).
+    const int tid = kCache              ? int(threadIdx.x)
+                    : Tr::kThreads == 64 ? ptx::tid_x() & (Tr::kThreads - 1)
+                                         : ptx::tid_x();
     const int3 block = ptx::ctaid();
     const int split = kCache ? block.x % p.kv_splits : 0;
     const int m_block = kCache ? int(gridDim.x) / p.kv_splits - 1 - block.x / p.kv_splits : int(gridDim.x) - 1 - block.x;
