@@ -135,9 +135,15 @@ void set_variants(const Config& c, AttentionData& d, flashcore::AttentionParams&
   }
 }
 
+std::string DecodeCache::describe() const {
+  if (page == 0) return "contiguous cache";
+  return "paged cache, page " + std::to_string(page) + (in_order ? ", pages in table order" : ", pages in a random order");
+}
+
 DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng) {
   DecodeCache dc;
   dc.page = page;
+  dc.in_order = in_order;
   dc.per_seq = page > 0 ? (d.sk + page - 1) / page : 0;
   dc.pages = d.b * dc.per_seq;
   dc.lens = empty_array(DType::i32, d.b);

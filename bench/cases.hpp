@@ -47,10 +47,13 @@ struct AttentionData {
 // decode's KV cache holding the Sk keys of d's K and V for every sequence (cache_seqlens =
 // Sk): contiguous (page 0: kc / vc stay empty, d.k / d.v are the cache), or pages of `page`
 // rows, each sequence's pages in a random order (a server's cache after many sequences came
-// and went); table [B, per_seq] lists them.
+// and went; in table order with in_order); table [B, per_seq] lists them.
 struct DecodeCache {
   int64_t page = 0, per_seq = 0, pages = 0;
+  bool in_order = false;
   HostArray kc, vc, lens, table;
+  // The rows' note: "paged cache, page P, pages in ... order" or "contiguous cache".
+  std::string describe() const;
 };
 DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng);
 struct SoftmaxVData {

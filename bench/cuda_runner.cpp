@@ -275,8 +275,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
       r.mem_gbps = copy_gbps(stream);
       r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
       r.note += "; mem = device-to-device copy (bytes read + written)";
-      const char* order = c.pages_in_order ? ", pages in table order" : ", pages in a random order";
-      if (decode) r.note += paged ? "; paged cache, page " + std::to_string(dc.page) + order : "; contiguous cache";
+      if (decode) r.note += "; " + dc.describe();
     }
   } catch (const std::exception& e) {
     r.error = e.what();

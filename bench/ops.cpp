@@ -292,8 +292,7 @@ void run_decode(Result& r, Rng& rng, Result* contig_row) {
                  [&] { contiguous(nullptr); }, contig_row, "", 1.0, &r.speedup_vs_contiguous};
   measure(r, [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kcv, vcv, lensv, o, opt, p, t); }, poison_out,
           check, contig_row != nullptr ? &base : nullptr);
-  const char* order = c.pages_in_order ? ", pages in table order" : ", pages in a random order";
-  r.note = page > 0 ? "paged cache, page " + std::to_string(page) + order : "contiguous cache";
+  r.note = dc.describe();
   if (contig_row != nullptr) contig_row->note = "contiguous cache, calls interleaved with the row above";
 }
 

@@ -8,7 +8,7 @@
 # lists in the caller's scope:
 #   <prefix>_KEYS   <dir>_sm80_<dt>_hd<D>_<bm>x<bn>_w<warps>_o<ctas>[_s<stages> unless 2],
 #                   <dir>_sm90_<dt>_hd<D>_<bm>x<bn>_s<stages>[_p persistent, _vt fp8 V^T in the kernel,
-#                   _sv the score variants' kernel]
+#                   _sv the score variants' kernel, _p_sv both persistent and that]
 #   <prefix>_REGS   the registry's FC_<FAMILY>_INST(key, dtype key, head dim, tile fields...) lines
 #   <prefix>_TMPLS  the launcher's template arguments (type, head dim, tile fields...)
 set(_FC_INSTANCES_INC ${CMAKE_CURRENT_LIST_DIR}/instances.inc)
@@ -49,6 +49,8 @@ function(fc_cuda_instance_rows family dir dtypes hdims prefix)
         set(key ${key}_vt)
       elseif(ps EQUAL 3)
         set(key ${key}_sv)
+      elseif(ps EQUAL 4)
+        set(key ${key}_p_sv)
       endif()
     endif()
     list(GET args 1 ty)

@@ -97,7 +97,8 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
       {pr.k_new.data, "k_new"}, {pr.v_new.data, "v_new"}};
   for (const auto& [ptr, name] : ptrs) check_device_pointer(ptr, name, dev.id);
   const int64_t hd = std::max(p.d, p.dv);
-  const InstanceInfo* inst = pick_kvcache(p.dtype, hd, dev, kvcache_instances());
+  const int pack_shift = gqa_pack_shift(p, p.sq);
+  const InstanceInfo* inst = pick_kvcache(p.dtype, hd, p.sq << pack_shift, dev, kvcache_instances());
   if (inst == nullptr)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                                          ") has no CUDA KV-cache instance in this build that fits this device "
@@ -113,7 +114,7 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   f.bt_sb = p.block_table_sb;
   f.page_size = int(p.page_size);
   f.num_pages = int(pr.num_pages);
-  f.pack_shift = gqa_pack_shift(p, p.sq);
+  f.pack_shift = pack_shift;
   f.kv_splits = kvcache_split_count(p.sq << f.pack_shift, p.heads >> f.pack_shift, p.batch, pr.cache_rows, *inst, dev);
   name_kernel(times, inst->key, f);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

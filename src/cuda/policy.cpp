@@ -28,8 +28,8 @@ std::string sm90_refusal(const core::AttentionProblem& p, const InstanceInfo& i,
 
 const InstanceInfo* persistent_variant(InstanceList list, const InstanceInfo& t) {
   for (const InstanceInfo& i : list)
-    if (i.arch == 90 && i.persistent && i.dtype == t.dtype && i.head_dim == t.head_dim && i.block_m == t.block_m &&
-        i.block_n == t.block_n && i.stages == t.stages)
+    if (i.arch == 90 && i.persistent && i.score_mod == t.score_mod && i.dtype == t.dtype && i.head_dim == t.head_dim &&
+        i.block_m == t.block_m && i.block_n == t.block_n && i.stages == t.stages)
       return &i;
   return nullptr;
 }
@@ -66,8 +66,8 @@ int kv_split_count(const core::AttentionProblem& p, int64_t sq, int64_t sk, cons
   return (ns >= 4 && tiles >= 16) || (ns >= 2 && tiles >= 64) ? int(ns) : 1;
 }
 
-// The 16-bit sm90 rule (a call with a score variant set: the head dim's "_sv" row; the
-// plain rule below never takes one):
+// The 16-bit sm90 rule, over the score variants' rows for a call with a variant set (no GQA
+// packing there: pack_shift 0) and over the plain rows otherwise:
 // - a 64-row tile where each query block sees few keys (hd64: Sk < kShortSk64, twice that
 //   under a band mask; hd128 and up: a local window with Sk < kShortSk), where the packed
 //   rows of a head fit one tile, or where the taller tiles would leave SMs idle; with more
@@ -80,18 +80,14 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
                               InstanceList list) {
   if (p.tile_m != 0) return nullptr;
   // The rows of the smallest head dim that covers D and Dv (TMA zero-fills the columns past
-  // them; the epilogue writes Dv columns): "_sv" rows for the score variants, else the others.
+  // them; the epilogue writes Dv columns): the score variants' rows ("_sv", "_p_sv") for a
+  // call with a variant, else the others; the same rule picks among either set.
   const bool sv = p.variants();
   int hd = INT_MAX;
   for (const InstanceInfo& i : list)
     if (i.arch == 90 && i.score_mod == sv && i.dtype == p.dtype && i.head_dim >= std::max(p.d, p.dv))
       hd = std::min(hd, i.head_dim);
   if (hd == INT_MAX) return nullptr;
-  if (sv) {
-    for (const InstanceInfo& i : list)
-      if (i.score_mod && i.dtype == p.dtype && i.head_dim == hd && sm90_refusal(p, i, dev).empty()) return &i;
-    return nullptr;
-  }
   constexpr int64_t kShortSk = 1024, kShortSk64 = 8192, kBandedTallMinSk = 4096, kPersistentMaxSk = 16384,
                     kPersistentMaxSkBanded = 8192, kPersistentMaxSk3 = 1024, kPersistentMaxSk256 = 2048;
   const bool banded = p.banded(), windowed = p.windowed();
@@ -99,18 +95,19 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
   const int64_t nb = p.cu_q != nullptr ? std::max<int64_t>(p.batch, 1) : 1;
   const int64_t sq = p.sq / nb << pack_shift, sk = p.sk / nb;
   const int64_t heads = p.heads >> pack_shift;
-  const InstanceInfo *tall = nullptr, *rows64 = nullptr;
+  const InstanceInfo *tall = nullptr, *rows64 = nullptr, *first_tall = nullptr;
   const int64_t items64 = (sq + 63) / 64 * heads * p.batch;
   for (const InstanceInfo& i : list)
     // Rows of other dtypes and head dims are passed over before sm90_refusal, which
     // builds its message: this runs on every call and walks the whole table.
-    if (i.arch == 90 && !i.persistent && !i.score_mod && i.dtype == p.dtype && i.head_dim == hd &&
+    if (i.arch == 90 && !i.persistent && i.score_mod == sv && i.dtype == p.dtype && i.head_dim == hd &&
         sm90_refusal(p, i, dev).empty()) {
       if (i.block_m == 64) {
         if (rows64 == nullptr || (i.ctas_per_sm() > rows64->ctas_per_sm() && items64 > 2 * int64_t(dev.sms)))
           rows64 = &i;
         continue;
       }
+      if (first_tall == nullptr) first_tall = &i;
       if (tall != nullptr || (i.block_m > 128 && banded && sk < kBandedTallMinSk)) continue;
       if (i.items(sq, heads, p.batch) >= dev.sms) tall = &i;
     }
@@ -118,6 +115,9 @@ const InstanceInfo* pick_sm90(const core::AttentionProblem& p, const DeviceFacts
   const bool few_keys = hd <= 64 ? sk < (banded ? 2 * kShortSk64 : kShortSk64) : windowed && sk < kShortSk;
   const bool few_rows = pack_shift > 0 && sq <= 64;
   const InstanceInfo* pick = rows64 != nullptr && (few_keys || few_rows || tall == nullptr) ? rows64 : tall;
+  // A grid too small for the tall rows goes to the sm80 family, but not with a score variant:
+  // the sm80 variant kernels are the slower ones (docs/results/cuda-variants-2026-11-29.md).
+  if (pick == nullptr && sv) pick = first_tall;
   const auto resident = [&](const InstanceInfo* i) { return int64_t(dev.sms) * i->ctas_per_sm(); };
   const int64_t persistent_max_sk = pick == nullptr          ? 0
                                     : pick->ctas_per_sm() > 2 ? kPersistentMaxSk3
@@ -219,7 +219,8 @@ KernelChoice complete_choice(const core::AttentionProblem& p, int64_t sq, int64_
 Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                        InstanceList list) {
   Choice16 c;
-  const InstanceInfo* inst = p.dtype == DType::f32 ? nullptr : pick_sm90(p, dev, gqa_pack_shift(p, sq), list);
+  const int pack_shift = p.variants() ? 0 : gqa_pack_shift(p, sq);
+  const InstanceInfo* inst = p.dtype == DType::f32 ? nullptr : pick_sm90(p, dev, pack_shift, list);
   if (inst == nullptr) {
     const int64_t nb = std::max<int64_t>(p.batch, 1);  // varlen: mean lengths
     const bool varlen = p.cu_q != nullptr;
@@ -242,12 +243,18 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 
-const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list) {
-  const InstanceInfo* best = nullptr;
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list) {
+  int best_hd = INT_MAX;
   for (const InstanceInfo& i : list)
-    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev) && (best == nullptr || i.head_dim < best->head_dim))
-      best = &i;
-  return best;
+    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev)) best_hd = std::min(best_hd, i.head_dim);
+  const InstanceInfo* other = nullptr;
+  for (const InstanceInfo& i : list)
+    if (i.dtype == dtype && i.head_dim == best_hd && i.runs_on(dev)) {
+      const bool split = i.block_m < 16 * i.warps;
+      if (split && rows <= i.block_m) return &i;
+      if (!split && other == nullptr) other = &i;
+    }
+  return other;
 }
 
 int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_rows, const InstanceInfo& i,

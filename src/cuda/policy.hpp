@@ -66,7 +66,7 @@ constexpr InstanceInfo sm90_instance(const char* key) {
   using C = FwdSm90Config<kDType == DType::e4m3 ? 1 : 2, kDType == DType::e4m3, kHeadDim, kBlockM, kBlockN, kStages,
                           kVariant>;
   return {key,           90,           kDType,       kHeadDim,     kBlockM,      kBlockN,
-          4 * C::kConsumers + 4,       kStages,      kVariant == 1, kVariant == 2, C::kSmem,
+          4 * C::kConsumers + 4,       kStages,      C::kPersistent, C::kVtIn,   C::kSmem,
           C::kCtasPerSm, C::kChordForm, C::kVtFused, C::kScoreMod};
 }
 
@@ -159,9 +159,11 @@ KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int6
 // producer ("_vt" rows), or the pre-pass (vt_fp8.cu) into a workspace. none: not e4m3.
 enum class VtPath { none, prepass, fused, in_kernel };
 
-// attention_with_kvcache's kernel among the kvc rows (`list`): the first row of the dtype
-// and of the smallest head dim >= hd that runs on the device, or null.
-const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, const DeviceFacts& dev, InstanceList list);
+// attention_with_kvcache's kernel among the kvc rows (`list`), for `rows` packed rows per
+// sequence and item head (Sq G under GQA packing): of the dtype and the smallest head dim >=
+// hd that runs on the device, the first key-split row (block_m below 16 per warp,
+// kvc_sm80.cuh) where the rows fit its tile, else the first other row; null if none.
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list);
 // Its KV splits (flash-decoding) for batch sequences of sq rows and heads item heads (with GQA
 // packing: Sq G rows and H / G heads) over at most cache_rows keys each: ns = min(2 SMs / CTAs, key tiles / 2, 32) where that is >= 2
 // (kv_combine.cu merges them), else 1. cache_rows bounds the lengths (they stay on the

@@ -34,6 +34,9 @@ struct KvCase {
   int threads = 2;
   Strategy strategy = Strategy::automatic;
   bool variants = false;  // softcap 5, ALiBi slopes [B, H], sinks [H]
+  // NaN in K and V at the old keys that no query row sees (before every row's window): the
+  // stale slots a sliding window leaves in a cache; they must not reach any row.
+  bool stale_nan = false;
 };
 
 // Inputs, the cache built from them, and the reference over each sequence's keys.
@@ -61,6 +64,16 @@ struct KvFixture {
     q.fill_uniform(rng, -3, 3);
     k_all.fill_uniform(rng, -3, 3);
     v_all.fill_uniform(rng, -1, 1);
+    if (c.stale_nan && c.window_left >= 0)  // row 0's window starts at total - Sq - left
+      for (int64_t b = 0; b < c.b; ++b) {
+        const int64_t total = c.lens[size_t(b)] + c.s_new;
+        const int64_t hidden = std::min(c.lens[size_t(b)], total - c.sq - c.window_left);
+        for (int64_t s = 0; s < hidden; ++s)
+          for (int64_t i = 0; i < c.hkv * c.d; ++i) {
+            k_all.set((b * k_all.shape()[1] + s) * c.hkv * c.d + i, std::nan(""));
+            v_all.set((b * v_all.shape()[1] + s) * c.hkv * c.d + i, std::nan(""));
+          }
+      }
     if (c.page == 0) {
       rows = longest + rng.integer(0, 9);  // S_max
       slots = c.b;

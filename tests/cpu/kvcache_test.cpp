@@ -38,6 +38,11 @@ const KvCase kCases[] = {
      Strategy::automatic, true},
     {"variants_split_over_keys_page16_f16", DType::f16, 16, false, 1, 1, 8, 1, 64, {1000}, 1, false, -1, -1, 2,
      Strategy::automatic, true},
+    // Stale NaN slots before a sliding window (decode; speculative, causal, contiguous).
+    {"stale_nan_window_decode_page16_bf16", DType::bf16, 16, false, 2, 1, 8, 2, 64, {200, 70}, 1, false, 30, 0, 2,
+     Strategy::automatic, false, true},
+    {"stale_nan_window_speculative_contig_f16", DType::f16, 0, false, 2, 4, 8, 2, 64, {300, 90}, 4, true, 40, 0, 2,
+     Strategy::automatic, false, true},
 };
 
 class KvCacheTest : public ::testing::TestWithParam<KvCase> {};

@@ -70,6 +70,11 @@ const KvCase kCases[] = {
     {"contiguous_hnd_window_f16", DType::f16, 0, true, 2, 2, 4, 2, 96, {30, 3}, 2, false, 4, 4},
     {"contiguous_long_splits_bf16", DType::bf16, 0, false, 2, 1, 4, 4, 128, {3000, 17}, 1},
     {"empty_sequences_page8_f16", DType::f16, 8, false, 2, 2, 4, 2, 64, {0, 0}, 0},
+    // Stale NaN slots before a sliding window (decode; speculative, causal, contiguous).
+    {"stale_nan_window_decode_page16_bf16", DType::bf16, 16, false, 2, 1, 8, 2, 64, {200, 70}, 1, false, 30, 0, 2,
+     Strategy::automatic, false, true},
+    {"stale_nan_window_speculative_contig_f16", DType::f16, 0, false, 2, 4, 8, 2, 128, {300, 90}, 4, true, 40, 0,
+     2, Strategy::automatic, false, true},
 };
 
 class CudaKvCache : public ::testing::TestWithParam<KvCase> {};

@@ -176,7 +176,7 @@ TEST(CudaPolicy, ExpectedKeysExist) {
 // Every key follows docs/naming.md's CUDA grammar and says what its row holds.
 TEST(CudaPolicy, KeysFollowTheGrammar) {
   const std::regex sm80(R"(^fwd_sm80_(f16|bf16|tf32)_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)(_s(\d+))?$)");
-  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt|_sv)?$)");
+  const std::regex sm90(R"(^fwd_sm90_(f16|bf16|e4m3)_hd(\d+)_(\d+)x(\d+)_s(\d+)(_p|_vt|_sv|_p_sv)?$)");
   for (const InstanceInfo& i : kAll) {
     std::cmatch m;
     const bool ok = std::regex_match(i.key, m, i.arch == 80 ? sm80 : sm90);
@@ -192,9 +192,9 @@ TEST(CudaPolicy, KeysFollowTheGrammar) {
       EXPECT_FALSE(m[8].matched && i.stages == 2) << i.key << ": _s2 is implied";
     } else {
       EXPECT_EQ(std::stoi(m[5].str()), i.stages) << i.key;
-      EXPECT_EQ(m[6].str() == "_p", i.persistent) << i.key;
+      EXPECT_EQ(m[6].str() == "_p" || m[6].str() == "_p_sv", i.persistent) << i.key;
       EXPECT_EQ(m[6].str() == "_vt", i.vt_in) << i.key;
-      EXPECT_EQ(m[6].str() == "_sv", i.score_mod) << i.key;
+      EXPECT_EQ(m[6].str() == "_sv" || m[6].str() == "_p_sv", i.score_mod) << i.key;
     }
     for (const InstanceInfo& j : kAll) EXPECT_TRUE(&i == &j || std::strcmp(i.key, j.key) != 0) << i.key << " twice";
   }
@@ -261,6 +261,9 @@ TEST(CudaPolicy, ScoreVariants) {
       {"", kH200, bf16, 1, 32, 8, 1, 8192, 128, 128, Mask::none, false, 0, 0, "", 0, 1},  // decode: splits, no packing
       {"", kH200, f16, 2, 16, 16, 1024, 1024, 64, 64, Mask::causal, true, 0, 0, "", 0, 1},
       {"", kH200, bf16, 2, 8, 8, 512, 700, 256, 256, Mask::local, false, 0, 0, "", 0, 1},
+      {"", kH200, bf16, 2, 8, 8, 512, 700, 128, 128, Mask::local, false, 0, 0, "", 0, 1},  // 64-row tile
+      {"", kH200, f16, 8, 32, 32, 2048, 2048, 64, 64, Mask::none, false, 0, 0, "", 0, 1},  // three CTAs per SM
+      {"", kH200, f16, 32, 32, 32, 512, 512, 64, 64, Mask::none, false, 0, 0, "", 0, 1},   // persistent 64-row
       {"", kH200, f32, 4, 32, 32, 4096, 4096, 128, 128, Mask::none, false, 0, 0, "", 0, 1},
       {"", kA100, f16, 4, 32, 32, 4096, 4096, 128, 128, Mask::local, false, 0, 0, "", 0, 1},
   };
@@ -280,6 +283,14 @@ TEST(CudaPolicy, ScoreVariants) {
         EXPECT_EQ(std::string(got.kernel.inst->key).rfind(want, 0), 0u) << got.kernel.inst->key;
         EXPECT_TRUE(got.kernel.inst->score_mod) << got.kernel.inst->key;
         EXPECT_EQ(pick_sm90(p, r.dev, 0, kAll), got.kernel.inst);
+        // The plain rule's choice (unpacked) where that tile has a variant row: its twin.
+        if (const InstanceInfo* twin_of = pick_sm90(plain, r.dev, 0, kAll); twin_of != nullptr) {
+          const std::string twin = std::string(twin_of->key) + "_sv";
+          for (const InstanceInfo& i : kAll)
+            if (twin == i.key) {
+              EXPECT_EQ(std::string(got.kernel.inst->key), twin);
+            }
+        }
       } else {
         const Choice16 want = choose_kernel(plain, r.sq, r.sk, r.dev, no90);
         ASSERT_NE(want.kernel.inst, nullptr);
@@ -359,8 +370,8 @@ const InstanceInfo kKvc[] = {
 // KV splits only where (sequence, head) CTAs leave SMs idle and the cache has tiles to share.
 TEST(CudaPolicy, KvCacheKernelAndSplits) {
   const InstanceList kvc(kKvc);
-  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev) {
-    const InstanceInfo* i = pick_kvcache(dt, hd, dev, kvc);
+  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev, int64_t rows = 64) {
+    const InstanceInfo* i = pick_kvcache(dt, hd, rows, dev, kvc);
     return std::string(i != nullptr ? i->key : "none");
   };
   EXPECT_EQ(key(DType::f16, 64, kH200), "kvc_sm80_f16_hd64_64x64_w4_o2");
@@ -369,7 +380,14 @@ TEST(CudaPolicy, KvCacheKernelAndSplits) {
   EXPECT_EQ(key(DType::f16, 200, kSm86), "kvc_sm80_f16_hd256_64x16_w4_o2");
   EXPECT_EQ(key(DType::f32, 64, kH200), "none");
   EXPECT_EQ(key(DType::f16, 264, kH200), "none");
-  const InstanceInfo& hd128 = *pick_kvcache(DType::f16, 128, kH200, kvc);
+  // Packed rows that fit 16 (decode, G <= 16; short speculation): the key-split rows; more
+  // rows, or a head dim without them (hd256): the 64-row tile.
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4), "kvc_sm80_f16_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::bf16, 64, kA100, 16), "kvc_sm80_bf16_hd64_16x64_w4_o4");
+  EXPECT_EQ(key(DType::bf16, 96, kSm86, 1), "kvc_sm80_bf16_hd96_16x64_w4_o3");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 17), "kvc_sm80_f16_hd128_64x64_w4_o2");
+  EXPECT_EQ(key(DType::f16, 256, kH200, 4), "kvc_sm80_f16_hd256_64x16_w4_o2");
+  const InstanceInfo& hd128 = *pick_kvcache(DType::f16, 128, 64, kH200, kvc);
   // B1 H8 decode over 5008 keys: 8 CTAs on 132 SMs -> min(264 / 8, 79 / 2, 32) = 32.
   EXPECT_EQ(kvcache_split_count(1, 8, 1, 5008, hd128, kH200), 32);
   // B32 H32 decode: 1024 CTAs fill the SMs already.

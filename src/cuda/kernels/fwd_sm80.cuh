@@ -141,12 +141,15 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       tiles.hi = min(tiles.hi, tiles.lo + per);
     }
     const Kv kv = [&] {
-      if constexpr (kCache)
-        return sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
-      else
+      if constexpr (kCache) {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
+        auto c = sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+        c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));
+        return c;
+      } else {
         return sm80::ContiguousKvRows<T, kBlockN>{
             static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
             static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
+      }
     }();
     return Where{seq,   kv, tiles, Band32{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk},
                  h,     b,  m0,    tid,

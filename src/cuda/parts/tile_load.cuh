@@ -1,7 +1,8 @@
 // Global -> shared tile copies of the sm80 mainloop: `kRows` rows of the head dim, 16
-// bytes per cp.async, rows past `rows` and columns past `cols` zero-filled (so padded
-// head dims and sequence tails feed zeros, never stale shared memory, to the MMAs;
-// `cols` is a multiple of the 16-byte chunk's elements, checked on the host).
+// bytes per cp.async, rows past `rows` (and, kRowLo, before `row_lo`) and columns past `cols`
+// zero-filled (so padded head dims and sequence tails feed zeros, never stale shared
+// memory, to the MMAs; `cols` is a multiple of the 16-byte chunk's elements, checked on the
+// host).
 // Each thread copies one fixed 16-byte column chunk of every kThreads / kChunks-th row,
 // so the addresses advance by constants (no per-chunk division or 64-bit multiply).
 #pragma once
@@ -11,9 +12,9 @@
 
 namespace flashcore::cuda {
 
-template <int kRows, int kHeadDim, int kThreads, typename T>
+template <int kRows, int kHeadDim, int kThreads, bool kRowLo = false, typename T>
 __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t row_stride,
-                                          int rows, int cols, int tid) {
+                                          int rows, int cols, int tid, int row_lo = 0) {
   using Tile = SwizzledTile<kHeadDim, T>;
   constexpr int kChunks = Tile::kChunks, kE = Tile::kElemsPerChunk;
   if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
@@ -28,7 +29,7 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
     for (int pass = 0; pass < (kRows + kStep - 1) / kStep; ++pass) {
       const int r = r0 + pass * kStep;
       if (kRows % kStep == 0 || r < kRows) {
-        const bool ok = r < rows && c < cols;
+        const bool ok = (!kRowLo || r >= row_lo) && r < rows && c < cols;
         ptx::cp_async_16(dst + pass * kStep * Tile::kRowBytes, ok ? src + pass * src_step : gmem, ok);
       }
     }
@@ -39,7 +40,7 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
       const int i = i0 + tid;
       if (kTotal % kThreads == 0 || i < kTotal) {
         const int r = i / kChunks, chunk = i % kChunks, c = chunk * kE;
-        const bool ok = r < rows && c < cols;
+        const bool ok = (!kRowLo || r >= row_lo) && r < rows && c < cols;
         const T* src = ok ? gmem + r * row_stride + c : gmem;
         ptx::cp_async_16(smem + Tile::offset(r, chunk), src, ok);
       }

@@ -43,6 +43,10 @@ struct CacheKvRows {
   const int32_t* pages;    // the sequence's block-table row, or null
   int page_size, num_pages;
   int page_shift;          // log2(page_size) for a power of two (a shift, not a division), else -1
+  // Keys below key_lo load as zero rows: no row of the block sees them (before every row's
+  // window), and a cache's stale slots there may hold NaN / Inf, which P V's 0 * NaN would
+  // spread to the rows of the tile that holds them. Set by the kernel (0: none).
+  int key_lo = 0;
 
   __device__ __forceinline__ static CacheKvRows make(const FwdParams& p, int b, int hk) {
     const bool paged = p.block_table != nullptr;
@@ -56,12 +60,10 @@ struct CacheKvRows {
             paged ? p.block_table + b * p.bt_sb : nullptr,
             p.page_size,
             p.num_pages,
-            __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1};
+            __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1,
+            0};
   }
   __device__ __forceinline__ int slot(int key) const { return page_shift >= 0 ? key >> page_shift : key / page_size; }
-  __device__ __forceinline__ int in_page(int key) const {
-    return page_shift >= 0 ? key & (page_size - 1) : key % page_size;
-  }
 };
 
 // The walk of a paged tile copy: thread tid copies 16-byte column chunk tid % kLanes of the
@@ -119,26 +121,42 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvR
                                         int tid) {
   const int key0 = n * kBlockN;
   if (kv.pages == nullptr) {
-    load_tile<kBlockN, kHeadDim, kThreads>(sK + stage * kTileKV, kv.k + key0 * kv.k_ss, kv.k_ss, sk - key0, d, tid);
-    load_tile<kBlockN, kHeadDim, kThreads>(sV + stage * kTileKV, kv.v + key0 * kv.v_ss, kv.v_ss, sk - key0, dv, tid);
+    load_tile<kBlockN, kHeadDim, kThreads, true>(sK + stage * kTileKV, kv.k + key0 * kv.k_ss, kv.k_ss, sk - key0, d,
+                                                 tid, kv.key_lo - key0);
+    load_tile<kBlockN, kHeadDim, kThreads, true>(sV + stage * kTileKV, kv.v + key0 * kv.v_ss, kv.v_ss, sk - key0, dv,
+                                                 tid, kv.key_lo - key0);
     return;
   }
   using W = PagedWalk<kBlockN, kHeadDim, kThreads, T>;
   using Tile = typename W::Tile;
   const int lane = tid % W::kLanes, r0 = tid / W::kLanes, c = lane * Tile::kElemsPerChunk;
   if (lane >= Tile::kChunks) return;
+  // A thread's rows of one page are kStep rows apart: the row addresses are worked out where
+  // a pass enters a new page (warp-uniform: a warp's rows of a pass lie in one 8-row group,
+  // and pages hold whole 8-row groups) and advance by a constant stride otherwise.
+  const T *krow = kv.k, *vrow = kv.v;
+  bool page_ok = false;
+  int last_slot = -1;
 #pragma unroll
   for (int i = 0; i < W::kPasses; ++i) {
-    const int r = r0 + i * W::kStep;
+    const int r = r0 + i * W::kStep, key = key0 + r;
     if (kBlockN % W::kStep == 0 || r < kBlockN) {
-      const int id = pg.id[i];
-      const bool row_ok = id >= 0 && id < kv.num_pages;
-      const int64_t in_page = kv.in_page(key0 + r);
-      const T* krow = kv.k + id * kv.k_ps + in_page * kv.k_ss;
-      const T* vrow = kv.v + id * kv.v_ps + in_page * kv.v_ss;
+      const int slot = kv.slot(key);
+      if (slot != last_slot) {
+        last_slot = slot;
+        const int id = pg.id[i];
+        page_ok = id >= 0 && id < kv.num_pages;
+        const int64_t in_page = key - slot * kv.page_size;
+        krow = kv.k + id * kv.k_ps + in_page * kv.k_ss;
+        vrow = kv.v + id * kv.v_ps + in_page * kv.v_ss;
+      } else {
+        krow += W::kStep * kv.k_ss;
+        vrow += W::kStep * kv.v_ss;
+      }
+      const bool ok = page_ok && key < sk && key >= kv.key_lo;
       const uint32_t off = stage * kTileKV + Tile::offset(r, lane);
-      ptx::cp_async_16(sK + off, row_ok && c < d ? krow + c : kv.k, row_ok && c < d);
-      ptx::cp_async_16(sV + off, row_ok && c < dv ? vrow + c : kv.v, row_ok && c < dv);
+      ptx::cp_async_16(sK + off, ok && c < d ? krow + c : kv.k, ok && c < d);
+      ptx::cp_async_16(sV + off, ok && c < dv ? vrow + c : kv.v, ok && c < dv);
     }
   }
 }

@@ -15,9 +15,9 @@ struct FwdSm90Config {
   // kVariant (the instance row's last column): 0 plain, 1 persistent ("_p"), 2 (fp8, 64-row
   // tiles) V^T made in the kernel ("_vt", kVtIn below), 3 (16-bit) the score variants'
   // kernel ("_sv", kScoreMod: softcap and ALiBi on each tile's scores, the sink joined to
-  // each row; FwdParams::variants).
-  static constexpr bool kPersistent = kVariant == 1;
-  static constexpr bool kScoreMod = kVariant == 3;
+  // each row; FwdParams::variants), 4 both persistent and the score variants' ("_p_sv").
+  static constexpr bool kPersistent = kVariant == 1 || kVariant == 4;
+  static constexpr bool kScoreMod = kVariant == 3 || kVariant == 4;
   static constexpr int kElem = kElemBytes;
   static constexpr int kColElems = 128 / kElem;  // elements per 128-byte column block
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups
