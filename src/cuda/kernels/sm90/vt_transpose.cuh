@@ -171,14 +171,17 @@ struct RingVtTransposer {
         // still there), and the item tagged (BadKeys) for the consumers' fix-up, which then
         // looks at every key of the cut tiles (parts/nonfinite_v.cuh). Tiles every row sees
         // whole keep their NaN.
-        if (__any_sync(0xffffffffu, cut_tile && nonfinite_bits<__nv_fp8_e4m3>(seen) != 0)) {
+        // The tag is written by the lane that then releases the tile (its arrive below): the
+        // consumers read it after their wait on the tile's full barrier.
+        const bool cleaned = __any_sync(0xffffffffu, cut_tile && nonfinite_bits<__nv_fp8_e4m3>(seen) != 0);
+        if (cleaned) {
 #pragma unroll 1
           for (int u = tw; u < kUnits; u += Tr::kVtWarps) unit(u, true);
-          BadKeys<Tr>{s.bad}.mark(0);
         }
         ptx::fence_proxy_async();
         __syncwarp();
         if (lane == 0) {
+          if (cleaned) BadKeys<Tr>{s.bad}.mark(0);
           ptx::mbar_arrive(raw.empty(rst.stage()));
           if (j == kSub - 1) v.producer_commit(st);
         }
