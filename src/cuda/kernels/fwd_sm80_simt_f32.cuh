@@ -51,7 +51,9 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
   }
   const core::BandMask mask = band_mask(p, seq);
   const int j0 = int(mask.key_begin(i, seq.sk)), j1 = int(mask.key_end(i, seq.sk));
-  float m = -INFINITY, l = 0.f;
+  // The row's max so far, m + mlo (variants: the score's low part, transform_score_exact2,
+  // so that the ALiBi term survives beside a huge q.k; plain: mlo stays 0).
+  float m = -INFINITY, mlo = 0.f, l = 0.f;
   [[maybe_unused]] float slope2 = 0.f;  // variants: ALiBi's slope (log2 domain)
   if constexpr (kVariants) slope2 = alibi_slope_log2(p, b, h);
   for (int j = j0; j < j1; ++j) {
@@ -65,17 +67,27 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
     // the score in the log2 domain (one rounding, the same for equal q.k; variants: q.k
-    // transformed, the same for equal q.k too)
-    if constexpr (kVariants)
-      s = transform_score_exact(s, p, slope2, fabsf(float(i + seq.sk - seq.sq - j)));
-    else
+    // transformed, as hi + lo, the same for equal q.k and distance too)
+    float corr, pj;
+    if constexpr (kVariants) {
+      const float2 z = transform_score_exact2(s, p, slope2, fabsf(float(i + seq.sk - seq.sq - j)));
+      // (a NaN score is not taken: its pj is NaN, and so are l and o)
+      const bool take = z.x > m || (z.x == m && z.y > mlo);
+      const float mn = take ? z.x : m, mnlo = take ? z.y : mlo;
+      const float base = mn == -INFINITY ? 0.f : mn, base_lo = mn == -INFINITY ? 0.f : mnlo;
+      corr = exp2f((m - base) + (mlo - base_lo));  // differences exact near the max
+      pj = exp2f((z.x - base) + (z.y - base_lo));
+      m = mn;
+      mlo = mnlo;
+    } else {
       s *= p.scale_log2;
-    const float mn = fmaxf(m, s);  // (fmaxf skips a NaN score: its pj is NaN, and so are l and o)
-    const float base = mn == -INFINITY ? 0.f : mn;  // only -inf so far: no -inf - -inf
-    const float corr = exp2f(m - base);              // m = -inf on the first key: corr = 0
-    const float pj = exp2f(s - base);
+      const float mn = fmaxf(m, s);  // (fmaxf skips a NaN score: its pj is NaN, and so are l and o)
+      const float base = mn == -INFINITY ? 0.f : mn;  // only -inf so far: no -inf - -inf
+      corr = exp2f(m - base);                          // m = -inf on the first key: corr = 0
+      pj = exp2f(s - base);
+      m = mn;
+    }
     l = l * corr + pj;
-    m = mn;
     const float* vj = v + j * p.v_ss;
 #pragma unroll
     for (int c = 0; c < kSimtMaxPerLane; ++c) {
@@ -99,7 +111,7 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
   }
   if (p.lse != nullptr && lane == 0)
     p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] =
-        kVariants && p.sinks != nullptr ? lse_sink : row_lse(m, 0.f, l);
+        kVariants && p.sinks != nullptr ? lse_sink : row_lse(m, mlo, l);
 }
 
 // The plain kernel, or with kVariants the variant one (each instantiated in a unit of its

@@ -100,10 +100,11 @@ __device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, floa
 }
 
 // The same for a row whose scores are a function of q . k and the key (the score variants'
-// kernels): z(u, j) the transformed score in the log2 domain (parts/score_mod.cuh's exact
-// form), dz(u, j, u', j') = z(u, j) - z(u', j') formed so that it is exact near the max
-// where it can be (without softcap: c (u - u') minus the ALiBi term's difference, as above).
-// The row's max z* = z(u*, j*) (m, mlo 0), P_j = 2^dz(u_j, j, u*, j*).
+// kernels): z(u, j) the transformed score in the log2 domain as hi + lo
+// (parts/score_mod.cuh's transform_score_exact2), dz(u, j, u', j') = z(u, j) - z(u', j')
+// formed so that it is exact near the max where it can be (without softcap: c (u - u') minus
+// the ALiBi term's difference, as above). The row's max z* = z(u*, j*) (m + mlo), P_j =
+// 2^dz(u_j, j, u*, j*).
 template <typename T, int kDF, class Z, class Dz>
 __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, float& mlo, float& l,
                                                 const ExactRow<T>& row, const ExactKv<T>& kv, int lane, const Z& z,
@@ -118,13 +119,13 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
     if (isnan(u)) nan = true;
     else if (!have || dz(u, j, best, bj) > 0.f) best = u, bj = j, have = true;
   }
-  const float top = have ? z(best, bj) : -INFINITY;
+  const float2 top = have ? z(best, bj) : make_float2(-INFINITY, 0.f);
 #pragma unroll
   for (int df = 0; df < kDF; ++df)
 #pragma unroll
     for (int e = 0; e < 2; ++e) o[df][e] = nan ? NAN : 0.f;
   mlo = 0.f;
-  if (nan || top == -INFINITY) {  // NaN row; or no finite score: O = 0, lse = -inf
+  if (nan || top.x == -INFINITY) {  // NaN row; or no finite score: O = 0, lse = -inf
     l = nan ? NAN : 0.f;
     m = -INFINITY;
     return;
@@ -149,7 +150,8 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
 #pragma unroll
     for (int e = 0; e < 2; ++e) o[df][e] *= kv.v_scale;
   l = sum;
-  m = top;
+  m = top.x;
+  mlo = top.y;
 }
 
 }  // namespace flashcore::cuda
