@@ -141,15 +141,12 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       tiles.hi = min(tiles.hi, tiles.lo + per);
     }
     const Kv kv = [&] {
-      if constexpr (kCache) {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
-        auto c = sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
-        c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));
-        return c;
-      } else {
+      if constexpr (kCache)
+        return sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+      else
         return sm80::ContiguousKvRows<T, kBlockN>{
             static_cast<const T*>(p.k) + seq.bb * p.k_sb + seq.k_row0 * p.k_ss + hk * p.k_sh,
             static_cast<const T*>(p.v) + seq.bb * p.v_sb + seq.k_row0 * p.v_ss + hk * p.v_sh, p.k_ss, p.v_ss};
-      }
     }();
     return Where{seq,   kv, tiles, Band32{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk},
                  h,     b,  m0,    tid,
@@ -193,9 +190,9 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
         return sm80::NoPages{};
     };
     auto pages = fetch_pages(tiles.lo);
-    auto load_kv = [&](int n, int stage) {
-      sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, w.kv, pages, n, stage, w.seq.sk, p.d,
-                                                                     p.dv, tid);
+    auto load_kv = [&](const Kv& kv, int n, int stage) {
+      sm80::load_kv<kBlockN, kHeadDim, Tr::kThreads, Tr::kTileKV, T>(sK, sV, kv, pages, n, stage, w.seq.sk, p.d, p.dv,
+                                                                     tid);
       pages = fetch_pages(n + 1);
     };
     sm80::Mainloop<T, Tr> ml;
@@ -207,10 +204,18 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
 #pragma unroll
       for (int i = 0; i < kDF; ++i) acc[mi][i][0] = acc[mi][i][1] = acc[mi][i][2] = acc[mi][i][3] = 0.f;
     sm.init();
+    {
+      // kCache: keys before the block's first row's window load as zero rows
+      // (CacheKvRows::key_lo). They lie in the first tile (tiles.lo's, where that row's keys
+      // begin), which this prologue loads, so the key loop's loads leave key_lo at 0 and
+      // hold no register for it.
+      Kv kv = w.kv;
+      if constexpr (kCache) kv.key_lo = int(band_mask(p, w.seq).key_begin(w.m0 >> w.shift, w.seq.sk));
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (tiles.lo + s < tiles.hi) load_kv(tiles.lo + s, s);
-      ptx::cp_async_commit();
+      for (int s = 0; s < kStages - 1; ++s) {
+        if (tiles.lo + s < tiles.hi) load_kv(kv, tiles.lo + s, s);
+        ptx::cp_async_commit();
+      }
     }
     if constexpr (Tr::kQInRegs) {
       ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
@@ -228,7 +233,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
       {
         const int nn = n + kStages - 1;
-        if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
+        if (nn < tiles.hi) load_kv(w.kv, nn, (it + kStages - 1) % kStages);
         ptx::cp_async_commit();
       }
       const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
