@@ -68,7 +68,7 @@ Kernel parse(const std::string& key) {
   k.dt = dt == "f16" ? DType::f16 : dt == "bf16" ? DType::bf16 : dt == "e4m3" ? DType::e4m3 : DType::f32;
   k.fp8 = k.dt == DType::e4m3;
   k.d = std::stoll(key.substr(u + 3));  // "_hd<D>"
-  k.persistent = has_suffix(key, "_p");
+  k.persistent = has_suffix(key, "_p") || has_suffix(key, "_p_sv");
   k.vt_in = has_suffix(key, "_vt");
   k.sv = has_suffix(key, "_sv");
   return k;
@@ -166,8 +166,11 @@ void fill(const Kernel& kn, const Call& c, Fill f, HostTensor& q, HostTensor& k,
       }
       break;
     }
-    case Fill::huge_pow2: {  // q, k of 0 or +-big: exact fp32 scores, their scaled max past 2^31
-      const double big = kn.fp8 ? 0x1p8 : kn.dt == DType::f16 ? 0x1p14 : 0x1p40;
+    case Fill::huge_pow2: {  // q, k of 0 or +-big: exact fp32 scores, their scaled max past
+      // 2^20 (kExactFrom; at 2^40, past 2^31). With ALiBi, 2^14 for every dtype: the
+      // kernels keep the ALiBi term beside a huge score (differences exact near the max),
+      // which the fp64 reference itself rounds away beside scores of 2^80 (2^40 squared).
+      const double big = kn.fp8 ? 0x1p8 : (kn.dt == DType::f16 || c.alibi) ? 0x1p14 : 0x1p40;
       for (HostTensor* t : {&q, &k})
         for (int64_t i = 0; i < t->numel(); ++i) {
           const int64_t r = rng.integer(0, 2);
