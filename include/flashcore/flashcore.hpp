@@ -50,10 +50,9 @@
 //    outputs as the fp64 reference does, and such a row's lse is NaN (lse = -inf is kept
 //    for fully masked rows). Finite scores give their softmax however large they are, while
 //    they fit fp32: kernels form scale * q.k and the ALiBi bias in fp32, where a value past
-//    FLT_MAX is an Inf (the fp64 reference keeps it finite).
-//    These hold on the CPU and the reference. CUDA kernels do not yet keep them: a NaN / Inf
-//    in V at a key the mask hides from some rows of a tile can reach those rows, and scores
-//    whose scaled maximum passes ~2^31 can lose their row (docs/cuda.md, "Semantics").
+//    FLT_MAX is an Inf (the fp64 reference keeps it finite). The CUDA attention_with_kvcache
+//    does not keep the first of these yet: a NaN / Inf in V at a key a window or the causal
+//    mask hides from some rows of a tile can reach those rows (docs/cuda.md, "Semantics").
 //  * Subnormal 16-bit inputs may be read as zero: the bf16 dot products of AMX and
 //    AVX512-BF16 do so in hardware, as do the SVE fp16 kernels (FPCR.FZ16). A subnormal
 //    q or k element times an Inf then gives a NaN score (the fp64 reference: +-Inf).

@@ -1,12 +1,17 @@
 // The merge of KV splits (flash-decoding; FwdParams::kv_splits): kv_splits CTAs of the
 // sm90 kernel each ran an online softmax over one run of an item's key tiles and left
-// their unnormalized O rows and (m, l) (log2 domain: O_j = sum 2^(s e - m_j) V over the
-// run, l_j the same sum of weights) in a workspace. Per output row, with M = max m_j and
-// w_j = 2^(m_j - M): O = sum w_j O_j / sum w_j l_j, lse = (M + log2 sum w_j l_j) ln 2. A
-// row no split saw a key of (every l_j = 0) gets O = 0 and lse = -inf, as the kernels
-// write it. With sinks (FwdParams::sinks) the head's sink joins the merged row once, here
+// their unnormalized O rows and (m_j, l_j) (log2 domain: O_j = sum 2^(s e - m_j) V over the
+// run, l_j the same sum of weights) in a workspace, m_j in two parts hi + lo
+// (OnlineSoftmax::finish: rows with large scores keep their max exactly, the sum of an fp32
+// and its remainder). Per output row, with M = max m_j and w_j = 2^(m_j - M) (computed as
+// (hi_j - M_hi) + (lo_j - M_lo), M the largest pair, hi first): O = sum w_j O_j / sum w_j
+// l_j, lse = (M + log2 sum w_j l_j) ln 2. By the pairs, not by each split's lse: past
+// ~2^24 an fp32 lse cannot hold log2 l beside the max, and splits whose maxima tie must be
+// weighted by their sums. A row no split saw a key of (every l_j = 0) gets O = 0 and lse =
+// -inf, one that saw a NaN score (some l_j NaN) NaN, as the kernels write them.
+// With sinks (FwdParams::sinks) the head's sink joins the merged row once, here
 // (core::join_sink; the splits' partials never hold it): a row with no key then gets O = 0
-// and lse = the sink.
+// and lse = the sink, a NaN row stays NaN.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,6 +20,7 @@
 
 #include "core/variants/score.hpp"
 #include "cuda/kernels/params.hpp"
+#include "cuda/parts/epilogue.cuh"
 
 namespace flashcore::cuda {
 namespace {
@@ -42,14 +48,14 @@ __global__ void __launch_bounds__(kCombineThreads) kv_combine_kernel(const FwdPa
   const int used = varlen ? p.cu_q[p.batch] * p.heads : rows;
   if (t >= int64_t(used) * quads) return;
   const int r = int(t / quads), c = int(t % quads) * 4, ns = p.kv_splits;
-  float m = -INFINITY, l = 0.f;  // running max (log2) and sum of the merged splits
+  float mh = -INFINITY, ml = 0.f, l = 0.f;  // running max (log2, two parts) and sum of the merged splits
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int j0 = 0; j0 < ns; j0 += kChunk) {
-    float2 v[kChunk];
+    float4 v[kChunk];  // (hi, lo, l, -)
     float4 o[kChunk];
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      v[i] = make_float2(-INFINITY, 0.f);  // absent splits weigh 0
+      v[i] = make_float4(-INFINITY, 0.f, 0.f, 0.f);  // absent splits weigh 0
       o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (j0 + i < ns) {
         const int64_t row = int64_t(j0 + i) * rows + r;
@@ -57,29 +63,36 @@ __global__ void __launch_bounds__(kCombineThreads) kv_combine_kernel(const FwdPa
         o[i] = *reinterpret_cast<const float4*>(p.part_o + row * p.dv + c);
       }
     }
-    float mc = m;
+    float ch = mh, cl = ml;  // the largest (hi, lo) so far
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) mc = fmaxf(mc, v[i].x);
-    const float base = mc == -INFINITY ? 0.f : mc;  // no -inf - -inf; an empty split's 2^-inf is 0
-    const float keep = exp2f(m - base);             // the merged part so far (0 before the first)
+    for (int i = 0; i < kChunk; ++i) {
+      const bool more = v[i].x > ch || (v[i].x == ch && v[i].y > cl);
+      ch = more ? v[i].x : ch;
+      cl = more ? v[i].y : cl;
+    }
+    // No -inf - -inf: a max of -inf (no split with a key so far) is taken as 0, and an empty
+    // split's 2^-inf is 0.
+    const float bh = ch == -INFINITY ? 0.f : ch, bl = ch == -INFINITY ? 0.f : cl;
+    const float keep = exp2f((mh - bh) + (ml - bl));  // the merged part so far (0 before the first)
     l *= keep;
     acc = make_float4(acc.x * keep, acc.y * keep, acc.z * keep, acc.w * keep);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const float w = exp2f(v[i].x - base);
-      l += v[i].y * w;
+      const float w = exp2f((v[i].x - bh) + (v[i].y - bl));
+      l += v[i].z * w;
       acc.x += w * o[i].x;
       acc.y += w * o[i].y;
       acc.z += w * o[i].z;
       acc.w += w * o[i].w;
     }
-    m = mc;
+    mh = ch;
+    ml = cl;
   }
   const int hq = r % p.heads, q = varlen ? r / p.heads : (r / p.heads) % p.sq, b = varlen ? 0 : r / p.heads / p.sq;
-  float inv = l > 0.f ? 1.f / l : 0.f;
-  float lse = l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
-  if (p.sinks != nullptr) {
-    const core::SinkJoin j = core::join_sink(m * 0.69314718055994531f, l, p.sinks[hq]);
+  float inv = row_inv(l);  // l = 0: every O_j is 0 (the kernels zero such rows)
+  float lse = row_lse(mh, ml, l);
+  if (p.sinks != nullptr) {  // l NaN: NaN through the join as well
+    const core::SinkJoin j = core::join_sink((mh + ml) * 0.69314718055994531f, l, p.sinks[hq]);
     inv = j.inv;
     lse = j.lse;
   }

@@ -2,6 +2,7 @@
 #include "cuda/launch.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <string>
 
@@ -21,7 +22,7 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, co
   f.o_sb = p.o_sb; f.o_ss = p.o_ss; f.o_sh = p.o_sh;
   f.lse_sb = p.lse_sb; f.lse_sh = p.lse_sh;
   f.batch = int(p.batch); f.sq = int(sq); f.sk = int(sk);
-  f.heads = int(p.heads); f.group = int(p.group());
+  f.heads = int(p.heads); f.group = int(p.group()); f.kv_heads = int(p.kv_heads);
   f.d = int(p.d); f.dv = int(p.dv);
   f.cu_q = p.cu_q; f.cu_k = p.cu_k;
   f.total_q = int(p.sq); f.total_k = int(p.sk);  // varlen: the packed tensors' rows
@@ -66,10 +67,11 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
   const bool fused = vt == VtPath::fused, prepass = vt == VtPath::prepass;
   WorkspaceLayout ws_layout;
   ws_layout.vt_bytes = prepass || fused ? size_t(vt_blocks * p.kv_heads * p.dv * f.vt_sk + 15) / 16 * 16 : 0;
-  ws_layout.sync_bytes = fused ? size_t(1 + p.batch * p.kv_heads + 3) / 4 * 16 : 0;
+  ws_layout.bad_bytes = prepass || fused ? size_t(f.fp8_bad_size() * 4 + 15) / 16 * 16 : 0;
+  ws_layout.sync_bytes = fused ? size_t(2 + 2 * p.batch * p.kv_heads + 3) / 4 * 16 : 0;
   const size_t rows = split ? size_t(f.o_rows() * p.heads) : 0;
   ws_layout.o_bytes = size_t(f.kv_splits) * rows * size_t(p.dv) * 4;
-  ws_layout.ml_bytes = split ? size_t(f.kv_splits) * rows * 8 : 0;
+  ws_layout.ml_bytes = split ? size_t(f.kv_splits) * rows * sizeof(float4) : 0;
   char* ws = nullptr;
   const char* ws_name = prepass || fused ? "e4m3 V^T" : "KV-split";
   if (ws_layout.total() > 0) {
@@ -79,6 +81,11 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
   }
   cudaError_t e = cudaSuccess;
   const char* what = inst.key;
+  if (prepass || fused) {  // V^T's NaN record (parts/nonfinite_v.cuh), told apart from an earlier call's by the stamp
+    static std::atomic<unsigned> stamps{0};
+    f.vt_bad = reinterpret_cast<unsigned*>(ws + ws_layout.bad_offset());
+    f.vt_stamp = stamps.fetch_add(1, std::memory_order_relaxed) % 0xFFFFFFFEu + 1;  // never 0
+  }
   if (prepass) {
     f.vt = ws;
     e = transpose_v_fp8(f, ws, f.vt_sk, stream);
@@ -95,7 +102,7 @@ void launch(const core::AttentionProblem& p, const DeviceInfo& dev, const Instan
   if (e == cudaSuccess) {
     if (split) {
       f.part_o = reinterpret_cast<float*>(ws + ws_layout.o_offset());
-      f.part_ml = reinterpret_cast<float2*>(ws + ws_layout.ml_offset());  // o_bytes: a multiple of 8
+      f.part_ml = reinterpret_cast<float4*>(ws + ws_layout.ml_offset());  // o_bytes: a multiple of 16
     }
     e = launcher(inst)(f, stream);
     what = inst.key;

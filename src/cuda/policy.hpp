@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/problem.hpp"
+#include "cuda/kernels/cut_tiles.hpp"
 #include "cuda/kernels/sm90/traits.hpp"
 
 namespace flashcore::cuda {
@@ -39,10 +40,11 @@ struct InstanceInfo {
   bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
   bool score_mod = false;      // sm90 "_sv" rows: the score variants' kernel (FwdSm90Config::kScoreMod)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
-  // multiple of 128 bytes (common/swizzle.cuh); sm90, the instance's FwdSm90Config::kSmem.
+  // multiple of 128 bytes (common/swizzle.cuh), and sm80_extra_smem; sm90, the instance's
+  // FwdSm90Config::kSmem.
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
-    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes;
+    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes + sm80_extra_smem(block_m, block_n);
   }
   // CTAs per SM: sm90, FwdSm90Config::kCtasPerSm (64-row tiles two or three, taller ones
   // one); the sm80 rows (occupancy: their key) one.

@@ -114,18 +114,12 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_S
 # ptxas reports every register spill (-warn-spills), but in the instances listed here, whose
 # spill is known and accepted (docs/cuda.md, "Register spills"):
 # - fwd_sm80_tf32_hd256_32x16_w2_o2: a 16-row warp's O at hd256 in fp32 takes 128 of the
-#   255 registers a thread may have; ptxas spills 4 bytes outside the key loop for sm_80 and
-#   28 bytes (7 values reloaded per key tile) for sm_90, none for sm_86 / sm_89. It is the
-#   hd256 TF32 tile of every device whose blocks cannot have 192 KiB of shared memory (A100,
-#   sm_86, sm_89: 128x16 does not fit), and on sm_90 it runs only where 128x16 would leave
-#   SMs idle (policy.cpp: pick_sm80), i.e. on problems of a few microseconds. Its score
-#   variants' kernel (_variants) spills 4 / 36 bytes for sm_80 / sm_90 the same way.
-# - fwd_sm80_f16_hd256_64x32_w4_o2_variants, fwd_sm80_bf16_hd256_64x32_w4_o2_variants: the
-#   score variants' kernel of a row whose plain kernel uses all 255 registers (16-row warps at
-#   hd256); the ALiBi slope held across the key loop makes ptxas spill one value of the
-#   epilogue: 4 bytes stored before the loop, reloaded after it (every arch; docs/variants.md).
-set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2 fwd_sm80_tf32_hd256_32x16_w2_o2_variants
-                     fwd_sm80_f16_hd256_64x32_w4_o2_variants fwd_sm80_bf16_hd256_64x32_w4_o2_variants)
+#   255 registers a thread may have; ptxas spills 4 bytes for sm_80, sm_86 and sm_89, none for
+#   sm_90 (nvcc 13.0). It is the hd256 TF32 tile of every device whose blocks cannot have
+#   192 KiB of shared memory (A100, sm_86, sm_89: 128x16 does not fit), and on sm_90 it runs
+#   only where 128x16 would leave SMs idle (policy.cpp: pick_sm80), i.e. on problems of a few
+#   microseconds. Its score variants' kernel (_variants) spills nothing.
+set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2)
 foreach(src IN LISTS _fc_inst_sources _fc_sm90_sources)
   get_filename_component(key ${src} NAME_WE)
   if(NOT key IN_LIST _fc_known_spills)

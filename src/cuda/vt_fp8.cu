@@ -3,7 +3,9 @@
 // [B][Hkv][Dv][sk_pad] with the keys of every 32 in the order of parts/fp8.hpp
 // (fp8_vt_key) and zeros for keys Sk .. sk_pad - 1. Varlen (packed V [total][Hkv][Dv]):
 // one block [1][Hkv][Dv][sk_pad], sequence b from position fp8_vt_row0(cu_k[b], b), zeros up
-// to the next one's start (every byte of the block is written). Part of every fp8
+// to the next one's start (every byte of the block is written). V's NaN are written as 0 and
+// recorded (FwdParams::vt_bad; the kernels add them back to the rows that see them,
+// parts/nonfinite_v.cuh). Part of every fp8
 // attention call (and of its timing) but those whose kernel makes V^T itself (the
 // persistent hd128 ones on fixed-length batches: kernels/sm90/vt_transpose.cuh, kVtFused; the same bytes);
 // memory-bound: Sk * Dv bytes read and written per KV head.
@@ -14,6 +16,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/fp8.hpp"
+#include "cuda/parts/nonfinite_v.cuh"
 
 namespace flashcore::cuda {
 namespace {
@@ -56,6 +59,14 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
     stretch = fp8_vt_row0(p.cu_k[b + 1], b + 1) - pos0;
   }
   if (k0 >= stretch) return;  // the whole block: __syncthreads below is reached by all or none
+  // V's NaN (e4m3's one non-finite code) are written as 0, and the keys that had one are
+  // recorded (p.vt_bad, parts/nonfinite_v.cuh): one word per tile, bit r for its row r, kept
+  // in bytes that neither of the buffer's layouts writes (the padding of transposed rows 768
+  // and 769, past V's tiles): 48 KiB is all the static shared memory sm80 allows.
+  static_assert(768 * (kKeys + kPad) >= kSub * kKeys * (kCols + kPad) && kSub <= 8, "the record's place");
+  auto bad = [&](int s) { return reinterpret_cast<uint32_t*>(buf + (768 + s / 4) * (kKeys + kPad) + kKeys + 4 * (s % 4)); };
+  if (threadIdx.x < kSub) *bad(threadIdx.x) = 0;
+  uint32_t bad_tiles = 0;  // this thread's pieces with a NaN, bit s for tile s
   {
     const int r = threadIdx.x / 8, c = (threadIdx.x % 8) * 16;  // 32 rows of 8 pieces
     const int col = c0 + c;
@@ -69,9 +80,21 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
                                                (k_row0 + key) * p.v_ss + hk * p.v_sh + col);
     }
 #pragma unroll
-    for (int s = 0; s < kSub; ++s) *reinterpret_cast<uint4*>(&tile[s][r][c]) = x[s];
+    for (int s = 0; s < kSub; ++s) {
+      const uint32_t f0 = nonfinite_bits<__nv_fp8_e4m3>(x[s].x), f1 = nonfinite_bits<__nv_fp8_e4m3>(x[s].y),
+                     f2 = nonfinite_bits<__nv_fp8_e4m3>(x[s].z), f3 = nonfinite_bits<__nv_fp8_e4m3>(x[s].w);
+      if ((f0 | f1 | f2 | f3) != 0) {
+        x[s] = make_uint4(zero_flagged<__nv_fp8_e4m3>(x[s].x, f0), zero_flagged<__nv_fp8_e4m3>(x[s].y, f1),
+                          zero_flagged<__nv_fp8_e4m3>(x[s].z, f2), zero_flagged<__nv_fp8_e4m3>(x[s].w, f3));
+        bad_tiles |= 1u << s;
+      }
+      *reinterpret_cast<uint4*>(&tile[s][r][c]) = x[s];
+    }
   }
   __syncthreads();
+#pragma unroll 1
+  for (; bad_tiles != 0; bad_tiles &= bad_tiles - 1)
+    atomicOr(bad(__ffs(int(bad_tiles)) - 1), 1u << (threadIdx.x / 8));
   {
     // Warp w transposes columns 16 w .. 16 w + 15 of every tile (as the kernel's transposer
     // does, kernels/sm90/vt_transpose.cuh kVtIn): ldmatrix.x4.trans of the tile's 32 rows as 16-bit pairs
@@ -97,12 +120,17 @@ __global__ void __launch_bounds__(256) vt_fp8_kernel(const FwdParams p, uint8_t*
     }
   }
   __syncthreads();
+  const int64_t bh = bb * p.kv_heads + hk;
+  if (threadIdx.x < kSub && k0 + int(threadIdx.x) * kKeys < stretch) {  // (bad is read after the syncs above)
+    const uint32_t w = *bad(threadIdx.x);
+    p.fp8_bad_words(bh, col_tile)[(pos0 + k0) / kKeys + threadIdx.x] = w;
+    if (w != 0) p.vt_bad[4 * bh] = p.vt_stamp;
+  }
   // Row r of a V^T tile = column c0 + r of V; bytes c .. c + 15 = k positions k0 + c ..
   const int r = threadIdx.x / 2, c = (threadIdx.x % 2) * 16;  // 128 rows of 2 pieces
   const int col = c0 + r;
   if (col >= p.dv) return;
-  const int kv_heads = p.heads / p.group;
-  uint8_t* dst = vt + ((bb * kv_heads + hk) * p.dv + col) * sk_pad + pos0 + k0 + c;
+  uint8_t* dst = vt + (bh * p.dv + col) * sk_pad + pos0 + k0 + c;
 #pragma unroll
   for (int s = 0; s < kSub; ++s) {
     if (k0 + s * kKeys >= stretch) break;  // stretch: a multiple of kKeys

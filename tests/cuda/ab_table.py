@@ -1,5 +1,5 @@
 """Old build against new: the table of a timing A/B (tests/cuda/ab_refactor.sh,
-and the like). Reads flashcore_cuda_timing's JSON rows, each
+tests/cuda/robust_on_gpu.sh's ab stage). Reads flashcore_cuda_timing's JSON rows, each
 tagged with "side" (old / new) and "round"; prints per row the kernel, old and new medians
 over the rounds, the speed ratio old_us / new_us (> 1: new is faster) with its range over
 the rounds, then the geometric mean and the rows below 0.98x.

@@ -18,28 +18,32 @@
 
 namespace flashcore::core {
 
-struct BandMask {
-  int64_t left = -1;   // < 0: unbounded
-  int64_t right = -1;  // < 0: unbounded
-  int64_t offset = 0;  // Sk - Sq
+// I: the index type, int64_t (BandMask) or, in the CUDA kernels' loops, int (their limits
+// keep sequences below 2^30 and windows below 2^29, so every sum here fits).
+template <class I>
+struct BasicBandMask {
+  I left = -1;   // < 0: unbounded
+  I right = -1;  // < 0: unbounded
+  I offset = 0;  // Sk - Sq
 
   FC_HD bool none() const { return left < 0 && right < 0; }
   // First visible key of query i (may be < 0 = none cut), clamped to [0, sk].
-  FC_HD int64_t key_begin(int64_t i, int64_t sk) const {
+  FC_HD I key_begin(I i, I sk) const {
     if (left < 0) return 0;
-    const int64_t b = i + offset - left;
+    const I b = i + offset - left;
     return b < 0 ? 0 : (b > sk ? sk : b);
   }
   // One past the last visible key of query i, clamped to [0, sk].
-  FC_HD int64_t key_end(int64_t i, int64_t sk) const {
+  FC_HD I key_end(I i, I sk) const {
     if (right < 0) return sk;
-    const int64_t e = i + offset + right + 1;
+    const I e = i + offset + right + 1;
     return e < 0 ? 0 : (e > sk ? sk : e);
   }
-  FC_HD bool visible(int64_t i, int64_t j) const {
+  FC_HD bool visible(I i, I j) const {
     return (left < 0 || j >= i + offset - left) && (right < 0 || j <= i + offset + right);
   }
 };
+using BandMask = BasicBandMask<int64_t>;
 
 inline BandMask make_mask(bool causal, int64_t window_left, int64_t window_right, int64_t sq,
                           int64_t sk) {

@@ -51,16 +51,35 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return r;
 }
 
-// One 32-bit shared-memory store.
-__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
-}
-
 // One 128-bit shared-memory load (addr 16-byte aligned).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 r;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
   return r;
+}
+
+// One 64-bit shared-memory load (addr 8-byte aligned).
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 r;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "r"(addr));
+  return r;
+}
+
+// Shared-memory stores (addr aligned to their size).
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void sts64(uint32_t addr, uint2 v) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void sts128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Shared-memory atomic or.
+__device__ __forceinline__ void atom_or_shared(uint32_t addr, uint32_t v) {
+  asm volatile("red.shared.or.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
 // D = A(16x16, row) * B(16x8, col) + D, fp32 accumulators. Fragment ownership (lane l,
@@ -143,6 +162,27 @@ template <>
 __device__ __forceinline__ void store2<float>(float* p, float x, float y) {
   p[0] = x;
   p[1] = y;
+}
+
+// Hides where x came from (no instruction): what code computes from it is computed there,
+// not ahead (in registers held over a loop).
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+// threadIdx.x and blockIdx read again where they are used (special-register reads, which
+// the compiler does not merge with earlier ones: nothing held over a loop).
+__device__ __forceinline__ int tid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int3 ctaid() {
+  int3 v;
+  asm volatile("mov.u32 %0, %%ctaid.x;\n\tmov.u32 %1, %%ctaid.y;\n\tmov.u32 %2, %%ctaid.z;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z));
+  return v;
 }
 
 // 2^x with the MUFU unit (ex2.approx.ftz: ~2 ulp over the range softmax uses, 2^-inf = 0).

@@ -1,8 +1,17 @@
 // fwd_sm80_f32_hd256_simt: fp32 attention on the FFMA (SIMT) units, exact exp2f. One warp
 // per query row: lane l holds q and o at d = l + 32 i; a score is a warp-wide sum (five
 // xor-shuffles), then the running max / sum update of the online softmax is the same
-// on every lane. Keys outside the row's band are never visited. Correct for any D <= 256,
-// any strides; it is the precise path (`exact_fp32`), and the fp32 path where TF32 cannot run.
+// on every lane. Keys outside the row's band are never visited (a NaN or Inf of V there never
+// reaches the row). A score is the dot product q.k, then one product with the scale (log2
+// domain), as the tensor-core kernels form it: keys whose products are equal get the same fp32
+// score, and a score and the max it is compared with are the same fp32 value, so 2^(s - m) is
+// exact (1) at the max and at every key tied with it, whatever the scores' size. (With the
+// scale folded into q, q.k's partial sums of scaled terms rounded, differently per key: on
+// q, k of 0 and +-2^40, keys tied in q.k came out one ulp of 2^77 apart, weights 1 and 0,
+// and the rows' average over their tied keys was lost: CudaHostile.HugeScores, rel_err
+// 0.14-0.26.) Correct for any D <= 256, any strides; it is the precise path (`exact_fp32`),
+// and the fp32 path where TF32 cannot run. The variant form (kVariants) transforms q.k the
+// same way, once per key (parts/score_mod.cuh), and keeps the rules above.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +19,7 @@
 #include <cmath>
 
 #include "cuda/kernels/params.hpp"
+#include "cuda/parts/epilogue.cuh"
 #include "cuda/parts/score_mod.cuh"
 #include "cuda/parts/seq_mask.cuh"
 
@@ -36,13 +46,14 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
 #pragma unroll
   for (int c = 0; c < kSimtMaxPerLane; ++c) {
     const int d = lane + 32 * c;
-    // scores land in the log2 domain (variants: raw, transformed per key)
-    qr[c] = d < p.d ? (kVariants ? q[d] : q[d] * p.scale_log2) : 0.f;
+    qr[c] = d < p.d ? q[d] : 0.f;
     o[c] = 0.f;
   }
   const core::BandMask mask = band_mask(p, seq);
   const int j0 = int(mask.key_begin(i, seq.sk)), j1 = int(mask.key_end(i, seq.sk));
-  float m = -INFINITY, l = 0.f;
+  // The row's max so far, m + mlo (variants: the score's low part, transform_score_exact2,
+  // so that the ALiBi term survives beside a huge q.k; plain: mlo stays 0).
+  float m = -INFINITY, mlo = 0.f, l = 0.f;
   [[maybe_unused]] float slope2 = 0.f;  // variants: ALiBi's slope (log2 domain)
   if constexpr (kVariants) slope2 = alibi_slope_log2(p, b, h);
   for (int j = j0; j < j1; ++j) {
@@ -55,12 +66,28 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if constexpr (kVariants) s = transform_score_exact(s, p, slope2, fabsf(float(i + seq.sk - seq.sq - j)));
-    const float mn = fmaxf(m, s);
-    const float corr = exp2f(m - mn);  // m = -inf on the first key: corr = 0
-    const float pj = exp2f(s - mn);
+    // the score in the log2 domain (one rounding, the same for equal q.k; variants: q.k
+    // transformed, as hi + lo, the same for equal q.k and distance too)
+    float corr, pj;
+    if constexpr (kVariants) {
+      const float2 z = transform_score_exact2(s, p, slope2, fabsf(float(i + seq.sk - seq.sq - j)));
+      // (a NaN score is not taken: its pj is NaN, and so are l and o)
+      const bool take = z.x > m || (z.x == m && z.y > mlo);
+      const float mn = take ? z.x : m, mnlo = take ? z.y : mlo;
+      const float base = mn == -INFINITY ? 0.f : mn, base_lo = mn == -INFINITY ? 0.f : mnlo;
+      corr = exp2f((m - base) + (mlo - base_lo));  // differences exact near the max
+      pj = exp2f((z.x - base) + (z.y - base_lo));
+      m = mn;
+      mlo = mnlo;
+    } else {
+      s *= p.scale_log2;
+      const float mn = fmaxf(m, s);  // (fmaxf skips a NaN score: its pj is NaN, and so are l and o)
+      const float base = mn == -INFINITY ? 0.f : mn;  // only -inf so far: no -inf - -inf
+      corr = exp2f(m - base);                          // m = -inf on the first key: corr = 0
+      pj = exp2f(s - base);
+      m = mn;
+    }
     l = l * corr + pj;
-    m = mn;
     const float* vj = v + j * p.v_ss;
 #pragma unroll
     for (int c = 0; c < kSimtMaxPerLane; ++c) {
@@ -68,30 +95,23 @@ __global__ void __launch_bounds__(kSimtRowsPerBlock * 32) fwd_sm80_simt_f32_kern
       o[c] = d < p.dv ? fmaf(pj, vj[d], o[c] * corr) : 0.f;
     }
   }
+  // A row with no finite score (l = 0) writes O = 0 (o may hold 0 * Inf from V) and lse =
+  // -inf (with a sink: O = 0 and lse = the sink); one that saw a NaN score (l = NaN) NaN for
+  // both.
+  float inv = row_inv(l);
+  [[maybe_unused]] float lse_sink = 0.f;
   if constexpr (kVariants) {
-    if (p.sinks != nullptr) {  // the sink joins the row's sum
-      float lse;
-      const float f = join_sink_log2(m, l, p.sinks[h], lse);
-      float* orow = static_cast<float*>(p.o) + seq.bb * p.o_sb + (seq.q_row0 + i) * p.o_ss + h * p.o_sh;
-#pragma unroll
-      for (int c = 0; c < kSimtMaxPerLane; ++c) {
-        const int d = lane + 32 * c;
-        if (d < p.dv) orow[d] = o[c] * f;
-      }
-      if (p.lse != nullptr && lane == 0) p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] = lse;
-      return;
-    }
+    if (p.sinks != nullptr) inv = join_sink_log2(m, l, p.sinks[h], lse_sink);  // the sink joins the row's sum
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
   float* orow = static_cast<float*>(p.o) + seq.bb * p.o_sb + (seq.q_row0 + i) * p.o_ss + h * p.o_sh;
 #pragma unroll
   for (int c = 0; c < kSimtMaxPerLane; ++c) {
     const int d = lane + 32 * c;
-    if (d < p.dv) orow[d] = o[c] * inv;
+    if (d < p.dv) orow[d] = l == 0.f ? 0.f : o[c] * inv;
   }
   if (p.lse != nullptr && lane == 0)
     p.lse[seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0 + i] =
-        l > 0.f ? (m + log2f(l)) * 0.69314718055994531f : -INFINITY;
+        kVariants && p.sinks != nullptr ? lse_sink : row_lse(m, mlo, l);
 }
 
 // The plain kernel, or with kVariants the variant one (each instantiated in a unit of its

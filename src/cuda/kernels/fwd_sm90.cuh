@@ -10,6 +10,9 @@
 //   load.cuh                 the producer: TMA loads of Q, K, V by key block (ContiguousKv
 //                            says where a key block lives)
 //   vt_transpose.cuh         fp8: V^T made by the producer warpgroup's spare warps
+//   bad_keys.cuh             hidden keys' NaN / Inf in V: 16-bit, rows whose O comes out
+//                            non-finite computed again (repair.cuh); fp8, the items whose
+//                            V^T had NaN cleaned (their rows take it back after the epilogue)
 //   mainloop.cuh             the consumer: S = Q K^T, mask, online softmax, O += P V on the
 //                            key tiles (intra-warpgroup overlap, ping-pong, speculation)
 //   epilogue.cuh             O and lse out: KV-split partials, TMA stores or row copies
@@ -61,10 +64,12 @@
 #include "cuda/common/tma_host.hpp"
 #include "cuda/kernels/item_order.hpp"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/epilogue.cuh"
 #include "cuda/kernels/sm90/load.cuh"
 #include "cuda/kernels/sm90/mainloop.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
+#include "cuda/kernels/sm90/repair.cuh"
 #include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
 #include "cuda/kernels/sm90/traits.hpp"
@@ -95,11 +100,15 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
   if constexpr (!Tr::kPersistent) {
     if (sched.past_end(sched.own, seq_info(p, sched.own.b))) return;  // varlen: past this sequence's end
   }
-  if (threadIdx.x == 0) s.init_barriers();
+  if (threadIdx.x == 0) {
+    s.init_barriers();
+    sm90::BadKeys<Tr>{s.bad}.init();
+  }
   __syncthreads();
 
   if (threadIdx.x / 128 == 0) {
-    // Producer warpgroup: the TMA thread, and (fp8) the transposing warps.
+    // Producer warpgroup: the TMA thread, and (fp8, where the kernel makes V^T) the
+    // transposing warps; the other warps have nothing to do.
     ptx::setmaxnreg_dec<Tr::kProducerRegs>();
     if (threadIdx.x == 0) {
       sm90::Producer<Tr>{&tm_q, &tm_k, &tm_v, s}.run(p, sched);
@@ -125,18 +134,26 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       float scale_log2 = p.scale_log2, o_scale = p.o_scale;
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
-      if constexpr (Tr::kScoreMod) {  // (never packed: the policy gives variant calls no GQA packing)
+      if constexpr (Tr::kScoreMod)  // (never packed: the policy gives variant calls no GQA packing)
         ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, 0, band, scale_log2, o_scale, res,
                alibi_slope_log2(p, wi.b, wi.h));
+      else
+        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+      // The rows' reasons for a second look (rows to compute again exactly: l NaN, or 16-bit
+      // O not finite; fp8's V NaN to add back: repair.cuh), kept over the epilogue in one
+      // register; taken before a sink joins the rows (the repair joins it to the rows it
+      // computes again).
+      const uint32_t fix = ml.fix_flags(p, qi, res);
+      bool fix_any = __any_sync(0xffffffffu, sm90::fix_needed(fix));
+      if constexpr (Tr::kScoreMod) {
         if (p.sinks != nullptr && !(Sched::kSplits && sched.ns > 1))  // (with splits: kv_combine.cu joins it)
           join_sink_rows(res, p.sinks[wi.h]);
-      } else {
-        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
       }
       if (Sched::kSplits && sched.ns > 1)
         ep.store_split(p, res, wi, seq, row0, sched.shift, sched.split_j);
       else
-        ep.store(p, res, wi, seq, row0, sched.shift);
+        fix_any = ep.store(p, res, wi, seq, row0, sched.shift, qi, fix_any);
+      if (fix_any) sm90::RowRepair<T, Tr>{s, ml.cw, ml.warp, ml.lane}.run(p, sched, wi, fix);
       ++qi;
     }
     ml.close_turns();

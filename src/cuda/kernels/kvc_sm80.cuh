@@ -195,14 +195,15 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[0][df][i] += o[(lane / 4 + 8 * (i / 2)) * kHeadDim + df * 8 + 2 * t + i % 2];
   }
+  const float mlo[2] = {0.f, 0.f};  // (no row is computed again here: the maxima are m_all)
   if (p.kv_splits > 1) {  // unnormalized rows and (m, l) for kv_combine.cu
     const int64_t i0 = (int64_t(split) * p.o_rows() + int64_t(b) * p.sq) * p.heads + h;
-    store_partial<kDF>(acc[0], m_all, l_all, p.part_o, p.part_ml, i0, p.heads, row0, seq.sq, p.dv, t, shift);
+    store_partial<kDF>(acc[0], m_all, mlo, l_all, p.part_o, p.part_ml, i0, p.heads, row0, seq.sq, p.dv, t, shift);
     return;
   }
   T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
   float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
-  store_output<T, kDF>(acc[0], m_all, l_all, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
+  store_output<T, kDF>(acc[0], m_all, mlo, l_all, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>

@@ -24,7 +24,7 @@ struct FastDiv {
     while ((uint64_t(1) << s) < d) ++s;
     m = uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << s) - d) / d + 1);  // < 2^32: 2^(s-1) < d
   }
-  __host__ __device__ int operator()(int n) const {
+  FC_HD int operator()(int n) const {
 #ifdef __CUDA_ARCH__
     const uint32_t hi = __umulhi(uint32_t(n), m);
 #else
@@ -45,7 +45,7 @@ struct ItemOrder {
   int group = 1;
   ItemOrder() = default;
   ItemOrder(int g, int n_mb) : div_items(g * n_mb), div_group(g), group(g) {}
-  __host__ __device__ void decode(int w, int n_mb, int& blk, int& hb) const {
+  FC_HD void decode(int w, int n_mb, int& blk, int& hb) const {
     const int gi = div_items(w), j = w - gi * group * n_mb;
     blk = div_group(j);
     hb = gi * group + (j - blk * group);
@@ -65,6 +65,7 @@ struct FwdParams {
   int64_t lse_sb = 0, lse_sh = 0;
   int batch = 0, sq = 0, sk = 0;  // sq/sk: the longest sequence when varlen
   int heads = 0, group = 1;       // query heads; query head h reads kv head h / group
+  int kv_heads = 0;               // heads / group
   int d = 0, dv = 0;              // true head dims (the instance's HD may be larger: padded)
   const int32_t* cu_q = nullptr;  // varlen prefix sums (device), or null
   const int32_t* cu_k = nullptr;
@@ -85,10 +86,20 @@ struct FwdParams {
   // fp8, kernels with FwdSm90Traits::kVtFused, fixed-length batches: V^T is written by the
   // kernel itself (no pre-pass) where this is given: zeroed device counters, [0] the queue
   // of 32-key x 128-column units (numbered head by head: (b Hkv + hk), key block, column
-  // tile), [1 + b Hkv + hk] the units of that head written so far.
+  // tile), [2 + 2 (b Hkv + hk)] the units of that head written so far and [3 + 2 (b Hkv +
+  // hk)] 1 where one of them had a NaN (read together by one acquire load).
   unsigned* vt_sync = nullptr;
   int vt_kv_heads = 0, vt_head_units = 0;  // with vt_sync: heads / group, (vt_sk / 32) (Dv / 128)
   int vt_units = 0;                        // with vt_sync: all units, vt_head_units vt_kv_heads batch
+  // fp8 with V^T from the pre-pass or the fused transposer: they write V^T with V's NaN
+  // set to 0 and record where (parts/nonfinite_v.cuh): vt_bad[4 bh] (bh = block b Hkv + KV
+  // head, b: V^T's batch entry, 0 for varlen; 16 bytes apart, for the kernel's bulk copy) is
+  // vt_stamp where that head had a NaN (the pre-pass's; the fused transposer flags it in
+  // vt_sync), and fp8_bad_words(p, bh, ct) the bits of its V^T positions (bit j % 32 of word
+  // j / 32) with a NaN in 128-column tile ct. vt_stamp changes per call, so nothing needs
+  // zeroing.
+  unsigned* vt_bad = nullptr;
+  unsigned vt_stamp = 0;
   float o_scale = 1.f;
   bool out_bf16 = false;
   // fp8 under Exp2Mode::fast without lse: the launcher takes the kernel's chord form (half
@@ -101,12 +112,13 @@ struct FwdParams {
   const float* v_descale_heads = nullptr;
   // sm90, 16-bit, not persistent: KV splits (flash-decoding). kv_splits > 1 CTAs share an
   // item's key tiles (split j takes the j-th of kv_splits near-equal runs) and write their
-  // unnormalized O rows and (m, l) (log2 domain) to part_o / part_ml, row index
+  // unnormalized O rows and (m, mlo, l, 0) (the row's max m + mlo in the log2 domain, in two
+  // parts as OnlineSoftmax::finish gives it, and its sum) to part_o / part_ml, row index
   // r = ((j B + b) Sq + query) H + query head (varlen: (j total_q + the query's row) H +
   // query head; part_o: r Dv floats on); kv_combine.cu merges them into O and lse.
   int kv_splits = 1;
   float* part_o = nullptr;
-  float2* part_ml = nullptr;
+  float4* part_ml = nullptr;
   // Score variants (core/variants/score.hpp; the sm90 "_sv" kernels, the sm80 family's
   // variant kernels, the exact fp32 kernel, and the sinks in kv_combine.cu). `variants`: any
   // of them set, the launcher takes the variant kernel (the plain one never reads the fields
@@ -135,7 +147,16 @@ struct FwdParams {
 
   // O's query rows: B Sq, or the packed tensor's total_q (varlen); the splits' stride in
   // part_o / part_ml is o_rows() H rows.
-  __host__ __device__ int64_t o_rows() const { return cu_q != nullptr ? int64_t(total_q) : int64_t(batch) * sq; }
+  FC_HD int64_t o_rows() const { return cu_q != nullptr ? int64_t(total_q) : int64_t(batch) * sq; }
+  // vt_bad's layout (above): the stamps of the V^T blocks' KV heads (4 words each), then per
+  // (bh, ct) the words of vt_sk positions. Its size in words, for the workspace.
+  FC_HD int64_t fp8_bad_heads() const { return int64_t(cu_q != nullptr ? 1 : batch) * kv_heads; }
+  FC_HD int64_t fp8_bad_size() const {
+    return fp8_bad_heads() * (4 + int64_t((dv + 127) / 128) * (vt_sk / 32));
+  }
+  FC_HD unsigned* fp8_bad_words(int64_t bh, int ct) const {
+    return vt_bad + 4 * fp8_bad_heads() + (bh * ((dv + 127) / 128) + ct) * (vt_sk / 32);
+  }
 };
 
 // The band mask of a sequence of sq queries and sk keys (causal folded into right = 0):
@@ -156,17 +177,33 @@ struct TileRange {
   int lo, hi;
   int full_lo, full_hi;  // tiles in [full_lo, full_hi) need no mask
 };
-FC_HD TileRange tile_range(const core::BandMask& m, int m0, int m_last, int sk, int bn) {
+FC_HD TileRange tile_range(const core::BandMask& m64, int m0, int m_last, int sk, int bn) {
+  // In int (core/variants/mask.hpp: the kernels' limits keep the sums in range); in 64 bits
+  // it took the sm90 producer thread (24 registers) past its registers.
+  const core::BasicBandMask<int> m{int(m64.left), int(m64.right), int(m64.offset)};
   TileRange r;
-  const int kb = int(m.key_begin(m0, sk)), ke = int(m.key_end(m_last, sk));
+  const int kb = m.key_begin(m0, sk), ke = m.key_end(m_last, sk);
   r.lo = kb / bn;
   r.hi = ke > kb ? (ke + bn - 1) / bn : r.lo;
   // Every row of the block sees [key_begin(m_last), key_end(m0)).
-  const int fb = int(m.key_begin(m_last, sk)), fe = int(m.key_end(m0, sk));
+  const int fb = m.key_begin(m_last, sk), fe = m.key_end(m0, sk);
   r.full_lo = (fb + bn - 1) / bn;
   r.full_hi = fe / bn;
   return r;
 }
+
+// An item's key tiles [lo, hi) (TileRange: a KV split's run) that the band or Sk cuts, the
+// ones outside [full_lo, full_hi), numbered in order (ordinal), -1 for the others: the tiles
+// where a NaN or Inf of V could reach rows that do not see its key (parts/nonfinite_v.cuh).
+// At most max_cut_tiles(block_m, block_n) per item (cut_tiles.hpp).
+struct CutTiles {
+  int lo, hi, fl, fh;  // cut: [lo, fl) and [fh, hi)
+  FC_HD explicit CutTiles(const TileRange& r) : lo(r.lo), hi(r.hi) {
+    fl = r.full_lo < lo ? lo : r.full_lo > hi ? hi : r.full_lo;
+    fh = r.full_hi < fl ? fl : r.full_hi > hi ? hi : r.full_hi;
+  }
+  FC_HD int ordinal(int n) const { return n < fl ? n - lo : n >= fh ? fl - lo + n - fh : -1; }
+};
 
 // Per-sequence geometry shared by every kernel: sequence b is batch entry `bb` of the
 // tensors, starting at row q_row0 (k_row0) along s; varlen packs all sequences in

@@ -49,6 +49,21 @@ __device__ __forceinline__ float transform_score_exact(float acc, const FwdParam
   return z;
 }
 
+// The same score as hi + lo, for a row's max where the key loop could not take it (rows
+// computed again, parts/exact_rows.cuh): without softcap, c u and the ALiBi term s d are
+// each formed with their product's remainder and added with a two-sum, so that lo keeps what
+// hi's rounding drops: the ALiBi term beside a huge c u, which KV splits' merges of such rows
+// would otherwise lose. With softcap the score is bounded and lo = 0.
+__device__ __forceinline__ float2 transform_score_exact2(float acc, const FwdParams& p, float slope2, float dist) {
+  if (p.softcap_out > 0.f) return make_float2(transform_score_exact(acc, p, slope2, dist), 0.f);
+  const float a = __fmul_rn(acc, p.scale_log2), alo = fmaf(acc, p.scale_log2, -a);
+  if (p.alibi == nullptr) return make_float2(a, isfinite(a) ? alo : 0.f);
+  const float b = __fmul_rn(-slope2, dist), blo = fmaf(-slope2, dist, -b);
+  const float s = __fadd_rn(a, b), bb = __fsub_rn(s, a);
+  const float e = __fadd_rn(__fsub_rn(a, __fsub_rn(s, bb)), __fsub_rn(b, bb));
+  return make_float2(s, isfinite(s) ? e + alo + blo : 0.f);  // (an infinite or NaN score: lo 0)
+}
+
 // A key tile's raw scores (mma accumulator fragments: s[mi][nf][e] is query row row0 + 16 mi
 // + 8 (e / 2), key col0 + 8 nf + 2 t + e % 2) -> transformed scores in the log2 domain, every
 // element (the mask comes after: masked ones become -inf there); slope2 from

@@ -12,6 +12,19 @@
 // fragment) a few times per row instead of on most tiles (with 16 rows per warp, some row's
 // max moves on nearly every tile of a long sequence). Exact: O and l share the max in use,
 // which O / l and lse = m + log2 l take as it is; only P's range grows.
+//
+// Large scores: m' is s e rounded to fp32, so the row's own maximum gets P = 2^(s e - m'),
+// the rounding error of m' (a constant of the row: it cancels in O / l and in lse = m' +
+// log2 l, and the KV-split merge uses m' as it is). Past |m'| ~ 2^24 that error passes the
+// P operand's range (fp8's 448 first, then f16's, then exp2's: 2^128 at |m'| ~ 2^31), and
+// the row came out as inf, NaN or fully masked. An exact form needs s - sh (a raw shift)
+// before the product with e, one more instruction per score, and the state to carry it:
+// the key loops have neither the registers nor the instructions to spare. So update marks a
+// row whose max in use reaches kExactFrom (scaled logits past ~7e5: no ordinary input) by
+// setting its l to NaN, as a NaN score does, and once the item's output is written every
+// row with l NaN is computed again, exactly, by a plain loop over its keys
+// (parts/exact_rows.cuh): slow, and only for such rows. Ordinary rows pay a compare and a
+// select per row where update runs.
 #pragma once
 
 #include <cmath>
@@ -22,11 +35,16 @@ namespace flashcore::cuda {
 
 // The lazy-rescale slack for 16-bit P (fp8 has its own, kFp8Slack in parts/fp8.hpp).
 constexpr int kSoftmaxSlack = 8;
+// Rows whose max in use reaches this (log2 domain) are computed again exactly (above). Below
+// it the rounding error of m' is at most 2^-4: P of the row's max within 2^+-0.05 of its
+// bound, fp8's 2^2 * 2^6 * 2^0.05 < 448.
+constexpr float kExactFrom = 0x1p20f;
 
 template <int kRows /* 2 * fragments per warp */>
 struct OnlineSoftmax {
-  float m[kRows];  // running max of s e (log2 domain); -inf until a visible key is seen
-  float l[kRows];  // running sum of 2^(s' - m), this lane's columns only
+  float m[kRows];    // running max of s e (log2 domain); -inf until a visible key is seen
+  float l[kRows];    // running sum of 2^(s' - m), this lane's columns only; NaN: see above
+  float mlo[kRows];  // after finish: the low part of the row's max (0 but for recomputed rows)
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -40,7 +58,8 @@ struct OnlineSoftmax {
   // with P = 2^(s e - m_new) and returns in corr[] the factor that rescales the old O rows.
   // kPLog2 != 0: P and l come out scaled by 2^kPLog2 (folded into the exponent, free), which
   // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(2^kPLog2 P)).
-  // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8.
+  // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8. A row whose max in use
+  // reaches kExactFrom gets l = NaN (it is computed again after the epilogue).
   template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack>
   __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
 #pragma unroll
@@ -72,7 +91,7 @@ struct OnlineSoftmax {
           s[mi][nf][2 * half + 1] = p1;
           sum += p0 + p1;
         }
-        l[r] = l[r] * corr[r] + sum;
+        l[r] = fabsf(base) < kExactFrom ? l[r] * corr[r] + sum : NAN;
       }
     }
   }
@@ -138,12 +157,15 @@ struct OnlineSoftmax {
     }
   }
 
-  // Full row sums (quad reduction), for the epilogue.
-  __device__ __forceinline__ void finish() {
+  // For the epilogue: full row sums (quad reduction); m less plog2 (the fp8 kernels' P
+  // scale, which l carries and lse must not), mlo 0.
+  __device__ __forceinline__ void finish(int plog2 = 0) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      m[r] -= float(plog2);
+      mlo[r] = 0.f;
     }
   }
 };
@@ -165,6 +187,23 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kMI][kDF][4], const fl
       acc[mi][df][2] *= corr[2 * mi + 1];
       acc[mi][df][3] *= corr[2 * mi + 1];
     }
+}
+
+// Rows with no finite score (no visible key, or only -inf scores: l = 0) write O = 0; their
+// accumulators may hold 0 * Inf from V. Runs only where a row of the warp has l = 0.
+template <int kMI, int kDF>
+__device__ __forceinline__ void zero_empty_rows(float (&acc)[kMI][kDF][4], const float (&l)[2 * kMI]) {
+  bool empty = false;
+#pragma unroll
+  for (int r = 0; r < 2 * kMI; ++r) empty |= l[r] == 0.f;
+  if (!__any_sync(0xffffffffu, empty)) return;
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int df = 0; df < kDF; ++df)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (l[2 * mi + i / 2] == 0.f) acc[mi][df][i] = 0.f;
 }
 
 }  // namespace flashcore::cuda

@@ -133,7 +133,10 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvR
   if (lane >= Tile::kChunks) return;
   // A thread's rows of one page are kStep rows apart: the row addresses are worked out where
   // a pass enters a new page (warp-uniform: a warp's rows of a pass lie in one 8-row group,
-  // and pages hold whole 8-row groups) and advance by a constant stride otherwise.
+  // and pages hold whole 8-row groups) and advance by a constant stride otherwise. At hd256
+  // every row's address is worked out: the 64-row kernel there holds 255 registers, and the
+  // run's state made ptxas spill in its key loop.
+  constexpr bool kRuns = kHeadDim <= 128;
   const T *krow = kv.k, *vrow = kv.v;
   bool page_ok = false;
   int last_slot = -1;
@@ -142,7 +145,7 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvR
     const int r = r0 + i * W::kStep, key = key0 + r;
     if (kBlockN % W::kStep == 0 || r < kBlockN) {
       const int slot = kv.slot(key);
-      if (slot != last_slot) {
+      if (!kRuns || slot != last_slot) {
         last_slot = slot;
         const int id = pg.id[i];
         page_ok = id >= 0 && id < kv.num_pages;

@@ -54,7 +54,7 @@ struct Epilogue {
   __device__ __forceinline__ Epilogue(const CUtensorMap* map, SmemLayout<Tr> layout, int cw_, int warp_, int lane_)
       : tm_o(map), s(layout), cw(cw_), warp(warp_), lane(lane_) {}
 
-  // This split's rows and their (m, l) for kv_combine.cu: row (j R + the query's row in
+  // This split's rows and their (m, mlo, l) for kv_combine.cu: row (j R + the query's row in
   // O's [B Sq] or varlen [total] rows) H + head, R = o_rows().
   __device__ __forceinline__ void store_split(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
                                               const SeqInfo& seq, int row0, int shift, int split_j) const {
@@ -70,7 +70,7 @@ struct Epilogue {
       for (int df = 0; df < kDF; ++df)
         if (df * 8 < p.dv)
           *reinterpret_cast<float2*>(po + df * 8 + 2 * t) = make_float2(r.acc[0][df][2 * half], r.acc[0][df][2 * half + 1]);
-      if (t == 0) p.part_ml[i] = make_float2(r.sm.m[half], r.sm.l[half]);
+      if (t == 0) p.part_ml[i] = make_float4(r.sm.m[half], r.sm.mlo[half], r.sm.l[half], 0.f);
     }
   }
 
@@ -93,17 +93,21 @@ struct Epilogue {
     // Packed rows on their own call: with the head stride in the one call, ptxas moved two
     // of the persistent hd128 kernels' spills into the main loop (sass_check).
     if (shift > 0)
-      store_output<O, kDF>(r.acc[0], r.sm.m, r.sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh,
+      store_output<O, kDF>(r.acc[0], r.sm.m, r.sm.mlo, r.sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh,
                            packer(p));
     else
-      store_output<O, kDF>(r.acc[0], r.sm.m, r.sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, 0, 0, 0, packer(p));
+      store_output<O, kDF>(r.acc[0], r.sm.m, r.sm.mlo, r.sm.l, go, p.o_ss, glse, row0, seq.sq, p.dv, t, 0, 0, 0, packer(p));
   }
 
   // Through O's staging buffer (above), kPassBlocks column blocks per pass (Tr::kOPasses:
   // the buffer holds that many; each pass after the first, and the next item's first, waits
-  // until the last one's rows were read out).
-  __device__ __forceinline__ void store_staged(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
-                                               const SeqInfo& seq, int row0, int shift, bool tma) const {
+  // until the last one's rows were read out). fix: whether this warp's rows need RowRepair
+  // (repair.cuh); returns whether the warpgroup's do (told through SmemLayout::fix_word
+  // across the first pass's barrier: item qi's parity, cleared after its last reader), and
+  // then the rows are in O (the copies or the TMA stores complete) before it returns.
+  __device__ __forceinline__ bool store_staged(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
+                                               const SeqInfo& seq, int row0, int shift, bool tma, int qi,
+                                               bool fix) const {
     constexpr int kPassBlocks = Tr::kOColBlocks / Tr::kOPasses, kPassDF = kDF / Tr::kOPasses;
     const int t = lane % 4;
     const auto pack = packer(p);
@@ -115,9 +119,10 @@ struct Epilogue {
     // of one 32-bit store per fragment pair: the S512 hd128 rows 1.00-1.02x (H200).
     const int j = lane / 8, i = lane % 8, c = (j / 2) ^ i;
     const uint32_t lane_base = base + (16 * warp + i + 8 * (j % 2)) * 128;
-    const float inv0 = r.sm.l[0] > 0.f ? 1.f / r.sm.l[0] : 0.f, inv1 = r.sm.l[1] > 0.f ? 1.f / r.sm.l[1] : 0.f;
+    const float inv0 = row_inv(r.sm.l[0]), inv1 = row_inv(r.sm.l[1]);
     const int tw = threadIdx.x % 128;
-    const uint32_t bar = kBarEpilogue0 + cw;
+    const uint32_t bar = kBarEpilogue0 + cw, fix_word = s.fix_word(cw, qi);
+    if (fix && lane == 0) ptx::sts32(fix_word, 1u);  // (before the first pass's barrier)
 #pragma unroll
     for (int ps = 0; ps < Tr::kOPasses; ++ps) {
       if (Tr::kPersistent || ps > 0) {
@@ -136,12 +141,13 @@ struct Epilogue {
         for (int half = 0; half < 2; ++half) {
           const int prow = row0 + 8 * half, qrow = prow >> shift, hq = (w.h << shift) | (prow & ((1 << shift) - 1));
           if (p.lse != nullptr && t == 0 && qrow < seq.sq)
-            p.lse[seq.bb * p.lse_sb + hq * p.lse_sh + seq.q_row0 + qrow] = row_lse(r.sm.m[half], r.sm.l[half]);
+            p.lse[seq.bb * p.lse_sb + hq * p.lse_sh + seq.q_row0 + qrow] = row_lse(r.sm.m[half], r.sm.mlo[half], r.sm.l[half]);
         }
       }
       if (tma) {
         ptx::fence_proxy_async();
         ptx::named_bar_sync(bar, 128);
+        if (ps == 0) fix = __any_sync(0xffffffffu, ptx::lds32(fix_word) != 0);  // (warp-uniform to ptxas)
         if (tw == 0) {
 #pragma unroll
           for (int cb = ps * kPassBlocks; cb < (ps + 1) * kPassBlocks; ++cb)
@@ -152,9 +158,19 @@ struct Epilogue {
         }
       } else {
         ptx::named_bar_sync(bar, 128);
+        if (ps == 0) fix = __any_sync(0xffffffffu, ptx::lds32(fix_word) != 0);  // (warp-uniform to ptxas)
         copy_rows<kPassBlocks>(p, w, seq, shift, base, ps, tw);
       }
     }
+    if (fix) {  // rare: the rows written before RowRepair's threads rewrite some
+      if (tma && tw == 0) {
+        ptx::tma_store_wait();
+        ptx::fence_proxy_async_global();
+      }
+      ptx::named_bar_sync(bar, 128);
+      if (tw == 0) ptx::sts32(fix_word, 0u);  // every thread has read it
+    }
+    return fix;
   }
 
   // The row copies of one pass out of the staging buffer.
@@ -188,14 +204,15 @@ struct Epilogue {
   // the threads' row copies. fp8: TMA stores, else from registers (with the row copies in
   // the fp8 kernels, the persistent hd128 128x192 one ran 3-5 % slower on H200 in its TMA
   // path too, same main-loop SASS: code layout; 2026-11-27).
-  __device__ __forceinline__ void store(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
-                                        const SeqInfo& seq, int row0, int shift) const {
+  // fix, the return: as store_staged's (from registers: this warp's own).
+  __device__ __forceinline__ bool store(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
+                                        const SeqInfo& seq, int row0, int shift, int qi, bool fix) const {
     if constexpr (Tr::kOStaged && !Tr::kFp8)
-      store_staged(p, r, w, seq, row0, shift, p.o_tma);
+      return store_staged(p, r, w, seq, row0, shift, p.o_tma, qi, fix);
     else if (Tr::kOStaged && p.o_tma)
-      store_staged(p, r, w, seq, row0, shift, true);
-    else
-      store_registers(p, r, w, seq, row0, shift);
+      return store_staged(p, r, w, seq, row0, shift, true, qi, fix);
+    store_registers(p, r, w, seq, row0, shift);
+    return fix;
   }
 
   // After the last item: O's last boxes read out of shared memory before the CTA exits.

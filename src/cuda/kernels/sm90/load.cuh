@@ -15,6 +15,7 @@
 
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
@@ -74,7 +75,9 @@ struct Producer {
   }
 
   // V of key block n into the V ring's buffer st (16-bit: V's rows; fp8: V^T's): the
-  // stage acquired, then the loads issued.
+  // stage acquired, then the loads issued. Every tile, cut by a mask or not, goes straight
+  // to the consumers (16-bit: what a hidden key's NaN / Inf does to a row is found after the
+  // key loop, bad_keys.cuh).
   __device__ __forceinline__ void acquire_v(PipelineState<Tr::kStages> st) const {
     const Pipeline<Tr::kStages> v = s.v_pipe();
     v.producer_acquire(st);
@@ -113,11 +116,31 @@ struct Producer {
 
   // Tr::kVtFused: before an item's first V^T load, every unit of its KV head written by the
   // transposing warps and fenced (their release, this acquire, then the fence into the
-  // async proxy that TMA reads through).
-  __device__ __forceinline__ void wait_vt_head(const FwdParams& p, int batch, int hk) const {
-    const unsigned* done = p.vt_sync + 1 + batch * p.vt_kv_heads + hk;
-    while (ptx::ld_acquire_gpu(done) < unsigned(p.vt_head_units)) __nanosleep(64);
+  // async proxy that TMA reads through). Returns whether one of them had a NaN.
+  __device__ __forceinline__ bool wait_vt_head(const FwdParams& p, int batch, int hk) const {
+    const unsigned* done = p.vt_sync + 2 + 2 * (batch * p.vt_kv_heads + hk);
+    uint2 x;
+    while ((x = ptx::ld_acquire_gpu_v2(done)).x < unsigned(p.vt_head_units)) __nanosleep(64);
     ptx::fence_proxy_async_global();
+    return x.y != 0;
+  }
+
+  // fp8 from the pre-pass's V^T (complete: it ran before): head bh's stamp (FwdParams::vt_bad)
+  // copied into item qi's BadKeys tag, counted on Q's full barrier (the consumers wait on
+  // it): the item's rows take V's NaN back where it equals the call's (parts/nonfinite_v.cuh).
+  // A bulk copy: no register holds it. (The fused transposer's V^T: the tag is written
+  // with the item's first V load, from wait_vt_head's flag.) Before load_q: its 16 bytes are
+  // expected on item qi's phase while the TMA thread's arrival is still missing from it, so
+  // the phase cannot complete without them (expected after Q's loads, Q's bytes could have
+  // completed the phase first, and the copy would count on the next item's phase, the tag
+  // read before it landed). Persistent kernels: once the consumers released the previous
+  // item's Q (load_q's wait, which then passes at once), so that the phase is item qi's and
+  // tag(qi)'s last reader (item qi - 2's) is done.
+  __device__ __forceinline__ void copy_stamp(const FwdParams& p, int qi, int bh) const {
+    if (p.vt_bad == nullptr) return;
+    if (Tr::kPersistent) s.q_pipe().producer_acquire(PipelineState<1>{qi});
+    ptx::mbar_expect_tx(s.q_pipe().full(0), 16);
+    ptx::bulk_load(BadKeys<Tr>{s.bad}.tag(qi), p.vt_bad + 4 * bh, 16, s.q_pipe().full(0));
   }
 
   // The TMA thread's work: every item of the scheduler's list, Q then its key tiles' K and
@@ -134,6 +157,9 @@ struct Producer {
       const int hk = sched.kv_head(p, wi);
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const ContiguousKv<kBlockN> kv(p, seq, wi.b, hk);
+      if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
+        if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
+      }
       load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
       for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
         const PipelineState<Tr::kStages> st{it};
@@ -141,10 +167,11 @@ struct Producer {
         if constexpr (Tr::kVtIn) {
           load_v_raw(rs, n, kv);
         } else {
-          acquire_v(st);
-          if constexpr (Tr::kVtFused) {
-            if (p.vt_sync != nullptr && n == tiles.lo) wait_vt_head(p, kv.batch, hk);
+          if constexpr (Tr::kVtFused) {  // (the tag: before the arrival on V's full barrier, a release)
+            if (p.vt_sync != nullptr && n == tiles.lo)
+              ptx::sts32(BadKeys<Tr>{s.bad}.tag(qi), wait_vt_head(p, kv.batch, hk) ? p.vt_stamp : 0u);
           }
+          acquire_v(st);
           issue_v(st, n, kv);
         }
       }

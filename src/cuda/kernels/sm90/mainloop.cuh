@@ -43,6 +43,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
 #include "cuda/parts/fp8.hpp"
@@ -53,6 +54,13 @@
 #include "cuda/parts/softmax.cuh"
 
 namespace flashcore::cuda::sm90 {
+
+// fix_flags' bits (RowRepair, repair.cuh) of a lane: row half is to be computed again exactly
+// (1 << half: its l is NaN, or, 16-bit, its O came out non-finite), its l is 0 (4 << half);
+// fp8: the item's V^T had cleaned keys (kFixTagged).
+constexpr uint32_t kFixTagged = 16u;
+// Whether flags ask for the repair (rows with l = 0 alone do not).
+__device__ __forceinline__ bool fix_needed(uint32_t flags) { return (flags & (3u | kFixTagged)) != 0; }
 
 // What the consumer computes of one item and the epilogue writes out: O unnormalized (this
 // lane's fragments of the warpgroup's 64 rows x kHeadDim) and the rows' softmax state.
@@ -70,8 +78,9 @@ __device__ __forceinline__ void join_sink_rows(ItemResult<Tr>& r, float sink) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float lse;
-    f[half] = join_sink_log2(r.sm.m[half], r.sm.l[half], sink, lse);
+    f[half] = join_sink_log2(r.sm.m[half] + r.sm.mlo[half], r.sm.l[half], sink, lse);
     r.sm.m[half] = lse * kLog2eF;
+    r.sm.mlo[half] = 0.f;
     r.sm.l[half] = 1.f;
   }
   rescale_rows<1, Tr::kHeadDim / 8>(r.acc, f);
@@ -320,13 +329,50 @@ struct Mainloop {
 
     it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
-    sm.finish();
-    if constexpr (Tr::kFp8) {  // O * v_descale; l carries 2^kPLog2 (O too: they cancel), lse not
-      sm.m[0] -= kPLog2;
-      sm.m[1] -= kPLog2;
+    // Row sums and maxima for the epilogue (fp8: l carries 2^kPLog2, O too: they cancel,
+    // lse not); rows with no finite score zeroed; fp8: O * v_descale. The rows the softmax
+    // could not take (l NaN) are computed again after the epilogue (repair.cuh).
+    sm.finish(kPLog2);
+    zero_empty_rows<1, kDF>(acc, sm.l);
+    if constexpr (Tr::kFp8) {
       const float os[2] = {o_scale, o_scale};
       rescale_rows<1, kDF>(acc, os);
     }
+  }
+
+  // After the key loop: this lane's reasons for RowRepair (repair.cuh), kept over the
+  // epilogue instead of the item's state: row half to be computed again (1 << half) where its
+  // l is NaN or (16-bit) its O is not finite, its l 0 (4 << half), and (fp8) kFixTagged where
+  // the item's V^T had cleaned keys (BadKeys).
+  //
+  // 16-bit: the kernels do not clean V, so a NaN / Inf of V at a key hidden from a row by the
+  // band or Sk (in a tile they cut) gives that row P V's 0 * NaN = NaN (bad_keys.cuh). Such a
+  // row, and any other whose O is not finite (one that sees a NaN / Inf V: non-finite again
+  // when computed exactly, as the reference wants), is computed again over the keys it
+  // sees. The test: per element an fma by 0 (0 for a finite value, NaN for NaN / Inf),
+  // summed in four chains (two per row half, kDF each), then or-ed over the row's quad (the
+  // four lanes hold its columns), so the lanes of a row agree. Rows with no finite score
+  // were zeroed (l = 0) and pass.
+  __device__ __forceinline__ uint32_t fix_flags(const FwdParams& p, int qi, const ItemResult<Tr>& res) const {
+    uint32_t f = 0;
+    if constexpr (Tr::kFp8) {
+      f = BadKeys<Tr>{s.bad}.tagged(p, qi) ? kFixTagged : 0u;
+    } else {
+      float z[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int df = 0; df < kDF; ++df)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) z[i] = fmaf(res.acc[0][df][i], 0.f, z[i]);
+      f = (isnan(z[0] + z[1]) ? 1u : 0u) | (isnan(z[2] + z[3]) ? 2u : 0u);
+      f |= __shfl_xor_sync(0xffffffffu, f, 1);
+      f |= __shfl_xor_sync(0xffffffffu, f, 2);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (isnan(res.sm.l[half])) f |= 1u << half;
+      if (res.sm.l[half] == 0.f) f |= 4u << half;
+    }
+    return f;
   }
 };
 

@@ -67,7 +67,7 @@ struct Pipeline {
 };
 
 // Named barrier ids (bar.sync / bar.arrive; 0 is __syncthreads): the ping-pong turns of the
-// consumer warpgroups take 1 .. 4, each consumer's epilogue its own above them.
+// consumer warpgroups take 1 .. 4, each consumer's epilogue its own above them (8 .. 11).
 constexpr uint32_t kBarTurn0 = 1;
 constexpr uint32_t kBarEpilogue0 = 8;
 

@@ -45,8 +45,14 @@ struct FwdSm90Config {
   static constexpr int kRawSub = 64 * kColBlocks * 128;
   static constexpr int kRawBytes = 32768, kRawSlots = kRawBytes / kRawSub;
   static constexpr bool kVtIn = kVariant == 2;
+  // V's NaN / Inf at keys a mask hides from some rows (kernels/sm90/bad_keys.cuh): the
+  // 16-bit kernels keep no record (rows whose O comes out non-finite are computed again);
+  // fp8's V^T makers clean what they write, and a tag per item (two slots of 16 bytes, items
+  // alternate) says which items' rows take V's NaN back. Then 32 bytes of the epilogue's
+  // RowRepair words (SmemLayout::fix_word).
+  static constexpr int kBadBytes = (kFp8 ? 2 * 16 : 0) + 32;
   static constexpr int kBarriers = 2 + 4 * kStages + (kVtIn ? 2 * kRawSlots : 0);  // q, full_k[], full_v[], empty_k[], empty_v[], empty_q[, raw_full[], raw_empty[]]
-  static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + 1024;
+  static constexpr int kSmemRing = kTileQ + 2 * kStages * kTileKV + 8 * kBarriers + kBadBytes + 1024;
   // + 1024: the dynamic shared memory base is aligned up to the swizzle's 1024 bytes.
   // The TMA-store epilogue stages O in Q's buffer, or (kPersistent: the producer loads the
   // next item's Q meanwhile) in a buffer of its own, kTileO (16-bit kernels): all of O where
@@ -80,10 +86,11 @@ struct FwdSm90Config {
   static constexpr int kVtStage = 32 * 144;
   static constexpr bool kVtFused = kFp8 && kPersistent && kSmemNoO + kTileO + 3 * kVtStage <= kFp8SmemCap;
   static constexpr int kSmem = kSmemNoO + kTileO + (kVtFused ? 3 * kVtStage : 0);
-  // setmaxnreg: the producer keeps 24 registers (kVtIn: 40), the consumers share the rest of what the
-  // CTA got at launch (its threads times the per-thread count that __launch_bounds__ leaves
-  // for `ctas` CTAs per SM, a multiple of 8).
-  static constexpr int kProducerRegs = kVtIn ? 40 : 24;  // kVtIn: the transposing warps'
+  // setmaxnreg: the producer keeps 24 registers (kVtIn: 48, the transposing warps', who also
+  // clean the cut tiles' NaN; with 40 ptxas spilled there), the consumers share the rest of
+  // what the CTA got at launch (its threads times the per-thread count that __launch_bounds__
+  // leaves for `ctas` CTAs per SM, a multiple of 8).
+  static constexpr int kProducerRegs = kVtIn ? 48 : 24;
   static constexpr int consumer_regs(int ctas) {
     return ((65536 / ctas / kThreads / 8 * 8) * kThreads / 128 - kProducerRegs) / kConsumers / 8 * 8;
   }
@@ -130,9 +137,9 @@ struct FwdSm90Config {
   // 2026-11-27, bae29fb).
   static constexpr bool kQRegs = kFp8 && kPersistent &&
                                  kConsumerRegs - (kHeadDim / 2 + kBlockN / 2 + (kSpeculate ? 2 : 1) * kPRegs + kHeadDim / 8) >= 32;
-  static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
+  static_assert(kHeadDim % 32 == 0 && kBlockM % 64 == 0 && kBlockN % 32 == 0 && kBlockN <= 256, "tile shape");
   static_assert(kConsumers <= 4, "named barriers 1 .. kConsumers");
-  static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 40 registers)");
+  static_assert(!kVtIn || (kFp8 && kConsumers == 1), "V^T in the kernel: fp8, 64-row tiles (their producer's 48 registers)");
   static_assert(!kScoreMod || !kFp8, "the score variants' kernel: 16-bit");
   static_assert(!kFp8 || (kHeadDim % 128 == 0 && kBlockN % 64 == 0), "fp8: whole column blocks");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536 / kCtasPerSm, "register file");

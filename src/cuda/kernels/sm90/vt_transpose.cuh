@@ -8,8 +8,9 @@
 // warp takes the next unit of 32 keys x 128 columns of V, numbered head by head in the order
 // the items need them (their KV heads' order, keys ascending), brings it into its shared tile
 // (cp.async, 16-byte pieces along V's rows; keys past Sk zero-filled, as the pre-pass writes
-// them), reads it back with the pre-pass's ldmatrix.x4.trans and byte permutes (the same V^T
-// bytes) and stores the words to the workspace; then it fences them into the async proxy and
+// them), cleans its NaN and records them as the pre-pass does (FwdParams::vt_bad), reads it
+// back with the pre-pass's ldmatrix.x4.trans and byte permutes (the same V^T bytes) and
+// stores the words to the workspace; then it fences them into the async proxy and
 // counts the unit to its head (release). The units do not wait for anything, so every
 // claimed one completes whichever CTAs are resident, and the TMA thread's wait (load.cuh:
 // wait_vt_head) ends.
@@ -41,7 +42,9 @@
 #include "cuda/kernels/params.hpp"
 #include "cuda/kernels/sm90/pipeline.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
+#include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/parts/fp8.hpp"
+#include "cuda/parts/nonfinite_v.cuh"
 
 namespace flashcore::cuda::sm90 {
 
@@ -49,6 +52,22 @@ template <class Tr>
 struct FusedVtTransposer {
   static constexpr int kHeadDim = Tr::kHeadDim;
   SmemLayout<Tr> s;
+
+  // V's NaN in the unit staged at `tile` (32 rows of 128 bytes, 144 apart): lane L's row (key
+  // k0 + L) cleaned in place, and the unit's word of the record (FwdParams::vt_bad, the
+  // pre-pass's: parts/nonfinite_v.cuh) written, with head bh's NaN flag (vt_sync) where it
+  // is not 0.
+  __device__ __forceinline__ void record_nan(const FwdParams& p, uint32_t tile, int lane, int bh, int c0, int k0) const {
+    bool bad = false;
+#pragma unroll 1
+    for (int c = 0; c < 8; ++c) bad |= clean_16_bytes<__nv_fp8_e4m3>(tile + uint32_t(lane) * 144u + uint32_t(c) * 16u);
+    const uint32_t w = __ballot_sync(0xffffffffu, bad);
+    if (lane == 0) {
+      p.fp8_bad_words(bh, c0 / 128)[k0 / 32] = w;
+      if (w != 0) p.vt_sync[3 + 2 * bh] = 1u;  // before the unit's release (run)
+    }
+    __syncwarp();  // the cleaned rows, before ldmatrix reads them
+  }
 
   __device__ __forceinline__ void run(const FwdParams& p) const {
     if constexpr (Tr::kVtFused) {
@@ -75,6 +94,7 @@ struct FusedVtTransposer {
         ptx::cp_async_commit();
         ptx::cp_async_wait<0>();
         __syncwarp();
+        record_nan(p, tile, lane, bh, c0, k0);
         // Row d of the workspace's block = column c0 + d of V; bytes k0 .. k0 + 31 = this
         // unit. This lane's rows of column group j16: 16 j16 + ra, 16 j16 + (ra ^ 1).
         const int ra = 2 * jj + (jj < 4 ? 0 : 1);
@@ -92,7 +112,7 @@ struct FusedVtTransposer {
         }
         ptx::fence_proxy_async_global();
         __syncwarp();  // every lane's stores fenced, and its ldmatrix done before the tile is refilled
-        if (lane == 0) ptx::red_release_gpu_add(p.vt_sync + 1 + bh, 1u);
+        if (lane == 0) ptx::red_release_gpu_add(p.vt_sync + 2 + 2 * bh, 1u);
       }
     }
   }
@@ -115,28 +135,53 @@ struct RingVtTransposer {
     constexpr int kUnits = 2 * (kHeadDim / 16);  // (h, j16) per sub-tile
     const Pipeline<Tr::kStages> v = s.v_pipe();
     const Pipeline<Tr::kRawSlots> raw = s.raw_pipe();
+    // The cut tiles: it < fl and it >= fh (the item's tiles outside [full_lo, full_hi)).
+    const int fl = tiles.full_lo - tiles.lo, fh = tiles.full_hi - tiles.lo;
 #pragma unroll 1
     for (int it = 0, rs = 0; it < tiles.hi - tiles.lo; ++it) {  // K/V tile it, sub-tiles rs of the raw ring
       const PipelineState<Tr::kStages> st{it};
+      const bool cut_tile = it < fl || it >= fh;
       v.producer_acquire(st);
 #pragma unroll 1
       for (int j = 0; j < kSub; ++j, ++rs) {
         const PipelineState<Tr::kRawSlots> rst{rs};
         raw.consumer_wait(rst);
         const uint32_t src = s.raw + rst.stage() * Tr::kRawSub, dst = s.v + st.stage() * Tr::kTileKV + j * kHeadDim * 64;
-#pragma unroll 2
-        for (int u = tw; u < kUnits; u += Tr::kVtWarps) {
+        // Unit u of the sub-tile; clean: its NaN set to 0 first. Returns the or of its bytes.
+        auto unit = [&](int u, bool clean) {
           const uint32_t h = u & 1, j16 = u >> 1, cb = j16 / 8, c16 = j16 % 8;
           uint32_t vv[4];
           ptx::ldmatrix_x4_trans(vv, src + cb * 64 * 128 + h * 32 * 128 + ld_row + ((c16 ^ ld_sw) << 4));
+          const uint32_t seen = vv[0] | vv[1] | vv[2] | vv[3];
+          if (clean) {
+#pragma unroll
+            for (int m = 0; m < 4; ++m) vv[m] = zero_flagged<__nv_fp8_e4m3>(vv[m], nonfinite_bits<__nv_fp8_e4m3>(vv[m]));
+          }
           uint32_t wd[4];
           fp8_vt_words(vv, jj, wd);
           const uint32_t w = 2 * h + st_w;
           ptx::stmatrix_x4(dst + j16 * 16 * 64 + st_row + ((w ^ st_sw) << 4), wd[0], wd[1], wd[2], wd[3]);
+          return seen;
+        };
+        uint32_t seen = 0;
+#pragma unroll 2
+        for (int u = tw; u < kUnits; u += Tr::kVtWarps) seen |= unit(u, false);
+        // A tile the band or Sk cuts, with a NaN (a NaN byte makes its byte of the or look NaN
+        // too: a cheap test, rarely passed): its units again, cleaned (the raw sub-tile is
+        // still there), and the item tagged (BadKeys) for the consumers' fix-up, which then
+        // looks at every key of the cut tiles (parts/nonfinite_v.cuh). Tiles every row sees
+        // whole keep their NaN.
+        // The tag is written by the lane that then releases the tile (its arrive below): the
+        // consumers read it after their wait on the tile's full barrier.
+        const bool cleaned = __any_sync(0xffffffffu, cut_tile && nonfinite_bits<__nv_fp8_e4m3>(seen) != 0);
+        if (cleaned) {
+#pragma unroll 1
+          for (int u = tw; u < kUnits; u += Tr::kVtWarps) unit(u, true);
         }
         ptx::fence_proxy_async();
         __syncwarp();
         if (lane == 0) {
+          if (cleaned) BadKeys<Tr>{s.bad}.mark(0);
           ptx::mbar_arrive(raw.empty(rst.stage()));
           if (j == kSub - 1) v.producer_commit(st);
         }

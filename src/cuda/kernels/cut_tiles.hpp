@@ -1,0 +1,18 @@
+// How many key tiles of one work item the band or Sk can cut (params.hpp: CutTiles), and the
+// shared memory the sm80 forward keeps beside its Q, K and V tiles for V's NaN / Inf
+// (parts/nonfinite_v.cuh). Plain C++: the policy
+// (policy.hpp) reads each instance's shared memory from here too.
+#pragma once
+
+namespace flashcore::cuda {
+
+// Cut tiles per item: each edge of the band spans the block's rows (block_m - 1 keys, so at
+// most (block_m - 1) / block_n + 2 tiles), and Sk's end falls in the last.
+constexpr int max_cut_tiles(int block_m, int block_n) { return 2 * ((block_m - 1) / block_n + 2); }
+
+// The sm80 kernel's extra shared memory: the record of V's cleaned keys (ceil(block_n / 32)
+// words per cut tile), 16-byte aligned.
+constexpr int sm80_cut_words(int block_m, int block_n) { return max_cut_tiles(block_m, block_n) * ((block_n + 31) / 32); }
+constexpr int sm80_extra_smem(int block_m, int block_n) { return (sm80_cut_words(block_m, block_n) * 4 + 15) / 16 * 16; }
+
+}  // namespace flashcore::cuda

@@ -1,0 +1,157 @@
+// Rows that the key loop's softmax could not take exactly, computed again once the item's
+// output is written, and written again: those with l = NaN, which a NaN score leaves and
+// update sets where a row's max in use reached kExactFrom (parts/softmax.cuh). A plain loop
+// over the row's visible keys by the row's quad (each lane its own columns of O):
+// u_j = q . k_j in fp32, u* the u_j whose c u_j is largest (c: the scale in the log2 domain,
+// descales folded in, any sign), P_j = 2^(c (u_j - u*)) (u_j - u* is exact near the max,
+// whatever the scores' size), O = sum P_j v_j, l = sum P_j, and the row's max c u* as m + mlo
+// (rounded product and its remainder, exact). A NaN score makes the row NaN (O, l, so lse);
+// a row whose scores are all -inf after scaling gets l = 0 (O = 0, lse = -inf). Two passes
+// over the keys, slow (no tensor cores, one row per quad), and only for such rows.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace flashcore::cuda {
+
+// One row's inputs: Q's row, and the visible keys [kb, ke) of the item (or KV split).
+template <typename T>
+struct ExactRow {
+  const T* q;
+  int kb, ke;
+};
+
+// The keys' rows: K's and V's row of the sequence's key 0 at the item's KV head, their
+// strides, D and Dv; c as above; v_scale multiplies O (fp8: v_descale).
+template <typename T>
+struct ExactKv {
+  const T *k0, *v0;
+  int64_t k_ss, v_ss;
+  int d, dv;
+  float c, v_scale;
+};
+
+// u = q . k in fp32, in order.
+template <typename T>
+__device__ __forceinline__ float row_dot(const T* q, const T* k, int d) {
+  float u = 0.f;
+#pragma unroll 1
+  for (int i = 0; i < d; ++i) u = fmaf(float(q[i]), float(k[i]), u);
+  return u;
+}
+
+// The row's O (this lane's columns: o[df][e] is column 8 df + 2 t + e, the mma accumulator
+// layout's) and its m, mlo, l. Each lane of the row's quad computes the scores whole (no
+// shuffles: the quads of a warp may diverge here, and ptxas gave the kernels' key loops
+// spills for shuffles under a partial mask).
+template <typename T, int kDF>
+__device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, float& mlo, float& l,
+                                              const ExactRow<T>& row, const ExactKv<T>& kv, int lane) {
+  const int t = lane % 4;
+  const float c = kv.c;
+  // Pass 1: u*, and whether a score is NaN.
+  float best = 0.f;
+  bool have = false, nan = false;
+#pragma unroll 1
+  for (int j = row.kb; j < row.ke; ++j) {
+    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
+    if (isnan(u)) nan = true;
+    else if (!have || c * u > c * best) best = u, have = true;
+  }
+  const float top = have ? c * best : -INFINITY;  // (rounded: only to tell -inf and NaN apart)
+#pragma unroll
+  for (int df = 0; df < kDF; ++df)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) o[df][e] = nan ? NAN : 0.f;
+  if (nan || top == -INFINITY) {  // NaN row; or no finite score: O = 0, lse = -inf
+    l = nan ? NAN : 0.f;
+    m = -INFINITY;
+    mlo = 0.f;
+    return;
+  }
+  // Pass 2: l and O.
+  float sum = 0.f;
+#pragma unroll 1
+  for (int j = row.kb; j < row.ke; ++j) {
+    const float p = exp2f(c * (row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d) - best));
+    sum += p;
+    const T* vj = kv.v0 + j * kv.v_ss;
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      const int col = df * 8 + 2 * t;
+      if (col < kv.dv) {
+        o[df][0] = fmaf(p, float(vj[col]), o[df][0]);
+        o[df][1] = fmaf(p, float(vj[col + 1]), o[df][1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int df = 0; df < kDF; ++df)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) o[df][e] *= kv.v_scale;
+  l = sum;
+  m = c * best;
+  mlo = fmaf(c, best, -m);  // the product's rounding error: m + mlo = c u* exactly
+}
+
+// The same for a row whose scores are a function of q . k and the key (the score variants'
+// kernels): z(u, j) the transformed score in the log2 domain as hi + lo
+// (parts/score_mod.cuh's transform_score_exact2), dz(u, j, u', j') = z(u, j) - z(u', j')
+// formed so that it is exact near the max where it can be (without softcap: c (u - u') minus
+// the ALiBi term's difference, as above). The row's max z* = z(u*, j*) (m + mlo), P_j =
+// 2^dz(u_j, j, u*, j*).
+template <typename T, int kDF, class Z, class Dz>
+__device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, float& mlo, float& l,
+                                                const ExactRow<T>& row, const ExactKv<T>& kv, int lane, const Z& z,
+                                                const Dz& dz) {
+  const int t = lane % 4;
+  float best = 0.f;
+  int bj = 0;
+  bool have = false, nan = false;
+#pragma unroll 1
+  for (int j = row.kb; j < row.ke; ++j) {
+    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
+    if (isnan(u)) nan = true;
+    else if (!have || dz(u, j, best, bj) > 0.f) best = u, bj = j, have = true;
+  }
+  const float2 top = have ? z(best, bj) : make_float2(-INFINITY, 0.f);
+#pragma unroll
+  for (int df = 0; df < kDF; ++df)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) o[df][e] = nan ? NAN : 0.f;
+  mlo = 0.f;
+  if (nan || top.x == -INFINITY) {  // NaN row; or no finite score: O = 0, lse = -inf
+    l = nan ? NAN : 0.f;
+    m = -INFINITY;
+    return;
+  }
+  float sum = 0.f;
+#pragma unroll 1
+  for (int j = row.kb; j < row.ke; ++j) {
+    const float p = exp2f(dz(row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d), j, best, bj));
+    sum += p;
+    const T* vj = kv.v0 + j * kv.v_ss;
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) {
+      const int col = df * 8 + 2 * t;
+      if (col < kv.dv) {
+        o[df][0] = fmaf(p, float(vj[col]), o[df][0]);
+        o[df][1] = fmaf(p, float(vj[col + 1]), o[df][1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int df = 0; df < kDF; ++df)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) o[df][e] *= kv.v_scale;
+  l = sum;
+  m = top.x;
+  mlo = top.y;
+}
+
+}  // namespace flashcore::cuda
