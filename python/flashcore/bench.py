@@ -328,6 +328,7 @@ def main(argv=None):
     ap.add_argument("--overhead-iters", type=int, default=2000)
     ap.add_argument("--world", type=int, default=2, help="ring-attention: ranks (processes; one GPU each on cuda)")
     ap.add_argument("--layout", choices=["contiguous", "zigzag"], default="zigzag", help="ring-attention sharding")
+    ap.add_argument("--forward-only", action="store_true", help="ring-attention: time the forward alone")
     a = ap.parse_args(argv)
     if a.op == "ring-attention":
         from . import ring_bench

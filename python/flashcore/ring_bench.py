@@ -70,7 +70,8 @@ def _worker(rank, world, init_file, a, out_file):
         def step():
             o = flashcore.attention(qs, ks, vs, causal=a.causal, threads=threads)
             o.backward(dout)
-        row["single_step_s"] = _time(torch, step, a.iters, cuda)
+        if not a.forward_only:
+            row["single_step_s"] = _time(torch, step, a.iters, cuda)
     dist.barrier()
     mine = [fd.shard(x, rank, world, a.layout).contiguous() for x in (q, k, v)]
     dmine = fd.shard(dout, rank, world, a.layout).contiguous()
@@ -81,7 +82,8 @@ def _worker(rank, world, init_file, a, out_file):
     def ring_step():
         o = fd.ring_attention(*grads, causal=a.causal, layout=a.layout, threads=threads)
         o.backward(dmine)
-    row["step_s"] = _time(torch, ring_step, a.iters, cuda, dist.barrier)
+    if not a.forward_only:
+        row["step_s"] = _time(torch, ring_step, a.iters, cuda, dist.barrier)
     with open(f"{out_file}.{rank}", "w") as f:
         json.dump(row, f)
     dist.destroy_process_group()
@@ -112,25 +114,31 @@ def main(a) -> None:
         raise SystemExit(f"flashcore.bench: --seq-q {a.seq} must split evenly over the ranks ({a.layout})")
     rows = run(a)
     fwd = max(r["fwd_s"] for r in rows)
-    step = max(r["step_s"] for r in rows)
+    step = None if a.forward_only else max(r["step_s"] for r in rows)
     single = rows[0]
     flops = _flops(a)
     summary = {"op": "ring-attention", "backend": a.backend, "world": a.world, "layout": a.layout,
                "dtype": a.dtype, "B": a.batch, "H": a.heads, "Hkv": a.kv_heads or a.heads, "S": a.seq,
-               "D": a.head_dim, "causal": a.causal, "fwd_ms": fwd * 1e3, "step_ms": step * 1e3,
-               "fwd_tflops": flops / fwd * 1e-12, "step_tflops": 3.5 * flops / step * 1e-12,
-               "single_fwd_ms": single["single_fwd_s"] * 1e3, "single_step_ms": single["single_step_s"] * 1e3,
+               "D": a.head_dim, "causal": a.causal, "fwd_ms": fwd * 1e3,
+               "fwd_tflops": flops / fwd * 1e-12, "single_fwd_ms": single["single_fwd_s"] * 1e3,
                "fwd_scaling": single["single_fwd_s"] / (a.world * fwd),
-               "step_scaling": single["single_step_s"] / (a.world * step),
-               "per_rank_ms": [{"rank": r["rank"], "fwd": r["fwd_s"] * 1e3, "step": r["step_s"] * 1e3} for r in rows]}
+               "per_rank_ms": [{"rank": r["rank"], "fwd": r["fwd_s"] * 1e3, "step": r.get("step_s", 0) * 1e3}
+                               for r in rows]}
+    if step is not None:
+        summary.update(step_ms=step * 1e3, step_tflops=3.5 * flops / step * 1e-12,
+                       single_step_ms=single["single_step_s"] * 1e3,
+                       step_scaling=single["single_step_s"] / (a.world * step))
     if a.json:
         print(json.dumps(summary))
         return
     print(f"ring attention, {a.world} ranks ({a.backend}, {a.layout}), {a.dtype} B{a.batch} H{a.heads}/"
           f"{a.kv_heads or a.heads} S{a.seq} D{a.head_dim}{' causal' if a.causal else ''}")
     for r in summary["per_rank_ms"]:
-        print(f"  rank {r['rank']}: forward {r['fwd']:.2f} ms, forward + backward {r['step']:.2f} ms")
+        print(f"  rank {r['rank']}: forward {r['fwd']:.2f} ms" +
+              ("" if step is None else f", forward + backward {r['step']:.2f} ms"))
     print(f"  forward {fwd * 1e3:.2f} ms ({summary['fwd_tflops']:.3f} TFLOP/s), one device "
           f"{summary['single_fwd_ms']:.2f} ms: scaling {summary['fwd_scaling']:.2f}")
+    if step is None:
+        return
     print(f"  forward + backward {step * 1e3:.2f} ms ({summary['step_tflops']:.3f} TFLOP/s), one device "
           f"{summary['single_step_ms']:.2f} ms: scaling {summary['step_scaling']:.2f}")
