@@ -43,6 +43,15 @@ const KvCase kCases[] = {
      Strategy::automatic, false, true},
     {"stale_nan_window_speculative_contig_f16", DType::f16, 0, false, 2, 4, 8, 2, 64, {300, 90}, 4, true, 40, 0, 2,
      Strategy::automatic, false, true},
+    // Hostile values: NaN in V at keys some rows see and others do not, and huge scores.
+    {"hidden_nan_speculative_page16_f16", DType::f16, 16, false, 2, 4, 8, 2, 64, {40, 100}, 4, true, -1, -1, 2,
+     Strategy::automatic, false, false, true},
+    {"hidden_nan_window_speculative_contig_bf16", DType::bf16, 0, false, 2, 4, 4, 2, 64, {300, 90}, 4, true, 40, 0,
+     2, Strategy::automatic, false, false, true},
+    {"huge_decode_page16_f16", DType::f16, 16, false, 3, 1, 8, 2, 64, {15, 300, 70}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, true},
+    {"huge_speculative_page16_bf16", DType::bf16, 16, false, 1, 2, 8, 1, 64, {500}, 2, true, -1, -1, 2,
+     Strategy::automatic, false, false, false, true},
 };
 
 class KvCacheTest : public ::testing::TestWithParam<KvCase> {};

@@ -27,13 +27,17 @@ struct ExactRow {
 };
 
 // The keys' rows: K's and V's row of the sequence's key 0 at the item's KV head, their
-// strides, D and Dv; c as above; v_scale multiplies O (fp8: v_descale).
+// strides, D and Dv; c as above; v_scale multiplies O (fp8: v_descale). The recompute reads
+// key j's rows through k_row(j) / v_row(j), which a KV cache's form (kvc_sm80.cuh's
+// CacheExactKv: rows in pages) gives too.
 template <typename T>
 struct ExactKv {
   const T *k0, *v0;
   int64_t k_ss, v_ss;
   int d, dv;
   float c, v_scale;
+  __device__ __forceinline__ const T* k_row(int j) const { return k0 + j * k_ss; }
+  __device__ __forceinline__ const T* v_row(int j) const { return v0 + j * v_ss; }
 };
 
 // u = q . k in fp32, in order.
@@ -49,9 +53,9 @@ __device__ __forceinline__ float row_dot(const T* q, const T* k, int d) {
 // layout's) and its m, mlo, l. Each lane of the row's quad computes the scores whole (no
 // shuffles: the quads of a warp may diverge here, and ptxas gave the kernels' key loops
 // spills for shuffles under a partial mask).
-template <typename T, int kDF>
+template <typename T, int kDF, class Kv = ExactKv<T>>
 __device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, float& mlo, float& l,
-                                              const ExactRow<T>& row, const ExactKv<T>& kv, int lane) {
+                                              const ExactRow<T>& row, const Kv& kv, int lane) {
   const int t = lane % 4;
   const float c = kv.c;
   // Pass 1: u*, and whether a score is NaN.
@@ -59,7 +63,7 @@ __device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, floa
   bool have = false, nan = false;
 #pragma unroll 1
   for (int j = row.kb; j < row.ke; ++j) {
-    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
+    const float u = row_dot(row.q, kv.k_row(j), kv.d);
     if (isnan(u)) nan = true;
     else if (!have || c * u > c * best) best = u, have = true;
   }
@@ -78,9 +82,9 @@ __device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, floa
   float sum = 0.f;
 #pragma unroll 1
   for (int j = row.kb; j < row.ke; ++j) {
-    const float p = exp2f(c * (row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d) - best));
+    const float p = exp2f(c * (row_dot(row.q, kv.k_row(j), kv.d) - best));
     sum += p;
-    const T* vj = kv.v0 + j * kv.v_ss;
+    const T* vj = kv.v_row(j);
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;
@@ -105,9 +109,9 @@ __device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, floa
 // formed so that it is exact near the max where it can be (without softcap: c (u - u') minus
 // the ALiBi term's difference, as above). The row's max z* = z(u*, j*) (m + mlo), P_j =
 // 2^dz(u_j, j, u*, j*).
-template <typename T, int kDF, class Z, class Dz>
+template <typename T, int kDF, class Z, class Dz, class Kv = ExactKv<T>>
 __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, float& mlo, float& l,
-                                                const ExactRow<T>& row, const ExactKv<T>& kv, int lane, const Z& z,
+                                                const ExactRow<T>& row, const Kv& kv, int lane, const Z& z,
                                                 const Dz& dz) {
   const int t = lane % 4;
   float best = 0.f;
@@ -115,7 +119,7 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
   bool have = false, nan = false;
 #pragma unroll 1
   for (int j = row.kb; j < row.ke; ++j) {
-    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
+    const float u = row_dot(row.q, kv.k_row(j), kv.d);
     if (isnan(u)) nan = true;
     else if (!have || dz(u, j, best, bj) > 0.f) best = u, bj = j, have = true;
   }
@@ -133,9 +137,9 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
   float sum = 0.f;
 #pragma unroll 1
   for (int j = row.kb; j < row.ke; ++j) {
-    const float p = exp2f(dz(row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d), j, best, bj));
+    const float p = exp2f(dz(row_dot(row.q, kv.k_row(j), kv.d), j, best, bj));
     sum += p;
-    const T* vj = kv.v0 + j * kv.v_ss;
+    const T* vj = kv.v_row(j);
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;
