@@ -75,6 +75,23 @@ const KvCase kCases[] = {
      Strategy::automatic, false, true},
     {"stale_nan_window_speculative_contig_f16", DType::f16, 0, false, 2, 4, 8, 2, 128, {300, 90}, 4, true, 40, 0,
      2, Strategy::automatic, false, true},
+    // Hostile values: NaN in V at keys some rows see and others do not (the causal mask's
+    // newest key, a window's first key), and huge scores (computed again exactly): the
+    // key-split form (packed rows <= 16), the 64-row form (prefill chunks), KV splits.
+    {"hidden_nan_speculative_page16_f16", DType::f16, 16, false, 2, 4, 8, 2, 64, {40, 100}, 4, true, -1, -1, 2,
+     Strategy::automatic, false, false, true},
+    {"hidden_nan_window_speculative_contig_bf16", DType::bf16, 0, false, 2, 4, 4, 2, 128, {300, 90}, 4, true, 40, 0,
+     2, Strategy::automatic, false, false, true},
+    {"hidden_nan_prefill_page64_f16", DType::f16, 64, false, 2, 90, 2, 2, 64, {100, 0}, 90, true, -1, -1, 2,
+     Strategy::automatic, false, false, true},
+    {"hidden_nan_long_splits_page16_f16", DType::f16, 16, false, 1, 3, 8, 2, 128, {4000}, 3, true, -1, -1, 2,
+     Strategy::automatic, false, false, true},
+    {"huge_decode_page16_f16", DType::f16, 16, false, 3, 1, 8, 2, 128, {15, 300, 70}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, true},
+    {"huge_speculative_splits_page16_bf16", DType::bf16, 16, false, 1, 2, 8, 1, 64, {5000}, 2, true, -1, -1, 2,
+     Strategy::automatic, false, false, false, true},
+    {"huge_prefill_page64_bf16", DType::bf16, 64, false, 2, 70, 4, 2, 128, {50, 130}, 70, true, -1, -1, 2,
+     Strategy::automatic, false, false, false, true},
 };
 
 class CudaKvCache : public ::testing::TestWithParam<KvCase> {};

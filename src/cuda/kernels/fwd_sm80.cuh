@@ -41,6 +41,7 @@
 #include "cuda/common/swizzle.cuh"
 #include "cuda/kernels/cut_tiles.hpp"
 #include "cuda/kernels/params.hpp"
+#include "cuda/kernels/sm80/cache_repair.cuh"
 #include "cuda/kernels/sm80/load.cuh"
 #include "cuda/kernels/sm80/mainloop.cuh"
 #include "cuda/kernels/sm80/repair.cuh"
@@ -275,6 +276,7 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   // kernel reads them here, before a sink sets l = 1; the plain one after the epilogue.
   uint32_t flags = 0;
   if constexpr (kVariants) flags = sm80::row_flags<kMI>(sm.l) | sm80::nonfinite_row_bits<kMI, kDF>(acc, sm.l);
+  if constexpr (kCache) flags = sm80::cache_fix_rows<kMI, kDF>(acc, sm.l);  // (sm80/cache_repair.cuh)
   const Where w = where();
   if constexpr (kVariants) {
     if (p.sinks != nullptr) {  // the sink joins each row: O's rows scaled here, l = 1, m = lse log2 e
@@ -299,29 +301,31 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
         }
     }
   }
-  if constexpr (kCache) {
-    if (p.kv_splits > 1) {  // unnormalized rows and (m, mlo, l) for kv_combine.cu
-      const int64_t i0 = (int64_t(w.split) * p.o_rows() + int64_t(w.b) * p.sq) * p.heads + w.h;
+  if (kCache && p.kv_splits > 1) {  // unnormalized rows and (m, mlo, l) for kv_combine.cu
+    const int64_t i0 = (int64_t(w.split) * p.o_rows() + int64_t(w.b) * p.sq) * p.heads + w.h;
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
-        store_partial<kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, p.part_o, p.part_ml, i0, p.heads,
-                           w.row0 + 16 * mi, w.seq.sq, p.dv, w.tid % 4, w.shift);
-      return;
-    }
+    for (int mi = 0; mi < kMI; ++mi)
+      store_partial<kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, p.part_o, p.part_ml, i0, p.heads,
+                         w.row0 + 16 * mi, w.seq.sq, p.dv, w.tid % 4, w.shift);
+  } else {
+    T* go = static_cast<T*>(p.o) + w.seq.bb * p.o_sb + w.seq.q_row0 * p.o_ss + w.h * p.o_sh;
+    float* glse = p.lse == nullptr ? nullptr : p.lse + w.seq.bb * p.lse_sb + w.h * p.lse_sh + w.seq.q_row0;
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)  // (packed rows: the KV cache's kernel)
+      store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse,
+                           w.row0 + 16 * mi, w.seq.sq, p.dv, w.tid % 4, w.shift, p.o_sh, p.lse_sh);
   }
-  T* go = static_cast<T*>(p.o) + w.seq.bb * p.o_sb + w.seq.q_row0 * p.o_ss + w.h * p.o_sh;
-  float* glse = p.lse == nullptr ? nullptr : p.lse + w.seq.bb * p.lse_sb + w.h * p.lse_sh + w.seq.q_row0;
-#pragma unroll
-  for (int mi = 0; mi < kMI; ++mi)
-    store_output<T, kDF>(acc[mi], sm.m + 2 * mi, sm.mlo + 2 * mi, sm.l + 2 * mi, go, p.o_ss, glse, w.row0 + 16 * mi,
-                         w.seq.sq, p.dv, w.tid % 4, w.shift, p.o_sh, p.lse_sh);  // (packed rows: the KV cache's kernel)
+  if constexpr (kCache) {  // rows the key loop could not take, computed again through the cache's pages
+    if (__any_sync(0xffffffffu, flags != 0))
+      sm80::repair_cache_rows<T, kMI, kDF, kBlockN>(p, w.seq, w.b, w.h, w.shift, w.split, w.tiles.lo * kBlockN,
+                                                      min(w.tiles.hi * kBlockN, w.seq.sk), w.row0, w.tid % 32, flags);
+    return;
+  }
   // Rows the softmax could not take (l NaN) computed again, and V's cleaned NaN / Inf added
   // back to the rows that see them (sm80/repair.cuh).
-  if constexpr (!kCache) {
-    if constexpr (!kVariants) flags = sm80::row_flags<kMI>(sm.l);
-    if (__any_sync(0xffffffffu, (flags & 0xFFFFu) != 0) || cleaned)
-      sm80::repair<T, Tr, kVariants>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
-  }
+  if constexpr (!kVariants) flags = sm80::row_flags<kMI>(sm.l);
+  if (__any_sync(0xffffffffu, (flags & 0xFFFFu) != 0) || cleaned)
+    sm80::repair<T, Tr, kVariants>(p, w.b, w.h, w.m0, ptx::tid_x(), flags, cleaned, bad_words);
 }
 
 // The launcher of one instance: the plain kernel, or with kVariants the variant kernel

@@ -195,15 +195,21 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[0][df][i] += o[(lane / 4 + 8 * (i / 2)) * kHeadDim + df * 8 + 2 * t + i % 2];
   }
-  const float mlo[2] = {0.f, 0.f};  // (no row is computed again here: the maxima are m_all)
-  if (p.kv_splits > 1) {  // unnormalized rows and (m, l) for kv_combine.cu
+  const float mlo[2] = {0.f, 0.f};  // (the merged maxima; rows computed again below carry their own)
+  const uint32_t fix = sm80::cache_fix_rows<1, kDF>(acc, l_all);
+  if (p.kv_splits > 1) {  // unnormalized rows and (m, mlo, l) for kv_combine.cu
     const int64_t i0 = (int64_t(split) * p.o_rows() + int64_t(b) * p.sq) * p.heads + h;
     store_partial<kDF>(acc[0], m_all, mlo, l_all, p.part_o, p.part_ml, i0, p.heads, row0, seq.sq, p.dv, t, shift);
-    return;
+  } else {
+    T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
+    float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
+    store_output<T, kDF>(acc[0], m_all, mlo, l_all, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
   }
-  T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
-  float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
-  store_output<T, kDF>(acc[0], m_all, mlo, l_all, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
+  // Rows the key loop could not take (sm80/cache_repair.cuh), computed again through the
+  // cache's pages over this CTA's keys.
+  if (__any_sync(0xffffffffu, fix != 0))
+    sm80::repair_cache_rows<T, 1, kDF, kBlockN>(p, seq, b, h, shift, split, tiles.lo * kBlockN,
+                                                min(tiles.hi * kBlockN, seq.sk), row0, lane, fix);
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>

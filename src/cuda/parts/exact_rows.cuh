@@ -17,6 +17,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/kernels/params.hpp"
+#include "cuda/parts/score_mod.cuh"
+
 namespace flashcore::cuda {
 
 // One row's inputs: Q's row, and the visible keys [kb, ke) of the item (or KV split).
@@ -27,13 +30,17 @@ struct ExactRow {
 };
 
 // The keys' rows: K's and V's row of the sequence's key 0 at the item's KV head, their
-// strides, D and Dv; c as above; v_scale multiplies O (fp8: v_descale).
+// strides, D and Dv; c as above; v_scale multiplies O (fp8: v_descale). The recompute reads
+// key j's rows through k_row(j) / v_row(j), which a KV cache's form (kvc_sm80.cuh's
+// CacheExactKv: rows in pages) gives too.
 template <typename T>
 struct ExactKv {
   const T *k0, *v0;
   int64_t k_ss, v_ss;
   int d, dv;
   float c, v_scale;
+  __device__ __forceinline__ const T* k_row(int j) const { return k0 + j * k_ss; }
+  __device__ __forceinline__ const T* v_row(int j) const { return v0 + j * v_ss; }
 };
 
 // u = q . k in fp32, in order.
@@ -46,68 +53,15 @@ __device__ __forceinline__ float row_dot(const T* q, const T* k, int d) {
 }
 
 // The row's O (this lane's columns: o[df][e] is column 8 df + 2 t + e, the mma accumulator
-// layout's) and its m, mlo, l. Each lane of the row's quad computes the scores whole (no
-// shuffles: the quads of a warp may diverge here, and ptxas gave the kernels' key loops
-// spills for shuffles under a partial mask).
-template <typename T, int kDF>
-__device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, float& mlo, float& l,
-                                              const ExactRow<T>& row, const ExactKv<T>& kv, int lane) {
-  const int t = lane % 4;
-  const float c = kv.c;
-  // Pass 1: u*, and whether a score is NaN.
-  float best = 0.f;
-  bool have = false, nan = false;
-#pragma unroll 1
-  for (int j = row.kb; j < row.ke; ++j) {
-    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
-    if (isnan(u)) nan = true;
-    else if (!have || c * u > c * best) best = u, have = true;
-  }
-  const float top = have ? c * best : -INFINITY;  // (rounded: only to tell -inf and NaN apart)
-#pragma unroll
-  for (int df = 0; df < kDF; ++df)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) o[df][e] = nan ? NAN : 0.f;
-  if (nan || top == -INFINITY) {  // NaN row; or no finite score: O = 0, lse = -inf
-    l = nan ? NAN : 0.f;
-    m = -INFINITY;
-    mlo = 0.f;
-    return;
-  }
-  // Pass 2: l and O.
-  float sum = 0.f;
-#pragma unroll 1
-  for (int j = row.kb; j < row.ke; ++j) {
-    const float p = exp2f(c * (row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d) - best));
-    sum += p;
-    const T* vj = kv.v0 + j * kv.v_ss;
-#pragma unroll
-    for (int df = 0; df < kDF; ++df) {
-      const int col = df * 8 + 2 * t;
-      if (col < kv.dv) {
-        o[df][0] = fmaf(p, float(vj[col]), o[df][0]);
-        o[df][1] = fmaf(p, float(vj[col + 1]), o[df][1]);
-      }
-    }
-  }
-#pragma unroll
-  for (int df = 0; df < kDF; ++df)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) o[df][e] *= kv.v_scale;
-  l = sum;
-  m = c * best;
-  mlo = fmaf(c, best, -m);  // the product's rounding error: m + mlo = c u* exactly
-}
-
-// The same for a row whose scores are a function of q . k and the key (the score variants'
-// kernels): z(u, j) the transformed score in the log2 domain as hi + lo
-// (parts/score_mod.cuh's transform_score_exact2), dz(u, j, u', j') = z(u, j) - z(u', j')
-// formed so that it is exact near the max where it can be (without softcap: c (u - u') minus
-// the ALiBi term's difference, as above). The row's max z* = z(u*, j*) (m + mlo), P_j =
-// 2^dz(u_j, j, u*, j*).
-template <typename T, int kDF, class Z, class Dz>
+// layout's) and its m, mlo, l, for scores that are a function of q . k and the key: z(u, j)
+// the score in the log2 domain as hi + lo, dz(u, j, u', j') = z(u, j) - z(u', j') formed so
+// that it is exact near the max where it can be. u* the u_j of the largest score (dz > 0),
+// the row's max z(u*, j*) as m + mlo, P_j = 2^dz(u_j, j, u*, j*). Each lane of the row's
+// quad computes the scores whole (no shuffles: the quads of a warp may diverge here, and
+// ptxas gave the kernels' key loops spills for shuffles under a partial mask).
+template <typename T, int kDF, class Z, class Dz, class Kv = ExactKv<T>>
 __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, float& mlo, float& l,
-                                                const ExactRow<T>& row, const ExactKv<T>& kv, int lane, const Z& z,
+                                                const ExactRow<T>& row, const Kv& kv, int lane, const Z& z,
                                                 const Dz& dz) {
   const int t = lane % 4;
   float best = 0.f;
@@ -115,7 +69,7 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
   bool have = false, nan = false;
 #pragma unroll 1
   for (int j = row.kb; j < row.ke; ++j) {
-    const float u = row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d);
+    const float u = row_dot(row.q, kv.k_row(j), kv.d);
     if (isnan(u)) nan = true;
     else if (!have || dz(u, j, best, bj) > 0.f) best = u, bj = j, have = true;
   }
@@ -133,9 +87,9 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
   float sum = 0.f;
 #pragma unroll 1
   for (int j = row.kb; j < row.ke; ++j) {
-    const float p = exp2f(dz(row_dot(row.q, kv.k0 + j * kv.k_ss, kv.d), j, best, bj));
+    const float p = exp2f(dz(row_dot(row.q, kv.k_row(j), kv.d), j, best, bj));
     sum += p;
-    const T* vj = kv.v0 + j * kv.v_ss;
+    const T* vj = kv.v_row(j);
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;
@@ -152,6 +106,44 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
   l = sum;
   m = top.x;
   mlo = top.y;
+}
+
+// The plain scores: z = c u as the rounded product and its remainder (m + mlo = c u*
+// exactly), dz = c (u - u'), exact near the max whatever the scores' size.
+template <typename T, int kDF, class Kv = ExactKv<T>>
+__device__ __forceinline__ void recompute_row(float (&o)[kDF][2], float& m, float& mlo, float& l,
+                                              const ExactRow<T>& row, const Kv& kv, int lane) {
+  const float c = kv.c;
+  recompute_row_z<T, kDF>(
+      o, m, mlo, l, row, kv, lane,
+      [c](float u, int) {
+        const float hi = c * u;
+        return make_float2(hi, fmaf(c, u, -hi));
+      },
+      [c](float u, int, float u1, int) { return c * (u - u1); });
+}
+
+// The score variants' kernels: the transformed scores (parts/score_mod.cuh's exact form; the
+// ALiBi distance of key j is |dist0 - j|, dist0 = i + Sk - Sq), and where sink is not null the
+// sink joined to the row (O scaled, l = 1, m = lse log2 e).
+template <typename T, int kDF, class Kv = ExactKv<T>>
+__device__ __forceinline__ void recompute_row_variants(float (&o)[kDF][2], float& m, float& mlo, float& l,
+                                                       const ExactRow<T>& row, const Kv& kv, int lane,
+                                                       const FwdParams& p, float slope2, int dist0, const float* sink) {
+  auto z = [&](float u, int j) { return transform_score_exact2(u, p, slope2, fabsf(float(dist0 - j))); };
+  recompute_row_z<T, kDF>(o, m, mlo, l, row, kv, lane, z, [&](float u, int j, float u1, int j1) {
+    return p.softcap_out > 0.f ? z(u, j).x - z(u1, j1).x  // bounded scores
+                               : kv.c * (u - u1) - slope2 * (fabsf(float(dist0 - j)) - fabsf(float(dist0 - j1)));
+  });
+  if (sink != nullptr) {
+    float lse;
+    const float f = join_sink_log2(m, l, *sink, lse);
+#pragma unroll
+    for (int df = 0; df < kDF; ++df) o[df][0] *= f, o[df][1] *= f;
+    m = lse * kLog2eF;
+    mlo = 0.f;
+    l = 1.f;
+  }
 }
 
 }  // namespace flashcore::cuda

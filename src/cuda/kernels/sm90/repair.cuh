@@ -74,20 +74,8 @@ struct RowRepair {
         if constexpr (Tr::kScoreMod) {  // the transformed scores, and the sink (not into a split's partial)
           const float slope2 = alibi_slope_log2(p, w.b, hq);
           const int dist0 = i + seq.sk - seq.sq;
-          auto z = [&](float u, int j) { return transform_score_exact2(u, p, slope2, fabsf(float(dist0 - j))); };
-          recompute_row_z<T, kDF>(o, m, mlo, l, row, kv, lane, z, [&](float u, int j, float u1, int j1) {
-            return p.softcap_out > 0.f ? z(u, j).x - z(u1, j1).x  // bounded scores
-                                       : c * (u - u1) - slope2 * (fabsf(float(dist0 - j)) - fabsf(float(dist0 - j1)));
-          });
-          if (p.sinks != nullptr && !split) {  // the sink joins the row (O scaled, l = 1, m = lse log2 e)
-            float lse;
-            const float f = join_sink_log2(m, l, p.sinks[hq], lse);
-#pragma unroll
-            for (int df = 0; df < kDF; ++df) o[df][0] *= f, o[df][1] *= f;
-            m = lse * kLog2eF;
-            mlo = 0.f;
-            l = 1.f;
-          }
+          recompute_row_variants<T, kDF>(o, m, mlo, l, row, kv, lane, p, slope2, dist0,
+                                            p.sinks != nullptr && !split ? p.sinks + hq : nullptr);
         } else {
           recompute_row<T, kDF>(o, m, mlo, l, row, kv, lane);
         }
