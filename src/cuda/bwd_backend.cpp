@@ -1,9 +1,9 @@
 // CUDA attention backward: validates what only the device can tell (pointer kinds,
-// alignment, arch, shared memory, device-resident cu_seqlens), picks a bwd_sm80 instance
-// (instances.inc's bwd rows) and runs, on the caller's stream:
+// alignment, arch, shared memory, device-resident cu_seqlens), picks a bwd_sm90 or bwd_sm80
+// instance (instances.inc's bwd rows) and runs, on the caller's stream:
 //   memset     the fp32 dQ accumulator slices
 //   prepare    per query row: D = rowsum(dO * O) and lse log2 e (bwd_aux.cu)
-//   main       dK, dV, and dQ's sums (kernels/bwd_sm80.cuh)
+//   main       dK, dV, and dQ's sums (kernels/bwd_sm90.cuh, kernels/bwd_sm80.cuh)
 //   finish     dQ = scale * sum of the slices, converted; varlen: dK, dV rows past the
 //              last sequence zeroed (bwd_aux.cu)
 // Every CUDA error becomes a flashcore::Error; nothing is launched until every check has
@@ -41,33 +41,45 @@ using BwdLaunchFn = cudaError_t (*)(const BwdParams&, cudaStream_t);
 cudaError_t bwd_prepare(const BwdParams&, bool bf16, cudaStream_t);
 cudaError_t bwd_finish(const BwdParams&, bool bf16, cudaStream_t);
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) cudaError_t key(const BwdParams&, cudaStream_t);
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) cudaError_t key(const BwdParams&, cudaStream_t);
 #include "instances_bwd.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 
 namespace {
 
 struct BwdInstance {
   const char* key;
+  int arch;  // 80: bwd_sm80 (sm80 and later), 90: bwd_sm90 (sm_90a: compute capability 9.0 only)
   DType dtype;
   int head_dim, block_m, block_n, stages, dsplit;
   BwdLaunchFn fn;
-  int smem() const { return bwd_sm80_smem(head_dim, block_m, block_n, stages, int(dtype_size(dtype))); }
+  int smem() const {
+    const int es = int(dtype_size(dtype));
+    return arch == 90 ? bwd_sm90_smem(head_dim, block_m, block_n, stages, es)
+                      : bwd_sm80_smem(head_dim, block_m, block_n, stages, es);
+  }
+  bool runs_on(const DeviceInfo& dev) const { return smem() <= dev.smem_optin && (arch == 80 || dev.hopper()); }
+  // CTAs per SM its registers are budgeted for (the sm80 rows: one, their last common column)
+  int ctas_per_sm() const { return arch == 90 ? bwd_sm90_ctas_per_sm(block_n) : 1; }
 };
 
 constexpr DType bwd_dtype_f16 = DType::f16, bwd_dtype_bf16 = DType::bf16;
 const BwdInstance kBwdInstances[] = {
-#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) {#key, bwd_dtype_##dt, hd, bm, bn, st, ds, key},
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) {#key, 80, bwd_dtype_##dt, hd, bm, bn, st, ds, key},
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) {#key, 90, bwd_dtype_##dt, hd, bm, bn, st, 1, key},
 #include "instances_bwd.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 };
 
 // Deterministic mode: the dQ slices take at most this many bytes (fewer slices beyond it;
 // one slice always).
 constexpr size_t kDeterministicBudget = size_t(1) << 30;
 
-// The instance for this problem: the forced key (params.impl), else the first row (table
-// order = preference) of the smallest head dim that covers D and Dv and fits the device's
-// shared memory.
+// The instance for this problem: the forced key (params.impl), else, of the smallest head
+// dim that covers D and Dv, the first sm90 row the device runs (Hopper), else the first sm80
+// row (table order = preference) that fits the device's shared memory.
 const BwdInstance& pick_bwd(const core::AttentionProblem& p, const DeviceInfo& dev) {
   const int64_t hd = std::max(p.d, p.dv);
   if (p.impl != nullptr && p.impl[0] != '\0') {
@@ -77,14 +89,15 @@ const BwdInstance& pick_bwd(const core::AttentionProblem& p, const DeviceInfo& d
           throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
                                                "' is not a CUDA backward kernel for " + to_string(p.dtype) +
                                                " head dim " + std::to_string(hd));
-        if (i.smem() > dev.smem_optin)
+        if (!i.runs_on(dev))
           throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                               "' needs more shared memory than this device has");
+                                               (i.arch == 90 ? "' runs on compute capability 9.0 devices only"
+                                                             : "' needs more shared memory than this device has"));
         return i;
       }
     throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                         "' is not a CUDA backward kernel of this build (bwd_sm80_* keys: "
-                                         "list_kernels)");
+                                         "' is not a CUDA backward kernel of this build (bwd_sm80_* / bwd_sm90_* "
+                                         "keys: list_kernels)");
   }
   int best_hd = INT_MAX;
   for (const BwdInstance& i : kBwdInstances)
@@ -92,8 +105,9 @@ const BwdInstance& pick_bwd(const core::AttentionProblem& p, const DeviceInfo& d
   if (best_hd == INT_MAX)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                                          ") has no CUDA backward instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
-  for (const BwdInstance& i : kBwdInstances)
-    if (i.dtype == p.dtype && i.head_dim == best_hd && i.smem() <= dev.smem_optin) return i;
+  for (const int arch : {90, 80})
+    for (const BwdInstance& i : kBwdInstances)
+      if (i.arch == arch && i.dtype == p.dtype && i.head_dim == best_hd && i.runs_on(dev)) return i;
   throw_error(Status::unsupported, "q: no CUDA backward instance for head dim " + std::to_string(best_hd) +
                                        " fits this device's shared memory (" + std::to_string(dev.smem_optin) +
                                        " bytes)");
@@ -101,14 +115,14 @@ const BwdInstance& pick_bwd(const core::AttentionProblem& p, const DeviceInfo& d
 
 // Deterministic mode's CTAs along the keys (each with a dQ slice of its own), for `items`
 // CTAs per key-block position (B Hkv, times the column splits) and `key_blocks` blocks: the
-// count s <= min(key_blocks, most) with the fewest block-times, ceil(items s / SMs) waves of
-// ceil(key_blocks / s) blocks each (one CTA per SM: the kernels' register budget), the
+// count s <= min(key_blocks, most) with the fewest block-times, ceil(items s / slots) waves of
+// ceil(key_blocks / s) blocks each (slots: SMs times the instance's CTAs per SM), the
 // smallest such s (the least workspace). E.g. 132 SMs, 16 KV heads, 128 key blocks: 8 (one
 // wave of 128 CTAs, 16 blocks each, as long as the 16 waves of the default mode); 9 would
 // start a second wave.
-int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int sms) {
+int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots) {
   items = std::max<int64_t>(items, 1);
-  const int64_t sm = std::max(sms, 1), top = std::max<int64_t>(std::min(key_blocks, most), 1);
+  const int64_t sm = std::max(slots, 1), top = std::max<int64_t>(std::min(key_blocks, most), 1);
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= top; ++s) {
     const int64_t cost = (items * s + sm - 1) / sm * ((key_blocks + s - 1) / s);
@@ -220,7 +234,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
   if (bp.deterministic) {
     const size_t slice_bytes = slice_bytes_of(b);
     const int64_t most = slice_bytes > 0 ? int64_t(kDeterministicBudget / slice_bytes) : key_blocks;
-    b.splits = deterministic_splits(p.batch * p.kv_heads * inst.dsplit, key_blocks, most, dev.sms);
+    b.splits = deterministic_splits(p.batch * p.kv_heads * inst.dsplit, key_blocks, most, dev.sms * inst.ctas_per_sm());
     b.key_ctas = key_blocks > 0 ? b.splits : 0;
     b.dq_split = int64_t(slice_bytes / 4);
   }
@@ -230,7 +244,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
 
 void append_backward_kernels(std::vector<KernelInfo>& out, const DeviceInfo* dev) {
   for (const BwdInstance& i : kBwdInstances)
-    out.push_back({i.key, "sm80", dev != nullptr && i.smem() <= dev->smem_optin});
+    out.push_back({i.key, i.arch == 90 ? "sm90" : "sm80", dev != nullptr && i.runs_on(*dev)});
 }
 
 }  // namespace flashcore::cuda

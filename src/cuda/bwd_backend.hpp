@@ -8,7 +8,7 @@
 
 namespace flashcore::cuda {
 
-// Appends the backward's kernel keys (bwd_sm80_*), available where a device is given and
+// Appends the backward's kernel keys (bwd_sm80_*, bwd_sm90_*), available where a device is given and
 // the instance's shared memory fits it.
 void append_backward_kernels(std::vector<KernelInfo>& out, const DeviceInfo* dev);
 

@@ -1,10 +1,10 @@
-// CUDA attention backward (src/cuda/bwd_backend.cpp, kernels/bwd_sm80.cuh) against the fp64
+// CUDA attention backward (src/cuda/bwd_backend.cpp, kernels/bwd_sm90.cuh, kernels/bwd_sm80.cuh) against the fp64
 // reference backward on host copies: f16 and bf16, head dims 64 / 96 / 128 / 256 and padded
 // ones (D = 80, Dv = 48), odd lengths (1, 7, 100, 1000), GQA 4:1 and 8:1, causal with Sq > Sk
 // (fully masked rows: dq exactly 0) and Sq < Sk, windows, a negative scale, varlen batches
 // with empty sequences and rows past the last one (with and without max_seqlen), BHSD and
 // padded (strided) gradient views, NaN-poisoned gradients (every element written, padding
-// untouched), every bwd_sm80 instance the device runs forced by key, deterministic mode
+// untouched), every bwd_sm80 / bwd_sm90 instance the device runs forced by key, deterministic mode
 // bitwise across runs (and within tolerance of the default mode), a caller's stream, and bad
 // arguments named before anything runs, the gradients left as they were.
 // Every test skips with a message when there is no sm80+ GPU (CI has none).
@@ -114,6 +114,8 @@ const BwdCase kCases[] = {
     {"bhsd_pad_d256", 2, 130, 70, 2, 1, 256, 256, false, -1, -1, true, 8},
     {"causal_d256", 1, 300, 200, 4, 1, 256, 256, true},
     {"d80_dv48_negative_scale", 1, 77, 150, 3, 1, 80, 48, false, -1, -1, false, 0, -0.3f},
+    // (head dims 112 / 128: the 128-column instance, sm90 on Hopper, with zero-filled columns)
+    {"gqa4_causal_d112_dv128", 2, 700, 900, 8, 2, 112, 128, true},
     {"varlen_causal_gqa2_d64", 1, 310, 410, 4, 2, 64, 64, true, -1, -1, false, 0, 0.0f,
      {0, 5, 5, 300}, {0, 17, 40, 400}},
     {"varlen_empty_maxlen_d128", 1, 200, 240, 2, 1, 128, 128, false, -1, -1, false, 0, 0.0f,
@@ -137,14 +139,16 @@ INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackward,
                          ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(DType::f16, DType::bf16)),
                          fctest::CaseDtypeName());
 
-// The bwd_sm80 keys of this build that the device runs, with their head dims.
+// The bwd_sm80 and bwd_sm90 keys of this build that the device runs, with their head dims.
 std::vector<std::pair<std::string, int64_t>> bwd_keys(DType dt) {
   std::vector<fc::KernelInfo> ks(512);
   ks.resize(size_t(fc::list_kernels(ks.data(), int(ks.size()))));
   std::vector<std::pair<std::string, int64_t>> out;
-  const std::string prefix = "bwd_sm80_" + fctest::name(dt) + "_hd";
-  for (const fc::KernelInfo& k : ks)
-    if (k.available && k.key.rfind(prefix, 0) == 0) out.push_back({k.key, std::stoll(k.key.substr(prefix.size()))});
+  for (const char* family : {"bwd_sm80_", "bwd_sm90_"}) {
+    const std::string prefix = std::string(family) + fctest::name(dt) + "_hd";
+    for (const fc::KernelInfo& k : ks)
+      if (k.available && k.key.rfind(prefix, 0) == 0) out.push_back({k.key, std::stoll(k.key.substr(prefix.size()))});
+  }
   return out;
 }
 
@@ -156,7 +160,7 @@ TEST(CudaBackwardKernels, EveryInstanceForced) {
   FC_TRACE_SEED(rng);
   for (DType dt : {DType::f16, DType::bf16}) {
     const auto keys = bwd_keys(dt);
-    EXPECT_FALSE(keys.empty()) << "no bwd_sm80 " << fctest::name(dt) << " kernel runs on this device";
+    EXPECT_FALSE(keys.empty()) << "no CUDA backward " << fctest::name(dt) << " kernel runs on this device";
     for (const auto& [key, hd] : keys) {
       SCOPED_TRACE(key);
       const BwdCase c{"forced", 2, 150, 213, 4, 2, hd, hd, false, 120, 30};

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device call for the CUDA attention backward (src/cuda/bwd_*, kernels/bwd_sm80.cuh):
+# One device call for the CUDA attention backward (src/cuda/bwd_*, kernels/bwd_sm90.cuh, bwd_sm80.cuh):
 #   build     cmake + ninja on the machine's cores: flashcore_cuda_backward_tests and
-#             flashcore_cuda_bwd_timing for sm_90a, f16 / bf16 instances only (the sm90
-#             forward family is not built: FLASHCORE_CUDA_ARCHS=90a keeps "90" out of the list)
+#             flashcore_cuda_bwd_timing for sm_90a, f16 / bf16 instances only (both backward
+#             families, bwd_sm90 and bwd_sm80, and the forward's)
 #   tests     the backward's tests (gtest shards in parallel processes), with, beside them,
 #   sanitize  compute-sanitizer memcheck and synccheck on small cases and racecheck on every
 #             instance forced by key
@@ -43,7 +43,7 @@ if has build; then
   gt=()
   [ -d .gtest ] && gt=(-DFLASHCORE_GTEST_SOURCE="$PWD/.gtest")
   cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_BUILD_BENCH=OFF -DFLASHCORE_CUDA=ON \
-    -DFLASHCORE_CUDA_ARCHS=90a "-DFLASHCORE_CUDA_DTYPES=f16;bf16" "-DFLASHCORE_CUDA_HDIMS=64;96;128;256" "${gt[@]}" \
+    -DFLASHCORE_CUDA_ARCHS=90 "-DFLASHCORE_CUDA_DTYPES=f16;bf16" "-DFLASHCORE_CUDA_HDIMS=64;96;128;256" "${gt[@]}" \
     > "$LOG/build.log" 2>&1 &&
     ninja -C "$B" -j "$(nproc)" flashcore_cuda_backward_tests flashcore_cuda_bwd_timing >> "$LOG/build.log" 2>&1
   rc=$?

@@ -8,7 +8,7 @@
 //                             [--shapes "B,H,S,D,causal[,Hkv];..."]
 // The grid: D in --hdims (default 64,128), S in --seqs (default 512..16384), B = 16384 / S,
 // H = 2048 / D, causal and not; inputs standard normal (q, k, v, dO), out and lse from the
-// library's CUDA forward of the same inputs. --all-tiles: every bwd_sm80 key of the dtype and
+// library's CUDA forward of the same inputs. --all-tiles: every bwd_sm90 / bwd_sm80 key of the dtype and
 // head dim the device runs, forced, besides the backend's own choice ("auto");
 // --deterministic: a params.deterministic row of the backend's choice as well.
 #include <cuda_runtime.h>
@@ -167,10 +167,11 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       std::vector<std::string> impls = {"auto"};
       if (all_tiles) {
-        const std::string prefix =
-            std::string("bwd_sm80_") + flashcore::to_string(dt) + "_hd" + std::to_string(s.D) + "_";
-        for (const flashcore::KernelInfo& k : ks)
-          if (k.available && k.key.rfind(prefix, 0) == 0) impls.push_back(k.key);
+        for (const char* family : {"bwd_sm90_", "bwd_sm80_"}) {
+          const std::string prefix = std::string(family) + flashcore::to_string(dt) + "_hd" + std::to_string(s.D) + "_";
+          for (const flashcore::KernelInfo& k : ks)
+            if (k.available && k.key.rfind(prefix, 0) == 0) impls.push_back(k.key);
+        }
       }
       run(s, dt, impls, deterministic, iters);
     }

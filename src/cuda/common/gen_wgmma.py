@@ -18,8 +18,9 @@ def outs(n, c="+f"):
 
 
 def wrappers(N, ty, nm, k, rs_name, rs_trans):
-    """SS (both operands K-major from shared memory), SS with D an output only, and RS
-    (A from registers, B from shared memory) wrappers of m64nNk<k> for one type.
+    """SS (both operands K-major from shared memory), SS with D an output only, RS
+    (A from registers, B from shared memory) and (16-bit) SS with both operands MN-major
+    (wgmma_ss_tt) wrappers of m64nNk<k> for one type.
     16-bit types (k16) take the transpose immediates, so their RS reads B N-major
     (rs_trans, wrapper wgmma_rs_bt); e4m3 (k32, 32 bytes of K per step as k16 of a
     16-bit type) has no transpose: both operands K-major (wrapper wgmma_rs)."""
@@ -58,6 +59,16 @@ __device__ __forceinline__ void {rs_name}<{N}, {ty}>(float (&d)[{N // 8}][4], co
       "{{{regs(R)}}}, {{%{R}, %{R + 1}, %{R + 2}, %{R + 3}}}, %{R + 4}, p{rs_imm};\\n}}\\n"
       : {outs(R)}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}}"""
+    if rs_trans:  # SS with both operands MN-major (the backward's dQ = dS K: dS^T and K as stored)
+        yield f"""template <>
+__device__ __forceinline__ void wgmma_ss_tt<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b, int scale_d) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 2}, 0;\\n"
+      "{op}"
+      "{{{regs(R)}}}, %{R}, %{R + 1}, p, 1, 1, 1, 1;\\n}}\\n"
+      : {outs(R)}
+      : "l"(a), "l"(b), "r"(scale_d));
 }}"""
     if not rs_trans:  # RS with D an output only (fp8's S = Q K^T with Q in registers)
         yield f"""template <>

@@ -38,6 +38,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/swizzle.cuh"
 #include "cuda/kernels/bwd_params.hpp"
+#include "cuda/parts/bwd_rows.cuh"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/seq_mask.cuh"
 #include "cuda/parts/tile_load.cuh"
@@ -89,30 +90,6 @@ struct BwdSm80Traits {
                 "column splits start on a swizzle group");
 };
 
-// Zeroes P^T where (query i, key j) is not visible: i >= sq, j >= sk, or outside the band.
-// s[nf][e] is key row0 + 8 (e / 2), query col0 + 8 nf + 2 t + e % 2 (S^T's fragments). As
-// mask_scores does for the forward, each key row's visible queries become a range [lo, hi]
-// of the compile-time offsets 8 nf + e % 2 (BandMask::visible: i <= j - off + left,
-// i >= j - off - right).
-template <int kMF>
-__device__ __forceinline__ void mask_transposed(float (&s)[kMF][4], const Band32& band, int sq, int row0, int col0,
-                                                int t) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int j = row0 + 8 * half, i0 = col0 + 2 * t;
-    int lo = band.right < 0 ? INT_MIN / 2 : j - band.offset - band.right - i0;
-    int hi = (band.left < 0 ? sq - 1 : min(sq - 1, j - band.offset + band.left)) - i0;
-    if (j >= band.sk) lo = INT_MAX / 2;
-#pragma unroll
-    for (int nf = 0; nf < kMF; ++nf)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = nf * 8 + e;
-        if (c < lo || c > hi) s[nf][2 * half + e] = 0.f;
-      }
-  }
-}
-
 // The query loop's scalars in shared memory, written by thread 0 before the loop's first
 // barrier and read after each barrier where needed: kept in registers across the loop, they
 // were spilled (its S^T .. dK phase needs nearly all 255 registers).
@@ -126,20 +103,6 @@ struct BwdLoopCtl {
   int zero;
 };
 static_assert(sizeof(BwdLoopCtl) <= 48, "kOffCtl's room");
-
-// The query blocks [lo, hi) that see a key of [n0, n0 + kBlockN) (band, Sq, Sk of the
-// sequence): queries i with j - off - right <= i <= j - off + left for some key j < Sk.
-struct QueryBlocks {
-  int lo, hi;
-};
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ QueryBlocks query_blocks(const Band32& band, int sq, int n0) {
-  const int n_last = min(n0 + kBlockN, band.sk) - 1;
-  const int q_lo = band.right < 0 ? 0 : max(0, n0 - band.offset - band.right);
-  const int q_hi = band.left < 0 ? sq : min(sq, n_last - band.offset + band.left + 1);
-  const int lo = q_lo / kBlockM;
-  return {lo, q_hi > q_lo ? (q_hi + kBlockM - 1) / kBlockM : lo};
-}
 
 // One CTA's shared-memory addresses and per-lane fragment bases (absolute shared addresses).
 template <typename Tr, typename T>
@@ -236,16 +199,6 @@ __device__ __forceinline__ void bwd_accumulate(float (&acc)[Tr::kOF][4], const f
   }
 }
 
-// Adds a pair of fp32 values to global memory (sm90: one 64-bit reduction).
-__device__ __forceinline__ void red_add2(float* p, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(p), make_float2(x, y));
-#else
-  atomicAdd(p, x);
-  atomicAdd(p + 1, y);
-#endif
-}
-
 // dQ of query block m0 (head h) += dS K for this CTA's keys: the warp's [kDqRows x kDqCols]
 // tile from the stored dS^T and K, added to dq (the slice's row 0 of this (sequence, head);
 // rows of kHeadDim floats) for rows < sq. The lane's row and column offsets are derived from
@@ -287,24 +240,6 @@ __device__ __forceinline__ void bwd_dq(uint32_t smem, float* dq, int m0, int sq,
 #pragma unroll
       for (int nf = 0; nf < Tr::kDqNF; ++nf) red_add2(dst + 8 * nf, acc[mi][nf][2 * half], acc[mi][nf][2 * half + 1]);
     }
-}
-
-// Writes one gradient's rows of this warp (keys row0, row0 + 8 of the sequence, < sk) from
-// this CTA's first column, times `mul`, columns < cols.
-template <typename T, int kOF>
-__device__ __forceinline__ void bwd_store_rows(const float (&acc)[kOF][4], T* g0, int64_t row_stride, int row0, int sk,
-                                               int col0, int cols, float mul) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + 8 * half;
-    if (row >= sk) continue;
-    T* dst = g0 + int64_t(row) * row_stride;
-#pragma unroll
-    for (int df = 0; df < kOF; ++df) {
-      const int col = col0 + df * 8;
-      if (col < cols) ptx::store2<T>(dst + col, acc[df][2 * half] * mul, acc[df][2 * half + 1] * mul);
-    }
-  }
 }
 
 // One query block (m0, in stage kSt) against this CTA's keys (n0..): S^T .. dK in sub-steps of

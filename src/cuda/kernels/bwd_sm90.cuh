@@ -1,0 +1,332 @@
+// bwd_sm90: the attention backward's main kernel on Hopper's warpgroup MMA (wgmma, sm_90a),
+// f16/bf16 storage, fp32 accumulation. The same algorithm and data flow as bwd_sm80.cuh
+// (FlashAttention-2's backward laid out transposed; the row stats, the dQ workspace and its
+// finishing pass are shared: bwd_aux.cu), with the five products as wgmma:
+//
+//   S^T  = K Q^T       m64 n<kBlockM> k16, K and Q from shared memory (both K-major)
+//   dP^T = V dO^T      the same with V and dO
+//   dV  += P^T dO      m64 n<kHeadDim>: P^T from registers (the accumulators converted),
+//                      dO from shared memory read N-major (transposed descriptor)
+//   dK  += dS^T Q      the same with dS^T and Q; dS^T is also stored to shared memory
+//   dQ   = dS K        m64 n64 per pass: dS^T and K from shared memory, both MN-major
+//                      (wgmma_ss_tt); each warpgroup kDqCols of the columns, added to the
+//                      fp32 workspace by 64-bit reductions
+//
+// One CTA owns kBlockN keys of one (sequence, KV head), 64 per warpgroup (wgmma's M), and
+// keeps their dK and dV in registers while it walks the query blocks that see them, for each
+// query head of the group. Q, dO and their row stats come by cp.async into kStages buffers
+// (the next block's copies are issued while the current one is computed). Tiles are column
+// blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at c ^ (r %
+// 8)), the layout wgmma's SW128 descriptors read; the copies write it directly.
+// Two barriers per query block: (A) the block's tiles have landed (and every warpgroup is done
+// with the previous block's dS^T), (B) dS^T is complete. Deterministic mode as bwd_sm80's:
+// p.dq_split > 0, a CTA walks key blocks cta, cta + key_ctas, ... into its own dQ slice.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "cuda/common/launch.hpp"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/kernels/bwd_params.hpp"
+#include "cuda/parts/bwd_rows.cuh"
+#include "cuda/parts/operands.cuh"
+#include "cuda/parts/seq_mask.cuh"
+
+namespace flashcore::cuda {
+
+template <typename T, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+struct BwdSm90Traits {
+  static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kWGs = kBlockN / 64;  // warpgroups: 64 keys each
+  static constexpr int kThreads = 128 * kWGs;
+  static constexpr int kColElems = 128 / int(sizeof(T));  // elements per 128-byte column block
+  static constexpr int kColBlocks = kHeadDim / kColElems;
+  static constexpr int kKS = kHeadDim / 16;   // k-steps of S^T, dP^T (over the head dim)
+  static constexpr int kPK = kBlockM / 16;    // k-steps of dV, dK (over the queries)
+  static constexpr int kKK = kBlockN / 16;    // k-steps of dQ (over the keys)
+  static constexpr int kMF = kBlockM / 8;     // 8-query fragments of S^T
+  static constexpr int kOF = kHeadDim / 8;    // 8-column fragments of dK, dV
+  static constexpr int kDqCols = kHeadDim / kWGs;  // dQ columns per warpgroup (64-column passes)
+  static constexpr int kTileKV = kBlockN * kHeadDim * int(sizeof(T));
+  static constexpr int kTileQ = kBlockM * kHeadDim * int(sizeof(T));
+  static constexpr int kTileDs = kBlockN * kBlockM * int(sizeof(T));
+  // Offsets from the 1024-byte aligned base: K, V, kStages Q, kStages dO, dS^T, row stats.
+  static constexpr int kOffK = 0, kOffV = kTileKV, kOffQ = 2 * kTileKV;
+  static constexpr int kOffDo = kOffQ + kStages * kTileQ;
+  static constexpr int kOffDs = kOffDo + kStages * kTileQ;
+  static constexpr int kOffStat = kOffDs + kTileDs;
+  static constexpr int kSmem = kOffStat + kStages * kBlockM * 8 + 1024;
+  static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kBlockN);  // (__launch_bounds__)
+
+  static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
+  static_assert(kHeadDim % kColElems == 0, "whole 128-byte column blocks");
+  static_assert(kBlockM * int(sizeof(T)) == 128, "dS^T: one 128-byte column block of queries (wgmma's M = 64)");
+  static_assert(kBlockN % 64 == 0 && kDqCols % kColElems == 0, "dQ: whole column blocks per warpgroup");
+  static_assert(kStages == 1 || kStages == 2, "Q / dO single or double buffered");
+  static_assert(kSmem <= 232448 && kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory (228 KiB per SM)");
+};
+
+// kRows rows of kHeadDim elements (row stride `stride`) into a tile of 128-byte column
+// blocks [kRows][128 bytes], swizzled; rows past `rows` and chunks past `cols` zero-filled.
+// Each thread copies one fixed chunk of every kThreads / kChunks-th row (a multiple of 8:
+// the swizzle of its chunk is the same in every pass).
+template <int kRows, int kHeadDim, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64_t stride, int rows, int cols,
+                                                int tid) {
+  constexpr int kE = 16 / int(sizeof(T)), kChunks = kHeadDim / kE, kStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0, "fixed chunk per thread");
+  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE;
+  const uint32_t dst = smem + (ch / 8) * (kRows * 128) + r0 * 128 + (((ch % 8) ^ (r0 % 8)) * 16);
+  const T* src = g + r0 * stride + c;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kStep; ++pass) {
+    const int r = r0 + pass * kStep;
+    const bool ok = r < rows && c < cols;
+    ptx::cp_async_16(dst + pass * kStep * 128, ok ? src + pass * kStep * stride : g, ok);
+  }
+}
+
+// The kernel's body: one CTA's key blocks.
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+__device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
+  using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  using Op = MmaOps<T>;
+  constexpr int kMF = Tr::kMF, kOF = Tr::kOF, kPK = Tr::kPK;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  unsigned char* const smem = smem_raw + (base - ptx::smem_addr(smem_raw));
+  const int hk = blockIdx.y, b = blockIdx.z, cta = blockIdx.x;
+  const SeqInfo seq = seq_info(p.f, b);
+  const Band32 band{p.f.window_left, p.f.window_right, seq.sk - seq.sq, seq.sk};
+  const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
+  const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
+
+  // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
+  // N- / M-major operands (LBO: the next column block, SBO: the next 8 rows of K): k-step
+  // adds 16 rows.
+  const uint64_t d_k = ptx::desc_sw128(base + Tr::kOffK + wg * 64 * 128, 16, 1024);
+  const uint64_t d_v = ptx::desc_sw128(base + Tr::kOffV + wg * 64 * 128, 16, 1024);
+  const uint64_t d_ds = ptx::desc_sw128(base + Tr::kOffDs, kBlockN * 128, 1024);
+  const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
+                                        kBlockN * 128, 1024);
+
+  // Q, dO and the row stats of query block m0 of head h into stage st (one commit group).
+  auto load_q = [&](int h, int m0, int st) {
+    const int64_t row = seq.q_row0 + m0;
+    const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
+    const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
+    const int rows = seq.sq - m0;
+    load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(base + Tr::kOffQ + st * Tr::kTileQ, gq, p.f.q_ss, rows, p.f.d, tid);
+    load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(base + Tr::kOffDo + st * Tr::kTileQ, gdo, p.do_ss, rows, p.f.dv,
+                                                     tid);
+    if (tid < kBlockM) {
+      const bool ok = m0 + tid < seq.sq;
+      const float2* src = ok ? p.rowstat + (seq.bb * p.f.heads + h) * p.rows_q + row + tid : p.rowstat;
+      ptx::cp_async_8(base + Tr::kOffStat + (st * kBlockM + tid) * 8, src, ok);
+    }
+    ptx::cp_async_commit();
+  };
+
+  for (int n = cta; n * kBlockN < seq.sk; n += p.key_ctas) {
+    const int n0 = n * kBlockN;
+    const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n0);
+    const bool any = qb.hi > qb.lo && h0 < h_end;  // (a group of no query heads sees nothing)
+    if (any) {
+      const int64_t row = seq.k_row0 + n0;
+      const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
+      const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
+      load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffK, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
+      load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffV, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
+      load_q(h0, qb.lo * kBlockM, 0);  // one commit group: K, V and the first query block
+    }
+    float dk[kOF][4], dv[kOF][4];
+#pragma unroll
+    for (int i = 0; i < kOF; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+
+    int buf = 0;
+    for (int h = any ? h0 : h_end, mb = qb.lo; h < h_end; buf ^= 1) {
+      const int m0 = mb * kBlockM, st = kStages == 2 ? buf : 0;
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
+      __syncthreads();           // (A)
+      const bool last_m = mb + 1 == qb.hi;
+      const int h_next = last_m ? h + 1 : h, mb_next = last_m ? qb.lo : mb + 1;
+      const bool more = h_next < h_end;
+      if (kStages == 2 && more) load_q(h_next, mb_next * kBlockM, buf ^ 1);
+      const bool full = m0 + kBlockM <= seq.sq && n0 + kBlockN <= seq.sk &&
+                        (band.right < 0 || n0 + kBlockN - 1 - band.offset - band.right <= m0) &&
+                        (band.left < 0 || n0 - band.offset + band.left >= m0 + kBlockM - 1);
+      const uint32_t q_off = Tr::kOffQ + st * Tr::kTileQ, do_off = Tr::kOffDo + st * Tr::kTileQ;
+      const float2* stat = reinterpret_cast<const float2*>(smem + Tr::kOffStat) + st * kBlockM + 2 * t;
+
+      // S^T = K Q^T and dP^T = V dO^T, two groups in flight.
+      float s[kMF][4], dp[kMF][4];
+      {
+        const uint64_t dq0 = ptx::desc_sw128(base + q_off, 16, 1024), ddo0 = ptx::desc_sw128(base + do_off, 16, 1024);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < Tr::kKS; ++ks) {
+          const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
+          const uint64_t a = ptx::desc_add(d_k, cb * kBlockN * 128 + kb), bq = ptx::desc_add(dq0, cb * kBlockM * 128 + kb);
+          if (ks == 0)
+            ptx::wgmma_ss_zero<kBlockM, T>(s, a, bq);
+          else
+            ptx::wgmma_ss<kBlockM, T>(s, a, bq, 1);
+        }
+        ptx::wgmma_commit();
+#pragma unroll
+        for (int ks = 0; ks < Tr::kKS; ++ks) {
+          const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
+          const uint64_t a = ptx::desc_add(d_v, cb * kBlockN * 128 + kb), bd = ptx::desc_add(ddo0, cb * kBlockM * 128 + kb);
+          if (ks == 0)
+            ptx::wgmma_ss_zero<kBlockM, T>(dp, a, bd);
+          else
+            ptx::wgmma_ss<kBlockM, T>(dp, a, bd, 1);
+        }
+        ptx::wgmma_commit();
+      }
+      ptx::wgmma_wait<1>();  // S^T
+      ptx::fence_regs(s);
+
+      // P^T = 2^(S^T c - lse log2 e), masked where the block is cut; dV += P^T dO.
+#pragma unroll
+      for (int nf = 0; nf < kMF; ++nf) {
+        const float2 r0 = stat[8 * nf], r1 = stat[8 * nf + 1];  // queries 8 nf + 2t, + 1
+        s[nf][0] = ptx::exp2_fast(fmaf(s[nf][0], p.f.scale_log2, -r0.x));
+        s[nf][1] = ptx::exp2_fast(fmaf(s[nf][1], p.f.scale_log2, -r1.x));
+        s[nf][2] = ptx::exp2_fast(fmaf(s[nf][2], p.f.scale_log2, -r0.x));
+        s[nf][3] = ptx::exp2_fast(fmaf(s[nf][3], p.f.scale_log2, -r1.x));
+      }
+      if (!full) mask_transposed<kMF>(s, band, seq.sq, n0 + wg * 64 + warp * 16 + g, m0, t);
+      uint32_t pa[kPK][4];
+#pragma unroll
+      for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s, pk);
+      {
+        const uint64_t ddo = ptx::desc_sw128(base + do_off, kBlockM * 128, 1024);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int pk = 0; pk < kPK; ++pk) ptx::wgmma_rs_bt<kHeadDim, T>(dv, pa[pk], ptx::desc_add(ddo, pk * 16 * 128), 1);
+        ptx::wgmma_commit();
+      }
+      ptx::wgmma_wait<1>();  // dP^T (dV's group may still run)
+      ptx::fence_regs(dp);
+
+      // dS^T = P^T (dP^T - D), stored to shared memory ([key][query], swizzled) for dQ;
+      // dK += dS^T Q.
+      uint32_t da[kPK][4];
+#pragma unroll
+      for (int nf = 0; nf < kMF; ++nf) {
+        const float d0 = stat[8 * nf].y, d1 = stat[8 * nf + 1].y;
+        s[nf][0] *= dp[nf][0] - d0;
+        s[nf][1] *= dp[nf][1] - d1;
+        s[nf][2] *= dp[nf][2] - d0;
+        s[nf][3] *= dp[nf][3] - d1;
+      }
+      {
+        const int key = wg * 64 + warp * 16 + g;  // this lane's key rows key, key + 8 (key % 8 = g)
+        const uint32_t ds_row = base + Tr::kOffDs + key * 128 + 4 * t;
+#pragma unroll
+        for (int pk = 0; pk < kPK; ++pk) {
+          Op::p_operand(da[pk], s, pk);
+          // da[pk][0] / [1]: keys g / g + 8, queries 16 pk + 2t..; [2] / [3]: queries 16 pk + 8 + 2t..
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int chunk = 2 * pk + i / 2;
+            ptx::sts32(ds_row + 8 * (i % 2) * 128 + ((chunk ^ g) * 16), da[pk][i]);
+          }
+        }
+      }
+      {
+        const uint64_t dqn = ptx::desc_sw128(base + q_off, kBlockM * 128, 1024);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int pk = 0; pk < kPK; ++pk) ptx::wgmma_rs_bt<kHeadDim, T>(dk, da[pk], ptx::desc_add(dqn, pk * 16 * 128), 1);
+        ptx::wgmma_commit();
+      }
+      ptx::fence_proxy_async();  // dS^T's stores, seen by wgmma's reads
+      __syncthreads();           // (B)
+      if (kStages == 1 && more) {
+        ptx::wgmma_wait<0>();  // dK's reads of Q
+        ptx::fence_regs(pa);
+        ptx::fence_regs(da);
+        __syncthreads();
+        load_q(h_next, mb_next * kBlockM, 0);
+      }
+
+      // dQ (this warpgroup's kDqCols columns) = dS K, added to the workspace, 64 columns
+      // (one column block of K) per pass.
+      float* dq = dq_slice + ((seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0) * kHeadDim;
+      const int qrow = m0 + warp * 16 + g;
+      dq += int64_t(qrow) * kHeadDim + wg * Tr::kDqCols + 2 * t;
+#pragma unroll
+      for (int pass = 0; pass < Tr::kDqCols / 64; ++pass) {
+        float acc[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKK; ++kk)
+          ptx::wgmma_ss_tt<64, T>(acc, ptx::desc_add(d_ds, kk * 16 * 128),
+                                  ptx::desc_add(d_kn, pass * kBlockN * 128 + kk * 16 * 128), 1);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();  // dQ, and (first pass) dV's and dK's groups before it
+        if (pass == 0) {
+          // (the A operands of dV and dK stay live up to here: wgmma reads them until the wait)
+          ptx::fence_regs(pa);
+          ptx::fence_regs(da);
+          ptx::fence_regs(dk);
+          ptx::fence_regs(dv);
+        }
+        ptx::fence_regs(acc);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (qrow + 8 * half >= seq.sq) continue;
+          float* dst = dq + 8 * half * kHeadDim + pass * 64;
+#pragma unroll
+          for (int nf = 0; nf < 8; ++nf) red_add2(dst + 8 * nf, acc[nf][2 * half], acc[nf][2 * half + 1]);
+        }
+      }
+      h = h_next;
+      mb = mb_next;
+    }
+
+    const int row0 = n0 + wg * 64 + warp * 16 + g, col0 = 2 * t;
+    T* gdk = static_cast<T*>(p.dk) + seq.bb * p.dk_sb + seq.k_row0 * p.dk_ss + hk * p.dk_sh;
+    T* gdv = static_cast<T*>(p.dv) + seq.bb * p.dv_sb + seq.k_row0 * p.dv_ss + hk * p.dv_sh;
+    bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
+    bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
+    __syncthreads();  // the next key block's loads overwrite K, V
+  }
+}
+
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+__global__ void __launch_bounds__(BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
+                                  BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kCtasPerSm)
+    bwd_sm90_kernel(const BwdParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  bwd_sm90_cta<T, kHeadDim, kBlockM, kBlockN, kStages>(p);
+#endif
+}
+
+// kVariant: the instance row's last column (0; kept for the table's sm90 row format).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
+cudaError_t launch_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
+  static_assert(kVariant == 0, "bwd_sm90: plain rows only");
+  using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  auto kernel = bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  static std::atomic<uint64_t> smem_done{0};
+  const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(p.key_ctas, p.kv_heads, p.f.batch);
+  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashcore::cuda
