@@ -131,6 +131,83 @@ def test_ring_softcap_and_sinks(world):
             os.unlink(init_file)
 
 
+def _block_fwd(query, key, value, is_causal=False, scale=None, **_):
+    """flashcore as the per-block op of PyTorch's own ring (SDPA's [B, H, S, D] layout)."""
+    import flashcore
+
+    o, lse = flashcore.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                 causal=bool(is_causal), scale=scale, return_lse=True, threads=1)
+    return o.transpose(1, 2), lse
+
+
+def _block_bwd(query, key, value, out, logsumexp, is_causal=False, grad_out=None, scale=None, **_):
+    import flashcore
+
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    dq, dk, dv = flashcore.attention_backward(t(query), t(key), t(value), t(out), t(grad_out), logsumexp,
+                                              causal=bool(is_causal), scale=scale, threads=1)
+    return t(dq), t(dk), t(dv)
+
+
+def _worker_torch_ring(rank, world, init_file, seed):
+    """PyTorch's own ring (torch.distributed.tensor.experimental's private
+    _templated_ring_attention and its backward, with its head-tail load balancing: our
+    zigzag) running flashcore's kernels per block; and what a direct flashcore call inside
+    context_parallel() sees: the local shard only."""
+    import flashcore.distributed as fd
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        g = torch.Generator().manual_seed(seed)
+        s = 10 * world
+        q, k, v, dout = (torch.randn(2, 3, s, 16, generator=g) for _ in range(4))  # [B, H, S, D]
+        bshd = [x.transpose(1, 2).numpy() for x in (q, k, v, dout)]
+        want_o, _ = ref.attention(*bshd[:3], causal=True)
+        want_g = ref.attention_backward(*bshd, causal=True)
+        mine = [fd.shard(x, rank, world, "zigzag", dim=2).contiguous() for x in (q, k, v, dout)]
+        mine_want = lambda w: fd.shard(torch.from_numpy(w).transpose(1, 2), rank, world, "zigzag", dim=2)  # noqa: E731
+        assert cp._cp_options.enable_load_balance
+        group = dist.group.WORLD
+        out, lse = cp._templated_ring_attention(group, 2, _block_fwd, *mine[:3], is_causal=True)
+        assert ref.rel_err(out.numpy(), mine_want(want_o)) <= 2e-5, f"rank {rank}: torch ring out"
+        grads = cp._templated_ring_attention_backward(group, 2, _block_bwd, mine[3], "grad_out", *mine[:3],
+                                                      out.to(q.dtype), lse.squeeze(-1).contiguous(), is_causal=True)
+        for x, w, name in zip(grads[:3], want_g, ("dq", "dk", "dv")):
+            assert ref.rel_err(x.numpy(), mine_want(w)) <= 2e-5, f"rank {rank}: torch ring {name}"
+        # Inside context_parallel() the buffers are this rank's shards, and a call that is
+        # not aten's SDPA is not dispatched to the ring: a plain flashcore.attention gives the
+        # shard's own attention (which is why ring_attention is the call to make there).
+        mesh = init_device_mesh("cpu", (world,))
+        qq, kk, vv = q.clone(), k.clone(), v.clone()
+        with context_parallel(mesh, buffers=[qq, kk, vv], buffer_seq_dims=[2, 2, 2]):
+            assert qq.shape[2] == s // world
+            local = _block_fwd(qq, kk, vv, is_causal=True)[0]
+        assert ref.rel_err(local.numpy(), mine_want(want_o)) > 1e-2, f"rank {rank}: local attention"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_flashcore_in_torch_ring(world):
+    try:
+        from torch.distributed.tensor.experimental._context_parallel import _attention as cp
+    except ImportError:
+        pytest.skip("this torch has no torch.distributed.tensor.experimental._context_parallel._attention")
+    if not all(hasattr(cp, f) for f in ("_templated_ring_attention", "_templated_ring_attention_backward", "_cp_options")):
+        pytest.skip("this torch's ring has no _templated_ring_attention(_backward)")
+    fd, init_file = tempfile.mkstemp(prefix="fc_torch_ring_")
+    os.close(fd)
+    os.unlink(init_file)
+    try:
+        mp.spawn(_worker_torch_ring, args=(world, init_file, 77 + world), nprocs=world, join=True)
+    finally:
+        if os.path.exists(init_file):
+            os.unlink(init_file)
+
+
 @pytest.mark.parametrize("world", [2])
 def test_ring_nccl_on_gpus(world):
     if not torch.cuda.is_available() or torch.cuda.device_count() < world or not dist.is_nccl_available():
