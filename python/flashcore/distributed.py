@@ -18,8 +18,11 @@ Layouts (how the global sequence of length S = world * S_local is sharded; `shar
 - "zigzag": the sequence in 2 * world chunks, rank r holds chunks r and 2 world - 1 - r
   (S_local even), so that under a causal mask every rank has the same work.
 
-Causal masks align as in a single call over the whole sequence with Sq = Sk. Not taken:
-windows, score variants, varlen (ValueError naming them).
+Causal masks align as in a single call over the whole sequence with Sq = Sk. Varlen
+batches (cu_seqlens: the global sequences' prefix sums): every sequence is sharded by the
+layout on its own (its length a multiple of the world size, of twice it for zigzag) and the
+local tensors hold the sequences' shards packed in order; each block's call then takes the
+parts' own prefix sums. Not taken: windows, ALiBi (ValueError naming them).
 """
 import torch
 import torch.distributed as dist
@@ -35,20 +38,7 @@ def _layout(layout):
     return layout
 
 
-def _chunks(layout, rank, world, s_local):
-    """(chunk index along the global sequence, start, length) of a rank's parts, in the
-    order they sit in its local tensor."""
-    if layout == "contiguous":
-        return [(rank, 0, s_local)]
-    if s_local % 2 != 0:
-        raise ValueError(f"q: zigzag sharding needs an even local length (got {s_local})")
-    h = s_local // 2
-    return [(rank, 0, h), (2 * world - 1 - rank, h, h)]
-
-
-def shard(x, rank, world, layout="contiguous", dim=1):
-    """Rank `rank`'s shard of a global tensor x (sequence along `dim`) in `layout`."""
-    _layout(layout)
+def _shard_one(x, rank, world, layout, dim):
     n = x.shape[dim]
     if layout == "contiguous":
         if n % world != 0:
@@ -61,9 +51,7 @@ def shard(x, rank, world, layout="contiguous", dim=1):
     return torch.cat([x.narrow(dim, rank * c, c), x.narrow(dim, (2 * world - 1 - rank) * c, c)], dim=dim)
 
 
-def unshard(parts, layout="contiguous", dim=1):
-    """The global tensor from every rank's shard (parts[r] = rank r's), inverse of shard."""
-    _layout(layout)
+def _unshard_one(parts, layout, dim):
     world = len(parts)
     if layout == "contiguous":
         return torch.cat(list(parts), dim=dim)
@@ -75,15 +63,111 @@ def unshard(parts, layout="contiguous", dim=1):
     return torch.cat(chunks, dim=dim)
 
 
-def _blocks(causal, layout, rank, src, world, s_local):
-    """The (query chunk, key chunk) pairs of a step where rank `rank` holds the K/V shard of
-    rank `src`, as (query part index, q start, q length, k start, k length, diag): under a
-    causal mask a key chunk before the query chunk is attended in full, the same chunk with
-    the mask (diag), a later one not at all."""
-    for i, (qc, qs, ql) in enumerate(_chunks(layout, rank, world, s_local)):
-        for kc, ks, kl in _chunks(layout, src, world, s_local):
+def _lengths(cu_seqlens):
+    """The sequence lengths of a prefix-sum list or tensor (checked)."""
+    cu = [int(c) for c in (cu_seqlens.tolist() if isinstance(cu_seqlens, torch.Tensor) else cu_seqlens)]
+    if len(cu) < 2 or cu[0] != 0 or any(b < a for a, b in zip(cu, cu[1:])):
+        raise ValueError("cu_seqlens: expected prefix sums 0 = c0 <= c1 <= ... (length batch + 1)")
+    return [b - a for a, b in zip(cu, cu[1:])]
+
+
+def shard(x, rank, world, layout="contiguous", dim=1, cu_seqlens=None):
+    """Rank `rank`'s shard of a global tensor x (sequence along `dim`) in `layout`. With
+    cu_seqlens (the packed sequences' prefix sums along `dim`), each sequence is sharded on
+    its own and the shards are packed in order."""
+    _layout(layout)
+    if cu_seqlens is None:
+        return _shard_one(x, rank, world, layout, dim)
+    lens, start, out = _lengths(cu_seqlens), 0, []
+    if start + sum(lens) > x.shape[dim]:
+        raise ValueError(f"cu_seqlens: the sequences end at {sum(lens)}, past x's length {x.shape[dim]}")
+    for n in lens:
+        out.append(_shard_one(x.narrow(dim, start, n), rank, world, layout, dim))
+        start += n
+    return torch.cat(out, dim=dim)
+
+
+def unshard(parts, layout="contiguous", dim=1, cu_seqlens=None):
+    """The global tensor from every rank's shard (parts[r] = rank r's), inverse of shard
+    (with the same cu_seqlens for varlen)."""
+    _layout(layout)
+    if cu_seqlens is None:
+        return _unshard_one(parts, layout, dim)
+    world, starts, out = len(parts), 0, []
+    for n in _lengths(cu_seqlens):
+        m = n // world
+        out.append(_unshard_one([p.narrow(dim, starts, m) for p in parts], layout, dim))
+        starts += m
+    return torch.cat(out, dim=dim)
+
+
+def _chunk_ids(layout, rank, world):
+    """The global chunk indices of a rank's parts, in the order they sit in its shard."""
+    return [rank] if layout == "contiguous" else [rank, 2 * world - 1 - rank]
+
+
+def _blocks(causal, layout, rank, src, world):
+    """The (query part, key part, diag) pairs of a step where rank `rank` holds the K/V shard
+    of rank `src`: under a causal mask a key chunk before the query chunk is attended in
+    full, the same chunk with the mask (diag), a later one not at all."""
+    for i, qc in enumerate(_chunk_ids(layout, rank, world)):
+        for j, kc in enumerate(_chunk_ids(layout, src, world)):
             if not causal or kc <= qc:
-                yield i, qs, ql, ks, kl, causal and kc == qc
+                yield i, j, causal and kc == qc
+
+
+class _Parts:
+    """Where a shard's parts sit along its sequence dim (the same for every rank's shard):
+    one part (contiguous) or two halves (zigzag); varlen: each sequence's share of the
+    part, gathered by index, with the part's own prefix sums for the calls."""
+
+    def __init__(self, layout, s_local, lens, world, device):
+        n = 1 if layout == "contiguous" else 2
+        self.n, self.varlen = n, lens is not None
+        if not self.varlen:
+            if s_local % n != 0:
+                raise ValueError(f"q: zigzag sharding needs an even local length (got {s_local})")
+            self.h = s_local // n
+            return
+        unit = world * n
+        if any(m % unit for m in lens):
+            raise ValueError(f"cu_seqlens_q: every sequence length must be a multiple of {unit} "
+                             f"({layout} over {world} ranks), got {lens}")
+        local = [m // world for m in lens]
+        if sum(local) != s_local:
+            raise ValueError(f"q: local length {s_local} is not the sequences' shards' {sum(local)}")
+        starts = [sum(local[:b]) for b in range(len(local))]
+        self.idx, self.cu = [], []
+        for part in range(n):
+            h = [m // n for m in local]
+            self.idx.append(torch.cat([torch.arange(st + part * hb, st + (part + 1) * hb) for st, hb in
+                                       zip(starts, h)]).to(device))
+            self.cu.append(torch.tensor([sum(h[:b]) for b in range(len(h) + 1)], dtype=torch.int32, device=device))
+
+    def get(self, x, part, dim=1):
+        if self.varlen:
+            return x.index_select(dim, self.idx[part])
+        return x.narrow(dim, part * self.h, self.h)
+
+    def add(self, acc, part, x, dim=1):
+        if self.varlen:
+            acc.index_add_(dim, self.idx[part], x)
+        else:
+            acc.narrow(dim, part * self.h, self.h).add_(x)
+
+    def kwargs(self, qi, kj):
+        return dict(cu_seqlens_q=self.cu[qi], cu_seqlens_k=self.cu[kj]) if self.varlen else {}
+
+    def join(self, pieces, dim):
+        """The shard's tensor from its parts' (in part order)."""
+        if not self.varlen:
+            return torch.cat(pieces, dim=dim)
+        shape = list(pieces[0].shape)
+        shape[dim] = sum(int(t.numel()) for t in self.idx)
+        out = torch.empty(shape, dtype=pieces[0].dtype, device=pieces[0].device)
+        for part, t in enumerate(pieces):
+            out.index_copy_(dim, self.idx[part], t)
+        return out
 
 
 class _Ring:
@@ -113,26 +197,28 @@ class _Ring:
             r.wait()
 
 
-def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group):
+def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group, lens):
     ring = _Ring(group)
     s_local = q.shape[1]
     if k.shape[1] != s_local:
         raise ValueError(f"k: local length {k.shape[1]} differs from q's {s_local} (shards of one sequence)")
-    acc = [None] * len(_chunks(layout, ring.rank, ring.world, s_local))  # per query part: (out fp32, lse)
+    parts = _Parts(layout, s_local, lens, ring.world, q.device)
+    acc = [None] * parts.n  # per query part: (out fp32, lse)
     kv = (k.contiguous(), v.contiguous())
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
         reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
-        for i, qs, ql, ks, kl, diag in _blocks(causal, layout, ring.rank, src, ring.world, s_local):
-            o, lse = _api.attention(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
-                                    causal=diag, scale=scale, softcap=softcap, return_lse=True, threads=threads)
+        for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
+            o, lse = _api.attention(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), causal=diag,
+                                    scale=scale, softcap=softcap, return_lse=True, threads=threads,
+                                    **parts.kwargs(i, j))
             o = o.float()
             acc[i] = (o, lse) if acc[i] is None else _api.merge_states(acc[i][0], acc[i][1], o, lse, threads=threads)
         _Ring.finish(reqs)
         if nxt is not None:
             kv = tuple(nxt)
-    out = torch.cat([a[0] for a in acc], dim=1)
-    lse = torch.cat([a[1] for a in acc], dim=2)
+    out = parts.join([a[0] for a in acc], dim=1)
+    lse = parts.join([a[1] for a in acc], dim=2)
     if sinks is not None:  # each row's sink joins once: a state with out 0 and lse = the sink
         sink_lse = sinks.detach().float().to(lse.device)[None, :, None].expand_as(lse).contiguous()
         out, lse = _api.merge_states(out, lse, torch.zeros_like(out), sink_lse, threads=threads)
@@ -148,9 +234,9 @@ def _sink_grad(sinks, out, dout, lse):
     return -(p * d).sum(dim=(0, 2)).to(sinks.dtype)
 
 
-def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, group):
+def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, group, lens):
     ring = _Ring(group)
-    s_local = q.shape[1]
+    parts = _Parts(layout, q.shape[1], lens, ring.world, q.device)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     kv = (k.contiguous(), v.contiguous())
     dkv = (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
@@ -159,13 +245,13 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, 
         src = (ring.rank - step) % ring.world
         # K and V move on while this step computes; their gradient sums follow after it.
         reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
-        for _, qs, ql, ks, kl, diag in _blocks(causal, layout, ring.rank, src, ring.world, s_local):
-            g = _api.attention_backward(q.narrow(1, qs, ql), kv[0].narrow(1, ks, kl), kv[1].narrow(1, ks, kl),
-                                        out.narrow(1, qs, ql), dout.narrow(1, qs, ql), lse.narrow(2, qs, ql),
-                                        causal=diag, scale=scale, softcap=softcap, threads=threads)
-            dq.narrow(1, qs, ql).add_(g[0].float())
-            dkv[0].narrow(1, ks, kl).add_(g[1].float())
-            dkv[1].narrow(1, ks, kl).add_(g[2].float())
+        for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
+            g = _api.attention_backward(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), parts.get(out, i),
+                                        parts.get(dout, i), parts.get(lse, i, dim=2).contiguous(), causal=diag,
+                                        scale=scale, softcap=softcap, threads=threads, **parts.kwargs(i, j))
+            parts.add(dq, i, g[0].float())
+            parts.add(dkv[0], j, g[1].float())
+            parts.add(dkv[1], j, g[2].float())
         # The gradient sums go where this step's K and V go: after the last step, home.
         greqs, gnxt = ring.start(list(dkv), 1) if ring.world > 1 else ([], None)
         _Ring.finish(reqs)
@@ -179,10 +265,10 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sinks, causal, layout, scale, softcap, threads, group):
-        out, lse = _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group)
+    def forward(ctx, q, k, v, sinks, causal, layout, scale, softcap, threads, group, lens):
+        out, lse = _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group, lens)
         ctx.save_for_backward(q, k, v, out, lse, sinks)
-        ctx.args = (causal, layout, scale, softcap, threads, group)
+        ctx.args = (causal, layout, scale, softcap, threads, group, lens)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -192,7 +278,7 @@ class _RingAttention(torch.autograd.Function):
         # (the sink's share is in lse: the key blocks' backward needs nothing more)
         dq, dk, dv = _backward(q, k, v, out, dout.contiguous(), lse, *ctx.args)
         dsinks = _sink_grad(sinks, out, dout, lse) if sinks is not None and ctx.needs_input_grad[3] else None
-        return dq, dk, dv, dsinks, None, None, None, None, None, None
+        return dq, dk, dv, dsinks, None, None, None, None, None, None, None
 
 
 def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, return_lse=False,
@@ -208,8 +294,12 @@ def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, re
     options. softcap as flashcore.attention's (on every key block); sinks ([H] float32, the
     same on every rank) join each row once, after the blocks' merge, and are differentiable:
     each rank's sinks.grad is its own rows' share (sum it over the group as for any
-    replicated parameter). Windows, ALiBi and varlen batches are refused (their masks and
-    biases are positional, which the blocks' local calls cannot express).
+    replicated parameter). Varlen: B = 1, cu_seqlens_q (= cu_seqlens_k, or None) the global
+    sequences' prefix sums (a list or int tensor, the same on every rank), each length a
+    multiple of the world size (twice it for zigzag); q, k, v hold the sequences' shards
+    packed in order (`shard(x, rank, world, layout, cu_seqlens=...)`). Windows and ALiBi are
+    refused (their masks and biases are positional, which the blocks' local calls cannot
+    express).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention: torch.distributed is not initialized (init_process_group first)")
@@ -220,8 +310,13 @@ def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, re
             raise ValueError(f"{name}: expected [B, S_local, H, D], got rank {x.dim()}")
     if window is not None and tuple(window) != (-1, -1):
         raise ValueError("window: local windows are not taken by ring_attention")
+    lens = None
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
-        raise ValueError("cu_seqlens_q: varlen batches are not taken by ring_attention")
+        if cu_seqlens_q is None or (cu_seqlens_k is not None and _lengths(cu_seqlens_k) != _lengths(cu_seqlens_q)):
+            raise ValueError("cu_seqlens_k: ring_attention takes one sequence set (cu_seqlens_k = cu_seqlens_q)")
+        lens = _lengths(cu_seqlens_q)
+        if q.shape[0] != 1:
+            raise ValueError(f"q: varlen takes B = 1 (the sequences packed along dim 1), got B = {q.shape[0]}")
     if alibi_slopes is not None:
         raise ValueError("alibi_slopes: ALiBi is not taken by ring_attention")
     if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.dim() != 1 or sinks.shape[0] != q.shape[2]):
@@ -229,5 +324,5 @@ def ring_attention(q, k, v, *, causal=False, layout="contiguous", scale=None, re
     _layout(layout)
     scale = float(scale) if scale is not None else q.shape[3] ** -0.5
     softcap = float(softcap) if softcap else None
-    out, lse = _RingAttention.apply(q, k, v, sinks, bool(causal), layout, scale, softcap, threads, group)
+    out, lse = _RingAttention.apply(q, k, v, sinks, bool(causal), layout, scale, softcap, threads, group, lens)
     return (out, lse) if return_lse else out

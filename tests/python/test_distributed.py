@@ -2,7 +2,8 @@
 this machine, flashcore's CPU kernels), and over NCCL on two GPUs where a machine has them, each rank's output, lse and gradients against the
 float64 reference of the whole sequence (tests/python/reference.py), causal and not,
 contiguous and zigzag sharding, GQA, odd shard lengths, float32 and bfloat16, softcap and
-sinks (their gradient summed over the ranks); shard / unshard; the options it refuses.
+sinks (their gradient summed over the ranks), varlen batches; flashcore as the per-block
+kernel of PyTorch's own ring; shard / unshard; the options it refuses.
 """
 import os
 import tempfile
@@ -24,6 +25,18 @@ if not dist.is_available():
 CONFIGS = [(causal, layout, h, hkv, torch.float32, 2e-5)
            for causal in (False, True) for layout in ("contiguous", "zigzag") for h, hkv in ((2, 2), (4, 1))]
 CONFIGS.append((True, "zigzag", 4, 2, torch.bfloat16, 3e-2))
+
+
+def _spawn(worker, world, prefix, *args):
+    """Runs worker(rank, world, init_file, *args) in `world` processes (a file store)."""
+    fd, init_file = tempfile.mkstemp(prefix=prefix)
+    os.close(fd)
+    os.unlink(init_file)  # the file store creates it
+    try:
+        mp.spawn(worker, args=(world, init_file, *args), nprocs=world, join=True)
+    finally:
+        if os.path.exists(init_file):
+            os.unlink(init_file)
 
 
 def _worker(rank, world, init_file, seed, backend="gloo"):
@@ -72,14 +85,7 @@ def _worker(rank, world, init_file, seed, backend="gloo"):
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_ring_matches_reference(world):
-    fd, init_file = tempfile.mkstemp(prefix="fc_ring_")
-    os.close(fd)
-    os.unlink(init_file)  # the file store creates it
-    try:
-        mp.spawn(_worker, args=(world, init_file, 1234 + world), nprocs=world, join=True)
-    finally:
-        if os.path.exists(init_file):
-            os.unlink(init_file)
+    _spawn(_worker, world, "fc_ring_", 1234 + world)
 
 
 def _worker_variants(rank, world, init_file, seed):
@@ -121,14 +127,49 @@ def _worker_variants(rank, world, init_file, seed):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ring_softcap_and_sinks(world):
-    fd, init_file = tempfile.mkstemp(prefix="fc_ring_var_")
-    os.close(fd)
-    os.unlink(init_file)
+    _spawn(_worker_variants, world, "fc_ring_var_", 99 + world)
+
+
+def _worker_varlen(rank, world, init_file, seed):
+    """Varlen batches: each sequence sharded on its own (lengths multiples of the world size,
+    of twice it for zigzag; one of them one unit long), packed; out, lse and the gradients
+    against the float64 reference of every sequence, GQA 2:1, both layouts, causal and not."""
+    import flashcore.distributed as fd
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        mp.spawn(_worker_variants, args=(world, init_file, 99 + world), nprocs=world, join=True)
+        for n, (causal, layout) in enumerate(((True, "zigzag"), (False, "zigzag"), (True, "contiguous"),
+                                              (False, "contiguous"))):
+            unit = world * (2 if layout == "zigzag" else 1)
+            cu = np.cumsum([0, 3 * unit, unit, 5 * unit]).tolist()
+            g = torch.Generator().manual_seed(seed + n)
+            q, k, v, dout = (torch.randn(1, cu[-1], h, 16, generator=g) for h in (4, 2, 2, 4))
+            want_o, want_lse = ref.attention_varlen(q.numpy(), k.numpy(), v.numpy(), cu, cu, causal=causal)
+            want_g = ref.attention_backward_varlen(q.numpy(), k.numpy(), v.numpy(), dout.numpy(), cu, cu,
+                                                   causal=causal)
+            cut = lambda x, dim=1: fd.shard(x, rank, world, layout, dim=dim, cu_seqlens=cu)  # noqa: E731
+            mine = [cut(x).clone().requires_grad_(True) for x in (q, k, v)]
+            out, lse = fd.ring_attention(*mine, causal=causal, layout=layout, cu_seqlens_q=torch.tensor(cu),
+                                         return_lse=True, threads=1)
+            out.backward(cut(dout))
+            what = f"rank {rank}/{world} varlen causal={causal} {layout}"
+            err = ref.rel_err(out.detach().numpy(), cut(torch.from_numpy(want_o)))
+            assert err <= 2e-5, f"{what}: out rel_err {err:.2e}"
+            assert np.allclose(lse.numpy(), cut(torch.from_numpy(want_lse), 2).numpy(), rtol=1e-4, atol=1e-4), \
+                f"{what}: lse"
+            for x, w, name in zip(mine, want_g, ("dq", "dk", "dv")):
+                err = ref.rel_err(x.grad.numpy(), cut(torch.from_numpy(w)))
+                assert err <= 2e-5, f"{what}: {name} rel_err {err:.2e}"
+            # shard / unshard round trip of the packed sequences
+            parts = [fd.shard(q, r, world, layout, cu_seqlens=cu) for r in range(world)]
+            assert torch.equal(fd.unshard(parts, layout, cu_seqlens=cu), q)
     finally:
-        if os.path.exists(init_file):
-            os.unlink(init_file)
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_ring_varlen(world):
+    _spawn(_worker_varlen, world, "fc_ring_varlen_", 55 + world)
 
 
 def _block_fwd(query, key, value, is_causal=False, scale=None, **_):
@@ -198,14 +239,7 @@ def test_flashcore_in_torch_ring(world):
         pytest.skip("this torch has no torch.distributed.tensor.experimental._context_parallel._attention")
     if not all(hasattr(cp, f) for f in ("_templated_ring_attention", "_templated_ring_attention_backward", "_cp_options")):
         pytest.skip("this torch's ring has no _templated_ring_attention(_backward)")
-    fd, init_file = tempfile.mkstemp(prefix="fc_torch_ring_")
-    os.close(fd)
-    os.unlink(init_file)
-    try:
-        mp.spawn(_worker_torch_ring, args=(world, init_file, 77 + world), nprocs=world, join=True)
-    finally:
-        if os.path.exists(init_file):
-            os.unlink(init_file)
+    _spawn(_worker_torch_ring, world, "fc_torch_ring_", 77 + world)
 
 
 @pytest.mark.parametrize("world", [2])
@@ -215,14 +249,7 @@ def test_ring_nccl_on_gpus(world):
     import flashcore
     if not flashcore.built_with_cuda():
         pytest.skip("needs a flashcore built with CUDA")
-    fd, init_file = tempfile.mkstemp(prefix="fc_ring_nccl_")
-    os.close(fd)
-    os.unlink(init_file)
-    try:
-        mp.spawn(_worker, args=(world, init_file, 4321 + world, "nccl"), nprocs=world, join=True)
-    finally:
-        if os.path.exists(init_file):
-            os.unlink(init_file)
+    _spawn(_worker, world, "fc_ring_nccl_", 4321 + world, "nccl")
 
 
 def test_shard_unshard_round_trip():
@@ -255,8 +282,17 @@ def test_refusals_name_the_option():
     try:
         with pytest.raises(ValueError, match="window"):
             fd.ring_attention(q, q, q, window=(2, 0))
-        with pytest.raises(ValueError, match="cu_seqlens_q"):
-            fd.ring_attention(q, q, q, cu_seqlens_q=torch.zeros(2, dtype=torch.int32))
+        with pytest.raises(ValueError, match="cu_seqlens_k"):
+            fd.ring_attention(q, q, q, cu_seqlens_q=[0, 4], cu_seqlens_k=[0, 2, 4])
+        with pytest.raises(ValueError, match="cu_seqlens_q: every sequence length must be a multiple of 2"):
+            fd.ring_attention(q, q, q, cu_seqlens_q=[0, 1, 4], layout="zigzag")
+        with pytest.raises(ValueError, match="q: local length 4"):
+            fd.ring_attention(q, q, q, cu_seqlens_q=[0, 2])
+        with pytest.raises(ValueError, match="q: varlen takes B = 1"):
+            fd.ring_attention(torch.zeros(2, 4, 2, 8), torch.zeros(2, 4, 2, 8), torch.zeros(2, 4, 2, 8),
+                              cu_seqlens_q=[0, 4])
+        with pytest.raises(ValueError, match="cu_seqlens: expected prefix sums"):
+            fd.ring_attention(q, q, q, cu_seqlens_q=[0, 3, 2])
         with pytest.raises(ValueError, match="layout"):
             fd.ring_attention(q, q, q, layout="striped")
         with pytest.raises(ValueError, match="even"):
