@@ -197,7 +197,10 @@ class _Ring:
             r.wait()
 
 
-def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group, lens):
+# exchange=False (the ring bench's compute-only time, python/flashcore/ring_bench.py): no
+# transfer, every step attends to the rank's own K/V shard again: the same calls and merges
+# without the communication; its result is not the attention.
+def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group, lens, exchange=True):
     ring = _Ring(group)
     s_local = q.shape[1]
     if k.shape[1] != s_local:
@@ -207,7 +210,7 @@ def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group, len
     kv = (k.contiguous(), v.contiguous())
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
-        reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
+        reqs, nxt = ring.start(list(kv), 0) if exchange and step + 1 < ring.world else ([], None)
         for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
             o, lse = _api.attention(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), causal=diag,
                                     scale=scale, softcap=softcap, return_lse=True, threads=threads,
@@ -234,7 +237,7 @@ def _sink_grad(sinks, out, dout, lse):
     return -(p * d).sum(dim=(0, 2)).to(sinks.dtype)
 
 
-def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, group, lens):
+def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, group, lens, exchange=True):
     ring = _Ring(group)
     parts = _Parts(layout, q.shape[1], lens, ring.world, q.device)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -244,7 +247,7 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, 
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
         # K and V move on while this step computes; their gradient sums follow after it.
-        reqs, nxt = ring.start(list(kv), 0) if step + 1 < ring.world else ([], None)
+        reqs, nxt = ring.start(list(kv), 0) if exchange and step + 1 < ring.world else ([], None)
         for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
             g = _api.attention_backward(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), parts.get(out, i),
                                         parts.get(dout, i), parts.get(lse, i, dim=2).contiguous(), causal=diag,
@@ -253,7 +256,7 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, 
             parts.add(dkv[0], j, g[1].float())
             parts.add(dkv[1], j, g[2].float())
         # The gradient sums go where this step's K and V go: after the last step, home.
-        greqs, gnxt = ring.start(list(dkv), 1) if ring.world > 1 else ([], None)
+        greqs, gnxt = ring.start(list(dkv), 1) if exchange and ring.world > 1 else ([], None)
         _Ring.finish(reqs)
         _Ring.finish(greqs)
         if nxt is not None:

@@ -6,8 +6,10 @@ device (rank 0's, timed first, the other ranks waiting).
 Per rank: the median time of a forward and of a forward + backward step (every rank starts
 together after a barrier; CUDA timed with synchronizations around the call). Summary: the
 slowest rank's times, TFLOP/s for the whole sequence (4 B H S^2 D for the forward, 3.5x
-that for the step, halved when causal), and the scaling efficiency T_single / (world x
-T_ring). On CPU the ranks share this machine's cores (--threads per rank).
+that for the step, halved when causal), the scaling efficiency T_single / (world x
+T_ring), and the ring's time over that of the same calls and merges without the transfers
+(every step on the rank's own K/V shard: 1.0 when the communication is hidden). On CPU the
+ranks share this machine's cores (--threads per rank).
 """
 from __future__ import annotations
 
@@ -84,6 +86,15 @@ def _worker(rank, world, init_file, a, out_file):
         o.backward(dmine)
     if not a.forward_only:
         row["step_s"] = _time(torch, ring_step, a.iters, cuda, dist.barrier)
+    # The same calls and merges without the transfers (every step on the rank's own K/V
+    # shard): the ring's time against this is what its communication costs.
+    scale = a.head_dim ** -0.5
+    args = (a.causal, a.layout, scale, None, threads, None, None)
+    row["fwd_compute_s"] = _time(torch, lambda: fd._forward(*mine, None, *args, exchange=False), a.iters, cuda)
+    if not a.forward_only:
+        o, lse = fd._forward(*mine, None, *args)
+        row["bwd_compute_s"] = _time(torch, lambda: fd._backward(*mine, o, dmine, lse, *args, exchange=False),
+                                     a.iters, cuda)
     with open(f"{out_file}.{rank}", "w") as f:
         json.dump(row, f)
     dist.destroy_process_group()
@@ -122,9 +133,13 @@ def main(a) -> None:
                "D": a.head_dim, "causal": a.causal, "fwd_ms": fwd * 1e3,
                "fwd_tflops": flops / fwd * 1e-12, "single_fwd_ms": single["single_fwd_s"] * 1e3,
                "fwd_scaling": single["single_fwd_s"] / (a.world * fwd),
+               "fwd_compute_ms": max(r["fwd_compute_s"] for r in rows) * 1e3,
+               "fwd_over_compute": fwd / max(r["fwd_compute_s"] for r in rows),
                "per_rank_ms": [{"rank": r["rank"], "fwd": r["fwd_s"] * 1e3, "step": r.get("step_s", 0) * 1e3}
                                for r in rows]}
     if step is not None:
+        comp = max(r["fwd_compute_s"] + r["bwd_compute_s"] for r in rows)
+        summary.update(step_compute_ms=comp * 1e3, step_over_compute=step / comp)
         summary.update(step_ms=step * 1e3, step_tflops=3.5 * flops / step * 1e-12,
                        single_step_ms=single["single_step_s"] * 1e3,
                        step_scaling=single["single_step_s"] / (a.world * step))
@@ -137,8 +152,10 @@ def main(a) -> None:
         print(f"  rank {r['rank']}: forward {r['fwd']:.2f} ms" +
               ("" if step is None else f", forward + backward {r['step']:.2f} ms"))
     print(f"  forward {fwd * 1e3:.2f} ms ({summary['fwd_tflops']:.3f} TFLOP/s), one device "
-          f"{summary['single_fwd_ms']:.2f} ms: scaling {summary['fwd_scaling']:.2f}")
+          f"{summary['single_fwd_ms']:.2f} ms: scaling {summary['fwd_scaling']:.2f}; without the transfers "
+          f"{summary['fwd_compute_ms']:.2f} ms ({summary['fwd_over_compute']:.3f}x)")
     if step is None:
         return
     print(f"  forward + backward {step * 1e3:.2f} ms ({summary['step_tflops']:.3f} TFLOP/s), one device "
-          f"{summary['single_step_ms']:.2f} ms: scaling {summary['step_scaling']:.2f}")
+          f"{summary['single_step_ms']:.2f} ms: scaling {summary['step_scaling']:.2f}; without the transfers "
+          f"{summary['step_compute_ms']:.2f} ms ({summary['step_over_compute']:.3f}x)")

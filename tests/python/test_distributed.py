@@ -320,5 +320,10 @@ def test_bench_ring_attention(capsys):
     row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert row["op"] == "ring-attention" and row["world"] == 2 and row["layout"] == "zigzag"
     assert len(row["per_rank_ms"]) == 2
-    for key in ("fwd_ms", "step_ms", "single_fwd_ms", "single_step_ms", "fwd_scaling", "step_scaling"):
+    for key in ("fwd_ms", "step_ms", "single_fwd_ms", "single_step_ms", "fwd_scaling", "step_scaling",
+                "fwd_compute_ms", "step_compute_ms", "fwd_over_compute", "step_over_compute"):
         assert row[key] > 0, key
+    assert bench.main(["--op", "ring-attention", "--world", "2", "--batch", "1", "--heads", "2", "--seq-q", "64",
+                       "--head-dim", "16", "--iters", "2", "--threads", "1", "--forward-only", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["fwd_ms"] > 0 and row["fwd_over_compute"] > 0 and "step_ms" not in row
