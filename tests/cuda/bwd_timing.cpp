@@ -8,8 +8,9 @@
 //                             [--shapes "B,H,S,D,causal[,Hkv];..."]
 // The grid: D in --hdims (default 64,128), S in --seqs (default 512..16384), B = 16384 / S,
 // H = 2048 / D, causal and not; inputs standard normal (q, k, v, dO), out and lse from the
-// library's CUDA forward of the same inputs. --all-tiles: every bwd_sm90 / bwd_sm80 key of the dtype and
-// head dim the device runs, forced, besides the backend's own choice ("auto");
+// library's CUDA forward of the same inputs. --all-tiles: every bwd_sm90 / bwd_sm80 key of the dtype
+// the device runs at each family's smallest head dim >= D, forced, besides the backend's own
+// choice ("auto");
 // --deterministic: a params.deterministic row of the backend's choice as well.
 #include <cuda_runtime.h>
 
@@ -167,10 +168,17 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
       std::vector<std::string> impls = {"auto"};
       if (all_tiles) {
+        // Each family's keys of the smallest head dim that covers D (a D of 96 on Hopper: the
+        // sm80 hd96 rows and the sm90 hd128 one).
         for (const char* family : {"bwd_sm90_", "bwd_sm80_"}) {
-          const std::string prefix = std::string(family) + flashcore::to_string(dt) + "_hd" + std::to_string(s.D) + "_";
+          const std::string prefix = std::string(family) + flashcore::to_string(dt) + "_hd";
+          auto hd_of = [&](const std::string& key) { return std::atoll(key.c_str() + prefix.size()); };
+          long long best = 0;
           for (const flashcore::KernelInfo& k : ks)
-            if (k.available && k.key.rfind(prefix, 0) == 0) impls.push_back(k.key);
+            if (k.available && k.key.rfind(prefix, 0) == 0 && hd_of(k.key) >= s.D && (best == 0 || hd_of(k.key) < best))
+              best = hd_of(k.key);
+          for (const flashcore::KernelInfo& k : ks)
+            if (k.available && k.key.rfind(prefix, 0) == 0 && hd_of(k.key) == best) impls.push_back(k.key);
         }
       }
       run(s, dt, impls, deterministic, iters);
