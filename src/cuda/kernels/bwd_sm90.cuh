@@ -14,13 +14,15 @@
 //
 // One CTA owns kBlockN keys of one (sequence, KV head), 64 per warpgroup (wgmma's M), and
 // keeps their dK and dV in registers while it walks the query blocks that see them, for each
-// query head of the group. Q, dO and their row stats come by cp.async into kStages buffers
-// (the next block's copies are issued while the current one is computed). Tiles are column
+// query head of the group. Q, dO and their row stats come by cp.async into two buffers (the
+// next block's copies are issued while the current one is computed). Tiles are column
 // blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at c ^ (r %
 // 8)), the layout wgmma's SW128 descriptors read; the copies write it directly.
 // Two barriers per query block: (A) the block's tiles have landed (and every warpgroup is done
 // with the previous block's dS^T), (B) dS^T is complete. Deterministic mode as bwd_sm80's:
 // p.dq_split > 0, a CTA walks key blocks cta, cta + key_ctas, ... into its own dQ slice.
+// Parts: bwd90_scores (S^T, dP^T), bwd90_accumulate (dV, dK), bwd90_store_ds, bwd90_dq; the
+// CTA body (bwd_sm90_cta) walks key blocks and query blocks and owns the barriers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -65,7 +67,7 @@ struct BwdSm90Traits {
   static_assert(kHeadDim % kColElems == 0, "whole 128-byte column blocks");
   static_assert(kBlockM * int(sizeof(T)) == 128, "dS^T: one 128-byte column block of queries (wgmma's M = 64)");
   static_assert(kBlockN % 64 == 0 && kDqCols % kColElems == 0, "dQ: whole column blocks per warpgroup");
-  static_assert(kStages == 1 || kStages == 2, "Q / dO single or double buffered");
+  static_assert(kStages == 2, "Q / dO double buffered");
   static_assert(kSmem <= 232448 && kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory (228 KiB per SM)");
 };
 
@@ -89,6 +91,93 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64
   }
 }
 
+// acc = X Y^T over the head dim for this warpgroup's 64 keys: X's rows at descriptor d_x (K for
+// S^T, V for dP^T), Y the query block's tile at shared address y (Q, dO), both K-major: k-step
+// ks reads 32 bytes of column block ks / 4. One commit group.
+template <class Tr, typename T>
+__device__ __forceinline__ void bwd90_scores(float (&acc)[Tr::kMF][4], uint64_t d_x, uint32_t y) {
+  const uint64_t d_y = ptx::desc_sw128(y, 16, 1024);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Tr::kKS; ++ks) {
+    const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
+    const uint64_t a = ptx::desc_add(d_x, cb * Tr::kBlockN * 128 + kb);
+    const uint64_t b = ptx::desc_add(d_y, cb * Tr::kBlockM * 128 + kb);
+    if (ks == 0)
+      ptx::wgmma_ss_zero<Tr::kBlockM, T>(acc, a, b);
+    else
+      ptx::wgmma_ss<Tr::kBlockM, T>(acc, a, b, 1);
+  }
+  ptx::wgmma_commit();
+}
+
+// acc += X^T B over the query block: X^T's A operands (P^T or dS^T, from registers) and B the
+// block's dO or Q tile at shared address `tile`, read N-major. One commit group.
+template <class Tr, typename T>
+__device__ __forceinline__ void bwd90_accumulate(float (&acc)[Tr::kOF][4], const uint32_t (&a)[Tr::kPK][4],
+                                                 uint32_t tile) {
+  const uint64_t d = ptx::desc_sw128(tile, Tr::kBlockM * 128, 1024);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int pk = 0; pk < Tr::kPK; ++pk) ptx::wgmma_rs_bt<Tr::kHeadDim, T>(acc, a[pk], ptx::desc_add(d, pk * 16 * 128), 1);
+  ptx::wgmma_commit();
+}
+
+// dS^T's A operands from its fp32 fragments, also stored to the dS^T tile ([key][query],
+// swizzled) for dQ: `row` is this lane's first key row's address plus 4 t (its keys are that
+// row and the one 8 below; both are g modulo 8).
+template <class Tr, class Op>
+__device__ __forceinline__ void bwd90_store_ds(uint32_t (&da)[Tr::kPK][4], const float (&ds)[Tr::kMF][4],
+                                               uint32_t row, int g) {
+#pragma unroll
+  for (int pk = 0; pk < Tr::kPK; ++pk) {
+    Op::p_operand(da[pk], ds, pk);
+    // da[pk][0] / [1]: keys g / g + 8, queries 16 pk + 2t..; [2] / [3]: queries 16 pk + 8 + 2t..
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int chunk = 2 * pk + i / 2;
+      ptx::sts32(row + 8 * (i % 2) * 128 + ((chunk ^ g) * 16), da[pk][i]);
+    }
+  }
+}
+
+// dQ (this warpgroup's kDqCols columns) = dS K from the dS^T tile and K (both MN-major),
+// 64 columns (one column block of K) per pass, added to the workspace at dq (this lane's
+// first element; rows qrow, qrow + 8 where < sq). The first pass's wait also completes dV's
+// and dK's MMAs, whose registers (their A operands and accumulators) stay live up to it.
+template <class Tr, typename T>
+__device__ __forceinline__ void bwd90_dq(float* dq, uint64_t d_ds, uint64_t d_kn, int qrow, int sq,
+                                         uint32_t (&pa)[Tr::kPK][4], uint32_t (&da)[Tr::kPK][4],
+                                         float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4]) {
+#pragma unroll
+  for (int pass = 0; pass < Tr::kDqCols / 64; ++pass) {
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Tr::kKK; ++kk)
+      ptx::wgmma_ss_tt<64, T>(acc, ptx::desc_add(d_ds, kk * 16 * 128),
+                              ptx::desc_add(d_kn, pass * Tr::kBlockN * 128 + kk * 16 * 128), 1);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    if (pass == 0) {
+      ptx::fence_regs(pa);
+      ptx::fence_regs(da);
+      ptx::fence_regs(dk);
+      ptx::fence_regs(dv);
+    }
+    ptx::fence_regs(acc);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if (qrow + 8 * half >= sq) continue;
+      float* dst = dq + 8 * half * Tr::kHeadDim + pass * 64;
+#pragma unroll
+      for (int nf = 0; nf < 8; ++nf) red_add2(dst + 8 * nf, acc[nf][2 * half], acc[nf][2 * half + 1]);
+    }
+  }
+}
+
 // The kernel's body: one CTA's key blocks.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
@@ -103,6 +192,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   const SeqInfo seq = seq_info(p.f, b);
   const Band32 band{p.f.window_left, p.f.window_right, seq.sk - seq.sq, seq.sk};
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int key = wg * 64 + warp * 16 + g;  // this lane's key rows in the CTA's block: key, key + 8
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
@@ -152,50 +242,26 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
 
     int buf = 0;
     for (int h = any ? h0 : h_end, mb = qb.lo; h < h_end; buf ^= 1) {
-      const int m0 = mb * kBlockM, st = kStages == 2 ? buf : 0;
+      const int m0 = mb * kBlockM, st = buf;
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
       const bool last_m = mb + 1 == qb.hi;
       const int h_next = last_m ? h + 1 : h, mb_next = last_m ? qb.lo : mb + 1;
       const bool more = h_next < h_end;
-      if (kStages == 2 && more) load_q(h_next, mb_next * kBlockM, buf ^ 1);
+      if (more) load_q(h_next, mb_next * kBlockM, buf ^ 1);
       const bool full = m0 + kBlockM <= seq.sq && n0 + kBlockN <= seq.sk &&
                         (band.right < 0 || n0 + kBlockN - 1 - band.offset - band.right <= m0) &&
                         (band.left < 0 || n0 - band.offset + band.left >= m0 + kBlockM - 1);
       const uint32_t q_off = Tr::kOffQ + st * Tr::kTileQ, do_off = Tr::kOffDo + st * Tr::kTileQ;
       const float2* stat = reinterpret_cast<const float2*>(smem + Tr::kOffStat) + st * kBlockM + 2 * t;
 
-      // S^T = K Q^T and dP^T = V dO^T, two groups in flight.
+      // S^T and dP^T; P^T = 2^(S^T c - lse log2 e), masked where the block is cut; dV += P^T dO.
       float s[kMF][4], dp[kMF][4];
-      {
-        const uint64_t dq0 = ptx::desc_sw128(base + q_off, 16, 1024), ddo0 = ptx::desc_sw128(base + do_off, 16, 1024);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < Tr::kKS; ++ks) {
-          const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
-          const uint64_t a = ptx::desc_add(d_k, cb * kBlockN * 128 + kb), bq = ptx::desc_add(dq0, cb * kBlockM * 128 + kb);
-          if (ks == 0)
-            ptx::wgmma_ss_zero<kBlockM, T>(s, a, bq);
-          else
-            ptx::wgmma_ss<kBlockM, T>(s, a, bq, 1);
-        }
-        ptx::wgmma_commit();
-#pragma unroll
-        for (int ks = 0; ks < Tr::kKS; ++ks) {
-          const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
-          const uint64_t a = ptx::desc_add(d_v, cb * kBlockN * 128 + kb), bd = ptx::desc_add(ddo0, cb * kBlockM * 128 + kb);
-          if (ks == 0)
-            ptx::wgmma_ss_zero<kBlockM, T>(dp, a, bd);
-          else
-            ptx::wgmma_ss<kBlockM, T>(dp, a, bd, 1);
-        }
-        ptx::wgmma_commit();
-      }
+      bwd90_scores<Tr, T>(s, d_k, base + q_off);
+      bwd90_scores<Tr, T>(dp, d_v, base + do_off);
       ptx::wgmma_wait<1>();  // S^T
       ptx::fence_regs(s);
-
-      // P^T = 2^(S^T c - lse log2 e), masked where the block is cut; dV += P^T dO.
 #pragma unroll
       for (int nf = 0; nf < kMF; ++nf) {
         const float2 r0 = stat[8 * nf], r1 = stat[8 * nf + 1];  // queries 8 nf + 2t, + 1
@@ -204,23 +270,15 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
         s[nf][2] = ptx::exp2_fast(fmaf(s[nf][2], p.f.scale_log2, -r0.x));
         s[nf][3] = ptx::exp2_fast(fmaf(s[nf][3], p.f.scale_log2, -r1.x));
       }
-      if (!full) mask_transposed<kMF>(s, band, seq.sq, n0 + wg * 64 + warp * 16 + g, m0, t);
+      if (!full) mask_transposed<kMF>(s, band, seq.sq, n0 + key, m0, t);
       uint32_t pa[kPK][4];
 #pragma unroll
       for (int pk = 0; pk < kPK; ++pk) Op::p_operand(pa[pk], s, pk);
-      {
-        const uint64_t ddo = ptx::desc_sw128(base + do_off, kBlockM * 128, 1024);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int pk = 0; pk < kPK; ++pk) ptx::wgmma_rs_bt<kHeadDim, T>(dv, pa[pk], ptx::desc_add(ddo, pk * 16 * 128), 1);
-        ptx::wgmma_commit();
-      }
+      bwd90_accumulate<Tr, T>(dv, pa, base + do_off);
       ptx::wgmma_wait<1>();  // dP^T (dV's group may still run)
       ptx::fence_regs(dp);
 
-      // dS^T = P^T (dP^T - D), stored to shared memory ([key][query], swizzled) for dQ;
-      // dK += dS^T Q.
-      uint32_t da[kPK][4];
+      // dS^T = P^T (dP^T - D), stored for dQ; dK += dS^T Q.
 #pragma unroll
       for (int nf = 0; nf < kMF; ++nf) {
         const float d0 = stat[8 * nf].y, d1 = stat[8 * nf + 1].y;
@@ -229,75 +287,21 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
         s[nf][2] *= dp[nf][2] - d0;
         s[nf][3] *= dp[nf][3] - d1;
       }
-      {
-        const int key = wg * 64 + warp * 16 + g;  // this lane's key rows key, key + 8 (key % 8 = g)
-        const uint32_t ds_row = base + Tr::kOffDs + key * 128 + 4 * t;
-#pragma unroll
-        for (int pk = 0; pk < kPK; ++pk) {
-          Op::p_operand(da[pk], s, pk);
-          // da[pk][0] / [1]: keys g / g + 8, queries 16 pk + 2t..; [2] / [3]: queries 16 pk + 8 + 2t..
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int chunk = 2 * pk + i / 2;
-            ptx::sts32(ds_row + 8 * (i % 2) * 128 + ((chunk ^ g) * 16), da[pk][i]);
-          }
-        }
-      }
-      {
-        const uint64_t dqn = ptx::desc_sw128(base + q_off, kBlockM * 128, 1024);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int pk = 0; pk < kPK; ++pk) ptx::wgmma_rs_bt<kHeadDim, T>(dk, da[pk], ptx::desc_add(dqn, pk * 16 * 128), 1);
-        ptx::wgmma_commit();
-      }
+      uint32_t da[kPK][4];
+      bwd90_store_ds<Tr, Op>(da, s, base + Tr::kOffDs + key * 128 + 4 * t, g);
+      bwd90_accumulate<Tr, T>(dk, da, base + q_off);
       ptx::fence_proxy_async();  // dS^T's stores, seen by wgmma's reads
       __syncthreads();           // (B)
-      if (kStages == 1 && more) {
-        ptx::wgmma_wait<0>();  // dK's reads of Q
-        ptx::fence_regs(pa);
-        ptx::fence_regs(da);
-        __syncthreads();
-        load_q(h_next, mb_next * kBlockM, 0);
-      }
 
-      // dQ (this warpgroup's kDqCols columns) = dS K, added to the workspace, 64 columns
-      // (one column block of K) per pass.
-      float* dq = dq_slice + ((seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0) * kHeadDim;
       const int qrow = m0 + warp * 16 + g;
-      dq += int64_t(qrow) * kHeadDim + wg * Tr::kDqCols + 2 * t;
-#pragma unroll
-      for (int pass = 0; pass < Tr::kDqCols / 64; ++pass) {
-        float acc[8][4];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Tr::kKK; ++kk)
-          ptx::wgmma_ss_tt<64, T>(acc, ptx::desc_add(d_ds, kk * 16 * 128),
-                                  ptx::desc_add(d_kn, pass * kBlockN * 128 + kk * 16 * 128), 1);
-        ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();  // dQ, and (first pass) dV's and dK's groups before it
-        if (pass == 0) {
-          // (the A operands of dV and dK stay live up to here: wgmma reads them until the wait)
-          ptx::fence_regs(pa);
-          ptx::fence_regs(da);
-          ptx::fence_regs(dk);
-          ptx::fence_regs(dv);
-        }
-        ptx::fence_regs(acc);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          if (qrow + 8 * half >= seq.sq) continue;
-          float* dst = dq + 8 * half * kHeadDim + pass * 64;
-#pragma unroll
-          for (int nf = 0; nf < 8; ++nf) red_add2(dst + 8 * nf, acc[nf][2 * half], acc[nf][2 * half + 1]);
-        }
-      }
+      float* dq = dq_slice + ((seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0 + qrow) * kHeadDim +
+                  wg * Tr::kDqCols + 2 * t;
+      bwd90_dq<Tr, T>(dq, d_ds, d_kn, qrow, seq.sq, pa, da, dk, dv);
       h = h_next;
       mb = mb_next;
     }
 
-    const int row0 = n0 + wg * 64 + warp * 16 + g, col0 = 2 * t;
+    const int row0 = n0 + key, col0 = 2 * t;
     T* gdk = static_cast<T*>(p.dk) + seq.bb * p.dk_sb + seq.k_row0 * p.dk_ss + hk * p.dk_sh;
     T* gdv = static_cast<T*>(p.dv) + seq.bb * p.dv_sb + seq.k_row0 * p.dv_ss + hk * p.dv_sh;
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
