@@ -13,14 +13,12 @@
 // floats (hd: the instance's head dim, D rounded up to 64, 96, 128 or 256).
 // splits = 1 by default (every CTA adds into the one slice with atomic reductions); in
 // deterministic mode each CTA adds into a slice of its own (bwd_sm80.cuh), as many as
-// there are CTAs along the keys (deterministic_splits), at most kDeterministicBudget bytes
-// of slices.
+// there are CTAs along the keys (policy.hpp: deterministic_splits), at most
+// kDeterministicBudget bytes of slices.
 #include "cuda/bwd_backend.hpp"
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,6 +27,7 @@
 #include "cuda/backend.hpp"
 #include "cuda/kernels/bwd_params.hpp"
 #include "cuda/launch.hpp"
+#include "cuda/policy.hpp"
 #include "cuda/problem_checks.hpp"
 #include "cuda/workspace.hpp"
 
@@ -48,88 +47,36 @@ cudaError_t bwd_finish(const BwdParams&, bool bf16, cudaStream_t);
 
 namespace {
 
-struct BwdInstance {
-  const char* key;
-  int arch;  // 80: bwd_sm80 (sm80 and later), 90: bwd_sm90 (sm_90a: compute capability 9.0 only)
-  DType dtype;
-  int head_dim, block_m, block_n, stages, dsplit;
-  BwdLaunchFn fn;
-  int smem() const {
-    const int es = int(dtype_size(dtype));
-    return arch == 90 ? bwd_sm90_smem(head_dim, block_m, block_n, stages, es)
-                      : bwd_sm80_smem(head_dim, block_m, block_n, stages, es);
-  }
-  bool runs_on(const DeviceInfo& dev) const { return smem() <= dev.smem_optin && (arch == 80 || dev.hopper()); }
-  // CTAs per SM its registers are budgeted for (the sm80 rows: one, their last common column)
-  int ctas_per_sm() const { return arch == 90 ? bwd_sm90_ctas_per_sm(block_n) : 1; }
-};
-
-constexpr DType bwd_dtype_f16 = DType::f16, bwd_dtype_bf16 = DType::bf16;
-const BwdInstance kBwdInstances[] = {
-#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) {#key, 80, bwd_dtype_##dt, hd, bm, bn, st, ds, key},
-#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) {#key, 90, bwd_dtype_##dt, hd, bm, bn, st, 1, key},
+// The rows as the policy sees them (policy.hpp: pick_bwd) and, in the same order, their
+// launchers.
+const BwdInstanceInfo kBwdRows[] = {
+#define FC_SM80_INST FC_SM80_BWD_INSTANCE_INFO
+#define FC_SM90_INST FC_SM90_BWD_INSTANCE_INFO
 #include "instances_bwd.inc"
 #undef FC_SM80_INST
 #undef FC_SM90_INST
 };
+#define FC_BWD_LAUNCHER(key, ...) key,
+const BwdLaunchFn kBwdFns[] = {
+#define FC_SM80_INST FC_BWD_LAUNCHER
+#define FC_SM90_INST FC_BWD_LAUNCHER
+#include "instances_bwd.inc"
+#undef FC_SM80_INST
+#undef FC_SM90_INST
+};
+#undef FC_BWD_LAUNCHER
+static_assert(sizeof(kBwdRows) / sizeof(kBwdRows[0]) == sizeof(kBwdFns) / sizeof(kBwdFns[0]), "one launcher per row");
 
 // Deterministic mode: the dQ slices take at most this many bytes (fewer slices beyond it;
 // one slice always).
 constexpr size_t kDeterministicBudget = size_t(1) << 30;
 
-// The instance for this problem: the forced key (params.impl), else, of the smallest head
-// dim that covers D and Dv, the first sm90 row the device runs (Hopper), else the first sm80
-// row (table order = preference) that fits the device's shared memory.
-const BwdInstance& pick_bwd(const core::AttentionProblem& p, const DeviceInfo& dev) {
-  const int64_t hd = std::max(p.d, p.dv);
-  if (p.impl != nullptr && p.impl[0] != '\0') {
-    for (const BwdInstance& i : kBwdInstances)
-      if (std::strcmp(i.key, p.impl) == 0) {
-        if (i.dtype != p.dtype || i.head_dim < hd)
-          throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                               "' is not a CUDA backward kernel for " + to_string(p.dtype) +
-                                               " head dim " + std::to_string(hd));
-        if (!i.runs_on(dev))
-          throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                               (i.arch == 90 ? "' runs on compute capability 9.0 devices only"
-                                                             : "' needs more shared memory than this device has"));
-        return i;
-      }
-    throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
-                                         "' is not a CUDA backward kernel of this build (bwd_sm80_* / bwd_sm90_* "
-                                         "keys: list_kernels)");
-  }
-  int best_hd = INT_MAX;
-  for (const BwdInstance& i : kBwdInstances)
-    if (i.dtype == p.dtype && i.head_dim >= hd) best_hd = std::min(best_hd, i.head_dim);
-  if (best_hd == INT_MAX)
-    throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
-                                         ") has no CUDA backward instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)");
-  for (const int arch : {90, 80})
-    for (const BwdInstance& i : kBwdInstances)
-      if (i.arch == arch && i.dtype == p.dtype && i.head_dim == best_hd && i.runs_on(dev)) return i;
-  throw_error(Status::unsupported, "q: no CUDA backward instance for head dim " + std::to_string(best_hd) +
-                                       " fits this device's shared memory (" + std::to_string(dev.smem_optin) +
-                                       " bytes)");
+const BwdInstanceInfo& pick(const core::AttentionProblem& p, const DeviceInfo& dev) {
+  const BwdPick r = pick_bwd(p, dev, kBwdRows);
+  if (r.inst == nullptr) throw_error(Status::unsupported, r.why);
+  return *r.inst;
 }
-
-// Deterministic mode's CTAs along the keys (each with a dQ slice of its own), for `items`
-// CTAs per key-block position (B Hkv, times the column splits) and `key_blocks` blocks: the
-// count s <= min(key_blocks, most) with the fewest block-times, ceil(items s / slots) waves of
-// ceil(key_blocks / s) blocks each (slots: SMs times the instance's CTAs per SM), the
-// smallest such s (the least workspace). E.g. 132 SMs, 16 KV heads, 128 key blocks: 8 (one
-// wave of 128 CTAs, 16 blocks each, as long as the 16 waves of the default mode); 9 would
-// start a second wave.
-int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots) {
-  items = std::max<int64_t>(items, 1);
-  const int64_t sm = std::max(slots, 1), top = std::max<int64_t>(std::min(key_blocks, most), 1);
-  int64_t best = 1, best_cost = INT64_MAX;
-  for (int64_t s = 1; s <= top; ++s) {
-    const int64_t cost = (items * s + sm - 1) / sm * ((key_blocks + s - 1) / s);
-    if (cost < best_cost) best = s, best_cost = cost;
-  }
-  return int(best);
-}
+BwdLaunchFn launcher(const BwdInstanceInfo& i) { return kBwdFns[&i - kBwdRows]; }
 
 // Pointers, head dims and alignment: q, k, v, out and dout are read 16 bytes at a time
 // (cp.async, vector loads), dq, dk and dv written in pairs (4 bytes).
@@ -171,7 +118,7 @@ size_t slice_bytes_of(const BwdParams& b) { return query_rows(b) * size_t(b.acc_
 
 // The launches of one call; the workspace goes back to the pool whatever launched, and the
 // first failure is named.
-void run(const BwdInstance& inst, BwdParams& b, const DeviceInfo& dev, cudaStream_t stream) {
+void run(const BwdInstanceInfo& inst, BwdParams& b, const DeviceInfo& dev, cudaStream_t stream) {
   const bool bf16 = inst.dtype == DType::bf16;
   const size_t stat_bytes = (query_rows(b) * 8 + 15) / 16 * 16, slice_bytes = slice_bytes_of(b);
   const size_t total = stat_bytes + size_t(b.splits) * slice_bytes;
@@ -191,7 +138,7 @@ void run(const BwdInstance& inst, BwdParams& b, const DeviceInfo& dev, cudaStrea
   }
   if (e == cudaSuccess && b.key_ctas > 0 && b.kv_heads > 0 && b.f.batch > 0) {
     what = inst.key;
-    e = inst.fn(b, stream);
+    e = launcher(inst)(b, stream);
   }
   if (e == cudaSuccess) {
     what = "bwd_dq_store / bwd_zero_tail";
@@ -211,7 +158,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
     throw_error(Status::unsupported, std::string("q: attention_backward on CUDA tensors takes f16 or bf16, got ") +
                                          to_string(p.dtype) + " (fp32 storage: the CPU backend)");
   check_backward(bp, dev);
-  const BwdInstance& inst = pick_bwd(p, dev);
+  const BwdInstanceInfo& inst = pick(p, dev);
   int64_t sq = p.sq, sk = p.sk;
   longest_sequences(p, &sq, &sk);
 
@@ -243,7 +190,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
 }
 
 void append_backward_kernels(std::vector<KernelInfo>& out, const DeviceInfo* dev) {
-  for (const BwdInstance& i : kBwdInstances)
+  for (const BwdInstanceInfo& i : kBwdRows)
     out.push_back({i.key, i.arch == 90 ? "sm90" : "sm80", dev != nullptr && i.runs_on(*dev)});
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 namespace flashcore::cuda {
 
@@ -264,6 +265,47 @@ int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_
   const int64_t tiles = (cache_rows + i.block_n - 1) / i.block_n;
   const int64_t ns = std::min<int64_t>({2 * int64_t(dev.sms) / items, tiles / 2, 32});
   return ns >= 2 ? int(ns) : 1;
+}
+
+BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdInstanceList list) {
+  const int64_t hd = std::max(p.d, p.dv);
+  if (p.impl != nullptr && p.impl[0] != '\0') {
+    for (const BwdInstanceInfo& i : list)
+      if (std::strcmp(i.key, p.impl) == 0) {
+        if (i.dtype != p.dtype || i.head_dim < hd)
+          return {nullptr, std::string("params.impl: '") + p.impl + "' is not a CUDA backward kernel for " +
+                               to_string(p.dtype) + " head dim " + std::to_string(hd)};
+        if (!i.runs_on(dev))
+          return {nullptr, std::string("params.impl: '") + p.impl +
+                               (i.arch == 90 && !dev.hopper() ? "' runs on compute capability 9.0 devices only"
+                                                              : "' needs more shared memory than this device has")};
+        return {&i, {}};
+      }
+    return {nullptr, std::string("params.impl: '") + p.impl +
+                         "' is not a CUDA backward kernel of this build (bwd_sm80_* / bwd_sm90_* keys: list_kernels)"};
+  }
+  int best_hd = INT_MAX;
+  for (const BwdInstanceInfo& i : list)
+    if (i.dtype == p.dtype && i.head_dim >= hd) best_hd = std::min(best_hd, i.head_dim);
+  if (best_hd == INT_MAX)
+    return {nullptr, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
+                         ") has no CUDA backward instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)"};
+  for (const int arch : {90, 80})
+    for (const BwdInstanceInfo& i : list)
+      if (i.arch == arch && i.dtype == p.dtype && i.head_dim == best_hd && i.runs_on(dev)) return {&i, {}};
+  return {nullptr, "q: no CUDA backward instance for head dim " + std::to_string(best_hd) +
+                       " fits this device's shared memory (" + std::to_string(dev.smem_optin) + " bytes)"};
+}
+
+int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots) {
+  items = std::max<int64_t>(items, 1);
+  const int64_t sm = std::max(slots, 1), top = std::max<int64_t>(std::min(key_blocks, most), 1);
+  int64_t best = 1, best_cost = INT64_MAX;
+  for (int64_t s = 1; s <= top; ++s) {
+    const int64_t cost = (items * s + sm - 1) / sm * ((key_blocks + s - 1) / s);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return int(best);
 }
 
 }  // namespace flashcore::cuda

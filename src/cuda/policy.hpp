@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/problem.hpp"
+#include "cuda/kernels/bwd_sizes.hpp"
 #include "cuda/kernels/cut_tiles.hpp"
 #include "cuda/kernels/sm90/traits.hpp"
 
@@ -175,5 +176,46 @@ VtPath vt_path(const InstanceInfo& inst, bool varlen, bool force_prepass);
 // Packing and splits for a given instance (a forced key's; kv_splits 0: the rule's count).
 KernelChoice complete_choice(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                              const InstanceInfo* inst, int kv_splits);
+
+// One backward row of the instance table (instances.inc's bwd rows): the fields that decide
+// whether and when it is taken.
+struct BwdInstanceInfo {
+  const char* key;
+  int arch;  // 80: bwd_sm80 (sm80+), 90: bwd_sm90 (sm_90a: compute capability 9.0 only)
+  DType dtype;
+  int head_dim, block_m, block_n, stages, dsplit;
+  int smem() const {
+    const int es = int(dtype_size(dtype));
+    return arch == 90 ? bwd_sm90_smem(head_dim, block_m, block_n, stages, es)
+                      : bwd_sm80_smem(head_dim, block_m, block_n, stages, es);
+  }
+  // CTAs per SM its registers are budgeted for (the sm80 rows: one, their last common column)
+  int ctas_per_sm() const { return arch == 90 ? bwd_sm90_ctas_per_sm(block_n) : 1; }
+  bool runs_on(const DeviceFacts& d) const { return smem() <= d.smem_optin && (arch == 80 || d.hopper()); }
+};
+#define FC_SM80_BWD_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) \
+  {#key, 80, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, ds},
+#define FC_SM90_BWD_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
+  {#key, 90, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, 1},
+using BwdInstanceList = std::span<const BwdInstanceInfo>;
+
+// The backward's row for a problem: the forced key (p.impl), else, of the smallest head dim
+// that covers D and Dv, the first sm90 row the device runs, else the first sm80 row that
+// fits its shared memory (table order = preference). inst null: `why` is the error
+// (Status::unsupported), naming the argument.
+struct BwdPick {
+  const BwdInstanceInfo* inst = nullptr;
+  std::string why;
+};
+BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdInstanceList list);
+
+// Deterministic mode's CTAs along the keys (each with a dQ slice of its own), for `items`
+// CTAs per key-block position (B Hkv, times the column splits) and `key_blocks` blocks: the
+// count s <= min(key_blocks, most) with the fewest block-times, ceil(items s / slots) waves of
+// ceil(key_blocks / s) blocks each (slots: SMs times the instance's CTAs per SM), the
+// smallest such s (the least workspace). E.g. 132 SMs, 16 KV heads, 128 key blocks: 8 (one
+// wave of 128 CTAs, 16 blocks each, as long as the 16 waves of the default mode); 9 would
+// start a second wave.
+int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots);
 
 }  // namespace flashcore::cuda

@@ -1,5 +1,6 @@
-// The CUDA backend's kernel-choice policy (src/cuda/policy.cpp) on a table of shapes, without
-// a GPU: built in every configuration (CPU-only CI too). The instances are every row of
+// The CUDA backend's kernel-choice policy (src/cuda/policy.cpp) on a table of shapes, and the
+// backward's and the KV cache's choices, without a GPU: built in every configuration (CPU-only
+// CI too). The instances are every row of
 // src/cuda/instances.inc (policy_instances.inc, written by tests/cuda/CMakeLists.txt with the
 // build's own key rules), as a release build with every arch, dtype and head dim has them.
 // Each row's expected kernel, GQA packing and KV split count follow the rules as written in
@@ -397,6 +398,65 @@ TEST(CudaPolicy, KvCacheKernelAndSplits) {
   // A short cache has too few tiles to share: 128 keys, 2 tiles -> 1.
   EXPECT_EQ(kvcache_split_count(1, 8, 1, 128, hd128, kH200), 1);
   EXPECT_EQ(kvcache_split_count(0, 8, 1, 4096, hd128, kH200), 1);
+}
+
+const BwdInstanceInfo kBwd[] = {
+#define FC_SM80_INST FC_SM80_BWD_INSTANCE_INFO
+#define FC_SM90_INST FC_SM90_BWD_INSTANCE_INFO
+#include "policy_instances_bwd.inc"
+#undef FC_SM80_INST
+#undef FC_SM90_INST
+};
+
+// The backward: of the smallest head dim that covers D and Dv, the Hopper row on a 9.0 device,
+// else the first sm80 row that fits the shared memory; forced keys checked; errors named.
+TEST(CudaPolicy, BackwardKernel) {
+  const BwdInstanceList bwd(kBwd);
+  const auto key = [&](DType dt, int64_t d, int64_t dv, const DeviceFacts& dev, const char* impl = nullptr) {
+    core::AttentionProblem p;
+    p.dtype = dt;
+    p.d = d;
+    p.dv = dv;
+    p.impl = impl;
+    const BwdPick r = pick_bwd(p, dev, bwd);
+    return r.inst != nullptr ? std::string(r.inst->key) : "error:" + r.why;
+  };
+  EXPECT_EQ(key(DType::bf16, 128, 128, kH200), "bwd_sm90_bf16_hd128_64x128_s2");
+  EXPECT_EQ(key(DType::f16, 112, 128, kH200), "bwd_sm90_f16_hd128_64x128_s2");
+  EXPECT_EQ(key(DType::f16, 64, 48, kH200), "bwd_sm90_f16_hd64_64x64_s2");
+  EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm80_bf16_hd96_64x128_w8_o1");  // no sm90 hd96 row
+  EXPECT_EQ(key(DType::bf16, 256, 256, kH200), "bwd_sm80_bf16_hd256_32x128_w8_o1");
+  EXPECT_EQ(key(DType::bf16, 128, 128, kA100), "bwd_sm80_bf16_hd128_64x128_w8_o1");
+  EXPECT_EQ(key(DType::f16, 256, 256, kA100), "bwd_sm80_f16_hd256_32x64_w4_o1");
+  EXPECT_EQ(key(DType::f16, 128, 128, kSm86), "bwd_sm80_f16_hd128_32x64_w4_o1");
+  EXPECT_EQ(key(DType::f16, 264, 264, kH200).rfind("error:q: head dim 264", 0), 0u);
+  EXPECT_EQ(key(DType::f32, 64, 64, kH200).rfind("error:q: head dim 64 (f32)", 0), 0u);
+  // Forced keys: the sm90 rows on Hopper only; the dtype and head dim must match.
+  EXPECT_EQ(key(DType::f16, 128, 128, kH200, "bwd_sm80_f16_hd128_64x128_w8_o1"), "bwd_sm80_f16_hd128_64x128_w8_o1");
+  EXPECT_NE(key(DType::f16, 128, 128, kA100, "bwd_sm90_f16_hd128_64x128_s2").find("compute capability 9.0"),
+            std::string::npos);
+  EXPECT_NE(key(DType::bf16, 128, 128, kH200, "bwd_sm90_f16_hd128_64x128_s2").find("not a CUDA backward kernel for"),
+            std::string::npos);
+  EXPECT_NE(key(DType::f16, 128, 128, kH200, "bwd_sm90_f16_hd64_64x64_s2").find("head dim 128"), std::string::npos);
+  EXPECT_NE(key(DType::f16, 128, 128, kSm86, "bwd_sm80_f16_hd128_64x128_w8_o1").find("shared memory"),
+            std::string::npos);
+  EXPECT_NE(key(DType::f16, 64, 64, kH200, "bwd_sm70_f16").find("of this build"), std::string::npos);
+  for (const BwdInstanceInfo& i : kBwd) {
+    EXPECT_TRUE(i.arch == 80 ? std::regex_match(i.key, std::regex("bwd_sm80_(f16|bf16)_hd[0-9]+_[0-9]+x[0-9]+_w[0-9]+_o1"))
+                             : std::regex_match(i.key, std::regex("bwd_sm90_(f16|bf16)_hd[0-9]+_64x(64|128)_s2")))
+        << i.key;
+    EXPECT_EQ(i.ctas_per_sm(), i.arch == 90 && i.block_n == 64 ? 2 : 1) << i.key;
+  }
+}
+
+// Deterministic mode's split count: the fewest block-times over SMs times CTAs per SM, then
+// the fewest slices.
+TEST(CudaPolicy, DeterministicSplits) {
+  EXPECT_EQ(deterministic_splits(16, 128, 1 << 20, 132), 8);  // one wave of 128 CTAs
+  EXPECT_EQ(deterministic_splits(1024, 8, 8, 132), 8);        // 63 waves of 1 block beat 8 of 8
+  EXPECT_EQ(deterministic_splits(1024, 8, 8, 264), 1);        // two CTAs per SM: 4 waves of 8, as many
+  EXPECT_EQ(deterministic_splits(16, 128, 2, 132), 2);        // the slices' budget
+  EXPECT_EQ(deterministic_splits(0, 0, 0, 0), 1);
 }
 
 }  // namespace

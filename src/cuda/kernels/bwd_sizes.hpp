@@ -1,0 +1,32 @@
+// Shared memory and CTAs per SM of the backward's instances, as plain constexpr functions
+// (no CUDA types): the kernels' traits assert against them, and the policy (policy.hpp, built
+// without CUDA for its tests) sizes the rows with them.
+#pragma once
+
+namespace flashcore::cuda {
+
+// Dynamic shared memory of a bwd_sm80 instance (BwdSm80Traits::kSmem; the registry sizes its
+// rows with it): K and V tiles of block_n rows, `stages` Q and dO tiles of block_m rows (rows
+// of the head dim padded to 128 bytes: common/swizzle.cuh) and their row stats (float2),
+// dS^T (block_n rows of block_m elements and 16 bytes), and 48 bytes of loop state.
+constexpr int bwd_sm80_smem(int head_dim, int block_m, int block_n, int stages, int elem_bytes) {
+  const int row = (head_dim * elem_bytes + 127) / 128 * 128, ds_row = block_m * elem_bytes + 16;
+  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * ds_row + 48;
+}
+
+// Dynamic shared memory of a bwd_sm90 instance (BwdSm90Traits::kSmem): K and V tiles of block_n
+// rows, `stages` Q and dO tiles of block_m rows (rows of the head dim in 128-byte column blocks),
+// dS^T (block_n rows of block_m elements), the row stats, and 1024 bytes for aligning the base
+// to the 128-byte swizzle's atom.
+constexpr int bwd_sm90_smem(int head_dim, int block_m, int block_n, int stages, int elem_bytes) {
+  const int row = head_dim * elem_bytes;
+  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes + 1024;
+}
+
+// CTAs per SM a bwd_sm90 instance's registers are budgeted for (its __launch_bounds__; the
+// backend's deterministic split count assumes it): one for two warpgroups (block_n 128: dK, dV,
+// S^T and dP^T of 64 keys take ~220 of a thread's registers at hd128), two for one (block_n
+// 64), so that one CTA's exponentials, stores and reductions overlap the other's MMAs.
+constexpr int bwd_sm90_ctas_per_sm(int block_n) { return block_n > 64 ? 1 : 2; }
+
+}  // namespace flashcore::cuda
