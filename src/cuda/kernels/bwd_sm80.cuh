@@ -370,9 +370,7 @@ __device__ __forceinline__ void bwd_sm80_cta(const BwdParams& p) {
       const int h_next = last_m ? h + 1 : h, mb_next = last_m ? c.m_lo : mb + 1;
       const bool more = h_next < h_end;
       if (kStages == 2 && more) load_q(c, h_next, mb_next * kBlockM, buf ^ 1);
-      const bool full = m0 + kBlockM <= seq.sq && n0 + kBlockN <= seq.sk &&
-                        (band.right < 0 || n0 + kBlockN - 1 - band.offset - band.right <= m0) &&
-                        (band.left < 0 || n0 - band.offset + band.left >= m0 + kBlockM - 1);
+      const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       // The stage is a template argument (two copies of the block's code when double
       // buffered), so that every shared address is a lane base plus an immediate.
       if (st == 0)

@@ -250,9 +250,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       const int h_next = last_m ? h + 1 : h, mb_next = last_m ? qb.lo : mb + 1;
       const bool more = h_next < h_end;
       if (more) load_q(h_next, mb_next * kBlockM, buf ^ 1);
-      const bool full = m0 + kBlockM <= seq.sq && n0 + kBlockN <= seq.sk &&
-                        (band.right < 0 || n0 + kBlockN - 1 - band.offset - band.right <= m0) &&
-                        (band.left < 0 || n0 - band.offset + band.left >= m0 + kBlockM - 1);
+      const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t q_off = Tr::kOffQ + st * Tr::kTileQ, do_off = Tr::kOffDo + st * Tr::kTileQ;
       const float2* stat = reinterpret_cast<const float2*>(smem + Tr::kOffStat) + st * kBlockM + 2 * t;
 

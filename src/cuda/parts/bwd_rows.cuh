@@ -50,6 +50,16 @@ __device__ __forceinline__ QueryBlocks query_blocks(const Band32& band, int sq, 
   return {lo, q_hi > q_lo ? (q_hi + kBlockM - 1) / kBlockM : lo};
 }
 
+// Whether no element of the tile of queries [m0, m0 + kBlockM) and keys [n0, n0 + kBlockN)
+// is masked (then S^T's mask need not be applied): inside Sq and Sk, and inside the band
+// for every pair.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ bool tile_unmasked(const Band32& band, int sq, int m0, int n0) {
+  return m0 + kBlockM <= sq && n0 + kBlockN <= band.sk &&
+         (band.right < 0 || n0 + kBlockN - 1 - band.offset - band.right <= m0) &&
+         (band.left < 0 || n0 - band.offset + band.left >= m0 + kBlockM - 1);
+}
+
 // Adds a pair of fp32 values to global memory (sm90: one 64-bit reduction).
 __device__ __forceinline__ void red_add2(float* p, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
