@@ -28,15 +28,18 @@ def wrappers(N, ty, nm, k, rs_name, rs_trans):
     ss_imm = ", 1, 1, 0, 0" if rs_trans else ", 1, 1"  # scale-a, scale-b[, trans-a, trans-b]
     rs_imm = ", 1, 1, 1" if rs_trans else ", 1, 1"  # scale-a, scale-b[, trans-b]
     op = f"wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32.{nm}.{nm} "
-    yield f"""template <>
-__device__ __forceinline__ void wgmma_ss<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b, int scale_d) {{
+    def ss(name, imm):  # SS with the accumulators read (scale_d) and the given immediates
+        return f"""template <>
+__device__ __forceinline__ void {name}<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b, int scale_d) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 2}, 0;\\n"
       "{op}"
-      "{{{regs(R)}}}, %{R}, %{R + 1}, p{ss_imm};\\n}}\\n"
+      "{{{regs(R)}}}, %{R}, %{R + 1}, p{imm};\\n}}\\n"
       : {outs(R)}
       : "l"(a), "l"(b), "r"(scale_d));
 }}"""
+
+    yield ss("wgmma_ss", ss_imm)
     # D = A B: the accumulators are outputs only (no register of D is an input, so
     # whatever defined them before cannot serialize the wgmma pipeline).
     yield f"""template <>
@@ -61,15 +64,7 @@ __device__ __forceinline__ void {rs_name}<{N}, {ty}>(float (&d)[{N // 8}][4], co
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }}"""
     if rs_trans:  # SS with both operands MN-major (the backward's dQ = dS K: dS^T and K as stored)
-        yield f"""template <>
-__device__ __forceinline__ void wgmma_ss_tt<{N}, {ty}>(float (&d)[{N // 8}][4], uint64_t a, uint64_t b, int scale_d) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{R + 2}, 0;\\n"
-      "{op}"
-      "{{{regs(R)}}}, %{R}, %{R + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-      : {outs(R)}
-      : "l"(a), "l"(b), "r"(scale_d));
-}}"""
+        yield ss("wgmma_ss_tt", ", 1, 1, 1, 1")
     if not rs_trans:  # RS with D an output only (fp8's S = Q K^T with Q in registers)
         yield f"""template <>
 __device__ __forceinline__ void wgmma_rs_zero<{N}, {ty}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t b) {{
