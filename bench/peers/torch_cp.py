@@ -3,8 +3,9 @@ torch.distributed.tensor.experimental.context_parallel() over aten's SDPA (cuDNN
 FlashAttention-2 kernels, chosen with torch.nn.attention.sdpa_kernel), one process per GPU
 over NCCL, the same shapes and timing rule as `python -m flashcore.bench --op
 ring-attention` (median of --iters after two warm-up calls, every rank starting after a
-barrier, synchronised around the call; the slowest rank's time), and the same SDPA kernel
-over the whole sequence on rank 0's GPU alone for the scaling figure.
+barrier, synchronised around the call: flashcore.ring_bench.time_median, so flashcore must be
+importable; the slowest rank's time), and the same SDPA kernel over the whole sequence on
+rank 0's GPU alone for the scaling figure.
 
     python3 bench/peers/torch_cp.py --world 2 --seq 131072 --heads 32 --head-dim 128 \
         --kernel cudnn --causal [--forward-only] [--json]
@@ -14,24 +15,7 @@ Needs as many CUDA GPUs as --world. Prints one line per kernel (JSON with --json
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
-
-
-def _time(torch, fn, iters, barrier=None):
-    for _ in range(2):
-        fn()
-    ts = []
-    for _ in range(iters):
-        if barrier is not None:
-            barrier()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def _worker(rank, a, init_file, out_file):
@@ -41,6 +25,8 @@ def _worker(rank, a, init_file, out_file):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashcore.ring_bench import time_median
 
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
@@ -55,24 +41,24 @@ def _worker(rank, a, init_file, out_file):
     with sdpa_kernel(backend):
         if rank == 0:
             qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
-            row["single_fwd_s"] = _time(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal),
-                                        a.iters)
+            fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)  # noqa: E731
+            row["single_fwd_s"] = time_median(torch, fwd, a.iters, True)
 
             def single_step():
                 F.scaled_dot_product_attention(qs, ks, vs, is_causal=a.causal).backward(dout)
             if not a.forward_only:
-                row["single_step_s"] = _time(torch, single_step, a.iters)
+                row["single_step_s"] = time_median(torch, single_step, a.iters, True)
         dist.barrier()
         # context_parallel shards the buffers in place along dim 2 (load-balanced for causal)
         with context_parallel(mesh, buffers=[q, k, v, dout], buffer_seq_dims=[2, 2, 2, 2]):
-            row["fwd_s"] = _time(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal),
-                                 a.iters, dist.barrier)
+            row["fwd_s"] = time_median(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=a.causal),
+                                       a.iters, True, dist.barrier)
             qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
 
             def step():
                 F.scaled_dot_product_attention(qg, kg, vg, is_causal=a.causal).backward(dout)
             if not a.forward_only:
-                row["step_s"] = _time(torch, step, a.iters, dist.barrier)
+                row["step_s"] = time_median(torch, step, a.iters, True, dist.barrier)
     with open(f"{out_file}.{rank}", "w") as f:
         json.dump(row, f)
     dist.destroy_process_group()

@@ -25,7 +25,10 @@ def _flops(a):
     return f / 2 if a.causal else f
 
 
-def _time(torch, fn, iters, cuda, barrier=None):
+def time_median(torch, fn, iters, cuda, barrier=None):
+    """Median seconds of fn over `iters` calls after two warm-up calls, each call started after
+    `barrier` (if given) and, on CUDA, synchronized before and after (the peer script
+    bench/peers/torch_cp.py times PyTorch's ring with it too)."""
     for _ in range(2):
         fn()
     ts = []
@@ -66,34 +69,34 @@ def _worker(rank, world, init_file, a, out_file):
     row = {"rank": rank, "world": world}
     if rank == 0:  # our own single call over the whole sequence
         qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
-        row["single_fwd_s"] = _time(torch, lambda: flashcore.attention(q, k, v, causal=a.causal, threads=threads),
-                                    a.iters, cuda)
+        row["single_fwd_s"] = time_median(torch, lambda: flashcore.attention(q, k, v, causal=a.causal, threads=threads),
+                                          a.iters, cuda)
 
         def step():
             o = flashcore.attention(qs, ks, vs, causal=a.causal, threads=threads)
             o.backward(dout)
         if not a.forward_only:
-            row["single_step_s"] = _time(torch, step, a.iters, cuda)
+            row["single_step_s"] = time_median(torch, step, a.iters, cuda)
     dist.barrier()
     mine = [fd.shard(x, rank, world, a.layout).contiguous() for x in (q, k, v)]
     dmine = fd.shard(dout, rank, world, a.layout).contiguous()
-    row["fwd_s"] = _time(torch, lambda: fd.ring_attention(*mine, causal=a.causal, layout=a.layout, threads=threads),
-                         a.iters, cuda, dist.barrier)
+    row["fwd_s"] = time_median(torch, lambda: fd.ring_attention(*mine, causal=a.causal, layout=a.layout,
+                                                                threads=threads), a.iters, cuda, dist.barrier)
     grads = [x.clone().requires_grad_(True) for x in mine]
 
     def ring_step():
         o = fd.ring_attention(*grads, causal=a.causal, layout=a.layout, threads=threads)
         o.backward(dmine)
     if not a.forward_only:
-        row["step_s"] = _time(torch, ring_step, a.iters, cuda, dist.barrier)
+        row["step_s"] = time_median(torch, ring_step, a.iters, cuda, dist.barrier)
     # The same calls and merges without the transfers (every step on the rank's own K/V
     # shard): the ring's time against this is what its communication costs.
     scale = a.head_dim ** -0.5
     args = (a.causal, a.layout, scale, None, threads, None, None)
-    row["fwd_compute_s"] = _time(torch, lambda: fd._forward(*mine, None, *args, exchange=False), a.iters, cuda)
+    row["fwd_compute_s"] = time_median(torch, lambda: fd._forward(*mine, None, *args, exchange=False), a.iters, cuda)
     if not a.forward_only:
         o, lse = fd._forward(*mine, None, *args)
-        row["bwd_compute_s"] = _time(torch, lambda: fd._backward(*mine, o, dmine, lse, *args, exchange=False),
+        row["bwd_compute_s"] = time_median(torch, lambda: fd._backward(*mine, o, dmine, lse, *args, exchange=False),
                                      a.iters, cuda)
     with open(f"{out_file}.{rank}", "w") as f:
         json.dump(row, f)
