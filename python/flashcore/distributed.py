@@ -79,7 +79,7 @@ def shard(x, rank, world, layout="contiguous", dim=1, cu_seqlens=None):
     if cu_seqlens is None:
         return _shard_one(x, rank, world, layout, dim)
     lens, start, out = _lengths(cu_seqlens), 0, []
-    if start + sum(lens) > x.shape[dim]:
+    if sum(lens) > x.shape[dim]:
         raise ValueError(f"cu_seqlens: the sequences end at {sum(lens)}, past x's length {x.shape[dim]}")
     for n in lens:
         out.append(_shard_one(x.narrow(dim, start, n), rank, world, layout, dim))
@@ -123,7 +123,7 @@ class _Parts:
 
     def __init__(self, layout, s_local, lens, world, device):
         n = 1 if layout == "contiguous" else 2
-        self.n, self.varlen = n, lens is not None
+        self.n, self.varlen, self.s_local = n, lens is not None, s_local
         if not self.varlen:
             if s_local % n != 0:
                 raise ValueError(f"q: zigzag sharding needs an even local length (got {s_local})")
@@ -137,9 +137,9 @@ class _Parts:
         if sum(local) != s_local:
             raise ValueError(f"q: local length {s_local} is not the sequences' shards' {sum(local)}")
         starts = [sum(local[:b]) for b in range(len(local))]
+        h = [m // n for m in local]  # each sequence's rows in one part
         self.idx, self.cu = [], []
         for part in range(n):
-            h = [m // n for m in local]
             self.idx.append(torch.cat([torch.arange(st + part * hb, st + (part + 1) * hb) for st, hb in
                                        zip(starts, h)]).to(device))
             self.cu.append(torch.tensor([sum(h[:b]) for b in range(len(h) + 1)], dtype=torch.int32, device=device))
@@ -163,7 +163,7 @@ class _Parts:
         if not self.varlen:
             return torch.cat(pieces, dim=dim)
         shape = list(pieces[0].shape)
-        shape[dim] = sum(int(t.numel()) for t in self.idx)
+        shape[dim] = self.s_local
         out = torch.empty(shape, dtype=pieces[0].dtype, device=pieces[0].device)
         for part, t in enumerate(pieces):
             out.index_copy_(dim, self.idx[part], t)
@@ -250,7 +250,7 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, 
         reqs, nxt = ring.start(list(kv), 0) if exchange and step + 1 < ring.world else ([], None)
         for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
             g = _api.attention_backward(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), parts.get(out, i),
-                                        parts.get(dout, i), parts.get(lse, i, dim=2).contiguous(), causal=diag,
+                                        parts.get(dout, i), parts.get(lse, i, dim=2), causal=diag,
                                         scale=scale, softcap=softcap, threads=threads, **parts.kwargs(i, j))
             parts.add(dq, i, g[0].float())
             parts.add(dkv[0], j, g[1].float())
