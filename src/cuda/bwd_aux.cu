@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_store(const BwdParams p) {
   for (int64_t i = int64_t(blockIdx.x) * kAuxThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kAuxThreads) {
     const int64_t c = i % quads * 4, r = i / quads;
     const int64_t h = r % heads, row = (r / heads) % rows, bb = r / (heads * rows);
-    const float* acc = p.dq_acc + ((bb * heads + h) * rows + row) * p.acc_ld + c;
+    const int64_t wrow = (bb * heads + h) * rows + row;  // the workspace row
+    const float* acc = p.dq_acc + wrow * p.acc_ld + (p.dq_swizzled ? ((c / 4) ^ (wrow % 8)) * 4 : c);
     float4 s = *reinterpret_cast<const float4*>(acc);
     for (int k = 1; k < p.splits; ++k) {
       const float4 x = *reinterpret_cast<const float4*>(acc + k * p.dq_split);

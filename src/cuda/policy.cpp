@@ -290,9 +290,17 @@ BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdIns
   if (best_hd == INT_MAX)
     return {nullptr, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                          ") has no CUDA backward instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)"};
-  for (const int arch : {90, 80})
-    for (const BwdInstanceInfo& i : list)
-      if (i.arch == arch && i.dtype == p.dtype && i.head_dim == best_hd && i.runs_on(dev)) return {&i, {}};
+  // On Hopper the smallest covering wgmma row comes first, even at a larger head dim than an
+  // sm80 row's: bwd_sm90 hd128 at D 96 took 0.72-0.78x the time of bwd_sm80 hd96 on an H200
+  // (docs/results/cuda-backward-sm90-2026-11-29.md).
+  const BwdInstanceInfo* hopper = nullptr;
+  for (const BwdInstanceInfo& i : list)
+    if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) &&
+        (hopper == nullptr || i.head_dim < hopper->head_dim))
+      hopper = &i;
+  if (hopper != nullptr) return {hopper, {}};
+  for (const BwdInstanceInfo& i : list)
+    if (i.arch == 80 && i.dtype == p.dtype && i.head_dim == best_hd && i.runs_on(dev)) return {&i, {}};
   return {nullptr, "q: no CUDA backward instance for head dim " + std::to_string(best_hd) +
                        " fits this device's shared memory (" + std::to_string(dev.smem_optin) + " bytes)"};
 }

@@ -199,10 +199,10 @@ struct BwdInstanceInfo {
   {#key, 90, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, 1},
 using BwdInstanceList = std::span<const BwdInstanceInfo>;
 
-// The backward's row for a problem: the forced key (p.impl), else, of the smallest head dim
-// that covers D and Dv, the first sm90 row the device runs, else the first sm80 row that
-// fits its shared memory (table order = preference). inst null: `why` is the error
-// (Status::unsupported), naming the argument.
+// The backward's row for a problem: the forced key (p.impl), else the sm90 row of the smallest
+// head dim that covers D and Dv where the device runs one, else, of the smallest covering head
+// dim, the first sm80 row that fits its shared memory (table order = preference). inst null:
+// `why` is the error (Status::unsupported), naming the argument.
 struct BwdPick {
   const BwdInstanceInfo* inst = nullptr;
   std::string why;

@@ -408,8 +408,9 @@ const BwdInstanceInfo kBwd[] = {
 #undef FC_SM90_INST
 };
 
-// The backward: of the smallest head dim that covers D and Dv, the Hopper row on a 9.0 device,
-// else the first sm80 row that fits the shared memory; forced keys checked; errors named.
+// The backward: on a 9.0 device the Hopper row of the smallest head dim that covers D and Dv
+// (hd128 at D 96, over the sm80 hd96 rows), else of the smallest covering head dim the first
+// sm80 row that fits the shared memory; forced keys checked; errors named.
 TEST(CudaPolicy, BackwardKernel) {
   const BwdInstanceList bwd(kBwd);
   const auto key = [&](DType dt, int64_t d, int64_t dv, const DeviceFacts& dev, const char* impl = nullptr) {
@@ -424,7 +425,9 @@ TEST(CudaPolicy, BackwardKernel) {
   EXPECT_EQ(key(DType::bf16, 128, 128, kH200), "bwd_sm90_bf16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::f16, 112, 128, kH200), "bwd_sm90_f16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::f16, 64, 48, kH200), "bwd_sm90_f16_hd64_64x64_s2");
-  EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm80_bf16_hd96_64x128_w8_o1");  // no sm90 hd96 row
+  EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm90_bf16_hd128_64x128_s2");  // no sm90 hd96 row
+  EXPECT_EQ(key(DType::f16, 72, 80, kH200), "bwd_sm90_f16_hd128_64x128_s2");
+  EXPECT_EQ(key(DType::bf16, 96, 96, kA100), "bwd_sm80_bf16_hd96_64x128_w8_o1");
   EXPECT_EQ(key(DType::bf16, 256, 256, kH200), "bwd_sm80_bf16_hd256_32x128_w8_o1");
   EXPECT_EQ(key(DType::bf16, 128, 128, kA100), "bwd_sm80_bf16_hd128_64x128_w8_o1");
   EXPECT_EQ(key(DType::f16, 256, 256, kA100), "bwd_sm80_f16_hd256_32x64_w4_o1");

@@ -88,6 +88,18 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                : "memory");
 }
 
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) of fp32 at shared `src` added
+// element-wise to global `dst` (atomic per element, like red.add), one bulk group
+// (tma_store_commit / tma_store_wait_read / tma_store_wait track it). The writers of `src`
+// fence their stores into the async proxy (fence_proxy_async) and synchronize with the
+// issuing thread first.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+
 // Box of shared memory `src` into a 4-d tensor map at coordinates (c0 innermost .. c3);
 // elements out of the tensor's bounds are not written. Issued by one thread; completion
 // is tracked by bulk groups (tma_store_commit, tma_store_wait_read). The threads that

@@ -35,6 +35,10 @@ struct BwdParams {
   float2* rowstat = nullptr;
   float* dq_acc = nullptr;
   int acc_ld = 0;
+  // dq_acc's rows swizzled (bwd_sm90: 16-byte chunk c of workspace row r = (bb H + h) rows_q +
+  // row stored at chunk c ^ (r % 8), the layout its shared-memory dQ tile is written in without bank conflicts
+  // and added to the workspace by bulk reductions); the postprocess reads them back.
+  bool dq_swizzled = false;
   int64_t dq_split = 0;  // floats between slices; 0 when all CTAs add into slice 0
   int splits = 1;
   // The main kernel's grid.x before the head-dim split: key blocks of the longest sequence

@@ -16,11 +16,13 @@ constexpr int bwd_sm80_smem(int head_dim, int block_m, int block_n, int stages, 
 
 // Dynamic shared memory of a bwd_sm90 instance (BwdSm90Traits::kSmem): K and V tiles of block_n
 // rows, `stages` Q and dO tiles of block_m rows (rows of the head dim in 128-byte column blocks),
-// dS^T (block_n rows of block_m elements), the row stats, and 1024 bytes for aligning the base
-// to the 128-byte swizzle's atom.
+// dS^T (block_n rows of block_m elements), the row stats, the query block's dQ (block_m rows of
+// head_dim floats) and its destination (16 bytes), and 1024 bytes for aligning the base to the
+// 128-byte swizzle's atom.
 constexpr int bwd_sm90_smem(int head_dim, int block_m, int block_n, int stages, int elem_bytes) {
   const int row = head_dim * elem_bytes;
-  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes + 1024;
+  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes +
+         block_m * head_dim * 4 + 16 + 1024;
 }
 
 // CTAs per SM a bwd_sm90 instance's registers are budgeted for (its __launch_bounds__; the

@@ -9,8 +9,9 @@
 //                      dO from shared memory read N-major (transposed descriptor)
 //   dK  += dS^T Q      the same with dS^T and Q; dS^T is also stored to shared memory
 //   dQ   = dS K        m64 n64 per pass: dS^T and K from shared memory, both MN-major
-//                      (wgmma_ss_tt); each warpgroup kDqCols of the columns, added to the
-//                      fp32 workspace by 64-bit reductions
+//                      (wgmma_ss_tt); each warpgroup kDqCols of the columns, stored to the
+//                      block's fp32 dQ tile in shared memory, which one thread adds to the
+//                      workspace with one bulk reduction (cp.reduce.async.bulk .add.f32)
 //
 // One CTA owns kBlockN keys of one (sequence, KV head), 64 per warpgroup (wgmma's M), and
 // keeps their dK and dV in registers while it walks the query blocks that see them, for each
@@ -55,12 +56,15 @@ struct BwdSm90Traits {
   static constexpr int kTileKV = kBlockN * kHeadDim * int(sizeof(T));
   static constexpr int kTileQ = kBlockM * kHeadDim * int(sizeof(T));
   static constexpr int kTileDs = kBlockN * kBlockM * int(sizeof(T));
-  // Offsets from the 1024-byte aligned base: K, V, kStages Q, kStages dO, dS^T, row stats.
+  static constexpr int kTileDq = kBlockM * kHeadDim * 4;
+  // Offsets from the 1024-byte aligned base: K, V, kStages Q, kStages dO, dS^T, row stats, dQ.
   static constexpr int kOffK = 0, kOffV = kTileKV, kOffQ = 2 * kTileKV;
   static constexpr int kOffDo = kOffQ + kStages * kTileQ;
   static constexpr int kOffDs = kOffDo + kStages * kTileQ;
   static constexpr int kOffStat = kOffDs + kTileDs;
-  static constexpr int kSmem = kOffStat + kStages * kBlockM * 8 + 1024;
+  static constexpr int kOffDq = kOffStat + kStages * kBlockM * 8;
+  static constexpr int kOffPending = kOffDq + kTileDq;  // the dQ tile's destination (DqPending)
+  static constexpr int kSmem = kOffPending + 16 + 1024;
   static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kBlockN);  // (__launch_bounds__)
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
@@ -142,11 +146,16 @@ __device__ __forceinline__ void bwd90_store_ds(uint32_t (&da)[Tr::kPK][4], const
 }
 
 // dQ (this warpgroup's kDqCols columns) = dS K from the dS^T tile and K (both MN-major),
-// 64 columns (one column block of K) per pass, added to the workspace at dq (this lane's
-// first element; rows qrow, qrow + 8 where < sq). The first pass's wait also completes dV's
-// and dK's MMAs, whose registers (their A operands and accumulators) stay live up to it.
+// 64 columns (one column block of K) per pass, stored to the block's dQ tile: fp32 rows of
+// kHeadDim as the workspace has them, 16-byte chunk c of a row at c ^ key (the workspace
+// row's % 8, the same for this lane's two rows): a warp's stores then fill whole bank rows.
+// `row` is the address of this lane's first row's first chunk (unswizzled: the warpgroup's
+// first column / 4 + t / 2) plus 8 (t % 2) bytes; as rows are 128-byte aligned, XOR-ing that
+// address with key << 4 swizzles the chunk (bits 4..6). The first pass's wait also
+// completes dV's and dK's MMAs, whose registers (their A operands and accumulators) stay live
+// up to it.
 template <class Tr, typename T>
-__device__ __forceinline__ void bwd90_dq(float* dq, uint64_t d_ds, uint64_t d_kn, int qrow, int sq,
+__device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_ds, uint64_t d_kn,
                                          uint32_t (&pa)[Tr::kPK][4], uint32_t (&da)[Tr::kPK][4],
                                          float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4]) {
 #pragma unroll
@@ -169,13 +178,32 @@ __device__ __forceinline__ void bwd90_dq(float* dq, uint64_t d_ds, uint64_t d_kn
     }
     ptx::fence_regs(acc);
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      if (qrow + 8 * half >= sq) continue;
-      float* dst = dq + 8 * half * Tr::kHeadDim + pass * 64;
+    for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int nf = 0; nf < 8; ++nf) red_add2(dst + 8 * nf, acc[nf][2 * half], acc[nf][2 * half + 1]);
-    }
+      for (int nf = 0; nf < 8; ++nf)
+        ptx::sts64((row + half * 8 * Tr::kHeadDim * 4 + pass * 256 + nf * 32) ^ (key << 4),
+                   make_uint2(__float_as_uint(acc[nf][2 * half]), __float_as_uint(acc[nf][2 * half + 1])));
   }
+}
+
+// Where the dQ tile goes, kept in shared memory at `pending` by thread 0 from the block that
+// wrote the tile to the barrier after which it adds it (no register stays live for it across
+// the query loop): the workspace address (8 bytes), then the bytes (0: nothing pending).
+__device__ __forceinline__ void bwd90_pend_dq(uint32_t pending, const float* dst, uint32_t bytes) {
+  const uint64_t a = reinterpret_cast<uint64_t>(dst);
+  ptx::sts64(pending, make_uint2(uint32_t(a), uint32_t(a >> 32)));
+  ptx::sts32(pending + 8, bytes);
+}
+
+// Thread 0: the pending dQ tile added to the workspace (after a barrier that follows every
+// thread's stores to the tile and their fence into the async proxy).
+__device__ __forceinline__ void bwd90_flush_dq(uint32_t pending, uint32_t tile) {
+  const uint32_t bytes = ptx::lds32(pending + 8);
+  if (bytes == 0) return;
+  const uint2 a = ptx::lds64(pending);
+  ptx::bulk_reduce_add_f32(reinterpret_cast<float*>(uint64_t(a.x) | uint64_t(a.y) << 32), tile, bytes);
+  ptx::tma_store_commit();
+  ptx::sts32(pending + 8, 0);
 }
 
 // The kernel's body: one CTA's key blocks.
@@ -194,6 +222,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key = wg * 64 + warp * 16 + g;  // this lane's key rows in the CTA's block: key, key + 8
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
+  if (tid == 0) ptx::sts32(base + Tr::kOffPending + 8, 0);
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
@@ -246,6 +275,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
+      if (tid == 0) bwd90_flush_dq(base + Tr::kOffPending, base + Tr::kOffDq);  // the previous block's dQ
       const bool last_m = mb + 1 == qb.hi;
       const int h_next = last_m ? h + 1 : h, mb_next = last_m ? qb.lo : mb + 1;
       const bool more = h_next < h_end;
@@ -288,13 +318,19 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       uint32_t da[kPK][4];
       bwd90_store_ds<Tr, Op>(da, s, base + Tr::kOffDs + key * 128 + 4 * t, g);
       bwd90_accumulate<Tr, T>(dk, da, base + q_off);
-      ptx::fence_proxy_async();  // dS^T's stores, seen by wgmma's reads
-      __syncthreads();           // (B)
+      ptx::fence_proxy_async();                 // dS^T's stores, seen by wgmma's reads
+      if (tid == 0) ptx::tma_store_wait_read();  // the dQ tile was read (flushed after (A))
+      __syncthreads();                          // (B)
 
-      const int qrow = m0 + warp * 16 + g;
-      float* dq = dq_slice + ((seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0 + qrow) * kHeadDim +
-                  wg * Tr::kDqCols + 2 * t;
-      bwd90_dq<Tr, T>(dq, d_ds, d_kn, qrow, seq.sq, pa, da, dk, dv);
+      const int r = warp * 16 + g;
+      // The block's first workspace row; the swizzle's key is the lane's row's, modulo 8.
+      const int64_t qrow0 = (seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0 + m0;
+      const uint32_t key8 = uint32_t(qrow0 + r) & 7u;
+      bwd90_dq<Tr, T>(base + Tr::kOffDq + r * kHeadDim * 4 + wg * Tr::kDqCols * 4 + t * 8, key8, d_ds, d_kn, pa, da,
+                      dk, dv);
+      if (tid == 0)
+        bwd90_pend_dq(base + Tr::kOffPending, dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4));
+      ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reduction
       h = h_next;
       mb = mb_next;
     }
@@ -304,8 +340,16 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     T* gdv = static_cast<T*>(p.dv) + seq.bb * p.dv_sb + seq.k_row0 * p.dv_ss + hk * p.dv_sh;
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
-    __syncthreads();  // the next key block's loads overwrite K, V
+    __syncthreads();  // the next key block's loads overwrite K, V; the last dQ tile is stored
+    if (tid == 0) {
+      bwd90_flush_dq(base + Tr::kOffPending, base + Tr::kOffDq);
+      // Deterministic mode: this key block's dQ additions complete before the next key
+      // block's add to the same rows of the slice (bulk reductions are not ordered among
+      // themselves).
+      if (p.dq_split > 0) ptx::tma_store_wait();
+    }
   }
+  if (tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
