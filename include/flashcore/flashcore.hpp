@@ -230,7 +230,7 @@ struct KvCacheOptions {
 // attention_with_kvcache: attention of q [B, Sq, H, D] over each sequence's keys in a KV
 // cache, FlashAttention's flash_attn_with_kvcache contract; writes out [B, Sq, H, Dv] (and
 // params.lse [B, H, Sq]).
-//  * The cache, k_cache / v_cache (q's dtype), is either contiguous, [B, S_max, Hkv, D] (Dv
+//  * The cache, k_cache / v_cache (q's dtype, or both e4m3: an fp8 cache, below), is either contiguous, [B, S_max, Hkv, D] (Dv
 //    for v), or paged: [num_pages, page_size, Hkv, D] with cache.block_table, an int32
 //    [B, max_pages] whose row b lists sequence b's pages in order (key s is row
 //    s % page_size of page block_table[b, s / page_size]). page_size is a multiple of 8;
@@ -247,7 +247,14 @@ struct KvCacheOptions {
 //  * Masks as attention's, with Sk = each sequence's keys: causal is bottom-right aligned,
 //    so the Sq queries are the last Sq positions and each sees the whole cache before it.
 //    Windows, GQA/MQA, scale, lse, exp2 mode, strategy, threads and impl as attention's;
-//    varlen (cu_seqlens_*) and the fp8 descales are refused.
+//    varlen (cu_seqlens_*) is refused.
+//  * An fp8 cache (CPU tensors): k_cache, v_cache, k_new and v_new e4m3 under f32, f16 or
+//    bf16 q (out and lse as usual); the real keys and values are the stored ones times
+//    params.k_descale / v_descale and, when given, k_descale_heads / v_descale_heads (float
+//    [B][Hkv], entry b * Hkv + h): scores = scale * k_descale * k_descale_heads[..] * q.k,
+//    O = v_descale * v_descale_heads[..] * P V. q_descale (and its per-head array) must stay
+//    1; other caches keep every descale 1. The cache is read as stored (no dequantized copy);
+//    the per-head K factors scale a copy of q, V's scale out's rows after the attention.
 //  * Checked before anything is read or written: a cache_seqlens entry < 0, a sequence
 //    whose keys (with S_new) pass S_max or need more pages than max_pages, a block_table
 //    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot

@@ -499,12 +499,13 @@ _KV_LAYOUTS = {"NHD": 0, "nhd": 0, "HND": 1, "hnd": 1}
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
                            kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False, out=None,
                            strategy="auto", exp="exact", threads=None, impl=None, softcap=None, alibi_slopes=None,
-                           sinks=None, check_cache=False):
+                           sinks=None, check_cache=False, k_descale=1.0, v_descale=1.0):
     """Attention of q [B, Sq, H, D] over each sequence's keys in a KV cache (the contract of
     FlashAttention's flash_attn_with_kvcache). Returns out [B, Sq, H, Dv] (and lse
     [B, H, Sq] float32 with return_lse=True).
 
-    k_cache / v_cache (q's dtype): contiguous [B, S_max, Hkv, D] or, with block_table (int32
+    k_cache / v_cache (q's dtype, or both float8_e4m3fn: an fp8 cache, CPU arrays; k_new /
+    v_new then e4m3 too): contiguous [B, S_max, Hkv, D] or, with block_table (int32
     [B, max_pages], row b listing sequence b's pages in order), paged [num_pages, page_size,
     Hkv, D] with page_size a multiple of 8; kv_layout="HND" for [B, Hkv, S_max, D] /
     [num_pages, Hkv, page_size, D]. cache_seqlens: int32 [B], the keys each sequence holds.
@@ -520,7 +521,9 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     bf16, head dims multiples of 8; no score variants; cache_seqlens and block_table stay on
     the device unchecked: lengths are clamped to the cache, a page id outside it reads as
     zeros; check_cache=True copies them to the host, synchronizing, and refuses bad values
-    by name as for CPU arrays); no autograd.
+    by name as for CPU arrays); no autograd. k_descale / v_descale (an fp8 cache only): its
+    dequantization factors, a float (finite, > 0) or a float32 [B, Hkv] array of per-head
+    factors (scores = scale k_descale q.k, out = v_descale P V).
     """
     fw = _framework(q, "q")
     for x, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (cache_seqlens, "cache_seqlens")):
@@ -533,7 +536,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     if type(return_lse) is not bool:
         return_lse = _flag(return_lse, "return_lse")
     params = _params(fw, causal=causal, window=window, scale=scale, strategy=strategy, exp=exp, threads=threads,
-                     impl=impl, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks)
+                     impl=impl, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, k_descale=k_descale,
+                     v_descale=v_descale)
     b, sq, h, _ = _shape(q, "q", 4, "[B, Sq, H, D]")
     if out is None:
         out = _empty(q, fw, (b, sq, h, _shape(v_cache, "v_cache", 4, "[.., Hkv, Dv]")[3]))

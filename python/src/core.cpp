@@ -252,11 +252,14 @@ struct KvNames {
   const char* k = "k";
   const char* v = "v";
   bool writable = false;
+  bool cache = false;  // attention_with_kvcache: k and v may be an fp8 (e4m3) cache under q's dtype
+  int hkv_dim = 2;     // the dim of k that counts the KV heads (an HND cache: 1)
 };
 
 struct AttentionInputs {
   Arg q, k, v, cu_q, cu_k, qdh, kdh, vdh, slopes, sinks, dsinks;
   std::string impl;
+  int hkv_dim = 2;  // the dim of k that counts the KV heads
   fc::AttentionParams p;
 
   AttentionInputs(nb::handle q_, nb::handle k_, nb::handle v_, const PyParams& o, const KvNames& kv = {}) {
@@ -266,8 +269,11 @@ struct AttentionInputs {
     same_device(k, kv.k, q, "q");
     same_device(v, kv.v, q, "q");
     float_storage(q, "q");
-    need_dtype(k, kv.k, q.t.dtype, "q");
-    need_dtype(v, kv.v, q.t.dtype, "q");
+    if (!(kv.cache && k.t.dtype == fc::DType::e4m3)) {  // (an fp8 cache: the library checks v's dtype)
+      need_dtype(k, kv.k, q.t.dtype, "q");
+      need_dtype(v, kv.v, q.t.dtype, "q");
+    }
+    hkv_dim = kv.hkv_dim;
     const bool has_cq = !is_none(o.cu_seqlens_q), has_ck = !is_none(o.cu_seqlens_k);
     if (has_cq != has_ck)
       raise_value(has_cq ? "cu_seqlens_k: must be given together with cu_seqlens_q"
@@ -337,7 +343,7 @@ struct AttentionInputs {
     same_device(a, name, q, "q");
     if (a.t.dtype != fc::DType::f32)
       raise_type(std::string(name) + ": a per-head descale array must be float32, got " + fc::to_string(a.t.dtype));
-    const int64_t b = p.varlen_batch > 0 ? p.varlen_batch : q.t.shape[0], hkv = k.t.rank == 4 ? k.t.shape[2] : -1;
+    const int64_t b = p.varlen_batch > 0 ? p.varlen_batch : q.t.shape[0], hkv = k.t.rank == 4 ? k.t.shape[hkv_dim] : -1;
     if (a.t.rank != 2 || (hkv >= 0 && (a.t.shape[0] != b || a.t.shape[1] != hkv)))
       raise_value(std::string(name) + ": a per-head descale array must have shape [B, Hkv] = [" + std::to_string(b) +
                   ", " + std::to_string(hkv) + "]");
@@ -398,7 +404,7 @@ void attention_with_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache
                             nb::handle table_, nb::handle k_new_, nb::handle v_new_, nb::handle out, nb::handle lse,
                             int layout, const PyParams& params, bool check_contents) {
   const bool append = !is_none(k_new_) || !is_none(v_new_);
-  AttentionCall c(q, k_cache, v_cache, out, lse, params, KvNames{"k_cache", "v_cache", append});
+  AttentionCall c(q, k_cache, v_cache, out, lse, params, KvNames{"k_cache", "v_cache", append, true, layout == 1 ? 1 : 2});
   fc::KvCacheOptions opt;
   const Arg seqlens = import_array(seqlens_, "cache_seqlens", false);
   same_device(seqlens, "cache_seqlens", c.in.q, "q");
@@ -408,12 +414,19 @@ void attention_with_kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache
     same_device(table, "block_table", c.in.q, "q");
     opt.block_table = &table.t;
   }
+  // The new rows in the cache's dtype (q's, or e4m3 for an fp8 cache).
+  const auto new_rows = [&](nb::handle h, const char* name) {
+    Arg a = import_array(h, name, false);
+    same_device(a, name, c.in.q, "q");
+    need_dtype(a, name, c.in.k.t.dtype, "k_cache");
+    return a;
+  };
   if (!is_none(k_new_)) {
-    kn = c.in.like_q(k_new_, "k_new", false);
+    kn = new_rows(k_new_, "k_new");
     opt.k_new = &kn.t;
   }
   if (!is_none(v_new_)) {
-    vn = c.in.like_q(v_new_, "v_new", false);
+    vn = new_rows(v_new_, "v_new");
     opt.v_new = &vn.t;
   }
   if (layout != 0 && layout != 1) raise_value("kv_layout: unknown code " + std::to_string(layout));

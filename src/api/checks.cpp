@@ -223,9 +223,19 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
   check_same_device(v, vn, q.device);
   check_same_device(out, "out", q.device);
   check_storage_dtype(q.dtype, "q", reference ? Device::cuda : q.device);
-  if (k.dtype != q.dtype) bad(kn, std::string("dtype ") + to_string(k.dtype) + " differs from q's " + to_string(q.dtype));
-  if (v.dtype != q.dtype) bad(vn, std::string("dtype ") + to_string(v.dtype) + " differs from q's " + to_string(q.dtype));
   const bool fp8 = q.dtype == DType::e4m3 || q.dtype == DType::e5m2;
+  // An fp8 KV cache under 16-bit or fp32 q (attention_with_kvcache): k and v both e4m3.
+  const bool fp8_cache = kv.fp8_cache_ok && !fp8 && k.dtype == DType::e4m3;
+  if (fp8_cache) {
+    if (v.dtype != DType::e4m3)
+      bad(vn, std::string("dtype ") + to_string(v.dtype) + " differs from " + kn + "'s e4m3 (an fp8 cache: both e4m3)");
+  } else {
+    if (k.dtype != q.dtype)
+      bad(kn, std::string("dtype ") + to_string(k.dtype) + " differs from q's " + to_string(q.dtype) +
+                  (kv.fp8_cache_ok && !fp8 ? " (or e4m3: an fp8 cache)" : ""));
+    if (v.dtype != q.dtype)
+      bad(vn, std::string("dtype ") + to_string(v.dtype) + " differs from q's " + to_string(q.dtype));
+  }
   if (!fp8 && out.dtype != q.dtype)
     bad("out", std::string("dtype ") + to_string(out.dtype) + " differs from q's " + to_string(q.dtype));
   if (fp8 && out.dtype != DType::bf16 && out.dtype != DType::f16 && !(reference && out.dtype == DType::f32))
@@ -234,16 +244,17 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
       {p.q_descale, "params.q_descale"}, {p.k_descale, "params.k_descale"}, {p.v_descale, "params.v_descale"}};
   for (const auto& [value, name] : descales) {
     if (!std::isfinite(value) || value <= 0.0f) bad(name, "must be finite and > 0, got " + std::to_string(value));
-    if (!fp8 && value != 1.0f)
+    const bool applies = fp8 || (fp8_cache && name != descales[0].second);  // an fp8 cache: k's and v's
+    if (!applies && value != 1.0f)
       bad(name, "applies to fp8 (e4m3) inputs only and must be 1 for " + std::string(to_string(q.dtype)) +
-                    ", got " + std::to_string(value));
+                    (fp8_cache ? " q" : "") + ", got " + std::to_string(value));
   }
   const std::pair<const float*, const char*> head_descales[] = {{p.q_descale_heads, "params.q_descale_heads"},
                                                                 {p.k_descale_heads, "params.k_descale_heads"},
                                                                 {p.v_descale_heads, "params.v_descale_heads"}};
   for (const auto& [ptr, name] : head_descales) {
     if (ptr == nullptr) continue;
-    if (!fp8)
+    if (!fp8 && !(fp8_cache && ptr != p.q_descale_heads))
       bad(name, "per-head descales apply to fp8 (e4m3) inputs only, got " + std::string(to_string(q.dtype)) +
                     " inputs");
     if (reinterpret_cast<uintptr_t>(ptr) % alignof(float) != 0) bad(name, "must be 4-byte aligned (a float array)");
@@ -280,6 +291,7 @@ core::AttentionProblem check_attention(const Tensor& q, const Tensor& k, const T
 
   core::AttentionProblem pr;
   pr.dtype = q.dtype;
+  pr.kv_dtype = k.dtype;
   pr.out_dtype = out.dtype;
   pr.q_descale = p.q_descale;
   pr.k_descale = p.k_descale;

@@ -11,6 +11,9 @@ struct KvNames {
   const char* k = "k";
   const char* v = "v";
   bool paged = false;
+  // attention_with_kvcache: k and v may be an fp8 (e4m3) cache under f32 / f16 / bf16 q, with
+  // the k and v descales (and their per-head arrays) dequantizing it
+  bool fp8_cache_ok = false;
 };
 
 // reference: the fp64 reference's checks, which also take e4m3/e5m2 CPU tensors (decoded

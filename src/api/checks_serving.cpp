@@ -151,7 +151,8 @@ core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor&
     bad(params.cu_seqlens_q != nullptr ? "params.cu_seqlens_q" : "params.cu_seqlens_k",
         "attention_with_kvcache takes each sequence's length in cache_seqlens; varlen arrays are refused");
   // Messages about the caches speak of the NHD order the checks see.
-  const KvNames names{hnd ? "k_cache (HND, as NHD)" : "k_cache", hnd ? "v_cache (HND, as NHD)" : "v_cache", paged};
+  const KvNames names{hnd ? "k_cache (HND, as NHD)" : "k_cache", hnd ? "v_cache (HND, as NHD)" : "v_cache", paged,
+                      /*fp8_cache_ok=*/true};
   const Tensor kc = nhd_view(k_cache, cache.layout), vc = nhd_view(v_cache, cache.layout);
   core::KvCacheProblem pr;
   pr.attn = check_attention(q, kc, vc, out, params, false, names);
@@ -181,8 +182,9 @@ core::KvCacheProblem check_attention_with_kvcache(const Tensor& q, const Tensor&
     check_tensor(vn, "v_new", 4, "[B, S_new, Hkv, Dv]");
     for (const auto& [t, name] : {std::pair(&kn, "k_new"), std::pair(&vn, "v_new")}) {
       check_same_device(*t, name, q.device);
-      if (t->dtype != q.dtype)
-        bad(name, std::string("dtype ") + to_string(t->dtype) + " differs from q's " + to_string(q.dtype));
+      if (t->dtype != a.kv_dtype)
+        bad(name, std::string("dtype ") + to_string(t->dtype) + " differs from the cache's " + to_string(a.kv_dtype) +
+                      (a.kv_dtype != a.dtype ? " (new keys go into an fp8 cache as e4m3)" : ""));
       check_dim(*t, name, 0, "B", B, "q");
       check_dim(*t, name, 2, "Hkv", a.kv_heads, names.k);
     }

@@ -20,6 +20,10 @@ struct Operand4 {
 struct AttentionProblem {
   DType dtype = DType::f32;      // storage of q, k, v (and o, except for fp8 q/k/v)
   DType out_dtype = DType::f32;  // storage of o (f16/bf16 for fp8 inputs, else dtype)
+  // storage of k and v: dtype, or e4m3 for an fp8 KV cache under 16-bit / fp32 q
+  // (attention_with_kvcache on the CPU; k_descale / v_descale and their per-head arrays then
+  // dequantize it)
+  DType kv_dtype = DType::f32;
   float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;  // fp8 dequantization
   // fp8 per-head factors (AttentionParams::*_descale_heads): [batch][kv_heads] or null
   const float* q_descale_heads = nullptr;

@@ -78,6 +78,9 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     throw_error(Status::unsupported,
                 std::string("q: attention_with_kvcache on CUDA takes f16 or bf16 tensors, got ") + to_string(p.dtype));
+  if (p.kv_dtype != p.dtype)
+    throw_error(Status::unsupported, std::string("k_cache: an fp8 (") + to_string(p.kv_dtype) +
+                                         ") KV cache runs on the CPU backend; CUDA takes f16 or bf16 caches");
   if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, "auto") != 0)
     throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
                                          "': attention_with_kvcache on CUDA takes no forced kernel (leave impl unset)");

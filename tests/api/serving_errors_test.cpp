@@ -162,6 +162,14 @@ struct KvErrCase {
 
 void set_i32(Tensor& t, int64_t i, int32_t v) { static_cast<int32_t*>(t.data)[i] = v; }
 
+// The caches (and, with `news`, k_new / v_new) read as e4m3: an fp8 cache of the same shape
+// in the first quarter of each buffer's bytes.
+void fp8_cache(KvCall& c, bool news = true) {
+  c.kcv.dtype = c.vcv.dtype = DType::e4m3;
+  if (news) c.knv.dtype = c.vnv.dtype = DType::e4m3;
+}
+const float kHeadFactors[4] = {1.0f, 0.5f, 2.0f, 1.0f};  // [B = 2, Hkv = 2]
+
 const KvErrCase kKvCases[] = {
     {"negative_length", [](KvCall& c) { set_i32(c.lensv, 1, -1); }, Status::invalid_argument, "cache_seqlens: entry 1 is -1"},
     {"too_few_pages", [](KvCall& c) { set_i32(c.lensv, 1, 15); }, Status::invalid_argument,
@@ -208,6 +216,22 @@ const KvErrCase kKvCases[] = {
     {"caches_overlap", [](KvCall& c) { c.vcv.data = static_cast<float*>(c.kcv.data) + 8; }, Status::invalid_argument,
      "v_cache: overlaps k_cache"},
     {"cache_self_overlap", [](KvCall& c) { c.kcv.strides[0] = 0; }, Status::invalid_argument, "k_cache: shape"},
+    // fp8 (e4m3) caches: both caches e4m3, the new keys in the cache's dtype, k's and v's
+    // factors only.
+    {"fp8_cache_v_not_e4m3", [](KvCall& c) { c.kcv.dtype = DType::e4m3; }, Status::invalid_argument,
+     "v_cache: dtype f32 differs from k_cache's e4m3"},
+    {"fp8_cache_k_new_dtype", [](KvCall& c) { fp8_cache(c, false); }, Status::invalid_argument,
+     "k_new: dtype f32 differs from the cache's e4m3"},
+    {"fp8_cache_q_descale", [](KvCall& c) { fp8_cache(c); c.p.q_descale = 2.0f; }, Status::invalid_argument,
+     "params.q_descale: applies to fp8 (e4m3) inputs only"},
+    {"fp8_cache_q_descale_heads", [](KvCall& c) { fp8_cache(c); c.p.q_descale_heads = kHeadFactors; },
+     Status::invalid_argument, "params.q_descale_heads"},
+    {"fp8_cache_k_descale_zero", [](KvCall& c) { fp8_cache(c); c.p.k_descale = 0.0f; }, Status::invalid_argument,
+     "params.k_descale: must be finite and > 0"},
+    {"k_descale_without_fp8_cache", [](KvCall& c) { c.p.k_descale = 2.0f; }, Status::invalid_argument,
+     "params.k_descale: applies to fp8 (e4m3) inputs only"},
+    {"v_descale_heads_without_fp8_cache", [](KvCall& c) { c.p.v_descale_heads = kHeadFactors; },
+     Status::invalid_argument, "params.v_descale_heads: per-head descales apply to fp8"},
 };
 
 class KvCacheErrorTest : public ::testing::TestWithParam<KvErrCase> {};
@@ -254,6 +278,23 @@ TEST(KvCacheError, ValidCallsPass) {
   const int32_t ids[] = {2, -1, -1, 0, 1, -1};
   for (int i = 0; i < 6; ++i) set_i32(inter.tablev, i, ids[i]);
   EXPECT_NO_THROW(inter.run());
+  KvCall fp8;  // an e4m3 cache with k's and v's factors, per tensor and per head
+  fp8_cache(fp8);
+  fp8.p.k_descale = 0.5f;
+  fp8.p.v_descale = 4.0f;
+  fp8.p.k_descale_heads = fp8.p.v_descale_heads = kHeadFactors;
+  EXPECT_NO_THROW(fp8.run());
+}
+
+// attention (not over a cache) keeps k and v in q's dtype: an e4m3 k under f32 q is refused.
+TEST(KvCacheError, Fp8KeysOnlyForACache) {
+  KvCall c;
+  Tensor kv = c.kcv;
+  kv.dtype = DType::e4m3;
+  kv.shape[0] = 2;
+  Tensor vv = kv;
+  expect_error([&] { fc::attention(c.qv, kv, vv, c.ov, c.p); }, Status::invalid_argument,
+               "k: dtype e4m3 differs from q's f32", {&c.out, &c.lse});
 }
 
 // CUDA tensors: the CUDA backend's attention_with_kvcache (tests/cuda), or refused by a

@@ -3,7 +3,9 @@
 // and caches built from every sequence's keys (pages in a random permutation, unused table
 // entries far outside the cache, unused slots NaN), the fp64 reference over each sequence's
 // keys laid out contiguously, and the checks of one call (out, lse, the caches after the
-// append: the new keys at their slots and nothing else changed).
+// append: the new keys at their slots and nothing else changed). An fp8 case (KvCase::fp8)
+// keeps K and V as e4m3 in the cache with random dequantization factors, and the reference
+// runs on the dequantized values.
 #pragma once
 
 #include <algorithm>
@@ -44,6 +46,9 @@ struct KvCase {
   // q and k of 0 or +-2^14 (exact 16-bit values): scaled scores near 2^29, whose softmax the
   // kernels must still give (computed again exactly where the key loop cannot).
   bool huge = false;
+  // An e4m3 cache (k_cache, v_cache, k_new, v_new) under q's dtype: 1 with per-tensor
+  // k_descale / v_descale, 2 with per-head [B, Hkv] factors as well.
+  int fp8 = 0;
 };
 
 // Inputs, the cache built from them, and the reference over each sequence's keys.
@@ -55,8 +60,21 @@ struct KvFixture {
   HostTensor q, k_all, v_all, k_new, v_new, k_cache, v_cache, seqlens, table, ref_out, ref_lse;
   HostTensor slopes, sinks;                     // the score variants' arrays (c.variants)
   mutable Tensor slopes_view, sinks_view;       // what params() points to
+  DType kv;                                     // the cache's dtype (c.dtype, or e4m3)
+  float kd = 1.0f, vd = 1.0f;                   // fp8: per-tensor factors
+  HostTensor kdh, vdh;                          // fp8 == 2: per-head factors [B, Hkv]
 
-  explicit KvFixture(const KvCase& cs, Rng& rng) : c(cs) {
+  explicit KvFixture(const KvCase& cs, Rng& rng) : c(cs), kv(cs.fp8 ? DType::e4m3 : cs.dtype) {
+    if (c.fp8) {
+      kd = float(rng.uniform(0.25, 2.0));
+      vd = float(rng.uniform(0.25, 2.0));
+      if (c.fp8 == 2) {
+        kdh = HostTensor(DType::f32, {c.b, c.hkv});
+        vdh = HostTensor(DType::f32, {c.b, c.hkv});
+        kdh.fill_uniform(rng, 0.5, 2);
+        vdh.fill_uniform(rng, 0.5, 2);
+      }
+    }
     if (c.variants) {
       slopes = HostTensor(DType::f32, {c.b, c.h});
       sinks = HostTensor(DType::f32, {c.h});
@@ -66,8 +84,8 @@ struct KvFixture {
     const int64_t longest = *std::max_element(c.lens.begin(), c.lens.end()) + c.s_new;
     // Every sequence's keys, old and new: K_all [B, longest, Hkv, D].
     q = HostTensor(c.dtype, {c.b, c.sq, c.h, c.d});
-    k_all = HostTensor(c.dtype, {c.b, std::max<int64_t>(longest, 1), c.hkv, c.d});
-    v_all = HostTensor(c.dtype, {c.b, std::max<int64_t>(longest, 1), c.hkv, c.d});
+    k_all = HostTensor(kv, {c.b, std::max<int64_t>(longest, 1), c.hkv, c.d});
+    v_all = HostTensor(kv, {c.b, std::max<int64_t>(longest, 1), c.hkv, c.d});
     q.fill_uniform(rng, -3, 3);
     k_all.fill_uniform(rng, -3, 3);
     v_all.fill_uniform(rng, -1, 1);
@@ -118,8 +136,8 @@ struct KvFixture {
     // The caches, NaN everywhere (stale slots), then each sequence's old keys.
     const std::vector<int64_t> shape = c.hnd ? std::vector<int64_t>{slots, c.hkv, rows, c.d}
                                              : std::vector<int64_t>{slots, rows, c.hkv, c.d};
-    k_cache = HostTensor(c.dtype, shape);
-    v_cache = HostTensor(c.dtype, shape);
+    k_cache = HostTensor(kv, shape);
+    v_cache = HostTensor(kv, shape);
     k_cache.poison();
     v_cache.poison();
     for (int64_t b = 0; b < c.b; ++b)
@@ -131,8 +149,8 @@ struct KvFixture {
             v_cache.set(cache_index(b, s, hk, e), v_all.get(src));
           }
     if (c.s_new > 0) {
-      k_new = HostTensor(c.dtype, {c.b, c.s_new, c.hkv, c.d});
-      v_new = HostTensor(c.dtype, {c.b, c.s_new, c.hkv, c.d});
+      k_new = HostTensor(kv, {c.b, c.s_new, c.hkv, c.d});
+      v_new = HostTensor(kv, {c.b, c.s_new, c.hkv, c.d});
       for (int64_t b = 0; b < c.b; ++b)
         for (int64_t i = 0; i < c.s_new * c.hkv * c.d; ++i) {
           const int64_t src = (b * k_all.shape()[1] + c.lens[size_t(b)]) * c.hkv * c.d + i;
@@ -176,7 +194,22 @@ struct KvFixture {
       p.alibi_slopes = &slopes_view;
       p.sinks = &sinks_view;
     }
+    if (c.fp8 && seq < 0) {  // (the reference runs on dequantized values)
+      p.k_descale = kd;
+      p.v_descale = vd;
+      if (c.fp8 == 2) {
+        p.k_descale_heads = static_cast<const float*>(kdh.view().data);
+        p.v_descale_heads = static_cast<const float*>(vdh.view().data);
+      }
+    }
     return p;
+  }
+
+  // The real value of cache element (b, hk) of K (v = false) or V: stored times its factors.
+  double dequant(double x, int64_t b, int64_t hk, bool v) const {
+    if (!c.fp8) return x;
+    const double head = c.fp8 == 2 ? (v ? vdh : kdh).get(b * c.hkv + hk) : 1.0;
+    return x * (v ? vd : kd) * head;
   }
 
   // Sequence by sequence: its queries against its keys (old and new) in fp32 rows.
@@ -188,8 +221,9 @@ struct KvFixture {
       const int64_t len = c.lens[size_t(b)] + c.s_new;
       HostTensor kb(DType::f32, {1, len, c.hkv, c.d}), vb(DType::f32, {1, len, c.hkv, c.d});
       for (int64_t i = 0; i < len * c.hkv * c.d; ++i) {
-        kb.set(i, k_all.get(b * k_all.shape()[1] * c.hkv * c.d + i));
-        vb.set(i, v_all.get(b * k_all.shape()[1] * c.hkv * c.d + i));
+        const int64_t hk = i / c.d % c.hkv;
+        kb.set(i, dequant(k_all.get(b * k_all.shape()[1] * c.hkv * c.d + i), b, hk, false));
+        vb.set(i, dequant(v_all.get(b * k_all.shape()[1] * c.hkv * c.d + i), b, hk, true));
       }
       Tensor qv = qf.view(), ov = ref_out.view(), lv = ref_lse.view();
       qv.shape[0] = ov.shape[0] = lv.shape[0] = 1;
@@ -229,7 +263,7 @@ struct KvFixture {
     std::ostringstream tr;
     tr << "threads " << threads << ", strategy " << name(s);
     SCOPED_TRACE(tr.str());
-    HostTensor kc(c.dtype, k_cache.shape()), vc(c.dtype, v_cache.shape());
+    HostTensor kc(kv, k_cache.shape()), vc(kv, v_cache.shape());
     for (int64_t i = 0; i < kc.numel(); ++i) {
       kc.set(i, k_cache.get(i));
       vc.set(i, v_cache.get(i));

@@ -5,7 +5,8 @@
 // k_new / v_new that cross page boundaries (the cache then holds exactly them at the right
 // slots and nothing else changed), decode and Sq > 1 causal (speculative verification,
 // chunked prefill on the GEMM path), windows, GQA 8:1, lse, f32 / f16 / bf16, 1 and 2
-// threads (B x Hkv below the threads: split over keys), the forced portable kernels.
+// threads (B x Hkv below the threads: split over keys), the forced portable kernels; fp8
+// (e4m3) caches with per-tensor and per-head dequantization factors.
 #include <limits>
 
 #include "common/kvcache_fixture.hpp"
@@ -52,6 +53,23 @@ const KvCase kCases[] = {
      Strategy::automatic, false, false, false, true},
     {"huge_speculative_page16_bf16", DType::bf16, 16, false, 1, 2, 8, 1, 64, {500}, 2, true, -1, -1, 2,
      Strategy::automatic, false, false, false, true},
+    // fp8 (e4m3) caches under 16-bit and fp32 q: per-tensor factors (1), per-head too (2).
+    {"fp8_decode_page16_bf16", DType::bf16, 16, false, 3, 1, 8, 2, 64, {15, 1, 300}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 1},
+    {"fp8_heads_decode_gqa8to1_page8_f16", DType::f16, 8, false, 4, 1, 8, 1, 64, {0, 1, 8, 37}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 2},
+    {"fp8_heads_speculative_causal_page16_bf16", DType::bf16, 16, false, 3, 4, 8, 2, 64, {13, 0, 33}, 4, true, -1,
+     -1, 2, Strategy::automatic, false, false, false, false, 2},
+    {"fp8_heads_prefill_gemm_page64_bf16", DType::bf16, 64, false, 2, 40, 4, 2, 64, {100, 0}, 40, true, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 2},
+    {"fp8_heads_contig_hnd_window_f32", DType::f32, 0, true, 2, 2, 4, 2, 32, {30, 3}, 2, false, 4, 4, 2,
+     Strategy::automatic, false, false, false, false, 2},
+    {"fp8_split_over_keys_page16_f16", DType::f16, 16, false, 1, 1, 8, 1, 64, {1000}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 1},
+    {"fp8_variants_decode_page8_bf16", DType::bf16, 8, false, 2, 1, 8, 2, 64, {100, 1}, 1, false, -1, -1, 2,
+     Strategy::automatic, true, false, false, false, 2},
+    {"fp8_hidden_nan_speculative_page16_bf16", DType::bf16, 16, false, 2, 4, 8, 2, 64, {40, 100}, 4, true, -1, -1, 2,
+     Strategy::automatic, false, false, true, false, 1},
 };
 
 class KvCacheTest : public ::testing::TestWithParam<KvCase> {};
@@ -71,7 +89,7 @@ TEST(KvCache, ForcedPortableKernels) {
   ForceGeneric generic(true);
   Rng rng;
   FC_TRACE_SEED(rng);
-  for (const KvCase& c : {kCases[1], kCases[10]}) {
+  for (const KvCase& c : {kCases[1], kCases[10], kCases[25]}) {
     SCOPED_TRACE(c.name);
     KvFixture f(c, rng);
     f.check(2, Strategy::automatic);

@@ -285,3 +285,46 @@ def test_torch_cuda_kvcache(rng):
     bad[2, 0] = 10 ** 6
     with pytest.raises(ValueError, match="block_table"):
         flashcore.attention_with_kvcache(bf(q), kc_d, vc_d, cu(lens), block_table=cu(bad), check_cache=True)
+
+
+@pytest.mark.parametrize("heads", [False, True])
+def test_torch_fp8_cache(rng, heads):
+    # An e4m3 cache under bf16 q (CPU): per-tensor factors, or per-head [B, Hkv] ones too;
+    # the new keys go in as e4m3; the reference runs on the dequantized values.
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    b, sq, h, hkv, d, page = 2, 2, 8, 2, 64, 16
+    lens = torch.tensor([37, 5], dtype=torch.int32)
+    q = torch.randn(b, sq, h, d, generator=gen).to(torch.bfloat16)
+    k = (torch.randn(b, 40, hkv, d, generator=gen) * 2).to(torch.float8_e4m3fn)
+    v = torch.randn(b, 40, hkv, d, generator=gen).to(torch.float8_e4m3fn)
+    kc = torch.full((8, page, hkv, d), float("nan")).to(torch.float8_e4m3fn)
+    vc = kc.clone()
+    table = torch.tensor([[5, 0, 7], [2, 6, 1]], dtype=torch.int32)
+    for i in range(b):
+        for s in range(int(lens[i])):
+            kc[table[i, s // page], s % page] = k[i, s]
+            vc[table[i, s // page], s % page] = v[i, s]
+    kd, vd = 0.5, 1.75
+    kdh = torch.rand(b, hkv, generator=gen) + 0.5 if heads else None
+    vdh = torch.rand(b, hkv, generator=gen) + 0.5 if heads else None
+    idx = torch.arange(b)[:, None], lens[:, None].long() + torch.arange(sq)[None, :]
+    out, lse = flashcore.attention_with_kvcache(
+        q, kc, vc, lens, k_new=k[idx], v_new=v[idx], block_table=table, causal=True, return_lse=True,
+        k_descale=kdh * kd if heads else kd, v_descale=vdh * vd if heads else vd)
+    assert out.dtype == torch.bfloat16
+    for i in range(b):
+        n = int(lens[i]) + sq
+        fk = kd * (kdh[i] if heads else torch.ones(hkv))
+        fv = vd * (vdh[i] if heads else torch.ones(hkv))
+        kf = (k[i, :n].to(torch.float64) * fk[:, None].double())[None].numpy()
+        vf = (v[i, :n].to(torch.float64) * fv[:, None].double())[None].numpy()
+        o_ref, lse_ref = ref.attention(q[i:i + 1].to(torch.float64).numpy(), kf, vf, causal=True)
+        assert ref.rel_err(out[i:i + 1].to(torch.float64).numpy(), o_ref) <= TOL["bf16"]
+        assert np.allclose(lse[i].numpy(), lse_ref[0], atol=2e-2, rtol=2e-2)
+    assert torch.equal(kc[int(table[0, 2]), 38 % page].view(torch.uint8), k[0, 38].view(torch.uint8))
+    with pytest.raises((TypeError, ValueError), match="k_new"):
+        flashcore.attention_with_kvcache(q, kc, vc, lens, k_new=k[idx].to(torch.bfloat16), v_new=v[idx],
+                                         block_table=table)
+    with pytest.raises(ValueError, match="q_descale"):
+        flashcore.attention(q, q, q, q_descale=2.0)

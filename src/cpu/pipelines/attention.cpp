@@ -73,12 +73,14 @@ struct NonFiniteV {
   int64_t key, col, kvi;
 };
 
-// Whether the element of V stored as dtype t at `e` is NaN or Inf (all exponent bits set).
+// Whether the element of V stored as dtype t at `e` is NaN or Inf (all exponent bits set;
+// e4m3, which has no Inf: S.1111.111, its NaN).
 inline bool nonfinite_at(const void* row, int64_t e, DType t) {
   const uint16_t* h = static_cast<const uint16_t*>(row);
   switch (t) {
     case DType::f16: return (h[e] & 0x7C00) == 0x7C00;
     case DType::bf16: return (h[e] & 0x7F80) == 0x7F80;
+    case DType::e4m3: return (static_cast<const uint8_t*>(row)[e] & 0x7F) == 0x7F;
     default: return !std::isfinite(static_cast<const float*>(row)[e]);
   }
 }
@@ -97,6 +99,9 @@ inline bool any_nonfinite(const void* row, int64_t n, DType t) {
   if (t == DType::f32) {
     const float* f = static_cast<const float*>(row);
     for (int64_t e = 0; e < n; ++e) hit |= uint32_t((std::bit_cast<uint32_t>(f[e]) & 0x7F800000u) == 0x7F800000u);
+  } else if (t == DType::e4m3) {
+    const uint8_t* b = static_cast<const uint8_t*>(row);
+    for (int64_t e = 0; e < n; ++e) hit |= uint32_t((b[e] & 0x7F) == 0x7F);
   } else {
     const uint16_t* h = static_cast<const uint16_t*>(row);
     const uint16_t m = t == DType::f16 ? 0x7C00 : 0x7F80;
@@ -158,7 +163,7 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   // overflow; otherwise the first kernel runs both stages. (A forced pair is the caller's
   // choice, as a forced fp16 kernel is.)
   if (a.cfg.gemm2 != nullptr && a.cfg.gemm2->acc != DType::f32 && !gemm_forced(p.impl) && !a.rows_mode &&
-      !(p.dtype == DType::f16 && v_fits_f16_sums(p, v, a.nthreads))) {
+      !(p.dtype == DType::f16 && p.kv_dtype == DType::f16 && v_fits_f16_sums(p, v, a.nthreads))) {
     a.cfg.gemm2 = nullptr;
     a.cfg.vec2 = nullptr;
   }
@@ -196,7 +201,7 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   // (Not for a KV cache: its sequences' lengths differ. Paged K never: its rows are no run.)
   if constexpr (Src::kStrided)
     a.k_inplace = !a.rows_mode && !a.varlen && p.seqlens_k == nullptr && a.g.pa == Layout::rows &&
-                  a.g.gk->ab == p.dtype && a.kp == p.d && a.skp_max == p.sk && k.span_bytes(p.sk) <= l2_bytes() / 2;
+                  a.g.gk->ab == p.kv_dtype && a.kp == p.d && a.skp_max == p.sk && k.span_bytes(p.sk) <= l2_bytes() / 2;
   a.group_bytes = a.rows_mode ? 0 : a.skp_max * (a.kp * a.g.es + a.dvp * a.g2.es);
   a.chunk = a.rows_mode ? a.ngroups : std::max<int64_t>(1, int64_t(kPackBudgetBytes) / a.group_bytes);
   return a;
@@ -498,7 +503,7 @@ void Attention<Src>::add_nonfinite(const Block& bl, int64_t j0, int64_t kc, cons
   const Geometry& g = bl.gb2;
   for (const NonFiniteV& e : *bl.bad) {
     if (e.key < j0 || e.key >= j0 + kc) continue;
-    const float v = core::load_as_f32(v_.row(bl.x.b, e.key, bl.x.hk + e.kvi), e.col, p_.dtype);
+    const float v = core::load_as_f32(v_.row(bl.x.b, e.key, bl.x.hk + e.kvi), e.col, p_.kv_dtype);
     const int64_t r0 = a.rows_mode ? e.kvi * a.mqh : 0, r1 = a.rows_mode ? r0 + a.mqh : g.mq;
     for (int64_t i = r0; i < r1; ++i) {
       if (!bl.x.out.valid(i) || e.key < bl.lo[i] || e.key >= bl.hi[i]) continue;

@@ -19,10 +19,11 @@
 
 namespace flashcore::cpu {
 
-// One operand (p.k or p.v) of a checked problem: its data, strides and storage dtype.
+// One operand (p.k or p.v) of a checked problem: its data, strides and storage dtype (q's,
+// or e4m3 for an fp8 KV cache: the packers and row reads convert any dtype).
 struct KvOperand {
   KvOperand(const core::AttentionProblem& p, const core::Operand4& t)
-      : data(t.data), sb(t.sb), ss(t.ss), sh(t.sh), dtype(p.dtype), es(int64_t(dtype_size(p.dtype))) {}
+      : data(t.data), sb(t.sb), ss(t.ss), sh(t.sh), dtype(p.kv_dtype), es(int64_t(dtype_size(p.kv_dtype))) {}
   const void* data;
   int64_t sb, ss, sh;
   DType dtype;

@@ -2,7 +2,10 @@
 // place, at each sequence's length), then attention over the cache by the one attention
 // pipeline (attention.cpp), its K/V read through KvSource (a contiguous cache) or
 // PagedKvSource (a paged one) with the updated lengths. The caller's cache_seqlens is read,
-// never written.
+// never written. An fp8 (e4m3) cache is read as it is (the packers and row reads convert
+// e4m3 as any storage dtype); its dequantization factors act outside the pipeline: K's on
+// the scores (the per-tensor factor in the scale, the per-head ones in a scaled copy of q),
+// V's on the output rows (O = v_descale P V).
 #include <omp.h>
 
 #include <algorithm>
@@ -22,7 +25,7 @@ template <class Src>
 void append(const core::KvCacheProblem& p, int nthreads) {
   const core::AttentionProblem& a = p.attn;
   const Src kc(a, a.k), vc(a, a.v);
-  const int64_t es = int64_t(dtype_size(a.dtype)), rows = a.batch * p.s_new * a.kv_heads;
+  const int64_t es = int64_t(dtype_size(a.kv_dtype)), rows = a.batch * p.s_new * a.kv_heads;
 #pragma omp parallel for num_threads(nthreads)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / (p.s_new * a.kv_heads), i = r / a.kv_heads % p.s_new, h = r % a.kv_heads;
@@ -32,6 +35,39 @@ void append(const core::KvCacheProblem& p, int nthreads) {
                 size_t(a.d * es));
     std::memcpy(const_cast<void*>(vc.row(b, s, h)), at(p.v_new.data, b * p.v_new.sb + i * p.v_new.ss + h * p.v_new.sh, es),
                 size_t(a.dv * es));
+  }
+}
+
+// An fp8 cache's K factors as a copy of q [B, Sq, H, D] (contiguous, q's dtype) with row
+// (b, h) times k_descale_heads[b Hkv + h / group] (rounded to q's dtype once, as q was).
+std::vector<char> scaled_q(const core::AttentionProblem& a, core::Operand4& q) {
+  const int64_t es = int64_t(dtype_size(a.dtype)), rows = a.batch * a.sq * a.heads;
+  std::vector<char> buf(size_t(rows * a.d * es));
+  std::vector<float> row(size_t(a.d));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / (a.sq * a.heads), s = r / a.heads % a.sq, h = r % a.heads;
+    const float f = a.k_descale_heads[b * a.kv_heads + h / a.group()];
+    core::convert_row(at(a.q.data, b * a.q.sb + s * a.q.ss + h * a.q.sh, es), a.dtype, a.d, row.data());
+    for (float& x : row) x *= f;
+    core::convert_row(row.data(), a.d, buf.data() + r * a.d * es, a.dtype);
+  }
+  q = {buf.data(), a.sq * a.heads * a.d, a.heads * a.d, a.d};
+  return buf;
+}
+
+// An fp8 cache's V factors on the output rows: o(b, s, h) times v_descale (and
+// v_descale_heads[b Hkv + h / group]).
+void scale_out(const core::AttentionProblem& a, int nthreads) {
+  const int64_t es = int64_t(dtype_size(a.out_dtype)), rows = a.batch * a.sq * a.heads;
+#pragma omp parallel for num_threads(nthreads)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / (a.sq * a.heads), s = r / a.heads % a.sq, h = r % a.heads;
+    const float f = a.v_descale * (a.v_descale_heads != nullptr ? a.v_descale_heads[b * a.kv_heads + h / a.group()] : 1.0f);
+    void* o = static_cast<char*>(a.o) + (b * a.o_sb + s * a.o_ss + h * a.o_sh) * es;
+    std::vector<float> row(size_t(a.dv));
+    core::convert_row(o, a.out_dtype, a.dv, row.data());
+    for (float& x : row) x *= f;
+    core::convert_row(row.data(), a.dv, o, a.out_dtype);
   }
 }
 
@@ -54,6 +90,16 @@ void attention_with_kvcache(const core::KvCacheProblem& p, PhaseTimes* times) {
   core::AttentionProblem ap = a;
   ap.seqlens_k = lens.data();
   ap.sk = *std::max_element(lens.begin(), lens.end());
+  if (a.kv_dtype == DType::e4m3) {
+    std::vector<char> q;
+    if (a.k_descale_heads != nullptr) q = scaled_q(a, ap.q);
+    ap.scale = a.scale * a.k_descale;
+    ap.k_descale = ap.v_descale = 1.0f;
+    ap.k_descale_heads = ap.v_descale_heads = nullptr;
+    attention(ap, times);
+    if (a.v_descale != 1.0f || a.v_descale_heads != nullptr) scale_out(a, resolve_threads(a.threads));
+    return;
+  }
   attention(ap, times);
 }
 
