@@ -35,6 +35,7 @@ void print_usage(const char* argv0) {
       "  [--causal] [--softcap C] [--alibi] [--sinks] [--threads N] [--iters N] [--check] [--json]\n"
       "  [--tile BMxBN] [--list] [--suite NAME] [--seed N] [--vs-naive] [--peaks]\n"
       "  [--prepacked] [--vs-unpacked] [--paired N] [--page-size N] [--pages-in-order] [--vs-contiguous]\n"
+      "  [--kv-dtype e4m3]\n"
       "\n"
       "No arguments: the default suite (a table, < 1 minute on 2 cores).\n"
       "Shapes: attention as named (Q [B,Sq,H,D], K/V [B,Sk,Hkv,D]); softmax-v O[M,d] =\n"
@@ -57,6 +58,8 @@ void print_usage(const char* argv0) {
       "order; in table order with --pages-in-order) or contiguous (0, the default); reported in GB/s (K/V read + q + out) and %% of the\n"
       "measured memory read bandwidth. --vs-contiguous (with --page-size N > 0): the same keys in\n"
       "a contiguous cache timed alongside, calls interleaved, as a second row with the ratio.\n"
+      "--kv-dtype e4m3 (decode, CPU): an fp8 cache (K and V rounded to e4m3 first, so that\n"
+      "--check's reference sees the same values; descales 1), its bytes counted as 1 each.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
       "Score variants (attention, both passes): --softcap C (scaled scores -> C tanh(s / C)),\n"
       "--alibi (slopes [H], the ALiBi paper's 2^(-8 (h+1) / H)), --sinks (a random logit per\n"
@@ -94,7 +97,7 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     // Flags with a value.
     if (!one_of(a, {"--op", "--backend", "--impl", "--strategy", "--dtype", "--exp", "--batch",
                     "--heads", "--kv-heads", "--seq-q", "--seq-k", "--head-dim", "--threads",
-                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass", "--page-size",
+                    "--iters", "--suite", "--seed", "--tile", "--paired", "--pass", "--page-size", "--kv-dtype",
                     "--softcap"})) {
       err = "unknown flag " + a;
       return false;
@@ -133,6 +136,11 @@ bool parse_args(int argc, char** argv, Options& opt, std::string& err) {
     else if (a == "--iters") ok = number(c.iters, 1);
     else if (a == "--paired") ok = number(c.paired, 1);
     else if (a == "--page-size") ok = number(c.page_size, 0);
+    else if (a == "--kv-dtype") {
+      std::string kv;
+      ok = choice(kv, {"e4m3"});
+      c.fp8_cache = ok;
+    }
     else if (a == "--suite") opt.suite = v;
     else if (a == "--softcap") {
       char* end = nullptr;

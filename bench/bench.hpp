@@ -42,6 +42,7 @@ struct Config {
   bool portable = false;            // force the portable kernels for this row (suites)
   int paired = 0;                   // --paired N: N pairs of (peak loop, calls) for a paired % of peak (peak.hpp)
   int64_t page_size = 0;            // decode: the KV cache's page size (0: a contiguous cache)
+  bool fp8_cache = false;           // decode: the cache in e4m3 (--kv-dtype e4m3), K / V rounded to it
   bool pages_in_order = false;      // decode, paged: page ids in table order, not shuffled
   bool vs_contiguous = false;       // decode, paged: time the contiguous cache's call alongside
   std::string label;                // suite row name (empty for a single run)

@@ -140,28 +140,44 @@ std::string DecodeCache::describe() const {
   return "paged cache, page " + std::to_string(page) + (in_order ? ", pages in table order" : ", pages in a random order");
 }
 
-DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng) {
+void round_to_e4m3(HostArray& a) {
+  for (int64_t i = 0; i < a.n; ++i)
+    flashcore::core::store_from_f32(a.data(), i, a.dtype, flashcore::core::e4m3_to_f32(flashcore::core::f32_to_e4m3(a.at(i))));
+}
+
+DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng, bool fp8) {
   DecodeCache dc;
   dc.page = page;
   dc.in_order = in_order;
   dc.per_seq = page > 0 ? (d.sk + page - 1) / page : 0;
-  dc.pages = d.b * dc.per_seq;
+  dc.pages = page > 0 ? d.b * dc.per_seq : d.b;
   dc.lens = empty_array(DType::i32, d.b);
-  dc.table = empty_array(DType::i32, std::max<int64_t>(dc.pages, 1));
+  dc.table = empty_array(DType::i32, std::max<int64_t>(page > 0 ? dc.pages : 1, 1));
   for (int64_t b = 0; b < d.b; ++b) static_cast<int32_t*>(dc.lens.data())[b] = int32_t(d.sk);
-  if (page == 0) return dc;
-  const int64_t row = d.hkv * d.d, es = int64_t(flashcore::dtype_size(d.k.dtype));
+  if (page == 0 && !fp8) return dc;
+  const int64_t row = d.hkv * d.d, rows = page > 0 ? page : d.sk;  // a page's (or a sequence's) rows
+  const DType kt = fp8 ? DType::e4m3 : d.k.dtype;
+  const int64_t es = int64_t(flashcore::dtype_size(kt)), src_es = int64_t(flashcore::dtype_size(d.k.dtype));
   int32_t* ids = static_cast<int32_t*>(dc.table.data());
-  std::iota(ids, ids + dc.pages, 0);
-  if (!in_order) std::shuffle(ids, ids + dc.pages, rng);
-  dc.kc = empty_array(d.k.dtype, dc.pages * page * row);
-  dc.vc = empty_array(d.v.dtype, dc.pages * page * row);
+  if (page > 0) {
+    std::iota(ids, ids + dc.pages, 0);
+    if (!in_order) std::shuffle(ids, ids + dc.pages, rng);
+  }
+  dc.kc = empty_array(kt, dc.pages * rows * row);
+  dc.vc = empty_array(kt, dc.pages * rows * row);
   for (int64_t b = 0; b < d.b; ++b)
     for (int64_t s = 0; s < d.sk; ++s) {
-      const int64_t dst = (int64_t(ids[b * dc.per_seq + s / page]) * page + s % page) * row * es,
-                    src = (b * d.sk + s) * row * es;
-      std::memcpy(dc.kc.bytes.data() + dst, d.k.bytes.data() + src, size_t(row * es));
-      std::memcpy(dc.vc.bytes.data() + dst, d.v.bytes.data() + src, size_t(row * es));
+      const int64_t slot = page > 0 ? int64_t(ids[b * dc.per_seq + s / page]) * page + s % page : b * d.sk + s;
+      const int64_t src = (b * d.sk + s) * row;
+      if (!fp8) {
+        std::memcpy(dc.kc.bytes.data() + slot * row * es, d.k.bytes.data() + src * src_es, size_t(row * es));
+        std::memcpy(dc.vc.bytes.data() + slot * row * es, d.v.bytes.data() + src * src_es, size_t(row * es));
+        continue;
+      }
+      for (int64_t e = 0; e < row; ++e) {
+        dc.kc.bytes[size_t(slot * row + e)] = flashcore::core::f32_to_e4m3(d.k.at(src + e));
+        dc.vc.bytes[size_t(slot * row + e)] = flashcore::core::f32_to_e4m3(d.v.at(src + e));
+      }
     }
   return dc;
 }

@@ -55,7 +55,10 @@ struct DecodeCache {
   // The rows' note: "paged cache, page P, pages in ... order" or "contiguous cache".
   std::string describe() const;
 };
-DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng);
+// fp8: the cache in e4m3 (d's K and V converted; a contiguous one then a copy, pages = B).
+DecodeCache make_decode_cache(const AttentionData& d, int64_t page, bool in_order, Rng& rng, bool fp8 = false);
+// Every element rounded to e4m3 and back (saturating; NaN kept), in the array's own dtype.
+void round_to_e4m3(HostArray& a);
 struct SoftmaxVData {
   int64_t m = 0, l = 0, d = 0;
   HostArray s, v, o;     // S [M,L] f32, V [L,d], O [M,d]

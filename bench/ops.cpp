@@ -60,10 +60,10 @@ double flop_count(const Config& c) {
 
 double decode_bytes(const Config& c) {
   if ((c.op != "attention" && c.op != "decode") || c.pass != "fwd" || c.seq_q > kDecodeSq) return 0;
-  const double es = c.dtype == "f32" ? 4 : c.dtype == "e4m3" ? 1 : 2;
+  const double es = c.dtype == "f32" ? 4 : c.dtype == "e4m3" ? 1 : 2, kv_es = c.fp8_cache ? 1 : es;
   const double qo = 2.0 * double(c.batch * c.heads * c.seq_q * c.head_dim);
   const double kv = 2.0 * double(c.batch * c.kv_heads * c.seq_k * c.head_dim);
-  return (qo + kv) * es;
+  return qo * es + kv * kv_es;
 }
 
 namespace {
@@ -275,11 +275,15 @@ void run_attention(Result& r, Rng& rng, Result* naive_row) {
 void run_decode(Result& r, Rng& rng, Result* contig_row) {
   const Config& c = r.cfg;
   AttentionData d = make_attention(c, rng);
-  DecodeCache dc = make_decode_cache(d, c.page_size, c.pages_in_order, rng);
+  if (c.fp8_cache)
+    for (HostArray* t : {&d.k, &d.v}) round_to_e4m3(*t);
+  DecodeCache dc = make_decode_cache(d, c.page_size, c.pages_in_order, rng, c.fp8_cache);
   const int64_t page = dc.page;
   const flashcore::Tensor q = view(d.q, {d.b, d.sq, d.h, d.d}), o = view(d.o, {d.b, d.sq, d.h, d.d}),
-                          kcv = page > 0 ? view(dc.kc, {dc.pages, page, d.hkv, d.d}) : view(d.k, {d.b, d.sk, d.hkv, d.d}),
-                          vcv = page > 0 ? view(dc.vc, {dc.pages, page, d.hkv, d.d}) : view(d.v, {d.b, d.sk, d.hkv, d.d}),
+                          kcv = page > 0 || c.fp8_cache ? view(dc.kc, {dc.pages, page > 0 ? page : d.sk, d.hkv, d.d})
+                                                        : view(d.k, {d.b, d.sk, d.hkv, d.d}),
+                          vcv = page > 0 || c.fp8_cache ? view(dc.vc, {dc.pages, page > 0 ? page : d.sk, d.hkv, d.d})
+                                                        : view(d.v, {d.b, d.sk, d.hkv, d.d}),
                           lensv = view(dc.lens, {d.b}), tablev = view(dc.table, {d.b, dc.per_seq});
   flashcore::KvCacheOptions opt;
   if (page > 0) opt.block_table = &tablev;
@@ -292,7 +296,7 @@ void run_decode(Result& r, Rng& rng, Result* contig_row) {
                  [&] { contiguous(nullptr); }, contig_row, "", 1.0, &r.speedup_vs_contiguous};
   measure(r, [&](PhaseTimes* t) { flashcore::attention_with_kvcache(q, kcv, vcv, lensv, o, opt, p, t); }, poison_out,
           check, contig_row != nullptr ? &base : nullptr);
-  r.note = dc.describe();
+  r.note = dc.describe() + (c.fp8_cache ? ", e4m3" : "");
   if (contig_row != nullptr) contig_row->note = "contiguous cache, calls interleaved with the row above";
 }
 

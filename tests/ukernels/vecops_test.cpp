@@ -383,6 +383,25 @@ TEST(ConvertRow, F16AllValues) {
   }
 }
 
+// The e4m3 rows (an fp8 KV cache) by the branch-free widening: every byte, twice over in an
+// odd-length row, against the scalar e4m3_to_f32 (normals, subnormals, both zeros, NaN).
+TEST(ConvertRow, E4m3AllValues) {
+  std::vector<uint8_t> b(2 * 256 + 5);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i);
+  std::vector<float> got(b.size() + 1, 12345.0f);
+  const int64_t n = int64_t(b.size());
+  fc::core::convert_row(b.data(), DType::e4m3, n, got.data());
+  ASSERT_EQ(got[size_t(n)], 12345.0f) << "wrote past n";
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = fc::core::e4m3_to_f32(b[size_t(i)]), g = got[size_t(i)];
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(g)) << "e4m3 bits " << int(b[size_t(i)]);
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&g, &want, 4), 0) << "e4m3 bits " << int(b[size_t(i)]) << ": " << g << " vs " << want;
+  }
+}
+
 TEST(VecOpsList, MatchesDispatchTable) {
   ASSERT_EQ(cpu::vecops_count(), int(std::size(kVecOps)));
   for (int i = 0; i < cpu::vecops_count(); ++i) EXPECT_EQ(&cpu::vecops(i), kVecOps[i]);
