@@ -58,8 +58,9 @@ typedef struct {
   void* stream;
   int exact_fp32;
   int tile_m, tile_n; /* CUDA tuning: forced tile shape, 0 = automatic */
-  /* fp8 (e4m3) q/k/v: per-tensor dequantization factors (real = stored * descale);
-   * 0 = 1 (no descale), as set by fc_attention_params_init */
+  /* fp8 (e4m3) q/k/v, or k/v of an fp8 KV cache (fc_attention_with_kvcache, CPU):
+   * per-tensor dequantization factors (real = stored * descale); 0 = 1 (no descale), as
+   * set by fc_attention_params_init */
   float q_descale, k_descale, v_descale;
   /* fp8 per-head factors: B x Hkv floats on the tensors' device (entry b * Hkv + h), each
    * multiplied into its per-tensor factor; NULL = none (AttentionParams in flashcore.hpp) */

@@ -104,7 +104,8 @@ struct AttentionParams {
   int tile_m = 0, tile_n = 0;
   // fp8 (e4m3) q/k/v: per-tensor dequantization factors, the real values being the stored
   // ones times these (scores = scale * q_descale * k_descale * Q K^T, O = v_descale * P V).
-  // Finite and > 0; for other dtypes they must stay 1.
+  // Finite and > 0; for other dtypes they must stay 1, except k's and v's (and their
+  // per-head arrays below) for an fp8 KV cache (attention_with_kvcache).
   float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;
   // fp8 per-head factors (optional; FlashAttention-3's descale tensors): float arrays of
   // B x Hkv on the tensors' device, entry b * Hkv + h for batch entry b (varlen: sequence
