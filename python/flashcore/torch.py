@@ -134,18 +134,29 @@ _attention.register_autograd(_backward, setup_context=_setup_context)
 def _attention_with_kvcache(q: _Tensor, k_cache: _Tensor, v_cache: _Tensor, cache_seqlens: _Tensor,
                             k_new: Optional[_Tensor], v_new: Optional[_Tensor], block_table: Optional[_Tensor],
                             kv_layout: str, causal: bool, window_left: int, window_right: int, scale: float,
-                            threads: int = 0) -> tuple[_Tensor, _Tensor]:
+                            threads: int = 0, k_descale: float = 1.0, v_descale: float = 1.0,
+                            k_descale_heads: Optional[_Tensor] = None,
+                            v_descale_heads: Optional[_Tensor] = None) -> tuple[_Tensor, _Tensor]:
     # (the caches are written only when k_new / v_new are given; declared mutated always)
     out, lse = _api.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, k_new=k_new, v_new=v_new,
                                            block_table=block_table, kv_layout=kv_layout, causal=causal,
                                            window=(window_left, window_right), scale=_opt(scale),
-                                           return_lse=True, threads=_opt(threads))
+                                           return_lse=True, threads=_opt(threads),
+                                           k_descale=_descale(k_descale, k_descale_heads),
+                                           v_descale=_descale(v_descale, v_descale_heads))
     return out, lse
+
+
+def _descale(factor: float, heads: Optional[_Tensor]):
+    """An fp8 cache's factor for _api: the per-head array (times the per-tensor factor) or the
+    float."""
+    return factor if heads is None else heads * factor
 
 
 @_attention_with_kvcache.register_fake
 def _attention_with_kvcache_fake(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, kv_layout, causal,
-                                 window_left, window_right, scale, threads=0):
+                                 window_left, window_right, scale, threads=0, k_descale=1.0, v_descale=1.0,
+                                 k_descale_heads=None, v_descale_heads=None):
     torch._check(q.dim() == 4, lambda: f"q: expected rank 4 [B, Sq, H, D], got {q.dim()}")
     torch._check(v_cache.dim() == 4, lambda: f"v_cache: expected rank 4, got {v_cache.dim()}")
     b, sq, h, _ = q.shape
@@ -214,14 +225,17 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, window=(-1, -1)
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None, block_table=None,
                            kv_layout="NHD", causal=False, window=(-1, -1), scale=None, return_lse=False,
-                           threads=None):
+                           threads=None, k_descale=1.0, v_descale=1.0):
     """flashcore.attention_with_kvcache as torch.ops.flashcore.attention_with_kvcache (see there
-    for the arguments; the caches are declared mutated, so torch.compile orders the append
+    for the arguments; k_descale / v_descale: an fp8 cache's factors, floats or float32
+    [B, Hkv] tensors; the caches are declared mutated, so torch.compile orders the append
     before later reads of them). Returns out, or (out, lse); no autograd."""
     wl, wr = _api._window(window)
+    kd, kdh = (1.0, k_descale) if isinstance(k_descale, torch.Tensor) else (float(k_descale), None)
+    vd, vdh = (1.0, v_descale) if isinstance(v_descale, torch.Tensor) else (float(v_descale), None)
     out, lse = torch.ops.flashcore.attention_with_kvcache(
         q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table, kv_layout, _api._flag(causal, "causal"), wl, wr,
-        0.0 if scale is None else _api._scale(scale, 0.0), _api._threads(threads))
+        0.0 if scale is None else _api._scale(scale, 0.0), _api._threads(threads), kd, vd, kdh, vdh)
     return (out, lse) if return_lse else out
 
 

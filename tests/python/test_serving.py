@@ -323,6 +323,12 @@ def test_torch_fp8_cache(rng, heads):
         assert ref.rel_err(out[i:i + 1].to(torch.float64).numpy(), o_ref) <= TOL["bf16"]
         assert np.allclose(lse[i].numpy(), lse_ref[0], atol=2e-2, rtol=2e-2)
     assert torch.equal(kc[int(table[0, 2]), 38 % page].view(torch.uint8), k[0, 38].view(torch.uint8))
+    # The torch op (torch.compile's path) with the same factors (no append: the cache as is).
+    import flashcore.torch as ft
+    lens2 = lens + sq
+    kw = dict(block_table=table, causal=True, k_descale=kdh * kd if heads else kd, v_descale=vdh * vd if heads else vd)
+    assert torch.equal(ft.attention_with_kvcache(q, kc, vc, lens2, **kw),
+                       flashcore.attention_with_kvcache(q, kc, vc, lens2, **kw))
     with pytest.raises((TypeError, ValueError), match="k_new"):
         flashcore.attention_with_kvcache(q, kc, vc, lens, k_new=k[idx].to(torch.bfloat16), v_new=v[idx],
                                          block_table=table)
