@@ -21,28 +21,6 @@ __attribute__((target("avx,f16c"))) void f16_row_f16c(const uint16_t* s, int64_t
     _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
   for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
 }
-// e4m3 -> fp32 by vcvtph2ps: the 7 magnitude bits shifted to bits 7..13 of a binary16 (the
-// sign to bit 15) are that fp16 number 2^(e - 15) (1 + m / 8), or m 2^-17 when e = 0 (an
-// fp16 subnormal, which vcvtph2ps widens exactly); times 2^8 that is the e4m3 value, normal
-// or subnormal, exactly and without subnormal fp32 arithmetic. S.1111.111 becomes NaN.
-// Reading an fp8 KV cache widens every key and value this way (the scalar decode took 4x
-// the bf16 cache's time at B32 H32/8 Sk4096 D128 on 2 threads).
-__attribute__((target("avx2,f16c"))) void e4m3_row_f16c(const uint8_t* s, int64_t n, float* d) {
-  const __m256 k256 = _mm256_set1_ps(256.0f), qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
-  const __m128i m7f = _mm_set1_epi16(0x7F), m80 = _mm_set1_epi16(0x80);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i)));
-    const __m128i mag = _mm_and_si128(x, m7f);
-    const __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(_mm_and_si128(x, m80), 8));
-    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), k256);
-    const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, m7f)));
-    _mm256_storeu_ps(d + i, _mm256_or_ps(_mm256_blendv_ps(v, qnan, nan),
-                                         _mm256_and_ps(nan, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                                                 _mm256_cvtepu16_epi32(_mm_and_si128(x, m80)), 24)))));
-  }
-  for (; i < n; ++i) d[i] = e4m3_to_f32(s[i]);
-}
 bool have_f16c();
 bool have_avx2_f16c() {
   static const bool yes = have_f16c() && __builtin_cpu_supports("avx2");
@@ -62,6 +40,51 @@ bool have_f16c() {
   return yes;
 }
 }  // namespace
+#endif
+
+#if defined(__x86_64__)
+// e4m3 -> fp32 by vcvtph2ps: the 7 magnitude bits shifted to bits 7..13 of a binary16 (the
+// sign to bit 15) are that fp16 number 2^(e - 15) (1 + m / 8), or m 2^-17 when e = 0 (an
+// fp16 subnormal, which vcvtph2ps widens exactly); times 2^8 that is the e4m3 value, normal
+// or subnormal, exactly and without subnormal fp32 arithmetic. S.1111.111 becomes NaN.
+// Reading an fp8 KV cache widens every key and value this way (the scalar decode took 4x
+// the bf16 cache's time at B32 H32/8 Sk4096 D128 on 2 threads).
+__attribute__((target("avx2,f16c"))) void e4m3_row_avx2(const uint8_t* s, int64_t n, float* d) {
+  const __m256 k256 = _mm256_set1_ps(256.0f), qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+  const __m128i m7f = _mm_set1_epi16(0x7F), m80 = _mm_set1_epi16(0x80);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i x = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i)));
+    const __m128i mag = _mm_and_si128(x, m7f);
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(_mm_and_si128(x, m80), 8));
+    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), k256);
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, m7f)));
+    _mm256_storeu_ps(d + i, _mm256_or_ps(_mm256_blendv_ps(v, qnan, nan),
+                                         _mm256_and_ps(nan, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                                                 _mm256_cvtepu16_epi32(_mm_and_si128(x, m80)), 24)))));
+  }
+  for (; i < n; ++i) d[i] = e4m3_to_f32(s[i]);
+}
+// The same 16 at a time where AVX-512 (F, BW, VL) is there.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void e4m3_row_avx512(const uint8_t* s, int64_t n, float* d) {
+  const __m512 k256 = _mm512_set1_ps(256.0f), qnan = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000));
+  const __m256i m7f = _mm256_set1_epi16(0x7F), m80 = _mm256_set1_epi16(0x80);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    const __m256i mag = _mm256_and_si256(x, m7f);
+    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(x, m80), 8));
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, m7f);
+    _mm512_storeu_ps(d + i, _mm512_mask_blend_ps(nan, _mm512_mul_ps(_mm512_cvtph_ps(h), k256), qnan));
+  }
+  for (; i < n; ++i) d[i] = e4m3_to_f32(s[i]);
+}
+bool have_e4m3_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+bool have_e4m3_avx2() { return have_avx2_f16c(); }
 #endif
 
 // Widening rows of K/V/Q to fp32 is on the decode path's critical path (the row ops
@@ -93,8 +116,12 @@ FC_PORTABLE_CLONES void convert_row(const void* src, DType st, int64_t n, float*
     case DType::e4m3: {
       const uint8_t* s = static_cast<const uint8_t*>(src);
 #if defined(__x86_64__)
-      if (have_avx2_f16c()) {
-        e4m3_row_f16c(s, n, dst);
+      if (have_e4m3_avx512()) {
+        e4m3_row_avx512(s, n, dst);
+        break;
+      }
+      if (have_e4m3_avx2()) {
+        e4m3_row_avx2(s, n, dst);
         break;
       }
 #endif

@@ -109,4 +109,13 @@ static inline void store_from_f32(void* base, int64_t i, DType t, float v) {
 void convert_row(const void* src, DType st, int64_t n, float* dst);
 void convert_row(const float* src, int64_t n, void* dst, DType dt);
 
+#if defined(__x86_64__)
+// The vector widenings of e4m3 rows convert_row takes where the CPU has them (AVX-512 F/BW/VL,
+// else AVX2 + F16C), each also callable alone (the tests run every one the CPU has).
+bool have_e4m3_avx512();
+bool have_e4m3_avx2();
+void e4m3_row_avx512(const uint8_t* s, int64_t n, float* d);
+void e4m3_row_avx2(const uint8_t* s, int64_t n, float* d);
+#endif
+
 }  // namespace flashcore::core

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -383,22 +384,32 @@ TEST(ConvertRow, F16AllValues) {
   }
 }
 
-// The e4m3 rows (an fp8 KV cache) by the branch-free widening: every byte, twice over in an
-// odd-length row, against the scalar e4m3_to_f32 (normals, subnormals, both zeros, NaN).
+// The e4m3 rows (an fp8 KV cache): convert_row and, on x86, each vector widening the CPU
+// has (AVX-512, AVX2 + F16C): every byte, twice over in an odd-length row (vector body and
+// scalar tail), against the scalar e4m3_to_f32 (normals, subnormals, both zeros, NaN).
 TEST(ConvertRow, E4m3AllValues) {
   std::vector<uint8_t> b(2 * 256 + 5);
   for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i);
-  std::vector<float> got(b.size() + 1, 12345.0f);
   const int64_t n = int64_t(b.size());
-  fc::core::convert_row(b.data(), DType::e4m3, n, got.data());
-  ASSERT_EQ(got[size_t(n)], 12345.0f) << "wrote past n";
-  for (int64_t i = 0; i < n; ++i) {
-    const float want = fc::core::e4m3_to_f32(b[size_t(i)]), g = got[size_t(i)];
-    if (std::isnan(want)) {
-      ASSERT_TRUE(std::isnan(g)) << "e4m3 bits " << int(b[size_t(i)]);
-      continue;
+  std::vector<std::pair<const char*, std::function<void(float*)>>> ways = {
+      {"convert_row", [&](float* d) { fc::core::convert_row(b.data(), DType::e4m3, n, d); }}};
+#if defined(__x86_64__)
+  if (fc::core::have_e4m3_avx512()) ways.push_back({"avx512", [&](float* d) { fc::core::e4m3_row_avx512(b.data(), n, d); }});
+  if (fc::core::have_e4m3_avx2()) ways.push_back({"avx2", [&](float* d) { fc::core::e4m3_row_avx2(b.data(), n, d); }});
+#endif
+  for (const auto& [name, widen] : ways) {
+    SCOPED_TRACE(name);
+    std::vector<float> got(b.size() + 1, 12345.0f);
+    widen(got.data());
+    ASSERT_EQ(got[size_t(n)], 12345.0f) << "wrote past n";
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = fc::core::e4m3_to_f32(b[size_t(i)]), g = got[size_t(i)];
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(g)) << "e4m3 bits " << int(b[size_t(i)]);
+        continue;
+      }
+      ASSERT_EQ(std::memcmp(&g, &want, 4), 0) << "e4m3 bits " << int(b[size_t(i)]) << ": " << g << " vs " << want;
     }
-    ASSERT_EQ(std::memcmp(&g, &want, 4), 0) << "e4m3 bits " << int(b[size_t(i)]) << ": " << g << " vs " << want;
   }
 }
 
