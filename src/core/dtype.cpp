@@ -75,7 +75,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void e4m3_row_avx512(const 
     const __m256i mag = _mm256_and_si256(x, m7f);
     const __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(x, m80), 8));
     const __mmask16 nan = _mm256_cmpeq_epi16_mask(mag, m7f);
-    _mm512_storeu_ps(d + i, _mm512_mask_blend_ps(nan, _mm512_mul_ps(_mm512_cvtph_ps(h), k256), qnan));
+    _mm512_storeu_ps(d + i, _mm512_mask_blend_ps(nan, _mm512_mul_ps(_mm512_maskz_cvtph_ps(0xFFFF, h), k256), qnan));
   }
   for (; i < n; ++i) d[i] = e4m3_to_f32(s[i]);
 }
