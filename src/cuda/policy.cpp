@@ -291,7 +291,7 @@ BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdIns
     return {nullptr, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                          ") has no CUDA backward instance in this build (FLASHCORE_CUDA_HDIMS/DTYPES)"};
   // On Hopper the smallest covering wgmma row comes first, even at a larger head dim than an
-  // sm80 row's: bwd_sm90 hd128 at D 96 took 0.72-0.78x the time of bwd_sm80 hd96 on an H200
+  // sm80 row's: bwd_sm90 hd128 at D 96 took 0.73-0.78x the time of bwd_sm80 hd96 on an H200
   // (docs/results/cuda-backward-sm90-2026-11-29.md).
   const BwdInstanceInfo* hopper = nullptr;
   for (const BwdInstanceInfo& i : list)

@@ -63,7 +63,7 @@ struct BwdSm90Traits {
   static constexpr int kOffDs = kOffDo + kStages * kTileQ;
   static constexpr int kOffStat = kOffDs + kTileDs;
   static constexpr int kOffDq = kOffStat + kStages * kBlockM * 8;
-  static constexpr int kOffPending = kOffDq + kTileDq;  // the dQ tile's destination (DqPending)
+  static constexpr int kOffPending = kOffDq + kTileDq;  // the dQ tile's destination (bwd90_pend_dq)
   static constexpr int kSmem = kOffPending + 16 + 1024;
   static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kBlockN);  // (__launch_bounds__)
 
