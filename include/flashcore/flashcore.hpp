@@ -255,7 +255,8 @@ struct KvCacheOptions {
 //    [B][Hkv], entry b * Hkv + h): scores = scale * k_descale * k_descale_heads[..] * q.k,
 //    O = v_descale * v_descale_heads[..] * P V. q_descale (and its per-head array) must stay
 //    1; other caches keep every descale 1. The cache is read as stored (no dequantized copy);
-//    the per-head K factors scale a copy of q, V's scale out's rows after the attention.
+//    per-head K factors scale an fp32 copy of q (the call then computes in fp32), V's
+//    factors scale out's rows after the attention.
 //  * Checked before anything is read or written: a cache_seqlens entry < 0, a sequence
 //    whose keys (with S_new) pass S_max or need more pages than max_pages, a block_table
 //    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot

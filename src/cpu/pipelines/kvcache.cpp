@@ -38,26 +38,27 @@ void append(const core::KvCacheProblem& p, int nthreads) {
   }
 }
 
-// An fp8 cache's K factors as a copy of q [B, Sq, H, D] (contiguous, q's dtype) with row
-// (b, h) times k_descale_heads[b Hkv + h / group] (rounded to q's dtype once, as q was).
-std::vector<char> scaled_q(const core::AttentionProblem& a, core::Operand4& q) {
+// An fp8 cache's per-head K factors as an fp32 copy of q [B, Sq, H, D] (contiguous) with row
+// (b, h) times k_descale_heads[b Hkv + h / group]: the call then runs in fp32 (a 16-bit copy
+// would round each scaled element again, 2^-9 relative: lse off by 2e-2 at scores ~10).
+std::vector<float> scaled_q(const core::AttentionProblem& a, core::Operand4& q) {
   const int64_t es = int64_t(dtype_size(a.dtype)), rows = a.batch * a.sq * a.heads;
-  std::vector<char> buf(size_t(rows * a.d * es));
-  std::vector<float> row(size_t(a.d));
+  std::vector<float> buf(size_t(rows * a.d));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t b = r / (a.sq * a.heads), s = r / a.heads % a.sq, h = r % a.heads;
     const float f = a.k_descale_heads[b * a.kv_heads + h / a.group()];
-    core::convert_row(at(a.q.data, b * a.q.sb + s * a.q.ss + h * a.q.sh, es), a.dtype, a.d, row.data());
-    for (float& x : row) x *= f;
-    core::convert_row(row.data(), a.d, buf.data() + r * a.d * es, a.dtype);
+    float* row = buf.data() + r * a.d;
+    core::convert_row(at(a.q.data, b * a.q.sb + s * a.q.ss + h * a.q.sh, es), a.dtype, a.d, row);
+    for (int64_t e = 0; e < a.d; ++e) row[e] *= f;
   }
   q = {buf.data(), a.sq * a.heads * a.d, a.heads * a.d, a.d};
   return buf;
 }
 
-// An fp8 cache's V factors on the output rows: o(b, s, h) times v_descale (and
-// v_descale_heads[b Hkv + h / group]).
-void scale_out(const core::AttentionProblem& a, int nthreads) {
+// An fp8 cache's V factors on the output rows: o(b, s, h) = src(b, s, h) times v_descale
+// (and v_descale_heads[b Hkv + h / group]); src is out itself or the fp32 rows [B, Sq, H, Dv]
+// of an fp32 run.
+void scale_out(const core::AttentionProblem& a, const float* src, int nthreads) {
   const int64_t es = int64_t(dtype_size(a.out_dtype)), rows = a.batch * a.sq * a.heads;
 #pragma omp parallel for num_threads(nthreads)
   for (int64_t r = 0; r < rows; ++r) {
@@ -65,7 +66,10 @@ void scale_out(const core::AttentionProblem& a, int nthreads) {
     const float f = a.v_descale * (a.v_descale_heads != nullptr ? a.v_descale_heads[b * a.kv_heads + h / a.group()] : 1.0f);
     void* o = static_cast<char*>(a.o) + (b * a.o_sb + s * a.o_ss + h * a.o_sh) * es;
     std::vector<float> row(size_t(a.dv));
-    core::convert_row(o, a.out_dtype, a.dv, row.data());
+    if (src != nullptr)
+      std::copy(src + r * a.dv, src + (r + 1) * a.dv, row.begin());
+    else
+      core::convert_row(o, a.out_dtype, a.dv, row.data());
     for (float& x : row) x *= f;
     core::convert_row(row.data(), a.dv, o, a.out_dtype);
   }
@@ -91,13 +95,20 @@ void attention_with_kvcache(const core::KvCacheProblem& p, PhaseTimes* times) {
   ap.seqlens_k = lens.data();
   ap.sk = *std::max_element(lens.begin(), lens.end());
   if (a.kv_dtype == DType::e4m3) {
-    std::vector<char> q;
-    if (a.k_descale_heads != nullptr) q = scaled_q(a, ap.q);
     ap.scale = a.scale * a.k_descale;
     ap.k_descale = ap.v_descale = 1.0f;
     ap.k_descale_heads = ap.v_descale_heads = nullptr;
+    std::vector<float> q, o;
+    if (a.k_descale_heads != nullptr) {  // per-head K factors: an fp32 run on a scaled q
+      q = scaled_q(a, ap.q);
+      o.resize(size_t(a.batch * a.sq * a.heads * a.dv));
+      ap.dtype = ap.out_dtype = DType::f32;
+      ap.o = o.data();
+      ap.o_sb = a.sq * a.heads * a.dv, ap.o_ss = a.heads * a.dv, ap.o_sh = a.dv;
+    }
     attention(ap, times);
-    if (a.v_descale != 1.0f || a.v_descale_heads != nullptr) scale_out(a, resolve_threads(a.threads));
+    if (!o.empty() || a.v_descale != 1.0f || a.v_descale_heads != nullptr)
+      scale_out(a, o.empty() ? nullptr : o.data(), resolve_threads(a.threads));
     return;
   }
   attention(ap, times);
