@@ -21,11 +21,6 @@ __attribute__((target("avx,f16c"))) void f16_row_f16c(const uint16_t* s, int64_t
     _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
   for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
 }
-bool have_f16c();
-bool have_avx2_f16c() {
-  static const bool yes = have_f16c() && __builtin_cpu_supports("avx2");
-  return yes;
-}
 // cpuid leaf 1: F16C, AVX and OSXSAVE, and the OS saving the ymm state (XCR0 bits 1-2).
 // (Clang 14's __builtin_cpu_supports does not know "f16c".)
 bool have_f16c() {
@@ -84,7 +79,10 @@ bool have_e4m3_avx512() {
                           __builtin_cpu_supports("avx512vl");
   return yes;
 }
-bool have_e4m3_avx2() { return have_avx2_f16c(); }
+bool have_e4m3_avx2() {
+  static const bool yes = have_f16c() && __builtin_cpu_supports("avx2");
+  return yes;
+}
 #endif
 
 // Widening rows of K/V/Q to fp32 is on the decode path's critical path (the row ops

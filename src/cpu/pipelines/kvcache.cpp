@@ -4,8 +4,8 @@
 // PagedKvSource (a paged one) with the updated lengths. The caller's cache_seqlens is read,
 // never written. An fp8 (e4m3) cache is read as it is (the packers and row reads convert
 // e4m3 as any storage dtype); its dequantization factors act outside the pipeline: K's on
-// the scores (the per-tensor factor in the scale, the per-head ones in a scaled copy of q),
-// V's on the output rows (O = v_descale P V).
+// the scores (the per-tensor factor in the scale, the per-head ones in a scaled fp32 copy of
+// q, that call then computing in fp32), V's on the output rows (O = v_descale P V).
 #include <omp.h>
 
 #include <algorithm>
@@ -60,18 +60,22 @@ std::vector<float> scaled_q(const core::AttentionProblem& a, core::Operand4& q) 
 // of an fp32 run.
 void scale_out(const core::AttentionProblem& a, const float* src, int nthreads) {
   const int64_t es = int64_t(dtype_size(a.out_dtype)), rows = a.batch * a.sq * a.heads;
-#pragma omp parallel for num_threads(nthreads)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t b = r / (a.sq * a.heads), s = r / a.heads % a.sq, h = r % a.heads;
-    const float f = a.v_descale * (a.v_descale_heads != nullptr ? a.v_descale_heads[b * a.kv_heads + h / a.group()] : 1.0f);
-    void* o = static_cast<char*>(a.o) + (b * a.o_sb + s * a.o_ss + h * a.o_sh) * es;
-    std::vector<float> row(size_t(a.dv));
-    if (src != nullptr)
-      std::copy(src + r * a.dv, src + (r + 1) * a.dv, row.begin());
-    else
-      core::convert_row(o, a.out_dtype, a.dv, row.data());
-    for (float& x : row) x *= f;
-    core::convert_row(row.data(), a.dv, o, a.out_dtype);
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<float> row(size_t(a.dv));  // (one per thread)
+#pragma omp for
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t b = r / (a.sq * a.heads), s = r / a.heads % a.sq, h = r % a.heads;
+      const float f =
+          a.v_descale * (a.v_descale_heads != nullptr ? a.v_descale_heads[b * a.kv_heads + h / a.group()] : 1.0f);
+      void* o = static_cast<char*>(a.o) + (b * a.o_sb + s * a.o_ss + h * a.o_sh) * es;
+      if (src != nullptr)
+        std::copy(src + r * a.dv, src + (r + 1) * a.dv, row.begin());
+      else
+        core::convert_row(o, a.out_dtype, a.dv, row.data());
+      for (float& x : row) x *= f;
+      core::convert_row(row.data(), a.dv, o, a.out_dtype);
+    }
   }
 }
 
