@@ -413,6 +413,85 @@ TEST(ConvertRow, E4m3AllValues) {
   }
 }
 
+// The backward's tile ops (sets that have them): P in place and as bf16 A(k = query, i = key)
+// rows, with per-row key bounds (NaN and Inf planted where masked, a row with no key), then
+// dS twice; every element against an fp64 exp2 / the fp32 expression rounded by
+// core::f32_to_bf16, nothing written outside either layout.
+TEST_P(VecOpsTest, BackwardTiles) {
+  const cpu::VecOps& v = ops();
+  if (v.bwd_probs == nullptr || v.bwd_dscores == nullptr) GTEST_SKIP() << v.key << " has no backward tile ops";
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  const int64_t m = 64, n = 48, ld = n + 16, ldp = m + 32;
+  const float c = 0.125f * fc::core::kLog2e;
+  // bf16 as the vector ops round it: nearest even, fp32 subnormals to zero
+  auto bf16 = [](float x) {
+    return std::fabs(x) < 0x1p-126f ? uint16_t(std::signbit(x) ? 0x8000 : 0) : fc::core::f32_to_bf16(x);
+  };
+  for (const fc::Exp2Mode mode : {fc::Exp2Mode::exact, fc::Exp2Mode::fast}) {
+    SCOPED_TRACE(mode == fc::Exp2Mode::exact ? "exact" : "fast");
+    std::vector<int64_t> lo(static_cast<size_t>(m)), hi(static_cast<size_t>(m));
+    std::vector<float> sub(static_cast<size_t>(m)), s(static_cast<size_t>(m * ld), std::numeric_limits<float>::quiet_NaN());
+    for (int64_t i = 0; i < m; ++i) {
+      lo[size_t(i)] = rng.integer(-20, n + 5);
+      hi[size_t(i)] = rng.integer(lo[size_t(i)] - 3, n + 20);
+      if (i == 5) lo[size_t(i)] = hi[size_t(i)] = 0;  // no key
+      if (i == 6) lo[size_t(i)] = -1, hi[size_t(i)] = n + 1;  // every key
+      sub[size_t(i)] = float(rng.uniform(-5, 5));
+      for (int64_t j = 0; j < n; ++j) {
+        const bool live = j >= lo[size_t(i)] && j < hi[size_t(i)];
+        s[size_t(i * ld + j)] = live ? float(rng.uniform(-40, 40)) : (j % 2 ? kNegInf : -kNegInf);
+        if (!live && j % 3 == 0) s[size_t(i * ld + j)] = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+    const std::vector<float> s0 = s;
+    std::vector<uint8_t> pt(static_cast<size_t>(n * ldp * 2), 0xFF);
+    v.bwd_probs(m, n, s.data(), ld, c, sub.data(), lo.data(), hi.data(), mode, pt.data(), ldp);
+    const double tol = mode == fc::Exp2Mode::exact ? 1e-4 : 2e-3;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const float got = s[size_t(i * ld + j)];
+        if (j >= lo[size_t(i)] && j < hi[size_t(i)]) {
+          const double want = std::exp2(double(c) * s0[size_t(i * ld + j)] - sub[size_t(i)]);
+          if (want < 0x1p-120) {
+            ASSERT_LE(got, 0x1p-119) << i << "," << j;
+          } else {
+            ASSERT_NEAR(got, want, tol * want) << i << "," << j;
+          }
+        } else {
+          ASSERT_EQ(got, 0.0f) << "masked " << i << "," << j;
+        }
+      }
+    walk_layout(cpu::Layout::rows, m, n, ldp, n * ldp, 2, pt, [&](int64_t k, int64_t i, int64_t at) {
+      uint16_t g;
+      std::memcpy(&g, pt.data() + at * 2, 2);
+      ASSERT_EQ(g, bf16(s[size_t(k * ld + i)])) << "P^T query " << k << " key " << i;
+    });
+    // dS from this P and a random dP (NaN in the stride gap: never read)
+    std::vector<float> dp(static_cast<size_t>(m * ld), std::numeric_limits<float>::quiet_NaN()), d(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      d[size_t(i)] = float(rng.uniform(-2, 2));
+      for (int64_t j = 0; j < n; ++j) dp[size_t(i * ld + j)] = float(rng.uniform(-3, 3));
+    }
+    const int64_t ldr = n + 32;
+    std::vector<uint8_t> dst(static_cast<size_t>(n * ldp * 2), 0xFF), dsr(static_cast<size_t>(m * ldr * 2), 0xFF);
+    v.bwd_dscores(m, n, s.data(), dp.data(), ld, d.data(), dst.data(), ldp, dsr.data(), ldr);
+    auto want_ds = [&](int64_t i, int64_t j) {
+      return bf16(s[size_t(i * ld + j)] * (dp[size_t(i * ld + j)] - d[size_t(i)]));
+    };
+    walk_layout(cpu::Layout::rows, m, n, ldp, n * ldp, 2, dst, [&](int64_t k, int64_t i, int64_t at) {
+      uint16_t g;
+      std::memcpy(&g, dst.data() + at * 2, 2);
+      ASSERT_EQ(g, want_ds(k, i)) << "dS^T query " << k << " key " << i;
+    });
+    walk_layout(cpu::Layout::rows, n, m, ldr, m * ldr, 2, dsr, [&](int64_t k, int64_t i, int64_t at) {
+      uint16_t g;
+      std::memcpy(&g, dsr.data() + at * 2, 2);
+      ASSERT_EQ(g, want_ds(i, k)) << "dS query " << i << " key " << k;
+    });
+  }
+}
+
 TEST(VecOpsList, MatchesDispatchTable) {
   ASSERT_EQ(cpu::vecops_count(), int(std::size(kVecOps)));
   for (int i = 0; i < cpu::vecops_count(); ++i) EXPECT_EQ(&cpu::vecops(i), kVecOps[i]);

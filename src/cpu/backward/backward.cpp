@@ -11,6 +11,10 @@
 //   dS  = P (dP - D_i),   D_i = rowsum(dO_i O_i)
 //   dV_j += P^T dO_i,  dK_j += dS^T Q_i   (GEMMs: A = P, dS as they are [query][key])
 //   dQ_i += dS K_j                        (GEMM: A = dS^T, one transpose per tile)
+// Where the kernel's vector ops have the backward's tile ops (AMX: bwd_probs, bwd_dscores),
+// P and dS are written straight into the bf16 A operands as they are computed (P and dS
+// transposed, dS as it is); elsewhere the portable loops run and `pack` / pack_operand
+// convert afterwards (docs/results/cpu-backward-spr-2026-11-30.md).
 // dQ and dK are scaled by `scale` when stored. When one (batch, KV head) is split over
 // several key ranges (fewer of them than threads), each range's dQ goes to its own fp32
 // partial copy and the copies are summed in range order afterwards: no atomics, and the
@@ -65,10 +69,12 @@ int64_t lcm(int64_t a, int64_t b) {
 // The micro-kernel and every padded size that follows from its tile.
 struct Plan {
   const GemmUkernel* k;
+  const VecOps* vec;  // the kernel's vector ops: P and dS into its operand layout
   int64_t mr, nr, es;
   Layout al, bl;
   DType ab;
   bool plain;        // fp32 k-major A: a row-major fp32 matrix [k][i] is an A operand as it is
+  bool fused;        // the vector ops compute P and dS straight into the bf16 rows operands
   int64_t t;         // query block = key block
   int64_t dk, dvk;   // D, Dv rounded up to the kernel's k step (the k of S and of dP)
   int64_t dn, dvn;   // D, Dv rounded up to NR (the columns of dQ, dK and dV)
@@ -83,6 +89,7 @@ Plan make_plan(const core::AttentionProblem& p) {
                                          "' sums in fp16; attention_backward needs a kernel with fp32 sums");
   Plan g;
   g.k = k;
+  g.vec = cfg.vec;
   g.mr = k->mr;
   g.nr = k->nr;
   g.es = int64_t(dtype_size(k->ab));
@@ -92,6 +99,8 @@ Plan make_plan(const core::AttentionProblem& p) {
   g.plain = k->ab == DType::f32 && k->a_layout == Layout::kmajor;
   const int64_t unit = lcm(lcm(k->mr, k->nr), k->k_align);
   g.t = std::max<int64_t>(unit, (kTargetTile + unit / 2) / unit * unit);
+  g.fused = cfg.vec->bwd_probs != nullptr && cfg.vec->bwd_dscores != nullptr && g.al == Layout::rows &&
+            g.ab == DType::bf16 && g.t % 32 == 0;
   g.dk = round_up(p.d, k->k_align);
   g.dvk = round_up(p.dv, k->k_align);
   g.dn = round_up(p.d, k->nr);
@@ -131,9 +140,13 @@ void gemm(const Plan& g, int64_t kc, int64_t m, int64_t n, const AOp& a, int64_t
 // Panels of NR columns of the fp32 matrix src (element (k, j) = src[k * lds + j], or
 // src[j * lds + k] when transposed), kk rows of k each, j < nn.
 void pack_panels(const Plan& g, const float* src, int64_t lds, bool transposed, int64_t kk, int64_t nn, char* dst) {
-  for (int64_t pn = 0; pn < nn / g.nr; ++pn)
-    bwd::pack_operand(src + (transposed ? pn * g.nr * lds : pn * g.nr), lds, transposed, kk, g.nr,
-                      dst + pn * kk * g.nr * g.es, g.nr, g.ab, g.bl);
+  for (int64_t pn = 0; pn < nn / g.nr; ++pn) {
+    char* d = dst + pn * kk * g.nr * g.es;
+    if (transposed)
+      bwd::pack_operand(src + pn * g.nr * lds, lds, true, kk, g.nr, d, g.nr, g.ab, g.bl);
+    else  // element (k, j) at src[k * lds + j]: the vector ops' pack form
+      g.vec->pack(kk, g.nr, src + pn * g.nr, lds, d, g.nr, g.ab, g.bl);
+  }
 }
 
 // A wide fp32 panel [kk][mm] (row stride ld) as an A operand of plain kernels, or a
@@ -148,9 +161,26 @@ AOp wide(const Plan& g, const void* data, int64_t ld) {
 // 2048 queries, puts the strip's k rows 8 KiB apart, all in one L1 set).
 AOp pack_blocks(const Plan& g, const float* src, int64_t lds, int64_t kk, int64_t mm, char* dst) {
   const int64_t ld = a_ld(g.al, kk, g.mr);
+  if (g.al == Layout::rows) {  // row i of the block is source row i: a conversion
+    for (int64_t i = 0; i < mm; ++i) g.vec->store_row(src + i * lds, kk, 1.0f, dst + i * kk * g.es, g.ab);
+    return AOp{dst, ld, kk * g.mr};
+  }
   for (int64_t r = 0; r < mm / g.mr; ++r)
     bwd::pack_operand(src + r * g.mr * lds, lds, true, kk, g.mr, dst + r * kk * g.mr * g.es, ld, g.ab, g.al);
   return AOp{dst, ld, kk * g.mr};
+}
+
+// Rows of one head sit H * D elements apart (4 KiB at H 16, D 128 in bf16): one page each,
+// where the hardware prefetcher stops, so the row loops prefetch kAhead rows ahead by hand
+// (without it the backward waited on these loads for ~14 % of its time at H 16, S 2048).
+constexpr int64_t kAhead = 8;
+void prefetch_row(const char* row, int64_t bytes, bool write = false) {
+  for (int64_t o = 0; o < bytes; o += 64) {
+    if (write)
+      __builtin_prefetch(row + o, 1);
+    else
+      __builtin_prefetch(row + o);
+  }
 }
 
 // Rows [r0, r1) of a row source (row r at base + r * stride elements of dt; rows >= valid
@@ -158,7 +188,9 @@ AOp pack_blocks(const Plan& g, const float* src, int64_t lds, int64_t kk, int64_
 void stage_rows(const char* base, int64_t stride, DType dt, int64_t r0, int64_t r1, int64_t valid, int64_t len,
                 float* dst, int64_t w) {
   const int64_t es = int64_t(dtype_size(dt));
+  for (int64_t r = r0; r < std::min(r1, std::min(valid, r0 + kAhead)); ++r) prefetch_row(base + r * stride * es, len * es);
   for (int64_t r = r0; r < r1; ++r) {
+    if (r + kAhead < std::min(r1, valid)) prefetch_row(base + (r + kAhead) * stride * es, len * es);
     float* d = dst + (r - r0) * w;
     const int64_t n = r < valid ? len : 0;
     if (n > 0) core::convert_row(base + r * stride * es, dt, n, d);
@@ -212,8 +244,12 @@ class Item {
     // dK and dV of the range (keys no query sees: zeros).
     for (int64_t j = key0_; j < key1_; ++j) {
       const int64_t row = k_off_ + j;
-      bwd::store_scaled(dk_ + (j - key0_) * g_.dn, p_.d, p_.scale, grad_row(bp_.dk, row, hk_), p_.dtype);
-      bwd::store_scaled(dv_ + (j - key0_) * g_.dvn, p_.dv, 1.0f, grad_row(bp_.dv, row, hk_), p_.dtype);
+      if (j + kAhead < key1_) {
+        prefetch_row(grad_row(bp_.dk, row + kAhead, hk_), p_.d * es_, true);
+        prefetch_row(grad_row(bp_.dv, row + kAhead, hk_), p_.dv * es_, true);
+      }
+      g_.vec->store_row(dk_ + (j - key0_) * g_.dn, p_.d, p_.scale, grad_row(bp_.dk, row, hk_), p_.dtype);
+      g_.vec->store_row(dv_ + (j - key0_) * g_.dvn, p_.dv, 1.0f, grad_row(bp_.dv, row, hk_), p_.dtype);
     }
   }
 
@@ -297,10 +333,13 @@ class Item {
     oa_ = pack_blocks(g_, rows, g_.w, g_.dvk, n, oa_buf);  // A(k = dv, i = query)
     pack_panels(g_, rows, g_.w, false, n, g_.dvn, ob_);  // B(k = query, j = dv): dV = P^T dO
     // D_i = dO_i . O_i in fp32 (padding rows: 0).
+    auto o_row = [&](int64_t r) { return in_row(p_.o, p_.o_sb, p_.o_ss, p_.o_sh, q_off_ + r0_ + r, h); };
+    for (int64_t r = 0; r < std::min(valid, kAhead); ++r) prefetch_row(o_row(r), p_.dv * es_);
     for (int64_t r = 0; r < n; ++r) {
       d_[r] = 0.0f;
       if (r >= valid || p_.dv == 0) continue;
-      core::convert_row(in_row(p_.o, p_.o_sb, p_.o_ss, p_.o_sh, q_off_ + r0_ + r, h), p_.dtype, p_.dv, orow);
+      if (r + kAhead < valid) prefetch_row(o_row(r + kAhead), p_.dv * es_);
+      core::convert_row(o_row(r), p_.dtype, p_.dv, orow);
       d_[r] = bwd::dot(rows + r * g_.w, orow, p_.dv);
     }
   }
@@ -325,9 +364,10 @@ class Item {
       return;
     }
     for (int64_t i = 0; i < sq_; ++i) {
+      if (i + kAhead < sq_) prefetch_row(grad_row(bp_.dq, q_off_ + i + kAhead, h), p_.d * es_, true);
       char* dst = grad_row(bp_.dq, q_off_ + i, h);
       if (i >= r0_ && i < end)
-        bwd::store_scaled(dq_ + (i - r0_) * g_.dn, p_.d, p_.scale, dst, p_.dtype);
+        g_.vec->store_row(dq_ + (i - r0_) * g_.dn, p_.d, p_.scale, dst, p_.dtype);
       else
         std::memset(dst, 0, size_t(p_.d * es_));  // rows that see no key of the sequence
     }
@@ -348,9 +388,20 @@ class Item {
     if (!any) return;  // every entry masked: nothing flows through this tile
     float* S = grow<float>(s.s, t * t);
     float* dP = grow<float>(s.dp, t * t);
+    const int64_t ld = a_ld(g_.al, t, t);
+    // The A operands of the last three GEMMs: P and dS as A(k = query, i = key), dS^T as
+    // A(k = key, i = query). Plain kernels read P and dS from the fp32 tiles themselves.
+    const char* pa = reinterpret_cast<const char*>(S);
+    const char* dsa = reinterpret_cast<const char*>(dP);
+    char* pp = grow<char>(s.pa, t * t * g_.es);
+    char* dd = grow<char>(s.dsa, t * t * g_.es);
+    char* dst = grow<char>(s.dsta, t * t * g_.es);
+    const bool fused = g_.fused && !mod_.active();  // the vector ops write them as they go
     gemm(g_, g_.dk, t, t, qa_, qr, BOp{kb1_, g_.dk}, kr / g_.nr, 0, S, t, false);
     float* dz = nullptr;  // softcap: dz/ds of each entry, into dS
-    if (mod_.active()) {
+    if (fused) {
+      g_.vec->bwd_probs(t, t, S, t, p_.scale * core::kLog2e, sub_ + qr, tlo, thi, p_.exp2, pp, ld);
+    } else if (mod_.active()) {
       bwd::ProbsMod pm{mod_, p_.scale, slope_, qb + sk_ - sq_ - kb, nullptr};
       if (mod_.softcap > 0.0f) dz = pm.dz = grow<float>(s.dz, t * t);
       bwd::probs_mod(S, t, t, t, sub_ + qr, tlo, thi, p_.exp2, pm);
@@ -358,25 +409,27 @@ class Item {
       bwd::probs(S, t, t, t, p_.scale * core::kLog2e, sub_ + qr, tlo, thi, p_.exp2);
     }
     gemm(g_, g_.dvk, t, t, oa_, qr, BOp{vb3_, g_.dvk}, kr / g_.nr, 0, dP, t, false);
-    bwd::dscores(S, dP, t, t, t, d_ + qr, dz);
-    const int64_t ld = a_ld(g_.al, t, t);
-    // P and dS as A(k = query, i = key): the fp32 tiles themselves for plain kernels.
-    const char* pa = reinterpret_cast<const char*>(S);
-    const char* dsa = reinterpret_cast<const char*>(dP);
-    if (!g_.plain) {
-      char* pp = grow<char>(s.pa, t * t * g_.es);
-      char* dd = grow<char>(s.dsa, t * t * g_.es);
-      bwd::pack_operand(S, t, false, t, t, pp, ld, g_.ab, g_.al);
-      bwd::pack_operand(dP, t, false, t, t, dd, ld, g_.ab, g_.al);
+    if (fused) {
+      g_.vec->bwd_dscores(t, t, S, dP, t, d_ + qr, dd, ld, dst, ld);
       pa = pp;
       dsa = dd;
+    } else {
+      bwd::dscores(S, dP, t, t, t, d_ + qr, dz);
+      if (!g_.plain) {  // element (k, i) of either is tile[k * t + i]: the vector ops' pack form
+        g_.vec->pack(t, t, S, t, pp, ld, g_.ab, g_.al);
+        g_.vec->pack(t, t, dP, t, dd, ld, g_.ab, g_.al);
+        pa = pp;
+        dsa = dd;
+      }
+      if (g_.al == Layout::rows) {  // row i of dS^T's A is row i of dS: a conversion
+        for (int64_t i = 0; i < t; ++i) g_.vec->store_row(dP + i * t, t, 1.0f, dst + i * ld * g_.es, g_.ab);
+      } else {
+        bwd::pack_operand(dP, t, true, t, t, dst, ld, g_.ab, g_.al);
+      }
     }
     const int64_t n = r1_ - r0_;
     gemm(g_, t, t, g_.dvn, wide(g_, pa, ld), 0, BOp{ob_, n}, 0, qr, dv_ + kr * g_.dvn, g_.dvn, true);
     gemm(g_, t, t, g_.dn, wide(g_, dsa, ld), 0, BOp{qb_, n}, 0, qr, dk_ + kr * g_.dn, g_.dn, true);
-    // dS^T as A(k = key, i = query).
-    char* dst = grow<char>(s.dsta, t * t * g_.es);
-    bwd::pack_operand(dP, t, true, t, t, dst, ld, g_.ab, g_.al);
     gemm(g_, t, t, g_.dn, wide(g_, dst, ld), 0, BOp{kb4_, rk_}, 0, kr, dq_ + qr * g_.dn, g_.dn, true);
   }
 
@@ -482,7 +535,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
         std::copy(src, src + p.d, acc.begin());
         for (int64_t c = 1; c < nchunks; ++c)
           for (int64_t e = 0; e < p.d; ++e) acc[size_t(e)] += src[c * per_chunk + e];
-        bwd::store_scaled(acc.data(), p.d, p.scale,
+        g.vec->store_row(acc.data(), p.d, p.scale,
                           static_cast<char*>(bp.dq.data) + (b * bp.dq.sb + s * bp.dq.ss + h * bp.dq.sh) * es, p.dtype);
       }
     }

@@ -41,7 +41,4 @@ void pack_operand(const float* src, int64_t lds, bool transposed, int64_t kk, in
 // sum_j a[j] * b[j] in fp32.
 float dot(const float* a, const float* b, int64_t n);
 
-// dst[j] = scale * src[j] stored as dt (round to nearest even), j < n.
-void store_scaled(const float* src, int64_t n, float scale, void* dst, DType dt);
-
 }  // namespace flashcore::cpu::bwd

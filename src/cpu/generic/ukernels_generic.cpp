@@ -139,6 +139,6 @@ FC_PORTABLE_CLONES void store_row(const float* row, int64_t n, float scale, void
 }  // namespace
 
 const VecOps vecops_generic = {"vecops_generic", Isa::generic, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
-                               f16_tile_as, store_row};
+                               f16_tile_as, store_row, nullptr, nullptr};
 
 }  // namespace flashcore::cpu::ukernels

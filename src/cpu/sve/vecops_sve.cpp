@@ -141,5 +141,5 @@ void f16_tile_as(int64_t mr, int64_t nr, const uint16_t* tile, uint16_t* dst, in
 
 namespace flashcore::cpu::ukernels {
 const VecOps vecops_sve = {"vecops_sve", Isa::sve, &sve::col_max, &sve::exp2_pack, &sve::pack,
-                           &sve::scale_rows, &sve::add_f16_tile, &sve::f16_tile_as, &sve::store_row};
+                           &sve::scale_rows, &sve::add_f16_tile, &sve::f16_tile_as, &sve::store_row, nullptr, nullptr};
 }  // namespace flashcore::cpu::ukernels

@@ -118,6 +118,17 @@ struct VecOps {
   // A finished output row: dst[j] = row[j] * scale stored as dt (f32, f16 or bf16, round to
   // nearest even, as core::store_from_f32), j < n, any n >= 0.
   void (*store_row)(const float* row, int64_t n, float scale, void* dst, DType dt);
+  // The backward's tiles (cpu/backward), row-major [query][key] fp32 (row stride ld), m
+  // queries (a multiple of 32) x n keys (a multiple of 16), into bf16 A operands of an AMX
+  // kernel (layout rows). Optional: null where the backward's portable loops and `pack` serve.
+  // bwd_probs: s[i][j] = exp2(c * s[i][j] - sub[i]) for lo[i] <= j < hi[i], exactly 0 elsewhere
+  // (in place), and the same values as bf16 at pt[j * ldp + i] (A(k = query, i = key)).
+  void (*bwd_probs)(int64_t m, int64_t n, float* s, int64_t ld, float c, const float* sub, const int64_t* lo,
+                    const int64_t* hi, Exp2Mode mode, void* pt, int64_t ldp);
+  // bwd_dscores: dS[i][j] = p[i][j] (dp[i][j] - d[i]) as bf16, twice: at dst[j * ldt + i]
+  // (A(k = query, i = key)) and at dsr[i * ldr + j] (A(k = key, i = query)).
+  void (*bwd_dscores)(int64_t m, int64_t n, const float* p, const float* dp, int64_t ld, const float* d, void* dst,
+                      int64_t ldt, void* dsr, int64_t ldr);
 };
 
 // Row operations of the small-query (decode) path: K and V rows are read in place from

@@ -127,6 +127,6 @@ void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, con
 }  // namespace
 
 const VecOps vecops_avx2 = {"vecops_avx2", Isa::avx2, col_max, exp2_pack, port::pack, port::scale_rows,
-                            port::add_f16_tile, port::f16_tile_as, port::store_row};
+                            port::add_f16_tile, port::f16_tile_as, port::store_row, nullptr, nullptr};
 
 }  // namespace flashcore::cpu::ukernels

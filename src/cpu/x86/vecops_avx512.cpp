@@ -228,9 +228,9 @@ void pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, void* dst, int64_
 }  // namespace
 
 const VecOps vecops_avx512 = {"vecops_avx512", Isa::avx512f, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
-                              f16_tile_as, store_row};
+                              f16_tile_as, store_row, nullptr, nullptr};
 // AVX512-FP16 CPUs have AVX-512F: the same ops serve the f16 kernels.
 const VecOps vecops_avx512fp16 = {"vecops_avx512fp16", Isa::avx512fp16, col_max, exp2_pack, pack,
-                                  scale_rows, add_f16_tile, f16_tile_as, store_row};
+                                  scale_rows, add_f16_tile, f16_tile_as, store_row, nullptr, nullptr};
 
 }  // namespace flashcore::cpu::ukernels

@@ -145,6 +145,78 @@ bool pack_bf16(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, con
   return false;
 }
 
+// The backward's tiles ([query][key] fp32, 32 queries x 16 keys per block): row pairs
+// (2r, 2r + 1) become pair words of one key per lane, transposed as in exp2_pack_rows so that
+// each key's 32 queries are one 64-byte store of the A(k = query, i = key) operand.
+
+// Lanes e of a 16-key block whose key j0 + e lies in [lo, hi) (bounds relative to j0).
+inline __mmask16 key_lanes(int64_t lo, int64_t hi) {
+  const int64_t a = lo < 0 ? 0 : (lo > 16 ? 16 : lo);
+  const int64_t b = hi < a ? a : (hi > 16 ? 16 : hi);
+  return __mmask16((uint32_t(1) << b) - (uint32_t(1) << a));
+}
+
+template <int kMode>  // 0: exp2_pbf16 (P is bf16), 1: exp2_fast
+void bwd_probs_rows(int64_t m, int64_t n, float* s, int64_t ld, float c, const float* sub, const int64_t* lo,
+                    const int64_t* hi, void* pt, int64_t ldp) {
+  const __m512 cv = _mm512_set1_ps(c);
+  const __m512i il = interleave_index();
+  uint16_t* d = static_cast<uint16_t*>(pt);
+  for (int64_t q0 = 0; q0 < m; q0 += 32)
+    for (int64_t j = 0; j < n; j += 16) {
+      __m512i w[16];
+      for (int r = 0; r < 16; ++r) {
+        __m512 p[2];
+        for (int h = 0; h < 2; ++h) {
+          const int64_t q = q0 + 2 * r + h;
+          float* row = s + q * ld + j;
+          const __m512 x = _mm512_fmsub_ps(cv, _mm512_loadu_ps(row), _mm512_set1_ps(sub[q]));
+          // masked lanes: exactly 0 whatever the score there (NaN and Inf included)
+          p[h] = _mm512_maskz_mov_ps(key_lanes(lo[q] - j, hi[q] - j), kMode == 1 ? v::exp2_fast(x) : v::exp2_pbf16(x));
+          _mm512_storeu_ps(row, p[h]);
+        }
+        w[r] = pair_words(p[0], p[1], il);
+      }
+      transpose16(w);
+      for (int e = 0; e < 16; ++e) _mm512_storeu_si512(d + (j + e) * ldp + q0, w[e]);
+    }
+}
+
+void bwd_probs(int64_t m, int64_t n, float* s, int64_t ld, float c, const float* sub, const int64_t* lo,
+               const int64_t* hi, Exp2Mode mode, void* pt, int64_t ldp) {
+  if (mode == Exp2Mode::fast)
+    bwd_probs_rows<1>(m, n, s, ld, c, sub, lo, hi, pt, ldp);
+  else
+    bwd_probs_rows<0>(m, n, s, ld, c, sub, lo, hi, pt, ldp);
+}
+
+void bwd_dscores(int64_t m, int64_t n, const float* p, const float* dp, int64_t ld, const float* dd, void* dst,
+                 int64_t ldt, void* dsr, int64_t ldr) {
+  const __m512i il = interleave_index();
+  uint16_t* dt = static_cast<uint16_t*>(dst);
+  uint16_t* dr = static_cast<uint16_t*>(dsr);
+  for (int64_t q0 = 0; q0 < m; q0 += 32)
+    for (int64_t j = 0; j < n; j += 16) {
+      __m512i w[16];
+      for (int r = 0; r < 16; ++r) {
+        const int64_t q = q0 + 2 * r;
+        const float* p0 = p + q * ld + j;
+        const float* g0 = dp + q * ld + j;
+        const __m512 ds0 =
+            _mm512_mul_ps(_mm512_loadu_ps(p0), _mm512_sub_ps(_mm512_loadu_ps(g0), _mm512_set1_ps(dd[q])));
+        const __m512 ds1 =
+            _mm512_mul_ps(_mm512_loadu_ps(p0 + ld), _mm512_sub_ps(_mm512_loadu_ps(g0 + ld), _mm512_set1_ps(dd[q + 1])));
+        // row q's 16 keys in the low half, row q + 1's in the high half
+        const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(ds1, ds0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dr + q * ldr + j), _mm512_castsi512_si256(packed));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dr + (q + 1) * ldr + j), _mm512_extracti64x4_epi64(packed, 1));
+        w[r] = _mm512_permutexvar_epi16(il, packed);
+      }
+      transpose16(w);
+      for (int e = 0; e < 16; ++e) _mm512_storeu_si512(dt + (j + e) * ldt + q0, w[e]);
+    }
+}
+
 void exp2_pack(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, const float* cm,
                void* dst, int64_t ldd, DType dst_type, Layout layout, Exp2Mode mode,
                float* sum) {
@@ -180,8 +252,8 @@ void store_row(const float* row, int64_t n, float scale, void* dst, DType dt) {
 }  // namespace
 
 const VecOps vecops_avx512bf16 = {"vecops_avx512bf16", Isa::avx512bf16, col_max, exp2_pack, pack,
-                                  scale_rows, add_f16_tile, f16_tile_as, store_row};
+                                  scale_rows, add_f16_tile, f16_tile_as, store_row, nullptr, nullptr};
 const VecOps vecops_amx = {"vecops_amx", Isa::amx_bf16, col_max, exp2_pack, pack, scale_rows, add_f16_tile,
-                           f16_tile_as, store_row};
+                           f16_tile_as, store_row, bwd_probs, bwd_dscores};
 
 }  // namespace flashcore::cpu::ukernels
