@@ -6,8 +6,14 @@
 #   every length:  each SVE kernel's GoogleTest (gemm + vec ops) and each SVE kernel forced
 #                  through attention / softmax_v / gemm_chain against the fp64 reference
 #                  (every strategy and exp2 mode), the list/dispatch consistency checks;
-#   512 bits once: the op suites on the automatic choice (softmax_v, gemm_chain, exp2,
-#                  edge cases), the argument-error suites and the C ABI test.
+#   128 bits once: the op suites on the automatic choice (softmax_v, gemm_chain, exp2,
+#                  backward, edge cases), the argument-error suites and the C ABI test.
+#                  At 128 bits because qemu's speed at the longer vectors depends on the
+#                  host: on a Sapphire Rapids-class VM (2026-11-30) the forced f32_12x2_sve
+#                  attention test took 2.0 / 18.9 / 20.6 s at 128 / 256 / 512 bits and the
+#                  backward determinism test 45 s at 128 against more than 300 s at 512;
+#                  this run was on course for ~40 minutes at 512 bits (137 of 417 tests in
+#                  12.5 minutes). Every SVE kernel still runs at every length above.
 # Left out under emulation: Cpu/AttentionTest.MatchesReference (O(minutes) per case in
 # qemu; the attention path of every SVE kernel is covered by the forced-kernel tests) and
 # the portable kernels' forced-kernel tests (run natively by the release stage).
@@ -41,7 +47,7 @@ run_at() {  # run_at BITS CTEST-ARGS...: every length runs even when an earlier 
 for bits in ${FC_SVE_BITS:-128 256 512}; do
   run_at "$bits" -R "$per_length"
 done
-run_at 512 -E "$once_excl"
+run_at 128 -E "$once_excl"
 echo "sve: all done in $((SECONDS - t0)) s"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "sve: FAILED at ${failed[*]}"
