@@ -188,9 +188,10 @@ void prefetch_row(const char* row, int64_t bytes, bool write = false) {
 void stage_rows(const char* base, int64_t stride, DType dt, int64_t r0, int64_t r1, int64_t valid, int64_t len,
                 float* dst, int64_t w) {
   const int64_t es = int64_t(dtype_size(dt));
-  for (int64_t r = r0; r < std::min(r1, std::min(valid, r0 + kAhead)); ++r) prefetch_row(base + r * stride * es, len * es);
+  const int64_t live = std::min(r1, valid);
+  for (int64_t r = r0; r < std::min(live, r0 + kAhead); ++r) prefetch_row(base + r * stride * es, len * es);
   for (int64_t r = r0; r < r1; ++r) {
-    if (r + kAhead < std::min(r1, valid)) prefetch_row(base + (r + kAhead) * stride * es, len * es);
+    if (r + kAhead < live) prefetch_row(base + (r + kAhead) * stride * es, len * es);
     float* d = dst + (r - r0) * w;
     const int64_t n = r < valid ? len : 0;
     if (n > 0) core::convert_row(base + r * stride * es, dt, n, d);
