@@ -394,8 +394,8 @@ class Item {
     // A(k = key, i = query). Plain kernels read P and dS from the fp32 tiles themselves.
     const char* pa = reinterpret_cast<const char*>(S);
     const char* dsa = reinterpret_cast<const char*>(dP);
-    char* pp = grow<char>(s.pa, t * t * g_.es);
-    char* dd = grow<char>(s.dsa, t * t * g_.es);
+    char* pp = g_.plain ? nullptr : grow<char>(s.pa, t * t * g_.es);
+    char* dd = g_.plain ? nullptr : grow<char>(s.dsa, t * t * g_.es);
     char* dst = grow<char>(s.dsta, t * t * g_.es);
     const bool fused = g_.fused && !mod_.active();  // the vector ops write them as they go
     gemm(g_, g_.dk, t, t, qa_, qr, BOp{kb1_, g_.dk}, kr / g_.nr, 0, S, t, false);

@@ -102,6 +102,13 @@ inline void transpose16(__m512i (&r)[16]) {
   }
 }
 
+// w[r] lane e holds the pair word of row pair r for column e: stored transposed, column e's
+// 16 pair words (32 bf16 of the rows, in order) as one 64-byte row at d + e * ld.
+inline void store_transposed(__m512i (&w)[16], uint16_t* d, int64_t ld) {
+  transpose16(w);
+  for (int e = 0; e < 16; ++e) _mm512_storeu_si512(d + e * ld, w[e]);
+}
+
 // Rows (AMX's A tile; mq % 16 == 0, kc % 32 == 0): 16 queries x 32 keys as 16 pair words
 // per query lane, transposed so each query's 32 keys are one 64-byte store.
 template <int kMode>
@@ -121,8 +128,7 @@ void exp2_pack_rows(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c
         w[r] = pair_words(prob<kMode>(cv, row, all, cmv), prob<kMode>(cv, row + ldt, all, cmv), il);
         if constexpr (kMode != 2) sv = add_pair(sv, w[r]);
       }
-      transpose16(w);
-      for (int q = 0; q < 16; ++q) _mm512_storeu_si512(d + (i + q) * ldd + k0, w[q]);
+      store_transposed(w, d + i * ldd + k0, ldd);
     }
     if constexpr (kMode != 2) _mm512_storeu_ps(sum + i, sv);
   }
@@ -151,9 +157,7 @@ bool pack_bf16(int64_t kc, int64_t mq, const float* t, int64_t ldt, float c, con
 
 // Lanes e of a 16-key block whose key j0 + e lies in [lo, hi) (bounds relative to j0).
 inline __mmask16 key_lanes(int64_t lo, int64_t hi) {
-  const int64_t a = lo < 0 ? 0 : (lo > 16 ? 16 : lo);
-  const int64_t b = hi < a ? a : (hi > 16 ? 16 : hi);
-  return __mmask16((uint32_t(1) << b) - (uint32_t(1) << a));
+  return v::lanes(hi > 0 ? hi : 0) & ~v::lanes(lo > 0 ? lo : 0);
 }
 
 template <int kMode>  // 0: exp2_pbf16 (P is bf16), 1: exp2_fast
@@ -177,8 +181,7 @@ void bwd_probs_rows(int64_t m, int64_t n, float* s, int64_t ld, float c, const f
         }
         w[r] = pair_words(p[0], p[1], il);
       }
-      transpose16(w);
-      for (int e = 0; e < 16; ++e) _mm512_storeu_si512(d + (j + e) * ldp + q0, w[e]);
+      store_transposed(w, d + j * ldp + q0, ldp);
     }
 }
 
@@ -212,8 +215,7 @@ void bwd_dscores(int64_t m, int64_t n, const float* p, const float* dp, int64_t 
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dr + (q + 1) * ldr + j), _mm512_extracti64x4_epi64(packed, 1));
         w[r] = _mm512_permutexvar_epi16(il, packed);
       }
-      transpose16(w);
-      for (int e = 0; e < 16; ++e) _mm512_storeu_si512(dt + (j + e) * ldt + q0, w[e]);
+      store_transposed(w, dt + j * ldt + q0, ldt);
     }
 }
 
