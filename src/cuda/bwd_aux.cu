@@ -66,7 +66,9 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_store(const BwdParams p) {
     const int64_t c = i % quads * 4, r = i / quads;
     const int64_t h = r % heads, row = (r / heads) % rows, bb = r / (heads * rows);
     const int64_t wrow = (bb * heads + h) * rows + row;  // the workspace row
-    const float* acc = p.dq_acc + wrow * p.acc_ld + (p.dq_swizzled ? ((c / 4) ^ (wrow % 8)) * 4 : c);
+    const int64_t panel = c / p.acc_panel, pc = c % p.acc_panel;  // the column's panel, its column there
+    const float* acc = p.dq_acc + (panel * p.nb * heads * rows + wrow) * p.acc_panel +
+                       (p.dq_swizzled ? ((pc / 4) ^ (wrow % 8)) * 4 : pc);
     float4 s = *reinterpret_cast<const float4*>(acc);
     for (int k = 1; k < p.splits; ++k) {
       const float4 x = *reinterpret_cast<const float4*>(acc + k * p.dq_split);

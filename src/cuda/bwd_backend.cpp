@@ -177,6 +177,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
   b.rows_k = int(bp.rows_k);
   b.acc_ld = inst.head_dim;
   b.dq_swizzled = inst.arch == 90;
+  b.acc_panel = inst.arch == 90 && bwd_sm90_wide(inst.head_dim) ? 128 : inst.head_dim;
   const int key_blocks = int((sk + inst.block_n - 1) / inst.block_n);
   b.key_ctas = key_blocks;
   if (bp.deterministic) {

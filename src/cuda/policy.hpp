@@ -190,7 +190,7 @@ struct BwdInstanceInfo {
                       : bwd_sm80_smem(head_dim, block_m, block_n, stages, es);
   }
   // CTAs per SM its registers are budgeted for (the sm80 rows: one, their last common column)
-  int ctas_per_sm() const { return arch == 90 ? bwd_sm90_ctas_per_sm(block_n) : 1; }
+  int ctas_per_sm() const { return arch == 90 ? bwd_sm90_ctas_per_sm(head_dim, block_n) : 1; }
   bool runs_on(const DeviceFacts& d) const { return smem() <= d.smem_optin && (arch == 80 || d.hopper()); }
 };
 #define FC_SM80_BWD_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) \

@@ -428,7 +428,8 @@ TEST(CudaPolicy, BackwardKernel) {
   EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm90_bf16_hd128_64x128_s2");  // no sm90 hd96 row
   EXPECT_EQ(key(DType::f16, 72, 80, kH200), "bwd_sm90_f16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::bf16, 96, 96, kA100), "bwd_sm80_bf16_hd96_64x128_w8_o1");
-  EXPECT_EQ(key(DType::bf16, 256, 256, kH200), "bwd_sm80_bf16_hd256_32x128_w8_o1");
+  EXPECT_EQ(key(DType::bf16, 256, 256, kH200), "bwd_sm90_bf16_hd256_64x64_s2");
+  EXPECT_EQ(key(DType::f16, 136, 192, kH200), "bwd_sm90_f16_hd256_64x64_s2");  // (the wide form above 128)
   EXPECT_EQ(key(DType::bf16, 128, 128, kA100), "bwd_sm80_bf16_hd128_64x128_w8_o1");
   EXPECT_EQ(key(DType::f16, 256, 256, kA100), "bwd_sm80_f16_hd256_32x64_w4_o1");
   EXPECT_EQ(key(DType::f16, 128, 128, kSm86), "bwd_sm80_f16_hd128_32x64_w4_o1");
@@ -448,7 +449,7 @@ TEST(CudaPolicy, BackwardKernel) {
     EXPECT_TRUE(i.arch == 80 ? std::regex_match(i.key, std::regex("bwd_sm80_(f16|bf16)_hd[0-9]+_[0-9]+x[0-9]+_w[0-9]+_o1"))
                              : std::regex_match(i.key, std::regex("bwd_sm90_(f16|bf16)_hd[0-9]+_64x(64|128)_s2")))
         << i.key;
-    EXPECT_EQ(i.ctas_per_sm(), i.arch == 90 && i.block_n == 64 ? 2 : 1) << i.key;
+    EXPECT_EQ(i.ctas_per_sm(), i.arch == 90 && i.block_n == 64 && i.head_dim <= 128 ? 2 : 1) << i.key;
   }
 }
 

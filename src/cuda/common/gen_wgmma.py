@@ -4,7 +4,7 @@
 # --check: exit 1 when the committed header differs from what this script prints (a ctest).
 import pathlib, sys
 
-N_16BIT = (64, 96, 128, 192, 256)  # the N of m64nNk16 the kernels use (S tile widths, head dims)
+N_16BIT = (32, 64, 96, 128, 192, 256)  # the N of m64nNk16 the kernels use (S tile widths, head dims; 32: the hd256 backward's S^T halves)
 TYPES_16BIT = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 N_FP8 = (64, 128, 136, 192, 256)  # m64nNk32 with e4m3 operands (S tile widths, head dims; 136: hd128 P V with a block of ones for the row sums, flashcore_wgmma_mufu)
 
@@ -20,7 +20,7 @@ def outs(n, c="+f"):
 def wrappers(N, ty, nm, k, rs_name, rs_trans):
     """SS (both operands K-major from shared memory), SS with D an output only, RS
     (A from registers, B from shared memory) and (16-bit) SS with both operands MN-major
-    (wgmma_ss_tt) wrappers of m64nNk<k> for one type.
+    (wgmma_ss_tt) or B alone MN-major (wgmma_ss_bt) wrappers of m64nNk<k> for one type.
     16-bit types (k16) take the transpose immediates, so their RS reads B N-major
     (rs_trans, wrapper wgmma_rs_bt); e4m3 (k32, 32 bytes of K per step as k16 of a
     16-bit type) has no transpose: both operands K-major (wrapper wgmma_rs)."""
@@ -65,6 +65,8 @@ __device__ __forceinline__ void {rs_name}<{N}, {ty}>(float (&d)[{N // 8}][4], co
 }}"""
     if rs_trans:  # SS with both operands MN-major (the backward's dQ = dS K: dS^T and K as stored)
         yield ss("wgmma_ss_tt", ", 1, 1, 1, 1")
+    if rs_trans:  # SS with A K-major, B MN-major (the hd256 backward's dV += P^T dO, dK += dS^T Q)
+        yield ss("wgmma_ss_bt", ", 1, 1, 0, 1")
     if not rs_trans:  # RS with D an output only (fp8's S = Q K^T with Q in registers)
         yield f"""template <>
 __device__ __forceinline__ void wgmma_rs_zero<{N}, {ty}>(float (&d)[{N // 8}][4], const uint32_t (&a)[4], uint64_t b) {{

@@ -211,6 +211,9 @@ __device__ __forceinline__ void wgmma_rs_bt(float (&d)[N / 8][4], const uint32_t
 // A stored [K][M], B [K][N], as the backward's dS^T and K tiles are).
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d);
+// wgmma_ss_bt (16-bit): A K-major, B MN-major, both from shared memory (B stored [K][N]).
+template <int N, typename T>
+__device__ __forceinline__ void wgmma_ss_bt(float (&d)[N / 8][4], uint64_t a, uint64_t b, int scale_d);
 // T = __nv_fp8_e4m3: the same calls are m64nNk32 (32 bytes of K per call, as for k16 of a
 // 16-bit type), and fp8 wgmma takes no transpose: B is always K-major, so P V uses
 // wgmma_rs (A from registers, the m16n8k32 8-bit A fragment; B K-major) on V^T.

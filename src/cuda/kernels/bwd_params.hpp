@@ -39,6 +39,11 @@ struct BwdParams {
   // row stored at chunk c ^ (r % 8), the layout its shared-memory dQ tile is written in without bank conflicts
   // and added to the workspace by bulk reductions); the postprocess reads them back.
   bool dq_swizzled = false;
+  // Columns per panel of a slice: the slice holds its rows' columns [c acc_panel, (c + 1)
+  // acc_panel) as a [rows][acc_panel] block of its own, panel after panel (the wide bwd_sm90
+  // form: one panel per warpgroup, so that a warpgroup's part of a query block is one bulk
+  // reduction). acc_panel = acc_ld: plain rows. The swizzle above is within a panel's row.
+  int acc_panel = 0;
   int64_t dq_split = 0;  // floats between slices; 0 when all CTAs add into slice 0
   int splits = 1;
   // The main kernel's grid.x before the head-dim split: key blocks of the longest sequence

@@ -14,21 +14,30 @@ constexpr int bwd_sm80_smem(int head_dim, int block_m, int block_n, int stages, 
   return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * ds_row + 48;
 }
 
+// Whether a bwd_sm90 instance takes the wide form (kernels/bwd_sm90_wide.cuh): above 128
+// columns one warpgroup cannot hold dK and dV of its 64 keys in registers (at 256, 256 of a
+// thread's registers for them alone), so two warpgroups split the head dim of one 64-key block.
+constexpr bool bwd_sm90_wide(int head_dim) { return head_dim > 128; }
+
 // Dynamic shared memory of a bwd_sm90 instance (BwdSm90Traits::kSmem): K and V tiles of block_n
-// rows, `stages` Q and dO tiles of block_m rows (rows of the head dim in 128-byte column blocks),
-// dS^T (block_n rows of block_m elements), the row stats, the query block's dQ (block_m rows of
-// head_dim floats) and its destination (16 bytes), and 1024 bytes for aligning the base to the
-// 128-byte swizzle's atom.
+// rows, `stages` Q and dO tiles of block_m rows (rows of the head dim in 128-byte column blocks)
+// and their row stats, dS^T (block_n rows of block_m elements), the destination of the pending
+// dQ tile (16 bytes), and 1024 bytes for aligning the base to the 128-byte swizzle's atom. The
+// narrow form adds the query block's dQ tile (block_m rows of head_dim floats); the wide form
+// adds a P^T tile instead and writes dQ over the block's own Q / dO stage.
 constexpr int bwd_sm90_smem(int head_dim, int block_m, int block_n, int stages, int elem_bytes) {
   const int row = head_dim * elem_bytes;
-  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes +
-         block_m * head_dim * 4 + 16 + 1024;
+  const int extra = bwd_sm90_wide(head_dim) ? block_n * block_m * elem_bytes : block_m * head_dim * 4;
+  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes + extra + 16 + 1024;
 }
 
 // CTAs per SM a bwd_sm90 instance's registers are budgeted for (its __launch_bounds__; the
 // backend's deterministic split count assumes it): one for two warpgroups (block_n 128: dK, dV,
-// S^T and dP^T of 64 keys take ~220 of a thread's registers at hd128), two for one (block_n
-// 64), so that one CTA's exponentials, stores and reductions overlap the other's MMAs.
-constexpr int bwd_sm90_ctas_per_sm(int block_n) { return block_n > 64 ? 1 : 2; }
+// S^T and dP^T of 64 keys take ~220 of a thread's registers at hd128; the wide form), two for
+// one (block_n 64), so that one CTA's exponentials, stores and reductions overlap the other's
+// MMAs.
+constexpr int bwd_sm90_ctas_per_sm(int head_dim, int block_n) {
+  return block_n > 64 || bwd_sm90_wide(head_dim) ? 1 : 2;
+}
 
 }  // namespace flashcore::cuda

@@ -34,6 +34,8 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/bwd_params.hpp"
+#include "cuda/kernels/bwd_sm90_wide.cuh"
+#include "cuda/kernels/sm90/bwd_load.cuh"
 #include "cuda/parts/bwd_rows.cuh"
 #include "cuda/parts/operands.cuh"
 #include "cuda/parts/seq_mask.cuh"
@@ -65,7 +67,7 @@ struct BwdSm90Traits {
   static constexpr int kOffDq = kOffStat + kStages * kBlockM * 8;
   static constexpr int kOffPending = kOffDq + kTileDq;  // the dQ tile's destination (bwd90_pend_dq)
   static constexpr int kSmem = kOffPending + 16 + 1024;
-  static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kBlockN);  // (__launch_bounds__)
+  static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kHeadDim, kBlockN);  // (__launch_bounds__)
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
   static_assert(kHeadDim % kColElems == 0, "whole 128-byte column blocks");
@@ -74,26 +76,6 @@ struct BwdSm90Traits {
   static_assert(kStages == 2, "Q / dO double buffered");
   static_assert(kSmem <= 232448 && kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory (228 KiB per SM)");
 };
-
-// kRows rows of kHeadDim elements (row stride `stride`) into a tile of 128-byte column
-// blocks [kRows][128 bytes], swizzled; rows past `rows` and chunks past `cols` zero-filled.
-// Each thread copies one fixed chunk of every kThreads / kChunks-th row (a multiple of 8:
-// the swizzle of its chunk is the same in every pass).
-template <int kRows, int kHeadDim, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64_t stride, int rows, int cols,
-                                                int tid) {
-  constexpr int kE = 16 / int(sizeof(T)), kChunks = kHeadDim / kE, kStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0, "fixed chunk per thread");
-  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE;
-  const uint32_t dst = smem + (ch / 8) * (kRows * 128) + r0 * 128 + (((ch % 8) ^ (r0 % 8)) * 16);
-  const T* src = g + r0 * stride + c;
-#pragma unroll
-  for (int pass = 0; pass < kRows / kStep; ++pass) {
-    const int r = r0 + pass * kStep;
-    const bool ok = r < rows && c < cols;
-    ptx::cp_async_16(dst + pass * kStep * 128, ok ? src + pass * kStep * stride : g, ok);
-  }
-}
 
 // acc = X Y^T over the head dim for this warpgroup's 64 keys: X's rows at descriptor d_x (K for
 // S^T, V for dP^T), Y the query block's tile at shared address y (Q, dO), both K-major: k-step
@@ -365,14 +347,18 @@ __global__ void __launch_bounds__(BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
 cudaError_t launch_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   static_assert(kVariant == 0, "bwd_sm90: plain rows only");
-  using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  auto kernel = bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  static std::atomic<uint64_t> smem_done{0};
-  const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(p.key_ctas, p.kv_heads, p.f.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
-  return cudaGetLastError();
+  if constexpr (bwd_sm90_wide(kHeadDim)) {
+    return launch_bwd_sm90_wide<T, kHeadDim, kBlockM, kBlockN, kStages>(p, stream);
+  } else {
+    using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+    auto kernel = bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
+    static std::atomic<uint64_t> smem_done{0};
+    const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
+    if (e != cudaSuccess) return e;
+    const dim3 grid(p.key_ctas, p.kv_heads, p.f.batch);
+    kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
+    return cudaGetLastError();
+  }
 }
 
 }  // namespace flashcore::cuda

@@ -1,0 +1,36 @@
+// The sm90 backward's tile loads: rows of the head dim from global memory into 128-byte
+// column blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at
+// c ^ (r % 8)), the layout wgmma's SW128 descriptors read, by cp.async (rows past the
+// sequence and columns past the head dim zero-filled, never read).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+
+namespace flashcore::cuda {
+
+// kRows rows of kHeadDim elements (row stride `stride`) into column blocks at `smem`: column
+// block c at (c / kGroup) kGroupStride + (c % kGroup) kRows 128 bytes (by default one run of
+// blocks; the wide backward interleaves groups of them, bwd_sm90_wide.cuh); rows past `rows`
+// and chunks past `cols` zero-filled. Each thread copies one fixed chunk of every
+// kThreads / kChunks-th row (a multiple of 8: the swizzle of its chunk is the same in every
+// pass).
+template <int kRows, int kHeadDim, int kThreads, int kGroup = (1 << 20), int kGroupStride = 0, typename T>
+__device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64_t stride, int rows, int cols,
+                                                int tid) {
+  constexpr int kE = 16 / int(sizeof(T)), kChunks = kHeadDim / kE, kStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0, "fixed chunk per thread");
+  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE, cb = ch / 8;
+  const uint32_t dst = smem + (cb / kGroup) * kGroupStride + (cb % kGroup) * (kRows * 128) + r0 * 128 +
+                       (((ch % 8) ^ (r0 % 8)) * 16);
+  const T* src = g + r0 * stride + c;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kStep; ++pass) {
+    const int r = r0 + pass * kStep;
+    const bool ok = r < rows && c < cols;
+    ptx::cp_async_16(dst + pass * kStep * 128, ok ? src + pass * kStep * stride : g, ok);
+  }
+}
+
+}  // namespace flashcore::cuda
