@@ -12,8 +12,11 @@
 // Sq or the packed rows), rounded up to 16 bytes; then `splits` dQ slices of nb H rows_q hd
 // floats (hd: the instance's head dim, D rounded up to 64, 96, 128 or 256).
 // splits = 1 by default (every CTA adds into the one slice with atomic reductions); in
-// deterministic mode each CTA adds into a slice of its own (bwd_sm80.cuh), as many as
-// there are CTAs along the keys (policy.hpp: deterministic_splits), at most
+// deterministic mode on a bwd_sm90 row, while a sequence's key blocks fit the CTA slots, the
+// CTAs add into the one slice in a fixed order, counted by nb' H ceil(Sq / block_m) 32-bit
+// counters after the slices (nb' = B, the sequences when varlen; policy.hpp:
+// deterministic_order); otherwise each CTA adds into a slice of its own (bwd_sm80.cuh), as
+// many as there are CTAs along the keys (policy.hpp: deterministic_splits), at most
 // kDeterministicBudget bytes of slices.
 #include "cuda/bwd_backend.hpp"
 
@@ -121,7 +124,8 @@ size_t slice_bytes_of(const BwdParams& b) { return query_rows(b) * size_t(b.acc_
 void run(const BwdInstanceInfo& inst, BwdParams& b, const DeviceInfo& dev, cudaStream_t stream) {
   const bool bf16 = inst.dtype == DType::bf16;
   const size_t stat_bytes = (query_rows(b) * 8 + 15) / 16 * 16, slice_bytes = slice_bytes_of(b);
-  const size_t total = stat_bytes + size_t(b.splits) * slice_bytes;
+  const size_t sem_bytes = size_t(b.f.batch) * size_t(b.f.heads) * size_t(b.sem_mblocks) * 4;
+  const size_t total = stat_bytes + size_t(b.splits) * slice_bytes + sem_bytes;
   char* ws = nullptr;
   if (total > 0) {
     const cudaError_t ea =
@@ -130,8 +134,10 @@ void run(const BwdInstanceInfo& inst, BwdParams& b, const DeviceInfo& dev, cudaS
   }
   b.rowstat = reinterpret_cast<float2*>(ws);
   b.dq_acc = reinterpret_cast<float*>(ws + stat_bytes);
+  b.dq_sem = sem_bytes > 0 ? reinterpret_cast<unsigned*>(ws + stat_bytes + size_t(b.splits) * slice_bytes) : nullptr;
   const char* what = "the dQ accumulator's memset";
-  cudaError_t e = slice_bytes > 0 ? cudaMemsetAsync(b.dq_acc, 0, size_t(b.splits) * slice_bytes, stream) : cudaSuccess;
+  const size_t zeroed = size_t(b.splits) * slice_bytes + sem_bytes;
+  cudaError_t e = zeroed > 0 ? cudaMemsetAsync(b.dq_acc, 0, zeroed, stream) : cudaSuccess;
   if (e == cudaSuccess) {
     what = "bwd_row_stats";
     e = bwd_prepare(b, bf16, stream);
@@ -180,7 +186,13 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
   b.acc_panel = inst.arch == 90 && bwd_sm90_wide(inst.head_dim) ? 128 : inst.head_dim;
   const int key_blocks = int((sk + inst.block_n - 1) / inst.block_n);
   b.key_ctas = key_blocks;
-  if (bp.deterministic) {
+  const int order = bp.deterministic ? deterministic_order(inst, b.f.window_left, b.f.window_right, key_blocks,
+                                                          dev.sms * inst.ctas_per_sm())
+                                     : 0;
+  if (order > 0) {
+    b.dq_order = order;
+    b.sem_mblocks = int((sq + inst.block_m - 1) / inst.block_m);
+  } else if (bp.deterministic) {
     const size_t slice_bytes = slice_bytes_of(b);
     const int64_t most = slice_bytes > 0 ? int64_t(kDeterministicBudget / slice_bytes) : key_blocks;
     b.splits = deterministic_splits(p.batch * p.kv_heads * inst.dsplit, key_blocks, most, dev.sms * inst.ctas_per_sm());

@@ -305,6 +305,13 @@ BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdIns
                        " fits this device's shared memory (" + std::to_string(dev.smem_optin) + " bytes)"};
 }
 
+int deterministic_order(const BwdInstanceInfo& i, int64_t window_left, int64_t window_right, int64_t key_blocks,
+                        int slots) {
+  if (i.arch != 90 || key_blocks > slots) return 0;
+  if (window_right >= 0) return 2;
+  return window_left < 0 ? 1 : 0;
+}
+
 int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots) {
   items = std::max<int64_t>(items, 1);
   const int64_t sm = std::max(slots, 1), top = std::max<int64_t>(std::min(key_blocks, most), 1);

@@ -172,18 +172,26 @@ TEST(CudaBackwardKernels, EveryInstanceForced) {
 }
 
 // Deterministic mode: the same bits from every run. One KV head (GQA 4:1) and many key blocks,
-// so that the dQ sums are split over several slices (one per CTA along the keys); causal and
-// not, and on a caller's stream.
+// so that many CTAs add to each query block's dQ: on Hopper in a fixed order (no mask: the
+// cyclic walk; causal and the window: in order), elsewhere in slices; head dims 64, 128, 256;
+// and 17000 keys, more key blocks than an H100 / H200 has CTA slots (Hopper: the slices too);
+// on a caller's stream.
 TEST(CudaBackwardDeterministic, BitwiseAcrossRuns) {
   FC_REQUIRE_GPU();
   fctest::Rng rng;
   FC_TRACE_SEED(rng);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<BwdCase> cases;
+  for (int64_t hd : {64, 128, 256}) {
+    cases.push_back({"det", 1, 700, 1000, 4, 1, hd, hd, false});
+    cases.push_back({"det_causal", 1, 700, 1000, 4, 1, hd, hd, true});
+    cases.push_back({"det_window", 1, 700, 1000, 4, 1, hd, hd, false, 100, 20});
+  }
+  cases.push_back({"det_long", 1, 100, 17000, 2, 1, 64, 64, false});
   for (DType dt : {DType::f16, DType::bf16})
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(fctest::name(dt) + (causal ? " causal" : ""));
-      const BwdCase c{"det", 1, 700, 1000, 4, 1, 128, 128, causal};
+    for (const BwdCase& c : cases) {
+      SCOPED_TRACE(fctest::name(dt) + " " + c.name + " d" + std::to_string(c.d));
       BwdFixture f(c, dt, rng);
       std::vector<uint8_t> first;
       for (int run = 0; run < 3; ++run) {

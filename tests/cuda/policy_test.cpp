@@ -453,6 +453,24 @@ TEST(CudaPolicy, BackwardKernel) {
   }
 }
 
+// Deterministic mode in one slice: on sm90 rows, by the band's shape, while a sequence's key
+// blocks fit the CTA slots; else the slices.
+TEST(CudaPolicy, DeterministicOrder) {
+  const BwdInstanceInfo *h90 = nullptr, *h80 = nullptr;
+  for (const BwdInstanceInfo& i : kBwd) {
+    if (i.arch == 90 && h90 == nullptr) h90 = &i;
+    if (i.arch == 80 && h80 == nullptr) h80 = &i;
+  }
+  ASSERT_NE(h90, nullptr);
+  ASSERT_NE(h80, nullptr);
+  EXPECT_EQ(deterministic_order(*h90, -1, -1, 128, 132), 1);   // no band: the cyclic walk
+  EXPECT_EQ(deterministic_order(*h90, -1, 0, 128, 132), 2);    // causal: in order
+  EXPECT_EQ(deterministic_order(*h90, 100, 20, 132, 132), 2);  // a window with a right edge
+  EXPECT_EQ(deterministic_order(*h90, 100, -1, 16, 132), 0);   // a left edge alone: slices
+  EXPECT_EQ(deterministic_order(*h90, -1, -1, 133, 132), 0);   // more key blocks than slots
+  EXPECT_EQ(deterministic_order(*h80, -1, -1, 16, 132), 0);    // the sm80 family: slices
+}
+
 // Deterministic mode's split count: the fewest block-times over SMs times CTAs per SM, then
 // the fewest slices.
 TEST(CudaPolicy, DeterministicSplits) {

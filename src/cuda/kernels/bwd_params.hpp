@@ -45,6 +45,18 @@ struct BwdParams {
   // reduction). acc_panel = acc_ld: plain rows. The swizzle above is within a panel's row.
   int acc_panel = 0;
   int64_t dq_split = 0;  // floats between slices; 0 when all CTAs add into slice 0
+  // Deterministic mode in one slice (bwd_sm90, dq_order > 0): the CTAs of a (sequence, head)
+  // add each query block's dQ in a fixed order, CTA by CTA, counted by dq_sem[(b H + h)
+  // sem_mblocks + query block] (zeroed before the main kernel). dq_order 1 (no band): CTA n
+  // walks the query blocks cyclically from block n M / N (M query blocks, N key blocks), and
+  // a block's adders come in descending n from the last CTA that starts at or before it;
+  // 2 (a band with a right edge, causal among them): CTA n walks its blocks in order, and a
+  // block's adders come in descending n. Either way a CTA waits only on CTAs that reached the
+  // block earlier in their walks, which holds without deadlock while every CTA of a (sequence,
+  // KV head) is resident at once (the backend's condition: key blocks <= CTA slots).
+  unsigned* dq_sem = nullptr;
+  int sem_mblocks = 0;
+  int dq_order = 0;
   int splits = 1;
   // The main kernel's grid.x before the head-dim split: key blocks of the longest sequence
   // (atomic mode: one CTA each), or the deterministic splits (each CTA walks key blocks

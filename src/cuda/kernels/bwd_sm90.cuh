@@ -35,6 +35,7 @@
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/bwd_params.hpp"
 #include "cuda/kernels/bwd_sm90_wide.cuh"
+#include "cuda/kernels/sm90/bwd_dq.cuh"
 #include "cuda/kernels/sm90/bwd_load.cuh"
 #include "cuda/parts/bwd_rows.cuh"
 #include "cuda/parts/operands.cuh"
@@ -65,8 +66,8 @@ struct BwdSm90Traits {
   static constexpr int kOffDs = kOffDo + kStages * kTileQ;
   static constexpr int kOffStat = kOffDs + kTileDs;
   static constexpr int kOffDq = kOffStat + kStages * kBlockM * 8;
-  static constexpr int kOffPending = kOffDq + kTileDq;  // the dQ tile's destination (bwd90_pend_dq)
-  static constexpr int kSmem = kOffPending + 16 + 1024;
+  static constexpr int kOffPending = kOffDq + kTileDq;  // the dQ tile's destination (DqPending)
+  static constexpr int kSmem = kOffPending + 48 + 1024;
   static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kHeadDim, kBlockN);  // (__launch_bounds__)
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
@@ -168,26 +169,6 @@ __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_
   }
 }
 
-// Where the dQ tile goes, kept in shared memory at `pending` by thread 0 from the block that
-// wrote the tile to the barrier after which it adds it (no register stays live for it across
-// the query loop): the workspace address (8 bytes), then the bytes (0: nothing pending).
-__device__ __forceinline__ void bwd90_pend_dq(uint32_t pending, const float* dst, uint32_t bytes) {
-  const uint64_t a = reinterpret_cast<uint64_t>(dst);
-  ptx::sts64(pending, make_uint2(uint32_t(a), uint32_t(a >> 32)));
-  ptx::sts32(pending + 8, bytes);
-}
-
-// Thread 0: the pending dQ tile added to the workspace (after a barrier that follows every
-// thread's stores to the tile and their fence into the async proxy).
-__device__ __forceinline__ void bwd90_flush_dq(uint32_t pending, uint32_t tile) {
-  const uint32_t bytes = ptx::lds32(pending + 8);
-  if (bytes == 0) return;
-  const uint2 a = ptx::lds64(pending);
-  ptx::bulk_reduce_add_f32(reinterpret_cast<float*>(uint64_t(a.x) | uint64_t(a.y) << 32), tile, bytes);
-  ptx::tma_store_commit();
-  ptx::sts32(pending + 8, 0);
-}
-
 // The kernel's body: one CTA's key blocks.
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
@@ -204,8 +185,10 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key = wg * 64 + warp * 16 + g;  // this lane's key rows in the CTA's block: key, key + 8
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
-  if (tid == 0) ptx::sts32(base + Tr::kOffPending + 8, 0);
-  const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
+  const DqPending pend{base + Tr::kOffPending};
+  const bool ordered = p.dq_order > 0;
+  if (tid == 0) pend.clear();
+  const int h0 = hk * p.f.group, h_end = h0 + p.f.group, nblocks = (seq.sk + kBlockN - 1) / kBlockN;
 
   // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
   // N- / M-major operands (LBO: the next column block, SBO: the next 8 rows of K): k-step
@@ -237,13 +220,16 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     const int n0 = n * kBlockN;
     const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n0);
     const bool any = qb.hi > qb.lo && h0 < h_end;  // (a group of no query heads sees nothing)
+    const DqOrder<kBlockM, kBlockN> ord{p.dq_order, n, nblocks};
+    const int mb_first = ord.first(qb);
+    const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
       const int64_t row = seq.k_row0 + n0;
       const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
       const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
       load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffK, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
       load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffV, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
-      load_q(h0, qb.lo * kBlockM, 0);  // one commit group: K, V and the first query block
+      load_q(h0, mb_first * kBlockM, 0);  // one commit group: K, V and the first query block
     }
     float dk[kOF][4], dv[kOF][4];
 #pragma unroll
@@ -252,14 +238,14 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
 
     int buf = 0;
-    for (int h = any ? h0 : h_end, mb = qb.lo; h < h_end; buf ^= 1) {
+    for (int h = any ? h0 : h_end, mb = mb_first; h < h_end; buf ^= 1) {
       const int m0 = mb * kBlockM, st = buf;
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
-      if (tid == 0) bwd90_flush_dq(base + Tr::kOffPending, base + Tr::kOffDq);  // the previous block's dQ
-      const bool last_m = mb + 1 == qb.hi;
-      const int h_next = last_m ? h + 1 : h, mb_next = last_m ? qb.lo : mb + 1;
+      if (tid == 0) pend.flush<1>(0, 0, ordered, rank);  // the previous block's dQ
+      const int mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;  // (the walk wraps: ordered mode's cyclic start)
+      const int h_next = mb_next == mb_first ? h + 1 : h;
       const bool more = h_next < h_end;
       if (more) load_q(h_next, mb_next * kBlockM, buf ^ 1);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
@@ -301,7 +287,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       bwd90_store_ds<Tr, Op>(da, s, base + Tr::kOffDs + key * 128 + 4 * t, g);
       bwd90_accumulate<Tr, T>(dk, da, base + q_off);
       ptx::fence_proxy_async();                 // dS^T's stores, seen by wgmma's reads
-      if (tid == 0) ptx::tma_store_wait_read();  // the dQ tile was read (flushed after (A))
+      if (tid == 0) pend.settle(ordered, false);  // the dQ tile was read (flushed after (A))
       __syncthreads();                          // (B)
 
       const int r = warp * 16 + g;
@@ -311,7 +297,9 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       bwd90_dq<Tr, T>(base + Tr::kOffDq + r * kHeadDim * 4 + wg * Tr::kDqCols * 4 + t * 8, key8, d_ds, d_kn, pa, da,
                       dk, dv);
       if (tid == 0)
-        bwd90_pend_dq(base + Tr::kOffPending, dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4));
+        pend.set(dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4), base + Tr::kOffDq,
+                 ordered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
+                 mb);
       ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reduction
       h = h_next;
       mb = mb_next;
@@ -324,11 +312,11 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     __syncthreads();  // the next key block's loads overwrite K, V; the last dQ tile is stored
     if (tid == 0) {
-      bwd90_flush_dq(base + Tr::kOffPending, base + Tr::kOffDq);
-      // Deterministic mode: this key block's dQ additions complete before the next key
+      pend.flush<1>(0, 0, ordered, rank);
+      // Deterministic slices: this key block's dQ additions complete before the next key
       // block's add to the same rows of the slice (bulk reductions are not ordered among
-      // themselves).
-      if (p.dq_split > 0) ptx::tma_store_wait();
+      // themselves); ordered mode: the counter steps.
+      pend.settle(ordered, p.dq_split > 0);
     }
   }
   if (tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)

@@ -32,6 +32,7 @@
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/bwd_params.hpp"
 #include "cuda/kernels/bwd_sizes.hpp"
+#include "cuda/kernels/sm90/bwd_dq.cuh"
 #include "cuda/kernels/sm90/bwd_load.cuh"
 #include "cuda/parts/bwd_rows.cuh"
 #include "cuda/parts/seq_mask.cuh"
@@ -62,7 +63,7 @@ struct BwdSm90WideTraits {
   static constexpr int kOffP = kOffStage + kStages * kStage, kOffDs = kOffP + kTileP;
   static constexpr int kOffStat = kOffDs + kTileP;
   static constexpr int kOffPending = kOffStat + kStages * kBlockM * 8;
-  static constexpr int kSmem = kOffPending + 16 + 1024;
+  static constexpr int kSmem = kOffPending + 48 + 1024;
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
   static_assert(bwd_sm90_wide(kHeadDim) && bwd_sm90_ctas_per_sm(kHeadDim, kBlockN) == 1, "the wide form's rows");
@@ -71,23 +72,6 @@ struct BwdSm90WideTraits {
   static_assert(kWgCols * 4 * kBlockM == kWgStage, "a warpgroup's dQ tile fills its half of a stage");
   static_assert(kSmem <= 232448, "shared memory (227 KiB per CTA)");
 };
-
-// Thread 0: the pending dQ tiles (both warpgroups') added to the workspace's two column
-// panels, `panel` floats apart (after a barrier that follows every thread's stores to the
-// tiles and their fence into the async proxy). `pending`: the first panel's address
-// (8 bytes), the bytes per tile (0: nothing pending), the first tile's shared address.
-template <class Tr>
-__device__ __forceinline__ void bwd90w_flush_dq(uint32_t pending, int64_t panel) {
-  const uint32_t bytes = ptx::lds32(pending + 8);
-  if (bytes == 0) return;
-  const uint2 a = ptx::lds64(pending);
-  float* const dst = reinterpret_cast<float*>(uint64_t(a.x) | uint64_t(a.y) << 32);
-  const uint32_t src = ptx::lds32(pending + 12);
-  ptx::bulk_reduce_add_f32(dst, src, bytes);
-  ptx::bulk_reduce_add_f32(dst + panel, src + Tr::kWgStage, bytes);
-  ptx::tma_store_commit();
-  ptx::sts32(pending + 8, 0);
-}
 
 // acc = X Y^T over the head dim for the 64 keys and this warpgroup's kQw queries: X's rows at
 // descriptor d_x (K, V: K-major, column block c at c kBlockN 128 bytes), Y's at d_y (Q, dO
@@ -138,11 +122,12 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
   const Band32 band{p.f.window_left, p.f.window_right, seq.sk - seq.sq, seq.sk};
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key = warp * 16 + g;  // this lane's key rows in the block: key, key + 8 (both warpgroups)
-  float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;
-  const int64_t panel = int64_t(p.nb) * p.f.heads * p.rows_q * Tr::kWgCols;  // floats of one column panel
-  const uint32_t pending = base + Tr::kOffPending;
-  if (tid == 0) ptx::sts32(pending + 8, 0);
-  const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
+  // (the slice, a panel's floats and the mode are read from the parameters where used: the
+  // registers are the products')
+  const auto panel = [&] { return int64_t(p.nb) * p.f.heads * p.rows_q * Tr::kWgCols; };
+  const DqPending pend{base + Tr::kOffPending};
+  if (tid == 0) pend.clear();
+  const int h0 = hk * p.f.group, h_end = h0 + p.f.group, nblocks = (seq.sk + kBlockN - 1) / kBlockN;
 
   // Descriptors (SW128). K-major: k-step ks reads 32 bytes of column block ks / 4. N- / MN-major
   // (LBO: the next column block, SBO: the next 8 rows): a k-step adds 16 rows.
@@ -175,13 +160,16 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     const int n0 = n * kBlockN;
     const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n0);
     const bool any = qb.hi > qb.lo && h0 < h_end;
+    const DqOrder<kBlockM, kBlockN> ord{p.dq_order, n, nblocks};
+    const int mb_first = ord.first(qb);
+    const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
       const int64_t row = seq.k_row0 + n0;
       const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
       const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
       load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffK, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
       load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffV, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
-      load_q(h0, qb.lo * kBlockM, 0);  // one commit group: K, V and the first query block
+      load_q(h0, mb_first * kBlockM, 0);  // one commit group: K, V and the first query block
     }
     float dk[kOF][4], dv[kOF][4];
 #pragma unroll
@@ -190,14 +178,14 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
       for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
 
     int buf = 0;
-    for (int h = any ? h0 : h_end, mb = qb.lo; h < h_end; buf ^= 1) {
+    for (int h = any ? h0 : h_end, mb = mb_first; h < h_end; buf ^= 1) {
       const int m0 = mb * kBlockM;
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
-      if (tid == 0) bwd90w_flush_dq<Tr>(pending, panel);  // the previous block's dQ (in the other stage)
-      const bool last_m = mb + 1 == qb.hi;
-      const int h_next = last_m ? h + 1 : h, mb_next = last_m ? qb.lo : mb + 1;
+      if (tid == 0) pend.flush<2>(Tr::kWgStage, panel(), p.dq_order > 0, rank);  // the previous block's dQ (in the other stage)
+      const int mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;  // (the walk wraps: ordered mode's cyclic start)
+      const int h_next = mb_next == mb_first ? h + 1 : h;
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t stage = base + Tr::kOffStage + buf * Tr::kStage;
       const uint32_t do0 = Tr::kWgBlocks * Tr::kCb;  // dO's blocks after Q's in each half
@@ -234,7 +222,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
       }
       bwd90w_store_half<Tr, T>(s, row_ds, wg * (Tr::kQw / 8), g);
       ptx::fence_proxy_async();                  // P^T's and dS^T's stores, seen by wgmma's reads
-      if (tid == 0) ptx::tma_store_wait_read();  // the other stage's dQ was read (flushed after (A))
+      if (tid == 0) pend.settle(p.dq_order > 0, false);  // the other stage's dQ was read (flushed after (A))
       __syncthreads();                           // (B)
       if (h_next < h_end) load_q(h_next, mb_next * kBlockM, buf ^ 1);
 
@@ -271,12 +259,10 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
         for (int nf = 0; nf < kOF; ++nf)
           ptx::sts64((row_q + hf * 8 * Tr::kWgCols * 4 + nf * 32) ^ (key8 << 4),
                      make_uint2(__float_as_uint(dq[nf][2 * hf]), __float_as_uint(dq[nf][2 * hf + 1])));
-      if (tid == 0) {
-        const uint64_t a = reinterpret_cast<uint64_t>(dq_slice + qrow0 * Tr::kWgCols);
-        ptx::sts64(pending, make_uint2(uint32_t(a), uint32_t(a >> 32)));
-        ptx::sts32(pending + 8, uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4));
-        ptx::sts32(pending + 12, stage);
-      }
+      if (tid == 0)
+        pend.set(p.dq_acc + int64_t(cta) * p.dq_split + qrow0 * Tr::kWgCols, uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4), stage,
+                 p.dq_order > 0 ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
+                 mb);
       ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reductions
       h = h_next;
       mb = mb_next;
@@ -289,14 +275,12 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     __syncthreads();  // the last block's dQ tiles are stored
     if (tid == 0) {
-      bwd90w_flush_dq<Tr>(pending, panel);
-      // Deterministic mode: this key block's additions complete before the next key block's
-      // add to the same rows (bulk reductions are not ordered among themselves); either way
-      // the tiles are read before the next key block's loads overwrite the stages.
-      if (p.dq_split > 0)
-        ptx::tma_store_wait();
-      else
-        ptx::tma_store_wait_read();
+      pend.flush<2>(Tr::kWgStage, panel(), p.dq_order > 0, rank);
+      // Deterministic slices: this key block's additions complete before the next key block's
+      // add to the same rows (bulk reductions are not ordered among themselves); ordered
+      // mode: the counter steps; either way the tiles are read before the next key block's
+      // loads overwrite the stages.
+      pend.settle(p.dq_order > 0, p.dq_split > 0);
     }
     __syncthreads();
   }

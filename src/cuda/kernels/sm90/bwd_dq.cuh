@@ -1,0 +1,112 @@
+// The sm90 backward's dQ path after the tiles: a query block's dQ, written to shared memory
+// by the consumer threads, is added to the fp32 workspace by bulk reductions that thread 0
+// issues after the next barrier ("flush"), and completed before the tile's memory is written
+// again ("settle"). Between them, the tile's destination waits in shared memory (`pending`,
+// 48 bytes), so that no register stays live for it across the query loop:
+//   [0, 8)   the workspace address of the first panel's rows
+//   [8, 12)  bytes per panel (0: nothing pending), [12, 16) the tile's shared address
+//   [16, 24) ordered mode: the block's counter (BwdParams::dq_sem), [24, 28) its query block
+//   [32, 40) ordered mode: the counter to step once the issued reductions are complete (0: none)
+// Ordered mode (BwdParams::dq_order > 0) makes deterministic dQ in one workspace slice: the
+// flush waits until the block's counter equals the CTA's rank among the block's adders, and
+// the settle, once the reductions are complete, steps the counter (a release) for the next.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/kernels/bwd_params.hpp"
+#include "cuda/parts/bwd_rows.cuh"
+
+namespace flashcore::cuda {
+
+struct DqPending {
+  uint32_t at;  // shared address of the 48 bytes
+
+  __device__ __forceinline__ void clear() const {
+    ptx::sts32(at + 8, 0);
+    ptx::sts64(at + 32, make_uint2(0, 0));
+  }
+  // The tile of query block mb at shared `src` goes to `dst` (ordered mode: after the adders
+  // before this CTA on `sem`).
+  __device__ __forceinline__ void set(const float* dst, uint32_t bytes, uint32_t src, const unsigned* sem,
+                                      int mb) const {
+    const uint64_t a = reinterpret_cast<uint64_t>(dst), s = reinterpret_cast<uint64_t>(sem);
+    ptx::sts64(at, make_uint2(uint32_t(a), uint32_t(a >> 32)));
+    ptx::sts64(at + 8, make_uint2(bytes, src));
+    ptx::sts64(at + 16, make_uint2(uint32_t(s), uint32_t(s >> 32)));
+    ptx::sts32(at + 24, uint32_t(mb));
+  }
+  // Thread 0, after a barrier that follows every thread's stores to the tile and their fence
+  // into the async proxy: kPanels reductions, panel i from the tile + i src_step to the
+  // workspace at dst + i panel floats, as one bulk group. rank(mb): this CTA's rank among the
+  // adders of query block mb (computed here, where no wgmma is in flight: next to the
+  // products' accumulators, the arithmetic made ptxas fence their registers).
+  template <int kPanels, class Rank>
+  __device__ __forceinline__ void flush(uint32_t src_step, int64_t panel, bool ordered, const Rank& rank_of) const {
+    const uint2 bs = ptx::lds64(at + 8);
+    const uint32_t bytes = bs.x, src = bs.y;
+    if (bytes == 0) return;
+    const uint2 a = ptx::lds64(at);
+    float* const dst = reinterpret_cast<float*>(uint64_t(a.x) | uint64_t(a.y) << 32);
+    if (ordered) {
+      const uint2 s = ptx::lds64(at + 16);
+      const unsigned* sem = reinterpret_cast<const unsigned*>(uint64_t(s.x) | uint64_t(s.y) << 32);
+      const uint32_t rank = rank_of(int(ptx::lds32(at + 24)));
+      while (ptx::ld_acquire_gpu(sem) != rank) __nanosleep(64);
+      ptx::fence_proxy_async_global();  // the earlier adders' sums, before this CTA's reductions
+      ptx::sts64(at + 32, s);
+    }
+#pragma unroll
+    for (int i = 0; i < kPanels; ++i) ptx::bulk_reduce_add_f32(dst + i * panel, src + i * src_step, bytes);
+    ptx::tma_store_commit();
+    ptx::sts32(at + 8, 0);
+  }
+  // Thread 0, before the tile's memory is written again: the flushed reductions have read it;
+  // ordered mode: they are complete, and the block's counter steps to the next adder.
+  // `complete`: wait for the writes too (deterministic slices between key blocks).
+  __device__ __forceinline__ void settle(bool ordered, bool complete) const {
+    if (!ordered) {
+      if (complete)
+        ptx::tma_store_wait();
+      else
+        ptx::tma_store_wait_read();
+      return;
+    }
+    const uint2 s = ptx::lds64(at + 32);
+    if ((s.x | s.y) == 0) {
+      ptx::tma_store_wait_read();
+      return;
+    }
+    ptx::tma_store_wait();
+    ptx::fence_proxy_async_global();
+    ptx::red_release_gpu_add(reinterpret_cast<unsigned*>(uint64_t(s.x) | uint64_t(s.y) << 32), 1u);
+    ptx::sts64(at + 32, make_uint2(0, 0));
+  }
+};
+
+// Ordered mode's walk and ranks for key block n of a sequence (band, Sq) with query blocks
+// [qb.lo, qb.hi) and N key blocks: where the walk starts, and the CTA's rank among the adders
+// of query block mb (kernels/bwd_params.hpp: dq_order).
+template <int kBlockM, int kBlockN>
+struct DqOrder {
+  int order, n, nblocks;  // nblocks: N
+  // The first query block of the walk: cyclic order, block lo + n M / N.
+  __device__ __forceinline__ int first(const QueryBlocks& qb) const {
+    return order == 1 ? qb.lo + int(int64_t(n) * (qb.hi - qb.lo) / nblocks) : qb.lo;
+  }
+  __device__ __forceinline__ uint32_t rank(const Band32& band, const QueryBlocks& qb, int mb) const {
+    if (order == 1) {  // the last CTA starting at or before mb: ceil((m + 1) N / M) - 1
+      const int64_t m = mb - qb.lo, blocks = qb.hi - qb.lo;
+      const int last = min(nblocks - 1, int(((m + 1) * nblocks + blocks - 1) / blocks) - 1);
+      return uint32_t((last - n + nblocks) % nblocks);
+    }
+    // Banded: the last key block whose first query block is at or before mb.
+    const int64_t num = int64_t(mb + 1) * kBlockM + band.offset + band.right;
+    const int last = min(nblocks - 1, int((num + kBlockN - 1) / kBlockN) - 1);
+    return uint32_t(last - n);
+  }
+};
+
+}  // namespace flashcore::cuda
