@@ -307,9 +307,8 @@ BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdIns
 
 int deterministic_order(const BwdInstanceInfo& i, int64_t window_left, int64_t window_right, int64_t key_blocks,
                         int slots) {
-  if (i.arch != 90 || key_blocks > slots) return 0;
-  if (window_right >= 0) return 2;
-  return window_left < 0 ? 1 : 0;
+  if (i.arch != 90) return 0;
+  return window_left < 0 && window_right < 0 && key_blocks <= slots ? 1 : 2;
 }
 
 int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots) {

@@ -219,11 +219,11 @@ BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdIns
 int deterministic_splits(int64_t items, int64_t key_blocks, int64_t most, int slots);
 
 // Deterministic mode in one dQ slice, added in a fixed order (kernels/bwd_params.hpp:
-// dq_order): 1 (cyclic walk) where no band limits a query's keys, 2 (in-order walk) where the
-// band has a right edge (causal among them); on bwd_sm90 rows only, and only while the key
-// blocks of one (sequence, KV head) fit the device's CTA slots at once (slots: SMs times the
-// row's CTAs per SM), since a CTA may wait on a later one. 0: the slices of
-// deterministic_splits (a left edge alone, the sm80 family, longer sequences).
+// dq_order), on bwd_sm90 rows: 1 (the cyclic walk) where no band limits a query's keys and
+// the key blocks of one (sequence, KV head) fit the device's CTA slots at once (slots: SMs
+// times the row's CTAs per SM; a CTA may wait on one launched after it), else 2 (the in-order
+// walk, launched last key block first: a CTA waits only on CTAs launched before it). 0 (the
+// slices of deterministic_splits): the sm80 family.
 int deterministic_order(const BwdInstanceInfo& i, int64_t window_left, int64_t window_right, int64_t key_blocks,
                         int slots);
 

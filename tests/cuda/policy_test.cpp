@@ -453,8 +453,8 @@ TEST(CudaPolicy, BackwardKernel) {
   }
 }
 
-// Deterministic mode in one slice: on sm90 rows, by the band's shape, while a sequence's key
-// blocks fit the CTA slots; else the slices.
+// Deterministic mode in one slice on sm90 rows: the cyclic walk without a band while a
+// sequence's key blocks fit the CTA slots, else in order; the sm80 rows: slices.
 TEST(CudaPolicy, DeterministicOrder) {
   const BwdInstanceInfo *h90 = nullptr, *h80 = nullptr;
   for (const BwdInstanceInfo& i : kBwd) {
@@ -465,9 +465,10 @@ TEST(CudaPolicy, DeterministicOrder) {
   ASSERT_NE(h80, nullptr);
   EXPECT_EQ(deterministic_order(*h90, -1, -1, 128, 132), 1);   // no band: the cyclic walk
   EXPECT_EQ(deterministic_order(*h90, -1, 0, 128, 132), 2);    // causal: in order
+  EXPECT_EQ(deterministic_order(*h90, -1, 0, 1000, 132), 2);   // (in order at any length)
   EXPECT_EQ(deterministic_order(*h90, 100, 20, 132, 132), 2);  // a window with a right edge
-  EXPECT_EQ(deterministic_order(*h90, 100, -1, 16, 132), 0);   // a left edge alone: slices
-  EXPECT_EQ(deterministic_order(*h90, -1, -1, 133, 132), 0);   // more key blocks than slots
+  EXPECT_EQ(deterministic_order(*h90, 100, -1, 16, 132), 2);   // a left edge alone
+  EXPECT_EQ(deterministic_order(*h90, -1, -1, 133, 132), 2);   // more key blocks than slots
   EXPECT_EQ(deterministic_order(*h80, -1, -1, 16, 132), 0);    // the sm80 family: slices
 }
 

@@ -47,13 +47,14 @@ struct BwdParams {
   int64_t dq_split = 0;  // floats between slices; 0 when all CTAs add into slice 0
   // Deterministic mode in one slice (bwd_sm90, dq_order > 0): the CTAs of a (sequence, head)
   // add each query block's dQ in a fixed order, CTA by CTA, counted by dq_sem[(b H + h)
-  // sem_mblocks + query block] (zeroed before the main kernel). dq_order 1 (no band): CTA n
-  // walks the query blocks cyclically from block n M / N (M query blocks, N key blocks), and
-  // a block's adders come in descending n from the last CTA that starts at or before it;
-  // 2 (a band with a right edge, causal among them): CTA n walks its blocks in order, and a
-  // block's adders come in descending n. Either way a CTA waits only on CTAs that reached the
-  // block earlier in their walks, which holds without deadlock while every CTA of a (sequence,
-  // KV head) is resident at once (the backend's condition: key blocks <= CTA slots).
+  // sem_mblocks + query block] (zeroed before the main kernel). dq_order 1 (no band, while
+  // every CTA of a (sequence, KV head) is resident at once): CTA n walks the query blocks
+  // cyclically from block n M / N (M query blocks, N key blocks), and a block's adders come in
+  // descending n from the last CTA that starts at or before it; each waits on one that reached
+  // the block earlier in its walk, and the wrap (CTA N - 1 on CTA 0) needs the residency.
+  // 2: CTA n walks its blocks in order, CTA N - 1 - blockIdx.x (the last key block first),
+  // and a block's adders come in descending n: a CTA waits only on CTAs launched before it;
+  // with a right edge to the band (causal) on one that reached the block earlier in its walk.
   unsigned* dq_sem = nullptr;
   int sem_mblocks = 0;
   int dq_order = 0;

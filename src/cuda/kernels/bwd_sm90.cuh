@@ -20,10 +20,12 @@
 // blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at c ^ (r %
 // 8)), the layout wgmma's SW128 descriptors read; the copies write it directly.
 // Two barriers per query block: (A) the block's tiles have landed (and every warpgroup is done
-// with the previous block's dS^T), (B) dS^T is complete. Deterministic mode as bwd_sm80's:
-// p.dq_split > 0, a CTA walks key blocks cta, cta + key_ctas, ... into its own dQ slice.
-// Parts: bwd90_scores (S^T, dP^T), bwd90_accumulate (dV, dK), bwd90_store_ds, bwd90_dq; the
-// CTA body (bwd_sm90_cta) walks key blocks and query blocks and owns the barriers.
+// with the previous block's dS^T), (B) dS^T is complete. Deterministic mode: the query
+// blocks' dQ added in a fixed order into the one slice (p.dq_order > 0, sm90/bwd_dq.cuh), or
+// as bwd_sm80's (p.dq_split > 0: a CTA walks key blocks cta, cta + key_ctas, ... into its
+// own dQ slice). Parts: bwd90_scores (S^T, dP^T), bwd90_accumulate (dV, dK), bwd90_store_ds,
+// bwd90_dq, the dQ tile's flush (sm90/bwd_dq.cuh); the CTA body (bwd_sm90_cta) walks key
+// blocks and query blocks and owns the barriers. Head dims above 128: bwd_sm90_wide.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -136,11 +138,11 @@ __device__ __forceinline__ void bwd90_store_ds(uint32_t (&da)[Tr::kPK][4], const
 // first column / 4 + t / 2) plus 8 (t % 2) bytes; as rows are 128-byte aligned, XOR-ing that
 // address with key << 4 swizzles the chunk (bits 4..6). The first pass's wait also
 // completes dV's and dK's MMAs, whose registers (their A operands and accumulators) stay live
-// up to it.
-template <class Tr, typename T>
+// up to it; `in_flight` runs before that wait, while the products run.
+template <class Tr, typename T, class InFlight>
 __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_ds, uint64_t d_kn,
                                          uint32_t (&pa)[Tr::kPK][4], uint32_t (&da)[Tr::kPK][4],
-                                         float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4]) {
+                                         float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4], const InFlight& in_flight) {
 #pragma unroll
   for (int pass = 0; pass < Tr::kDqCols / 64; ++pass) {
     float acc[8][4];
@@ -152,6 +154,7 @@ __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_
       ptx::wgmma_ss_tt<64, T>(acc, ptx::desc_add(d_ds, kk * 16 * 128),
                               ptx::desc_add(d_kn, pass * Tr::kBlockN * 128 + kk * 16 * 128), 1);
     ptx::wgmma_commit();
+    if (pass == 0) in_flight();
     ptx::wgmma_wait<0>();
     if (pass == 0) {
       ptx::fence_regs(pa);
@@ -170,7 +173,9 @@ __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_
 }
 
 // The kernel's body: one CTA's key blocks.
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+// kOrdered: deterministic mode in one slice (BwdParams::dq_order > 0; a template argument, so
+// that the default mode's loop is compiled without the ordered walk's state).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
 __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   using Op = MmaOps<T>;
@@ -179,16 +184,17 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   unsigned char* const smem = smem_raw + (base - ptx::smem_addr(smem_raw));
-  const int hk = blockIdx.y, b = blockIdx.z, cta = blockIdx.x;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  // (ordered mode's in-order walk: the last key block first, as its adders come in descending n)
+  const int cta = kOrdered && p.dq_order == 2 ? p.key_ctas - 1 - int(blockIdx.x) : int(blockIdx.x);
   const SeqInfo seq = seq_info(p.f, b);
   const Band32 band{p.f.window_left, p.f.window_right, seq.sk - seq.sq, seq.sk};
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int key = wg * 64 + warp * 16 + g;  // this lane's key rows in the CTA's block: key, key + 8
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
   const DqPending pend{base + Tr::kOffPending};
-  const bool ordered = p.dq_order > 0;
   if (tid == 0) pend.clear();
-  const int h0 = hk * p.f.group, h_end = h0 + p.f.group, nblocks = (seq.sk + kBlockN - 1) / kBlockN;
+  const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
   // N- / M-major operands (LBO: the next column block, SBO: the next 8 rows of K): k-step
@@ -220,8 +226,8 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     const int n0 = n * kBlockN;
     const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n0);
     const bool any = qb.hi > qb.lo && h0 < h_end;  // (a group of no query heads sees nothing)
-    const DqOrder<kBlockM, kBlockN> ord{p.dq_order, n, nblocks};
-    const int mb_first = ord.first(qb);
+    const DqOrder<kBlockM, kBlockN> ord{kOrdered ? p.dq_order : 0, n, (seq.sk + kBlockN - 1) / kBlockN};
+    const int mb_first = kOrdered ? ord.first(qb) : qb.lo;
     const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
       const int64_t row = seq.k_row0 + n0;
@@ -243,9 +249,10 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
-      if (tid == 0) pend.flush<1>(0, 0, ordered, rank);  // the previous block's dQ
-      const int mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;  // (the walk wraps: ordered mode's cyclic start)
-      const int h_next = mb_next == mb_first ? h + 1 : h;
+      if (tid == 0) pend.flush<1>(0, 0, kOrdered, rank);  // the previous block's dQ
+      // (ordered mode's cyclic walk wraps at qb.hi and ends where it started)
+      const bool last_m = kOrdered ? (mb + 1 == qb.hi ? qb.lo : mb + 1) == mb_first : mb + 1 == qb.hi;
+      const int h_next = last_m ? h + 1 : h, mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;
       const bool more = h_next < h_end;
       if (more) load_q(h_next, mb_next * kBlockM, buf ^ 1);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
@@ -287,7 +294,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       bwd90_store_ds<Tr, Op>(da, s, base + Tr::kOffDs + key * 128 + 4 * t, g);
       bwd90_accumulate<Tr, T>(dk, da, base + q_off);
       ptx::fence_proxy_async();                 // dS^T's stores, seen by wgmma's reads
-      if (tid == 0) pend.settle(ordered, false);  // the dQ tile was read (flushed after (A))
+      if (tid == 0) pend.settle();  // the dQ tile was read (flushed after (A))
       __syncthreads();                          // (B)
 
       const int r = warp * 16 + g;
@@ -295,10 +302,12 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
       const int64_t qrow0 = (seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0 + m0;
       const uint32_t key8 = uint32_t(qrow0 + r) & 7u;
       bwd90_dq<Tr, T>(base + Tr::kOffDq + r * kHeadDim * 4 + wg * Tr::kDqCols * 4 + t * 8, key8, d_ds, d_kn, pa, da,
-                      dk, dv);
+                      dk, dv, [&] {
+                        if (kOrdered && tid == 0) pend.release();  // (the previous block's dQ; behind the products)
+                      });
       if (tid == 0)
         pend.set(dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4), base + Tr::kOffDq,
-                 ordered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
+                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
                  mb);
       ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reduction
       h = h_next;
@@ -312,22 +321,19 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     __syncthreads();  // the next key block's loads overwrite K, V; the last dQ tile is stored
     if (tid == 0) {
-      pend.flush<1>(0, 0, ordered, rank);
-      // Deterministic slices: this key block's dQ additions complete before the next key
-      // block's add to the same rows of the slice (bulk reductions are not ordered among
-      // themselves); ordered mode: the counter steps.
-      pend.settle(ordered, p.dq_split > 0);
+      pend.flush<1>(0, 0, kOrdered, rank);
+      pend.finish(kOrdered, p.dq_split > 0, false);  // (the next tile write waits at (B))
     }
   }
   if (tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
 __global__ void __launch_bounds__(BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
                                   BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kCtasPerSm)
     bwd_sm90_kernel(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  bwd_sm90_cta<T, kHeadDim, kBlockM, kBlockN, kStages>(p);
+  bwd_sm90_cta<T, kHeadDim, kBlockM, kBlockN, kStages, kOrdered>(p);
 #endif
 }
 
@@ -339,9 +345,10 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
     return launch_bwd_sm90_wide<T, kHeadDim, kBlockM, kBlockN, kStages>(p, stream);
   } else {
     using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-    auto kernel = bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
-    static std::atomic<uint64_t> smem_done{0};
-    const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
+    auto kernel = p.dq_order > 0 ? bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>
+                                 : bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>;
+    static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
+    const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done[p.dq_order > 0]);
     if (e != cudaSuccess) return e;
     const dim3 grid(p.key_ctas, p.kv_heads, p.f.batch);
     kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);

@@ -109,7 +109,8 @@ __device__ __forceinline__ void bwd90w_store_half(const float (&x)[Tr::kMF][4], 
 }
 
 // The kernel's body: one CTA's key blocks.
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+// kOrdered: deterministic mode in one slice (as bwd_sm90_cta's).
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
 __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   constexpr int kMF = Tr::kMF, kOF = Tr::kOF;
@@ -117,7 +118,9 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   unsigned char* const smem = smem_raw + (base - ptx::smem_addr(smem_raw));
-  const int hk = blockIdx.y, b = blockIdx.z, cta = blockIdx.x;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  // (ordered mode's in-order walk: the last key block first, as its adders come in descending n)
+  const int cta = kOrdered && p.dq_order == 2 ? p.key_ctas - 1 - int(blockIdx.x) : int(blockIdx.x);
   const SeqInfo seq = seq_info(p.f, b);
   const Band32 band{p.f.window_left, p.f.window_right, seq.sk - seq.sq, seq.sk};
   const int tid = threadIdx.x, wg = tid / 128, warp = tid % 128 / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -127,7 +130,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
   const auto panel = [&] { return int64_t(p.nb) * p.f.heads * p.rows_q * Tr::kWgCols; };
   const DqPending pend{base + Tr::kOffPending};
   if (tid == 0) pend.clear();
-  const int h0 = hk * p.f.group, h_end = h0 + p.f.group, nblocks = (seq.sk + kBlockN - 1) / kBlockN;
+  const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major: k-step ks reads 32 bytes of column block ks / 4. N- / MN-major
   // (LBO: the next column block, SBO: the next 8 rows): a k-step adds 16 rows.
@@ -160,8 +163,8 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     const int n0 = n * kBlockN;
     const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n0);
     const bool any = qb.hi > qb.lo && h0 < h_end;
-    const DqOrder<kBlockM, kBlockN> ord{p.dq_order, n, nblocks};
-    const int mb_first = ord.first(qb);
+    const DqOrder<kBlockM, kBlockN> ord{kOrdered ? p.dq_order : 0, n, (seq.sk + kBlockN - 1) / kBlockN};
+    const int mb_first = kOrdered ? ord.first(qb) : qb.lo;
     const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
       const int64_t row = seq.k_row0 + n0;
@@ -183,9 +186,10 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
-      if (tid == 0) pend.flush<2>(Tr::kWgStage, panel(), p.dq_order > 0, rank);  // the previous block's dQ (in the other stage)
-      const int mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;  // (the walk wraps: ordered mode's cyclic start)
-      const int h_next = mb_next == mb_first ? h + 1 : h;
+      if (tid == 0) pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);  // the previous block's dQ (in the other stage)
+      // (ordered mode's cyclic walk wraps at qb.hi and ends where it started)
+      const bool last_m = kOrdered ? (mb + 1 == qb.hi ? qb.lo : mb + 1) == mb_first : mb + 1 == qb.hi;
+      const int h_next = last_m ? h + 1 : h, mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t stage = base + Tr::kOffStage + buf * Tr::kStage;
       const uint32_t do0 = Tr::kWgBlocks * Tr::kCb;  // dO's blocks after Q's in each half
@@ -222,16 +226,13 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
       }
       bwd90w_store_half<Tr, T>(s, row_ds, wg * (Tr::kQw / 8), g);
       ptx::fence_proxy_async();                  // P^T's and dS^T's stores, seen by wgmma's reads
-      if (tid == 0) pend.settle(p.dq_order > 0, false);  // the other stage's dQ was read (flushed after (A))
+      if (tid == 0) pend.settle();  // the other stage's dQ was read (flushed after (A))
       __syncthreads();                           // (B)
       if (h_next < h_end) load_q(h_next, mb_next * kBlockM, buf ^ 1);
 
       // dV += P^T dO, dK += dS^T Q (this warpgroup's columns), dQ = dS K (the same columns).
       const uint32_t half = stage + wg * Tr::kWgStage;
       const uint64_t d_qn = ptx::desc_sw128(half, Tr::kCb, 1024), d_don = ptx::desc_sw128(half + do0, Tr::kCb, 1024);
-      float dq[kOF][4];
-#pragma unroll
-      for (int i = 0; i < kOF; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
       ptx::wgmma_fence();
 #pragma unroll
       for (int pk = 0; pk < Tr::kPK; ++pk)
@@ -239,6 +240,14 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
 #pragma unroll
       for (int pk = 0; pk < Tr::kPK; ++pk)
         ptx::wgmma_ss_bt<Tr::kWgCols, T>(dk, ptx::desc_add(d_ds, pk * 32), ptx::desc_add(d_qn, pk * 16 * 128), 1);
+      ptx::wgmma_commit();
+      // (ordered mode: the previous block's dQ, behind dV's and dK's products, before dQ's
+      // accumulators take their registers)
+      if (kOrdered && tid == 0) pend.release();
+      float dq[kOF][4];
+#pragma unroll
+      for (int i = 0; i < kOF; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+      ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Tr::kKK; ++kk)
         ptx::wgmma_ss_tt<Tr::kWgCols, T>(dq, ptx::desc_add(d_dsn, kk * 16 * 128), ptx::desc_add(d_kn, kk * 16 * 128), 1);
@@ -260,8 +269,9 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
           ptx::sts64((row_q + hf * 8 * Tr::kWgCols * 4 + nf * 32) ^ (key8 << 4),
                      make_uint2(__float_as_uint(dq[nf][2 * hf]), __float_as_uint(dq[nf][2 * hf + 1])));
       if (tid == 0)
-        pend.set(p.dq_acc + int64_t(cta) * p.dq_split + qrow0 * Tr::kWgCols, uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4), stage,
-                 p.dq_order > 0 ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
+        pend.set(p.dq_acc + int64_t(blockIdx.x) * p.dq_split + qrow0 * Tr::kWgCols,
+                 uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4), stage,
+                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
                  mb);
       ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reductions
       h = h_next;
@@ -275,30 +285,27 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     __syncthreads();  // the last block's dQ tiles are stored
     if (tid == 0) {
-      pend.flush<2>(Tr::kWgStage, panel(), p.dq_order > 0, rank);
-      // Deterministic slices: this key block's additions complete before the next key block's
-      // add to the same rows (bulk reductions are not ordered among themselves); ordered
-      // mode: the counter steps; either way the tiles are read before the next key block's
-      // loads overwrite the stages.
-      pend.settle(p.dq_order > 0, p.dq_split > 0);
+      pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);
+      pend.finish(kOrdered, p.dq_split > 0, true);  // (the next key block's loads overwrite the stages)
     }
     __syncthreads();
   }
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
 __global__ void __launch_bounds__(256, 1) bwd_sm90_wide_kernel(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  bwd_sm90_wide_cta<T, kHeadDim, kBlockM, kBlockN, kStages>(p);
+  bwd_sm90_wide_cta<T, kHeadDim, kBlockM, kBlockN, kStages, kOrdered>(p);
 #endif
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_bwd_sm90_wide(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  auto kernel = bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  static std::atomic<uint64_t> smem_done{0};
-  const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
+  auto kernel = p.dq_order > 0 ? bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>
+                               : bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>;
+  static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
+  const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done[p.dq_order > 0]);
   if (e != cudaSuccess) return e;
   const dim3 grid(p.key_ctas, p.kv_heads, p.f.batch);
   kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);

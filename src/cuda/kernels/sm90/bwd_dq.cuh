@@ -1,6 +1,6 @@
 // The sm90 backward's dQ path after the tiles: a query block's dQ, written to shared memory
 // by the consumer threads, is added to the fp32 workspace by bulk reductions that thread 0
-// issues after the next barrier ("flush"), and completed before the tile's memory is written
+// issues after the next barrier ("flush"), and read before the tile's memory is written
 // again ("settle"). Between them, the tile's destination waits in shared memory (`pending`,
 // 48 bytes), so that no register stays live for it across the query loop:
 //   [0, 8)   the workspace address of the first panel's rows
@@ -9,7 +9,9 @@
 //   [32, 40) ordered mode: the counter to step once the issued reductions are complete (0: none)
 // Ordered mode (BwdParams::dq_order > 0) makes deterministic dQ in one workspace slice: the
 // flush waits until the block's counter equals the CTA's rank among the block's adders, and
-// the settle, once the reductions are complete, steps the counter (a release) for the next.
+// "release", once the reductions are complete, steps the counter for the next adder. Thread
+// 0 calls it while its warpgroup's products of the next block run, so that its wait for the
+// reductions' completion hides behind them rather than holding a barrier.
 #pragma once
 
 #include <cstdint>
@@ -63,26 +65,29 @@ struct DqPending {
     ptx::tma_store_commit();
     ptx::sts32(at + 8, 0);
   }
-  // Thread 0, before the tile's memory is written again: the flushed reductions have read it;
-  // ordered mode: they are complete, and the block's counter steps to the next adder.
-  // `complete`: wait for the writes too (deterministic slices between key blocks).
-  __device__ __forceinline__ void settle(bool ordered, bool complete) const {
-    if (!ordered) {
-      if (complete)
-        ptx::tma_store_wait();
-      else
-        ptx::tma_store_wait_read();
-      return;
-    }
+  // Thread 0, before the tile's memory is written again: the flushed reductions have read it.
+  __device__ __forceinline__ void settle() const { ptx::tma_store_wait_read(); }
+  // Thread 0, ordered mode: once the flushed reductions are complete, the block's counter
+  // steps to the next adder (nothing when none is waiting for it).
+  __device__ __forceinline__ void release() const {
     const uint2 s = ptx::lds64(at + 32);
-    if ((s.x | s.y) == 0) {
-      ptx::tma_store_wait_read();
-      return;
-    }
+    if ((s.x | s.y) == 0) return;
     ptx::tma_store_wait();
     ptx::fence_proxy_async_global();
     ptx::red_release_gpu_add(reinterpret_cast<unsigned*>(uint64_t(s.x) | uint64_t(s.y) << 32), 1u);
     ptx::sts64(at + 32, make_uint2(0, 0));
+  }
+  // Thread 0, after the last flush of a key block: released (ordered mode), complete
+  // (`complete`: deterministic slices, whose next key block adds to the same rows; bulk
+  // reductions are not ordered among themselves), or read (`read`: the tile's memory is
+  // written next, with no barrier's settle before it).
+  __device__ __forceinline__ void finish(bool ordered, bool complete, bool read) const {
+    if (ordered)
+      release();
+    else if (complete)
+      ptx::tma_store_wait();
+    else if (read)
+      ptx::tma_store_wait_read();
   }
 };
 
@@ -92,19 +97,22 @@ struct DqPending {
 template <int kBlockM, int kBlockN>
 struct DqOrder {
   int order, n, nblocks;  // nblocks: N
-  // The first query block of the walk: cyclic order, block lo + n M / N.
+  // The first query block of the walk: cyclic order, block lo + n M / N. (32-bit arithmetic:
+  // blocks of a sequence number less than 2^16.)
   __device__ __forceinline__ int first(const QueryBlocks& qb) const {
-    return order == 1 ? qb.lo + int(int64_t(n) * (qb.hi - qb.lo) / nblocks) : qb.lo;
+    return order == 1 ? qb.lo + n * (qb.hi - qb.lo) / nblocks : qb.lo;
   }
   __device__ __forceinline__ uint32_t rank(const Band32& band, const QueryBlocks& qb, int mb) const {
     if (order == 1) {  // the last CTA starting at or before mb: ceil((m + 1) N / M) - 1
-      const int64_t m = mb - qb.lo, blocks = qb.hi - qb.lo;
-      const int last = min(nblocks - 1, int(((m + 1) * nblocks + blocks - 1) / blocks) - 1);
+      const int m = mb - qb.lo, blocks = qb.hi - qb.lo;
+      const int last = min(nblocks - 1, ((m + 1) * nblocks + blocks - 1) / blocks - 1);
       return uint32_t((last - n + nblocks) % nblocks);
     }
-    // Banded: the last key block whose first query block is at or before mb.
-    const int64_t num = int64_t(mb + 1) * kBlockM + band.offset + band.right;
-    const int last = min(nblocks - 1, int((num + kBlockN - 1) / kBlockN) - 1);
+    // In order: the last key block whose first query block is at or before mb (with no right
+    // edge to the band, every key block's walk starts at block 0).
+    if (band.right < 0) return uint32_t(nblocks - 1 - n);
+    const int num = (mb + 1) * kBlockM + band.offset + band.right;
+    const int last = min(nblocks - 1, (num + kBlockN - 1) / kBlockN - 1);
     return uint32_t(last - n);
   }
 };
