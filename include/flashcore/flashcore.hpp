@@ -203,8 +203,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 // 256, 16-byte aligned rows of q, k, v, out and dout): the workspace comes from the library's
 // per-device stream-ordered pool and goes back in stream order: nb H rows_q (8 + 4 hd) bytes
 // (nb = B, or 1 for varlen; rows_q = Sq or the packed rows; hd = D rounded up to 64, 96, 128
-// or 256), the dq sums times the number of dq slices in deterministic mode (one per CTA
-// along the keys, at most 1 GiB of them; docs/cuda.md). Varlen cu_seqlens as for attention
+// or 256), the dq sums times the number of dq slices in deterministic mode on the sm80
+// family (one per CTA along the keys, at most 1 GiB of them; on Hopper's rows one slice and a
+// 4-byte counter per 64 query rows and head; docs/cuda.md). Varlen cu_seqlens as for attention
 // (copied to the host unless max_seqlen_q/k are given). Runs asynchronously on params.stream.
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
