@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "common/attention_fixture.hpp"
+#include "core/dtype.hpp"
 #include "common/test_util.hpp"
 #include "cpu/dispatch/dispatch.hpp"
 
@@ -379,7 +381,8 @@ TEST(Attention, DecodeShapesRunTheRowOps) {
 }
 
 // Every row-op set of the build against plain loops: odd sizes, lanes beyond one vector,
-// strided rows, accumulation into a poisoned-border output.
+// strided rows, accumulation into a poisoned-border output; the bf16-row forms where a set
+// has them, bit for bit against its fp32 form on the same (bf16-rounded) values.
 TEST(RowOps, MatchLoops) {
   Rng rng;
   FC_TRACE_SEED(rng);
@@ -390,10 +393,12 @@ TEST(RowOps, MatchLoops) {
       continue;
     }
     SCOPED_TRACE(ops.key);
+    for (bool bf16 : {false, true})
     for (auto [kc, d, mq] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 3},
                              {9, 128, 1}, {17, 64, 16}, {33, 80, 17}, {256, 7, 40},
                              {40, 130, 2}, {15, 256, 8}, {100, 33, 5}}) {
-      SCOPED_TRACE("kc " + std::to_string(kc) + " d " + std::to_string(d) + " mq " + std::to_string(mq));
+      SCOPED_TRACE(std::string(bf16 ? "bf16 rows " : "") + "kc " + std::to_string(kc) + " d " + std::to_string(d) +
+                   " mq " + std::to_string(mq));
       const int64_t xs = d + 5, n = d + 3, vs = n + 2, ldo = n + 4, ldt = mq + 3, ldp = mq + 2;
       std::vector<float> x(size_t(kc * xs)), y(size_t(d * mq)), q(size_t(mq * d)), v(size_t(kc * vs)),
           pm(size_t(kc * ldp)), t(size_t(kc * ldt), std::nanf("")), o(size_t(mq * ldo), std::nanf(""));
@@ -406,8 +411,27 @@ TEST(RowOps, MatchLoops) {
       for (int64_t i = 0; i < mq; ++i)
         for (int64_t e = 0; e < d; ++e) q[size_t(i * d + e)] = y[size_t(e * mq + i)];
       std::vector<float> o0 = o;
-      ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
-      ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o.data(), ldo);
+      // (bf16 rows: the same values rounded to bf16, the fp32 form's results bit for bit)
+      std::vector<uint16_t> xb(x.size()), vb(v.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = fc::core::f32_to_bf16(x[i]);
+      for (size_t i = 0; i < v.size(); ++i) vb[i] = fc::core::f32_to_bf16(v[i]);
+      if (bf16) {
+        if (ops.dot_bf16 == nullptr) continue;
+        for (size_t i = 0; i < x.size(); ++i) x[i] = fc::core::bf16_to_f32(xb[i]);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = fc::core::bf16_to_f32(vb[i]);
+        std::vector<float> t32 = t, o32 = o;
+        ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t32.data(), ldt);
+        ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o32.data(), ldo);
+        ops.dot_bf16(kc, d, xb.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
+        ops.axpy_bf16(kc, mq, pm.data(), ldp, vb.data(), vs, n, o.data(), ldo);
+        for (size_t i = 0; i < t.size(); ++i)
+          ASSERT_TRUE(std::memcmp(&t[i], &t32[i], 4) == 0) << "dot_bf16 differs from dot at " << i;
+        for (size_t i = 0; i < o.size(); ++i)
+          ASSERT_TRUE(std::memcmp(&o[i], &o32[i], 4) == 0) << "axpy_bf16 differs from axpy at " << i;
+      } else {
+        ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
+        ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o.data(), ldo);
+      }
       for (int64_t k = 0; k < kc; ++k)
         for (int64_t i = mq; i < ldt; ++i)
           ASSERT_TRUE(std::isnan(t[size_t(k * ldt + i)])) << "dot wrote k=" << k << " i=" << i;

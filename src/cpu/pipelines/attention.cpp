@@ -455,10 +455,20 @@ bool Attention<Src>::scores(const Block& bl, int64_t j0, int64_t kc, float* t, f
   if (a.rows_mode) {
     thread_local std::vector<float> kconv;
     for (int64_t kvi = 0; kvi < a.kvb; ++kvi) {
+      const auto kr = k_.head(bl.x.b, bl.x.hk + kvi);
+      const float* q = qy(bl.qpack, kvi) + a.mqh * p_.d;
+      if (kr.dtype == DType::bf16 && a.cfg.rows->dot_bf16) {
+        // bf16 rows read in place (widened in registers), a strided run (a page's rows) per call
+        for (int64_t k = 0, n = 0; k < kc; k += n) {
+          n = kr.run_length(j0 + k, kc - k);
+          a.cfg.rows->dot_bf16(n, p_.d, static_cast<const uint16_t*>(kr.row(j0 + k)), kr.stride, q, qy(bl.qpack, kvi),
+                               a.mqh, t + k * a.g.mq + kvi * a.mqh, a.g.mq);
+        }
+        continue;
+      }
       int64_t xs = 0;
-      const float* xr = f32_rows(k_.head(bl.x.b, bl.x.hk + kvi), j0, kc, p_.d, kconv, xs);
-      a.cfg.rows->dot(kc, p_.d, xr, xs, qy(bl.qpack, kvi) + a.mqh * p_.d, qy(bl.qpack, kvi), a.mqh,
-                      t + kvi * a.mqh, a.g.mq);
+      const float* xr = f32_rows(kr, j0, kc, p_.d, kconv, xs);
+      a.cfg.rows->dot(kc, p_.d, xr, xs, q, qy(bl.qpack, kvi), a.mqh, t + kvi * a.mqh, a.g.mq);
     }
   } else {
     // K's blocks: rows of the caller's tensor (k_inplace) or the packed blocks

@@ -63,6 +63,8 @@ struct Rows {
   const void* row(int64_t r) const { return at(base, r * stride, es); }
   // The element stride of rows [r, r + n) as one strided run (always: `stride`).
   int64_t run_stride(int64_t, int64_t) const { return stride; }
+  // How many of rows [r, r + n) form one strided run from r (all of them).
+  int64_t run_length(int64_t, int64_t n) const { return n; }
   // The same rows from column c on.
   Rows columns_from(int64_t c) const { return Rows{at(base, c, es), stride, dtype, es}; }
 };
@@ -83,6 +85,11 @@ struct PagedRows {
   // Rows [r, r + n) are one strided run when they lie in one page; 0 otherwise.
   int64_t run_stride(int64_t r, int64_t n) const {
     return n <= 0 || uint32_t(r) / page == uint32_t(r + n - 1) / page ? stride : 0;
+  }
+  // How many of rows [r, r + n) form one strided run from r: those up to the end of r's page.
+  int64_t run_length(int64_t r, int64_t n) const {
+    const int64_t left = int64_t(page - uint32_t(r) % page);
+    return n < left ? n : left;
   }
   PagedRows columns_from(int64_t c) const {
     return PagedRows{at(base, c, es), table, page_stride, stride, page, dtype, es};

@@ -147,6 +147,12 @@ struct RowOps {
   // (p: key-major probabilities; v: kc value rows)
   void (*axpy)(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, int64_t vs,
                int64_t n, float* o, int64_t ldo);
+  // The same with bf16 rows x / v (their bits; strides in elements), or null: the caller
+  // then converts the rows to fp32 first.
+  void (*dot_bf16)(int64_t kc, int64_t d, const uint16_t* x, int64_t xs, const float* q, const float* y,
+                   int64_t mq, float* t, int64_t ldt);
+  void (*axpy_bf16)(int64_t kc, int64_t mq, const float* p, int64_t ldp, const uint16_t* v, int64_t vs,
+                    int64_t n, float* o, int64_t ldo);
 };
 
 // The kernel lists, expanded into declarations here and into tables in dispatch.

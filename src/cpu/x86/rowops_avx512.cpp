@@ -19,6 +19,11 @@
 // Both prefetch the rows they will read next: in BSHD tensors consecutive keys are a
 // whole row of heads apart (8 KiB for 16 heads x 128 fp32), each on its own page, where
 // the hardware prefetchers do not follow.
+//
+// Each is compiled for fp32 rows and for bf16 rows (dot_bf16, axpy_bf16: a bf16 KV cache or
+// bf16 K and V read in place, widened in registers: 16 bf16 are the upper halves of 16 fp32,
+// one zero-extension and one shift; without them the rows were first converted to an fp32
+// copy, which took twice the time of the products in a bf16 decode).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -34,26 +39,35 @@ namespace v = flashcore::cpu::avx512;
 // Prefetch the `bytes` bytes of a row into L1 (locality 3, prefetcht0) or L2 (2, prefetcht1);
 // prefetch never faults. __builtin_prefetch: GCC's _mm_prefetch wants its own enum type,
 // Clang's is a macro over this builtin.
-template <int kLocality = 3>
-inline void prefetch_row(const float* row, int64_t bytes) {
+template <int kLocality = 3, typename E>
+inline void prefetch_row(const E* row, int64_t bytes) {
   const char* p = reinterpret_cast<const char*>(row);
   for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, kLocality);
 }
+
+// 16 row elements as fp32 (E: float, or uint16_t holding bf16 bits), all or the lanes of m.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const float* p, __mmask16 m) { return v::load(p, m); }
+inline __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+inline __m512 load16(const uint16_t* p) { return widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load16(const uint16_t* p, __mmask16 m) { return widen_bf16(_mm256_maskz_loadu_epi16(m, p)); }
+inline float elem(const float* p) { return *p; }
+inline float elem(const uint16_t* p) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(uint32_t(*p) << 16)))); }
 
 constexpr int64_t kFewQueries = 8;
 constexpr int kDotKeys = 8;
 constexpr int64_t kDotAhead = 2 * kDotKeys;  // rows prefetched this many keys ahead
 
-template <int R>
-inline void dot_keys(int64_t d, const float* x, int64_t xs, const float* y, int64_t mq,
-                     __mmask16 m, float* t, int64_t ldt) {
+template <int R, typename E>
+inline void dot_keys(int64_t d, const E* x, int64_t xs, const float* y, int64_t mq, __mmask16 m, float* t,
+                     int64_t ldt) {
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t e = 0; e < d; ++e) {
     const __m512 ye = v::load(y + e * mq, m);
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * xs + e]), ye, acc[r]);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(elem(x + r * xs + e)), ye, acc[r]);
   }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) v::store(t + r * ldt, m, acc[r]);
@@ -80,9 +94,9 @@ inline __m512 reduce16(__m512 (&a)[16]) {
 }
 
 // Scores of keys [k, k + nk) (nk <= 16) for every query, head dim in the lanes.
-void dot_few(int64_t nk, int64_t d, const float* x, int64_t xs, const float* q, int64_t mq,
-             float* t, int64_t ldt) {
-  const float* xr[16];
+template <typename E>
+void dot_few(int64_t nk, int64_t d, const E* x, int64_t xs, const float* q, int64_t mq, float* t, int64_t ldt) {
+  const E* xr[16];
   for (int r = 0; r < 16; ++r) xr[r] = x + (r < nk ? r : nk - 1) * xs;  // spare lanes: a copy
   const int64_t dfull = d / 16 * 16;
   const __mmask16 tail = v::lanes(d - dfull), keep = v::lanes(nk);
@@ -97,12 +111,12 @@ void dot_few(int64_t nk, int64_t d, const float* x, int64_t xs, const float* q, 
     for (int64_t c = 0; c < dfull; c += 16) {
       const __m512 qc = _mm512_loadu_ps(qi + c);
 #pragma GCC unroll 16
-      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[r] + c), qc, acc[r]);
+      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(load16(xr[r] + c), qc, acc[r]);
     }
     if (tail != 0) {
       const __m512 qc = v::load(qi + dfull, tail);
 #pragma GCC unroll 16
-      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(v::load(xr[r] + dfull, tail), qc, acc[r]);
+      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(load16(xr[r] + dfull, tail), qc, acc[r]);
     }
     const __m512 s = reduce16(acc);
     if (ldt == 1) v::store(t, keep, s);
@@ -110,9 +124,10 @@ void dot_few(int64_t nk, int64_t d, const float* x, int64_t xs, const float* q, 
   }
 }
 
-void dot(int64_t kc, int64_t d, const float* x, int64_t xs, const float* q, const float* y,
-         int64_t mq, float* t, int64_t ldt) {
-  const int64_t row_bytes = d * int64_t(sizeof(float));
+template <typename E>
+void dot(int64_t kc, int64_t d, const E* x, int64_t xs, const float* q, const float* y, int64_t mq, float* t,
+         int64_t ldt) {
+  const int64_t row_bytes = d * int64_t(sizeof(E));
   if (mq <= kFewQueries) {
     for (int64_t k = 0; k < kc; k += 16) {
       for (int64_t r = k + 32; r < k + 48 && r < kc; ++r) prefetch_row(x + r * xs, row_bytes);
@@ -136,9 +151,9 @@ void dot(int64_t kc, int64_t d, const float* x, int64_t xs, const float* q, cons
 constexpr int64_t kAxpyChunk = 32;  // keys per L1 chunk of V rows
 constexpr int kAxpyVecs = 4;        // zmm of value columns per accumulator row
 
-template <int R>
-inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const float* v, int64_t vs,
-                       int64_t n, float* o, int64_t ldo, bool prefetch, int64_t row_bytes) {
+template <int R, typename E>
+inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const E* v, int64_t vs, int64_t n, float* o,
+                       int64_t ldo, bool prefetch, int64_t row_bytes) {
   __mmask16 m[kAxpyVecs];
   __m512 acc[R][kAxpyVecs];
 #pragma GCC unroll 4
@@ -153,7 +168,7 @@ inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const float* v, 
     if (prefetch) prefetch_row<2>(v + (k + kAxpyChunk) * vs, row_bytes);
     __m512 vk[kAxpyVecs];
 #pragma GCC unroll 4
-    for (int c = 0; c < kAxpyVecs; ++c) vk[c] = v::load(v + k * vs + 16 * c, m[c]);
+    for (int c = 0; c < kAxpyVecs; ++c) vk[c] = load16(v + k * vs + 16 * c, m[c]);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512 pk = _mm512_set1_ps(p[k * ldp + r]);
@@ -167,15 +182,16 @@ inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const float* v, 
     for (int c = 0; c < kAxpyVecs; ++c) v::store(o + r * ldo + 16 * c, m[c], acc[r][c]);
 }
 
-void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, int64_t vs,
-          int64_t n, float* o, int64_t ldo) {
-  const int64_t row_bytes = n * int64_t(sizeof(float));
+template <typename E>
+void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const E* v, int64_t vs, int64_t n, float* o,
+          int64_t ldo) {
+  const int64_t row_bytes = n * int64_t(sizeof(E));
   for (int64_t k0 = 0; k0 < kc; k0 += kAxpyChunk) {
     const int64_t kl = kc - k0 < kAxpyChunk ? kc - k0 : kAxpyChunk;
     // Prefetch the next chunk's rows while the first block reads this one, if it exists.
     const bool more = k0 + kAxpyChunk + kl <= kc;
     const float* pk = p + k0 * ldp;
-    const float* vk = v + k0 * vs;
+    const E* vk = v + k0 * vs;
     for (int64_t j0 = 0; j0 < n; j0 += 16 * kAxpyVecs) {
       const int64_t nj = n - j0;
       int64_t i = 0;
@@ -196,6 +212,6 @@ void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, i
 
 }  // namespace
 
-const RowOps rowops_avx512 = {"rowops_avx512", Isa::avx512f, dot, axpy};
+const RowOps rowops_avx512 = {"rowops_avx512", Isa::avx512f, dot<float>, axpy<float>, dot<uint16_t>, axpy<uint16_t>};
 
 }  // namespace flashcore::cpu::ukernels
