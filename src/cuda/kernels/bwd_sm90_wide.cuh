@@ -25,9 +25,7 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 
-#include "cuda/common/launch.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/bwd_params.hpp"
@@ -167,11 +165,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     const int mb_first = kOrdered ? ord.first(qb) : qb.lo;
     const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
-      const int64_t row = seq.k_row0 + n0;
-      const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
-      const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
-      load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffK, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
-      load_tile_sw128<kBlockN, kHeadDim, Tr::kThreads>(base + Tr::kOffV, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
+      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T>(p, seq, hk, n0, base + Tr::kOffK, base + Tr::kOffV, tid);
       load_q(h0, mb_first * kBlockM, 0);  // one commit group: K, V and the first query block
     }
     float dk[kOF][4], dv[kOF][4];
@@ -187,9 +181,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
       ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
       __syncthreads();           // (A)
       if (tid == 0) pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);  // the previous block's dQ (in the other stage)
-      // (ordered mode's cyclic walk wraps at qb.hi and ends where it started)
-      const bool last_m = kOrdered ? (mb + 1 == qb.hi ? qb.lo : mb + 1) == mb_first : mb + 1 == qb.hi;
-      const int h_next = last_m ? h + 1 : h, mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;
+      const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t stage = base + Tr::kOffStage + buf * Tr::kStage;
       const uint32_t do0 = Tr::kWgBlocks * Tr::kCb;  // dO's blocks after Q's in each half
@@ -228,7 +220,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
       ptx::fence_proxy_async();                  // P^T's and dS^T's stores, seen by wgmma's reads
       if (tid == 0) pend.settle();  // the other stage's dQ was read (flushed after (A))
       __syncthreads();                           // (B)
-      if (h_next < h_end) load_q(h_next, mb_next * kBlockM, buf ^ 1);
+      if (next.h < h_end) load_q(next.h, next.mb * kBlockM, buf ^ 1);
 
       // dV += P^T dO, dK += dS^T Q (this warpgroup's columns), dQ = dS K (the same columns).
       const uint32_t half = stage + wg * Tr::kWgStage;
@@ -274,8 +266,8 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
                  kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
                  mb);
       ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reductions
-      h = h_next;
-      mb = mb_next;
+      h = next.h;
+      mb = next.mb;
     }
 
     const int row0 = n0 + key, col0 = wg * Tr::kWgCols + 2 * t;
@@ -302,14 +294,9 @@ __global__ void __launch_bounds__(256, 1) bwd_sm90_wide_kernel(const BwdParams p
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_bwd_sm90_wide(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  auto kernel = p.dq_order > 0 ? bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>
-                               : bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>;
-  static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
-  const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done[p.dq_order > 0]);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(p.key_ctas, p.kv_heads, p.f.batch);
-  kernel<<<grid, Tr::kThreads, Tr::kSmem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_bwd90<bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
+                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
+                                                                                          stream);
 }
 
 }  // namespace flashcore::cuda

@@ -14,8 +14,12 @@
 // reductions' completion hides behind them rather than holding a barrier.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <atomic>
 #include <cstdint>
 
+#include "cuda/common/launch.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/bwd_params.hpp"
@@ -91,6 +95,19 @@ struct DqPending {
   }
 };
 
+// The walk's step from query block mb of head h: the next block (the walk wraps at qb.hi) and
+// head (the next once the walk is back at its first block, mb_first; without the ordered
+// walk's cyclic start, once it passed qb.hi).
+struct WalkStep {
+  int h, mb;
+};
+template <bool kOrdered>
+__device__ __forceinline__ WalkStep bwd90_next(int h, int mb, const QueryBlocks& qb, int mb_first) {
+  const int mb_next = mb + 1 == qb.hi ? qb.lo : mb + 1;
+  const bool last_m = kOrdered ? mb_next == mb_first : mb + 1 == qb.hi;
+  return {last_m ? h + 1 : h, mb_next};
+}
+
 // Ordered mode's walk and ranks for key block n of a sequence (band, Sq) with query blocks
 // [qb.lo, qb.hi) and N key blocks: where the walk starts, and the CTA's rank among the adders
 // of query block mb (kernels/bwd_params.hpp: dq_order).
@@ -116,5 +133,19 @@ struct DqOrder {
     return uint32_t(last - n);
   }
 };
+
+// Launches a bwd_sm90 kernel in the instance of p's mode: kPlain, or kOrdered where
+// p.dq_order > 0 (grid: key CTAs x KV heads x batch entries; each instance opts in to its
+// shared memory once per device).
+template <auto kPlain, auto kOrdered>
+cudaError_t launch_bwd90(const BwdParams& p, int threads, int smem, cudaStream_t stream) {
+  const bool ordered = p.dq_order > 0;
+  auto kernel = ordered ? kOrdered : kPlain;
+  static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
+  const cudaError_t e = opt_in_smem_once(kernel, smem, smem_done[ordered]);
+  if (e != cudaSuccess) return e;
+  kernel<<<dim3(p.key_ctas, p.kv_heads, p.f.batch), threads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
 
 }  // namespace flashcore::cuda

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/kernels/bwd_params.hpp"
 
 namespace flashcore::cuda {
 
@@ -31,6 +32,18 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64
     const bool ok = r < rows && c < cols;
     ptx::cp_async_16(dst + pass * kStep * 128, ok ? src + pass * kStep * stride : g, ok);
   }
+}
+
+// K and V of key block n0 of a (sequence, KV head) into their tiles (kBlockN rows, column
+// blocks of kBlockN x 128 bytes), by kThreads threads.
+template <int kBlockN, int kHeadDim, int kThreads, typename T>
+__device__ __forceinline__ void bwd90_load_kv(const BwdParams& p, const SeqInfo& seq, int hk, int n0, uint32_t k_tile,
+                                              uint32_t v_tile, int tid) {
+  const int64_t row = seq.k_row0 + n0;
+  const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
+  const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
+  load_tile_sw128<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
+  load_tile_sw128<kBlockN, kHeadDim, kThreads>(v_tile, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
 }
 
 }  // namespace flashcore::cuda
