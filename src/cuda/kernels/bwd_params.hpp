@@ -63,6 +63,9 @@ struct BwdParams {
   // (atomic mode: one CTA each), or the deterministic splits (each CTA walks key blocks
   // blockIdx.x, + key_ctas, ... and adds into slice blockIdx.x alone).
   int key_ctas = 1;
+  // bwd_sm90 (its launcher): whole query blocks' Q and dO come by TMA (the maps could be
+  // made: no zero extent); otherwise every block by cp.async.
+  bool q_tma = false;
 };
 
 }  // namespace flashcore::cuda

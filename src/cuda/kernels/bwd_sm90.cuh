@@ -15,10 +15,14 @@
 //
 // One CTA owns kBlockN keys of one (sequence, KV head), 64 per warpgroup (wgmma's M), and
 // keeps their dK and dV in registers while it walks the query blocks that see them, for each
-// query head of the group. Q, dO and their row stats come by cp.async into two buffers (the
-// next block's copies are issued while the current one is computed). Tiles are column
-// blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at c ^ (r %
-// 8)), the layout wgmma's SW128 descriptors read; the copies write it directly.
+// query head of the group. Q and dO come into two buffers (the next block's loads are issued
+// while the current one is computed): a block of kBlockM rows inside its sequence by TMA
+// (thread 0, counted on the stage's mbarrier: the other threads issue no load instructions),
+// a sequence's last, cut block by cp.async with the rows past it zero-filled (so that no row
+// of another sequence, finite or not, meets a masked P^T = 0), as is every block where the
+// maps could not be made; the row stats by cp.async. Tiles are column blocks of [rows][128
+// bytes] in the 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)), the layout
+// wgmma's SW128 descriptors read; the loads write it directly.
 // Two barriers per query block: (A) the block's tiles have landed (and every warpgroup is done
 // with the previous block's dS^T), (B) dS^T is complete. Deterministic mode: the query
 // blocks' dQ added in a fixed order into the one slice (p.dq_order > 0, sm90/bwd_dq.cuh), or
@@ -56,7 +60,8 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
   static constexpr int kOffStat = kOffDs + S::kTileDs;
   static constexpr int kOffDq = kOffStat + kStages * S::kBlockM * 8;
   static constexpr int kOffPending = kOffDq + S::kTileDq;  // the dQ tile's destination (DqPending)
-  static constexpr int kSmem = kOffPending + 48 + 1024;
+  static constexpr int kOffBar = kOffPending + 48;          // per stage: its Q / dO tiles' TMA loads
+  static constexpr int kSmem = kOffBar + 8 * kStages + 1024;
   static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kHeadDim_, kBlockN_);  // (__launch_bounds__)
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim_, kBlockM_, kBlockN_, kStages, int(sizeof(T))), "the registry's size");
@@ -69,7 +74,7 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
 // kOrdered: deterministic mode in one slice (BwdParams::dq_order > 0; a template argument, so
 // that the default mode's loop is compiled without the ordered walk's state).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
-__device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
+__device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUtensorMap* tm_do, const BwdParams& p) {
   using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   constexpr int kOF = Tr::kOF, kPK = Tr::kPK;
 
@@ -85,7 +90,14 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   const int key = wg * 64 + warp * 16 + g;  // this lane's key rows in the CTA's block: key, key + 8
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
   const DqPending pend{base + Tr::kOffPending};
-  if (tid == 0) pend.clear();
+  const uint32_t bar = base + Tr::kOffBar;  // stage st's: bar + 8 st
+  if (tid == 0) {
+    pend.clear();
+    for (int st = 0; st < kStages; ++st) ptx::mbar_init(bar + 8 * st, 1);
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();  // (the barriers initialized before any thread waits on them)
+  uint32_t phase = 0;  // bit st: the parity of stage st's next completion
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
@@ -97,15 +109,22 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
   const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
                                         kBlockN * 128, 1024);
 
-  // Q, dO and the row stats of query block m0 of head h into stage st (one commit group).
+  // Q, dO and the row stats of query block m0 of head h into stage st: Q and dO by TMA (whole
+  // blocks) or cp.async (a cut one: then thread 0 completes the stage's barrier phase by a
+  // plain arrival), the stats by cp.async (one commit group).
   auto load_q = [&](int h, int m0, int st) {
     const int64_t row = seq.q_row0 + m0;
-    const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
-    const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
     const int rows = seq.sq - m0;
-    load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(base + Tr::kOffQ + st * Tr::kTileQ, gq, p.f.q_ss, rows, p.f.d, tid);
-    load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(base + Tr::kOffDo + st * Tr::kTileQ, gdo, p.do_ss, rows, p.f.dv,
-                                                     tid);
+    const uint32_t q_tile = base + Tr::kOffQ + st * Tr::kTileQ, do_tile = base + Tr::kOffDo + st * Tr::kTileQ;
+    if (rows >= kBlockM && p.q_tma) {
+      if (tid == 0) bwd90_load_q_tma<Tr>(tm_q, tm_do, q_tile, do_tile, bar + 8 * st, int(row), h, seq.bb);
+    } else {
+      const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
+      const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
+      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(q_tile, gq, p.f.q_ss, rows, p.f.d, tid);
+      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(do_tile, gdo, p.do_ss, rows, p.f.dv, tid);
+      if (tid == 0) ptx::mbar_arrive(bar + 8 * st);
+    }
     if (tid < kBlockM) {
       const bool ok = m0 + tid < seq.sq;
       const float2* src = ok ? p.rowstat + (seq.bb * p.f.heads + h) * p.rows_q + row + tid : p.rowstat;
@@ -135,11 +154,17 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     for (int h = any ? h0 : h_end, mb = mb_first; h < h_end; buf ^= 1) {
       const int m0 = mb * kBlockM, st = buf;
       ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
-      __syncthreads();           // (A)
-      if (tid == 0) pend.flush<1>(0, 0, kOrdered, rank);  // the previous block's dQ
+      ptx::mbar_wait(bar + 8 * st, (phase >> st) & 1u);
+      phase ^= 1u << st;
+      // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
+      // bulk reduction's).
+      ptx::fence_proxy_async();
+      __syncthreads();  // (A)
+      // The next block's loads, then the previous block's dQ (whose flush may wait for the
+      // adders before this CTA in ordered mode).
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
       if (next.h < h_end) load_q(next.h, next.mb * kBlockM, buf ^ 1);
+      if (tid == 0) pend.flush<1>(0, 0, kOrdered, rank);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t q_off = Tr::kOffQ + st * Tr::kTileQ, do_off = Tr::kOffDo + st * Tr::kTileQ;
       const float2* stat = reinterpret_cast<const float2*>(smem + Tr::kOffStat) + st * kBlockM + 2 * t;
@@ -164,8 +189,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
         pend.set(dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4), base + Tr::kOffDq,
                  kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
                  mb);
-      ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reduction
-      h = next.h;
+      h = next.h;  // (dQ's stores are fenced into the async proxy before (A) or the barrier below)
       mb = next.mb;
     }
 
@@ -174,7 +198,8 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
     T* gdv = static_cast<T*>(p.dv) + seq.bb * p.dv_sb + seq.k_row0 * p.dv_ss + hk * p.dv_sh;
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
-    __syncthreads();  // the next key block's loads overwrite K, V; the last dQ tile is stored
+    ptx::fence_proxy_async();  // the last dQ tile's stores, seen by the bulk reduction
+    __syncthreads();           // the next key block's loads overwrite K, V; the last dQ tile is stored
     if (tid == 0) {
       pend.flush<1>(0, 0, kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, false);  // (the next tile write waits at (B))
@@ -186,9 +211,10 @@ __device__ __forceinline__ void bwd_sm90_cta(const BwdParams& p) {
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
 __global__ void __launch_bounds__(BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
                                   BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kCtasPerSm)
-    bwd_sm90_kernel(const BwdParams p) {
+    bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                    const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  bwd_sm90_cta<T, kHeadDim, kBlockM, kBlockN, kStages, kOrdered>(p);
+  bwd_sm90_cta<T, kHeadDim, kBlockM, kBlockN, kStages, kOrdered>(&tm_q, &tm_do, p);
 #endif
 }
 
@@ -200,9 +226,12 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
     return launch_bwd_sm90_wide<T, kHeadDim, kBlockM, kBlockN, kStages>(p, stream);
   } else {
     using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+    CUtensorMap tm_q{}, tm_do{};
+    BwdParams kp = p;
+    kp.q_tma = bwd90_q_maps<T, kBlockM>(p, &tm_q, &tm_do);
     return launch_bwd90<bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
-                        bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
-                                                                                       stream);
+                        bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(kp, Tr::kThreads, Tr::kSmem,
+                                                                                       stream, tm_q, tm_do);
   }
 }
 

@@ -137,14 +137,15 @@ struct DqOrder {
 // Launches a bwd_sm90 kernel in the instance of p's mode: kPlain, or kOrdered where
 // p.dq_order > 0 (grid: key CTAs x KV heads x batch entries; each instance opts in to its
 // shared memory once per device).
-template <auto kPlain, auto kOrdered>
-cudaError_t launch_bwd90(const BwdParams& p, int threads, int smem, cudaStream_t stream) {
+// `lead`: the kernel's arguments before p (the narrow form's tensor maps).
+template <auto kPlain, auto kOrdered, typename... Lead>
+cudaError_t launch_bwd90(const BwdParams& p, int threads, int smem, cudaStream_t stream, const Lead&... lead) {
   const bool ordered = p.dq_order > 0;
   auto kernel = ordered ? kOrdered : kPlain;
   static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
   const cudaError_t e = opt_in_smem_once(kernel, smem, smem_done[ordered]);
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.key_ctas, p.kv_heads, p.f.batch), threads, smem, stream>>>(p);
+  kernel<<<dim3(p.key_ctas, p.kv_heads, p.f.batch), threads, smem, stream>>>(lead..., p);
   return cudaGetLastError();
 }
 

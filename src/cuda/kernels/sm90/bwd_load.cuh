@@ -1,12 +1,22 @@
 // The sm90 backward's tile loads: rows of the head dim from global memory into 128-byte
 // column blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at
-// c ^ (r % 8)), the layout wgmma's SW128 descriptors read, by cp.async (rows past the
-// sequence and columns past the head dim zero-filled, never read).
+// c ^ (r % 8)), the layout wgmma's SW128 descriptors read: by cp.async (rows past the
+// sequence and columns past the head dim zero-filled, never read), or a whole query block's
+// Q and dO by TMA (columns past the head dim zero-filled by the map's bounds).
 #pragma once
 
 #include <cstdint>
 
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/tma_host.hpp"
 #include "cuda/kernels/bwd_params.hpp"
 
 namespace flashcore::cuda {
@@ -44,6 +54,39 @@ __device__ __forceinline__ void bwd90_load_kv(const BwdParams& p, const SeqInfo&
   const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
   load_tile_sw128<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
   load_tile_sw128<kBlockN, kHeadDim, kThreads>(v_tile, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
+}
+
+// Q's and dO's TMA maps for bwd90_load_q_tma: [batch entries][rows][heads][head dim] (varlen:
+// one entry of the packed rows), boxes of kBlockM rows x 128 bytes. With Dv = 0 dO is never
+// read (V's tile is all zeros): its map is Q's. False where a map cannot be made (an extent
+// of zero: no whole query block exists, or D = 0): the kernel then loads by cp.async.
+template <typename T, int kBlockM>
+bool bwd90_q_maps(const BwdParams& p, CUtensorMap* tm_q, CUtensorMap* tm_do) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if (p.f.d <= 0 || p.rows_q <= 0 || p.f.heads <= 0 || p.nb <= 0) return false;
+  if (make_tma_16bit_4d(tm_q, kBf16, p.f.q, p.f.d, p.rows_q, p.f.heads, p.nb, p.f.q_ss, p.f.q_sh, p.f.q_sb,
+                        kBlockM) != cudaSuccess)
+    return false;
+  if (p.f.dv <= 0) {
+    *tm_do = *tm_q;
+    return true;
+  }
+  return make_tma_16bit_4d(tm_do, kBf16, p.dout, p.f.dv, p.rows_q, p.f.heads, p.nb, p.do_ss, p.do_sh, p.do_sb,
+                           kBlockM) == cudaSuccess;
+}
+
+// Thread 0: Q's and dO's tiles of the kBlockM rows from packed row `row` of head h (batch
+// entry bb) into their column blocks at q_tile, do_tile, counted on mbarrier `bar` (the
+// bytes expected first, by the arrival that the phase waits for).
+template <class Tr>
+__device__ __forceinline__ void bwd90_load_q_tma(const CUtensorMap* tm_q, const CUtensorMap* tm_do, uint32_t q_tile,
+                                                 uint32_t do_tile, uint32_t bar, int row, int h, int bb) {
+  ptx::mbar_arrive_expect_tx(bar, 2 * Tr::kTileQ);
+#pragma unroll
+  for (int cb = 0; cb < Tr::kColBlocks; ++cb) {
+    ptx::tma_load_4d(q_tile + cb * Tr::kBlockM * 128, tm_q, bar, cb * Tr::kColElems, row, h, bb);
+    ptx::tma_load_4d(do_tile + cb * Tr::kBlockM * 128, tm_do, bar, cb * Tr::kColElems, row, h, bb);
+  }
 }
 
 }  // namespace flashcore::cuda
