@@ -20,7 +20,8 @@
 // (BwdParams::acc_panel) with one bulk reduction each. That stage is the next block's: its
 // loads are issued after (B), once thread 0 saw the reductions read it.
 // Two barriers per query block: (A) the block's tiles have landed and the previous block is
-// done, (B) P^T and dS^T are complete. Deterministic mode as bwd_sm90's.
+// done, (B) P^T and dS^T are complete. Loads (TMA for whole query blocks) and deterministic
+// mode as bwd_sm90's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,7 +62,8 @@ struct BwdSm90WideTraits {
   static constexpr int kOffP = kOffStage + kStages * kStage, kOffDs = kOffP + kTileP;
   static constexpr int kOffStat = kOffDs + kTileP;
   static constexpr int kOffPending = kOffStat + kStages * kBlockM * 8;
-  static constexpr int kSmem = kOffPending + 48 + 1024;
+  static constexpr int kOffBar = kOffPending + 48;  // per stage: its Q / dO tiles' TMA loads
+  static constexpr int kSmem = kOffBar + 8 * kStages + 1024;
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
   static_assert(bwd_sm90_wide(kHeadDim) && bwd_sm90_ctas_per_sm(kHeadDim, kBlockN) == 1, "the wide form's rows");
@@ -109,7 +111,8 @@ __device__ __forceinline__ void bwd90w_store_half(const float (&x)[Tr::kMF][4], 
 // The kernel's body: one CTA's key blocks.
 // kOrdered: deterministic mode in one slice (as bwd_sm90_cta's).
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
-__device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
+__device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const CUtensorMap* tm_do,
+                                                  const BwdParams& p) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   constexpr int kMF = Tr::kMF, kOF = Tr::kOF;
 
@@ -127,7 +130,14 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
   // registers are the products')
   const auto panel = [&] { return int64_t(p.nb) * p.f.heads * p.rows_q * Tr::kWgCols; };
   const DqPending pend{base + Tr::kOffPending};
-  if (tid == 0) pend.clear();
+  const uint32_t bar = base + Tr::kOffBar;  // stage st's: bar + 8 st
+  if (tid == 0) {
+    pend.clear();
+    for (int st = 0; st < kStages; ++st) ptx::mbar_init(bar + 8 * st, 1);
+    ptx::mbar_init_fence();
+  }
+  __syncthreads();  // (the barriers initialized before any thread waits on them)
+  uint32_t phase = 0;  // bit st: the parity of stage st's next completion
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major: k-step ks reads 32 bytes of column block ks / 4. N- / MN-major
@@ -139,16 +149,25 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
   const uint64_t d_dsn = ptx::desc_sw128(base + Tr::kOffDs, kBlockN * 128, 1024);
   const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * Tr::kWgBlocks * kBlockN * 128, kBlockN * 128, 1024);
 
-  // Q, dO and the row stats of query block m0 of head h into stage st (one commit group).
+  // Q, dO and the row stats of query block m0 of head h into stage st (as bwd_sm90_cta's:
+  // Q and dO by TMA or, for a cut block, cp.async; one commit group).
   auto load_q = [&](int h, int m0, int st) {
     const int64_t row = seq.q_row0 + m0;
-    const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
-    const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
     const int rows = seq.sq - m0;
-    const uint32_t stage = base + Tr::kOffStage + st * Tr::kStage;
-    load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage, gq, p.f.q_ss, rows, p.f.d, tid);
-    load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage + Tr::kWgBlocks * Tr::kCb, gdo,
-                                                                                  p.do_ss, rows, p.f.dv, tid);
+    const uint32_t stage = base + Tr::kOffStage + st * Tr::kStage, stage_do = stage + Tr::kWgBlocks * Tr::kCb;
+    if (rows >= kBlockM && p.q_tma) {
+      if (tid == 0)
+        bwd90_load_q_tma<Tr, Tr::kWgBlocks, Tr::kWgStage>(tm_q, tm_do, stage, stage_do, bar + 8 * st, int(row), h,
+                                                          seq.bb);
+    } else {
+      const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
+      const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
+      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage, gq, p.f.q_ss, rows, p.f.d,
+                                                                                    tid);
+      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage_do, gdo, p.do_ss, rows,
+                                                                                    p.f.dv, tid);
+      if (tid == 0) ptx::mbar_arrive(bar + 8 * st);
+    }
     if (tid < kBlockM) {
       const bool ok = m0 + tid < seq.sq;
       const float2* src = ok ? p.rowstat + (seq.bb * p.f.heads + h) * p.rows_q + row + tid : p.rowstat;
@@ -178,8 +197,12 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     for (int h = any ? h0 : h_end, mb = mb_first; h < h_end; buf ^= 1) {
       const int m0 = mb * kBlockM;
       ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async();  // the copies' writes, seen by wgmma's reads
-      __syncthreads();           // (A)
+      ptx::mbar_wait(bar + 8 * buf, (phase >> buf) & 1u);
+      phase ^= 1u << buf;
+      // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
+      // bulk reductions').
+      ptx::fence_proxy_async();
+      __syncthreads();  // (A)
       if (tid == 0) pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);  // the previous block's dQ (in the other stage)
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
@@ -265,8 +288,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
                  uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4), stage,
                  kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
                  mb);
-      ptx::fence_proxy_async();  // dQ's stores, seen by the bulk reductions
-      h = next.h;
+      h = next.h;  // (dQ's stores are fenced into the async proxy before (A) or the barrier below)
       mb = next.mb;
     }
 
@@ -275,7 +297,8 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
     T* gdv = static_cast<T*>(p.dv) + seq.bb * p.dv_sb + seq.k_row0 * p.dv_ss + hk * p.dv_sh;
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
-    __syncthreads();  // the last block's dQ tiles are stored
+    ptx::fence_proxy_async();  // the last block's dQ stores, seen by the bulk reductions
+    __syncthreads();           // the last block's dQ tiles are stored
     if (tid == 0) {
       pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, true);  // (the next key block's loads overwrite the stages)
@@ -285,18 +308,23 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const BwdParams& p) {
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
-__global__ void __launch_bounds__(256, 1) bwd_sm90_wide_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(256, 1)
+    bwd_sm90_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
+                         const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  bwd_sm90_wide_cta<T, kHeadDim, kBlockM, kBlockN, kStages, kOrdered>(p);
+  bwd_sm90_wide_cta<T, kHeadDim, kBlockM, kBlockN, kStages, kOrdered>(&tm_q, &tm_do, p);
 #endif
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_bwd_sm90_wide(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
+  CUtensorMap tm_q{}, tm_do{};
+  BwdParams kp = p;
+  kp.q_tma = bwd90_q_maps<T, kBlockM>(p, &tm_q, &tm_do);
   return launch_bwd90<bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
-                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
-                                                                                          stream);
+                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(kp, Tr::kThreads, Tr::kSmem,
+                                                                                          stream, tm_q, tm_do);
 }
 
 }  // namespace flashcore::cuda

@@ -76,16 +76,18 @@ bool bwd90_q_maps(const BwdParams& p, CUtensorMap* tm_q, CUtensorMap* tm_do) {
 }
 
 // Thread 0: Q's and dO's tiles of the kBlockM rows from packed row `row` of head h (batch
-// entry bb) into their column blocks at q_tile, do_tile, counted on mbarrier `bar` (the
-// bytes expected first, by the arrival that the phase waits for).
-template <class Tr>
+// entry bb) into their column blocks at q_tile, do_tile (column block c at (c / kGroup)
+// kGroupStride + (c % kGroup) kBlockM 128 bytes, as load_tile_sw128 places them), counted on
+// mbarrier `bar` (the bytes expected first, by the arrival that the phase waits for).
+template <class Tr, int kGroup = (1 << 20), int kGroupStride = 0>
 __device__ __forceinline__ void bwd90_load_q_tma(const CUtensorMap* tm_q, const CUtensorMap* tm_do, uint32_t q_tile,
                                                  uint32_t do_tile, uint32_t bar, int row, int h, int bb) {
-  ptx::mbar_arrive_expect_tx(bar, 2 * Tr::kTileQ);
+  ptx::mbar_arrive_expect_tx(bar, 2 * Tr::kColBlocks * Tr::kBlockM * 128);
 #pragma unroll
   for (int cb = 0; cb < Tr::kColBlocks; ++cb) {
-    ptx::tma_load_4d(q_tile + cb * Tr::kBlockM * 128, tm_q, bar, cb * Tr::kColElems, row, h, bb);
-    ptx::tma_load_4d(do_tile + cb * Tr::kBlockM * 128, tm_do, bar, cb * Tr::kColElems, row, h, bb);
+    const uint32_t off = (cb / kGroup) * kGroupStride + (cb % kGroup) * Tr::kBlockM * 128;
+    ptx::tma_load_4d(q_tile + off, tm_q, bar, cb * Tr::kColElems, row, h, bb);
+    ptx::tma_load_4d(do_tile + off, tm_do, bar, cb * Tr::kColElems, row, h, bb);
   }
 }
 
