@@ -90,14 +90,12 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
   const int key = wg * 64 + warp * 16 + g;  // this lane's key rows in the CTA's block: key, key + 8
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
   const DqPending pend{base + Tr::kOffPending};
-  const uint32_t bar = base + Tr::kOffBar;  // stage st's: bar + 8 st
+  QStageBars<kStages> bars{base + Tr::kOffBar};
   if (tid == 0) {
     pend.clear();
-    for (int st = 0; st < kStages; ++st) ptx::mbar_init(bar + 8 * st, 1);
-    ptx::mbar_init_fence();
+    bars.init();
   }
   __syncthreads();  // (the barriers initialized before any thread waits on them)
-  uint32_t phase = 0;  // bit st: the parity of stage st's next completion
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
@@ -117,13 +115,13 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     const int rows = seq.sq - m0;
     const uint32_t q_tile = base + Tr::kOffQ + st * Tr::kTileQ, do_tile = base + Tr::kOffDo + st * Tr::kTileQ;
     if (rows >= kBlockM && p.q_tma) {
-      if (tid == 0) bwd90_load_q_tma<Tr>(tm_q, tm_do, q_tile, do_tile, bar + 8 * st, int(row), h, seq.bb);
+      if (tid == 0) bwd90_load_q_tma<Tr>(tm_q, tm_do, q_tile, do_tile, bars.at(st), int(row), h, seq.bb);
     } else {
       const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
       const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
       load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(q_tile, gq, p.f.q_ss, rows, p.f.d, tid);
       load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(do_tile, gdo, p.do_ss, rows, p.f.dv, tid);
-      if (tid == 0) ptx::mbar_arrive(bar + 8 * st);
+      if (tid == 0) ptx::mbar_arrive(bars.at(st));
     }
     if (tid < kBlockM) {
       const bool ok = m0 + tid < seq.sq;
@@ -154,8 +152,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     for (int h = any ? h0 : h_end, mb = mb_first; h < h_end; buf ^= 1) {
       const int m0 = mb * kBlockM, st = buf;
       ptx::cp_async_wait<0>();
-      ptx::mbar_wait(bar + 8 * st, (phase >> st) & 1u);
-      phase ^= 1u << st;
+      bars.wait(st);
       // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
       // bulk reduction's).
       ptx::fence_proxy_async();

@@ -130,14 +130,12 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
   // registers are the products')
   const auto panel = [&] { return int64_t(p.nb) * p.f.heads * p.rows_q * Tr::kWgCols; };
   const DqPending pend{base + Tr::kOffPending};
-  const uint32_t bar = base + Tr::kOffBar;  // stage st's: bar + 8 st
+  QStageBars<kStages> bars{base + Tr::kOffBar};
   if (tid == 0) {
     pend.clear();
-    for (int st = 0; st < kStages; ++st) ptx::mbar_init(bar + 8 * st, 1);
-    ptx::mbar_init_fence();
+    bars.init();
   }
   __syncthreads();  // (the barriers initialized before any thread waits on them)
-  uint32_t phase = 0;  // bit st: the parity of stage st's next completion
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
   // Descriptors (SW128). K-major: k-step ks reads 32 bytes of column block ks / 4. N- / MN-major
@@ -157,7 +155,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
     const uint32_t stage = base + Tr::kOffStage + st * Tr::kStage, stage_do = stage + Tr::kWgBlocks * Tr::kCb;
     if (rows >= kBlockM && p.q_tma) {
       if (tid == 0)
-        bwd90_load_q_tma<Tr, Tr::kWgBlocks, Tr::kWgStage>(tm_q, tm_do, stage, stage_do, bar + 8 * st, int(row), h,
+        bwd90_load_q_tma<Tr, Tr::kWgBlocks, Tr::kWgStage>(tm_q, tm_do, stage, stage_do, bars.at(st), int(row), h,
                                                           seq.bb);
     } else {
       const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
@@ -166,7 +164,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
                                                                                     tid);
       load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage_do, gdo, p.do_ss, rows,
                                                                                     p.f.dv, tid);
-      if (tid == 0) ptx::mbar_arrive(bar + 8 * st);
+      if (tid == 0) ptx::mbar_arrive(bars.at(st));
     }
     if (tid < kBlockM) {
       const bool ok = m0 + tid < seq.sq;
@@ -197,8 +195,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
     for (int h = any ? h0 : h_end, mb = mb_first; h < h_end; buf ^= 1) {
       const int m0 = mb * kBlockM;
       ptx::cp_async_wait<0>();
-      ptx::mbar_wait(bar + 8 * buf, (phase >> buf) & 1u);
-      phase ^= 1u << buf;
+      bars.wait(buf);
       // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
       // bulk reductions').
       ptx::fence_proxy_async();

@@ -75,6 +75,27 @@ bool bwd90_q_maps(const BwdParams& p, CUtensorMap* tm_q, CUtensorMap* tm_do) {
                            kBlockM) == cudaSuccess;
 }
 
+// The query stages' mbarriers (one per stage at `bar` + 8 st, each completed once per use of
+// its stage: by the TMA loads' bytes or, for a cut block, thread 0's plain arrival) and the
+// parity each thread waits for next.
+template <int kStages>
+struct QStageBars {
+  uint32_t bar;
+  uint32_t phase = 0;  // bit st: the parity of stage st's next completion
+
+  // Thread 0, before a barrier that precedes every wait.
+  __device__ __forceinline__ void init() const {
+    for (int st = 0; st < kStages; ++st) ptx::mbar_init(bar + 8 * st, 1);
+    ptx::mbar_init_fence();
+  }
+  __device__ __forceinline__ uint32_t at(int st) const { return bar + 8 * st; }
+  // Every thread: until stage st's tiles have landed.
+  __device__ __forceinline__ void wait(int st) {
+    ptx::mbar_wait(at(st), (phase >> st) & 1u);
+    phase ^= 1u << st;
+  }
+};
+
 // Thread 0: Q's and dO's tiles of the kBlockM rows from packed row `row` of head h (batch
 // entry bb) into their column blocks at q_tile, do_tile (column block c at (c / kGroup)
 // kGroupStride + (c % kGroup) kBlockM 128 bytes, as load_tile_sw128 places them), counted on
