@@ -396,7 +396,8 @@ TEST(RowOps, MatchLoops) {
     for (bool bf16 : {false, true})
     for (auto [kc, d, mq] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 3},
                              {9, 128, 1}, {17, 64, 16}, {33, 80, 17}, {256, 7, 40},
-                             {40, 130, 2}, {15, 256, 8}, {100, 33, 5}}) {
+                             {40, 130, 2}, {15, 256, 8}, {100, 33, 5}, {21, 128, 4},
+                             {13, 40, 4}, {6, 64, 6}, {11, 16, 7}}) {
       SCOPED_TRACE(std::string(bf16 ? "bf16 rows " : "") + "kc " + std::to_string(kc) + " d " + std::to_string(d) +
                    " mq " + std::to_string(mq));
       const int64_t xs = d + 5, n = d + 3, vs = n + 2, ldo = n + 4, ldt = mq + 3, ldp = mq + 2;

@@ -1,11 +1,11 @@
 // AVX-512 row ops of the decode path (RowOps in ukernel.hpp): K and V rows read in place.
 //
 // dot, two forms:
-// - few queries (mq <= kFewQueries): the head dim in the lanes. 16 keys at a time, one
-//   query at a time: 16 accumulators of d/16 FMAs each (the key rows loaded straight
-//   into the FMAs, the query chunk shared), then one transposing reduction (30 shuffles,
-//   15 adds) turns the 16 vectors into the 16 keys' scores. About 4 + 3 cycles per
-//   (key, query) at d = 128.
+// - few queries (mq <= kFewQueries): the head dim in the lanes. 16 / mq keys at a time, all
+//   queries at once: 16 accumulators (key, query) of d/16 FMAs each (each key row chunk
+//   loaded once for the mq queries, each query chunk once for the keys), then one
+//   transposing reduction (30 shuffles, 15 adds) turns the 16 vectors into the 16 scores.
+//   (Before, one query at a time: the key rows were loaded mq times, from L1.)
 // - more queries: the queries in the lanes (16 per zmm, masked when mq % 16 != 0), 8 keys
 //   at a time: per head-dim element one load of the transposed queries and 8 broadcast-
 //   FMAs (an embedded {1to16} load each), i.e. d FMAs and 1.1 d loads per key whatever
@@ -93,34 +93,54 @@ inline __m512 reduce16(__m512 (&a)[16]) {
                        _mm512_shuffle_f32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Scores of keys [k, k + nk) (nk <= 16) for every query, head dim in the lanes.
-template <typename E>
-void dot_few(int64_t nk, int64_t d, const E* x, int64_t xs, const float* q, int64_t mq, float* t, int64_t ldt) {
-  const E* xr[16];
-  for (int r = 0; r < 16; ++r) xr[r] = x + (r < nk ? r : nk - 1) * xs;  // spare lanes: a copy
+// Scores of kc keys for MQ queries (MQ <= kFewQueries), head dim in the lanes: G = 16 / MQ
+// keys at a time, accumulator g MQ + i for (key g, query i), so that each key row's chunk is
+// loaded once for all MQ queries (MQ query chunks and G key chunks per 16 FMAs; one query:
+// 16 keys, as before); one transposing reduction then gives lane g MQ + i that score.
+template <int MQ, typename E>
+void dot_few(int64_t kc, int64_t d, const E* x, int64_t xs, const float* q, float* t, int64_t ldt) {
+  constexpr int G = 16 / MQ, L = G * MQ;
+  const int64_t row_bytes = d * int64_t(sizeof(E));
   const int64_t dfull = d / 16 * 16;
-  const __mmask16 tail = v::lanes(d - dfull), keep = v::lanes(nk);
-  const __m512i idx = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(int(ldt)));
-  for (int64_t i = 0; i < mq; ++i) {
-    const float* qi = q + i * d;
+  const __mmask16 tail = v::lanes(d - dfull);
+  alignas(64) int32_t lane_at[16];
+  for (int r = 0; r < 16; ++r) lane_at[r] = r < L ? int32_t((r / MQ) * ldt + r % MQ) : 0;
+  const __m512i idx = _mm512_load_si512(lane_at);
+  for (int64_t k = 0; k < kc; k += G) {
+    for (int64_t r = k + 32; r < k + 32 + G && r < kc; ++r) prefetch_row(x + r * xs, row_bytes);
+    const int64_t nk = kc - k < G ? kc - k : G;
+    const E* xr[G];
+#pragma GCC unroll 16
+    for (int g = 0; g < G; ++g) xr[g] = x + (k + (g < nk ? g : nk - 1)) * xs;  // spare keys: a copy
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t c = 0; c < dfull; c += 16) {
-      const __m512 qc = _mm512_loadu_ps(qi + c);
+      __m512 qc[MQ];
+#pragma GCC unroll 8
+      for (int i = 0; i < MQ; ++i) qc[i] = _mm512_loadu_ps(q + i * d + c);
 #pragma GCC unroll 16
-      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(load16(xr[r] + c), qc, acc[r]);
+      for (int g = 0; g < G; ++g) {
+        const __m512 xv = load16(xr[g] + c);
+#pragma GCC unroll 8
+        for (int i = 0; i < MQ; ++i) acc[g * MQ + i] = _mm512_fmadd_ps(xv, qc[i], acc[g * MQ + i]);
+      }
     }
     if (tail != 0) {
-      const __m512 qc = v::load(qi + dfull, tail);
+      __m512 qc[MQ];
+#pragma GCC unroll 8
+      for (int i = 0; i < MQ; ++i) qc[i] = v::load(q + i * d + dfull, tail);
 #pragma GCC unroll 16
-      for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(load16(xr[r] + dfull, tail), qc, acc[r]);
+      for (int g = 0; g < G; ++g) {
+        const __m512 xv = load16(xr[g] + dfull, tail);
+#pragma GCC unroll 8
+        for (int i = 0; i < MQ; ++i) acc[g * MQ + i] = _mm512_fmadd_ps(xv, qc[i], acc[g * MQ + i]);
+      }
     }
     const __m512 s = reduce16(acc);
-    if (ldt == 1) v::store(t, keep, s);
-    else _mm512_mask_i32scatter_ps(t + i, keep, idx, s, 4);
+    const __mmask16 keep = v::lanes(nk * MQ);
+    if (ldt == MQ) v::store(t + k * ldt, keep, s);  // (lane g MQ + i is element g ldt + i)
+    else _mm512_mask_i32scatter_ps(t + k * ldt, keep, idx, s, 4);
   }
 }
 
@@ -128,13 +148,18 @@ template <typename E>
 void dot(int64_t kc, int64_t d, const E* x, int64_t xs, const float* q, const float* y, int64_t mq, float* t,
          int64_t ldt) {
   const int64_t row_bytes = d * int64_t(sizeof(E));
-  if (mq <= kFewQueries) {
-    for (int64_t k = 0; k < kc; k += 16) {
-      for (int64_t r = k + 32; r < k + 48 && r < kc; ++r) prefetch_row(x + r * xs, row_bytes);
-      dot_few(kc - k < 16 ? kc - k : 16, d, x + k * xs, xs, q, mq, t + k * ldt, ldt);
-    }
-    return;
+  switch (mq) {
+    case 1: return dot_few<1>(kc, d, x, xs, q, t, ldt);
+    case 2: return dot_few<2>(kc, d, x, xs, q, t, ldt);
+    case 3: return dot_few<3>(kc, d, x, xs, q, t, ldt);
+    case 4: return dot_few<4>(kc, d, x, xs, q, t, ldt);
+    case 5: return dot_few<5>(kc, d, x, xs, q, t, ldt);
+    case 6: return dot_few<6>(kc, d, x, xs, q, t, ldt);
+    case 7: return dot_few<7>(kc, d, x, xs, q, t, ldt);
+    case 8: return dot_few<8>(kc, d, x, xs, q, t, ldt);
+    default: break;
   }
+  static_assert(kFewQueries == 8, "the cases above");
   for (int64_t i0 = 0; i0 < mq; i0 += 16) {
     const __mmask16 m = v::lanes(mq - i0);
     int64_t k = 0;
