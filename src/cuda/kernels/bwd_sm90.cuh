@@ -107,28 +107,10 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
   const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
                                         kBlockN * 128, 1024);
 
-  // Q, dO and the row stats of query block m0 of head h into stage st: Q and dO by TMA (whole
-  // blocks) or cp.async (a cut one: then thread 0 completes the stage's barrier phase by a
-  // plain arrival), the stats by cp.async (one commit group).
+  // Q, dO and the row stats of query block m0 of head h into stage st (bwd90_load_q).
   auto load_q = [&](int h, int m0, int st) {
-    const int64_t row = seq.q_row0 + m0;
-    const int rows = seq.sq - m0;
-    const uint32_t q_tile = base + Tr::kOffQ + st * Tr::kTileQ, do_tile = base + Tr::kOffDo + st * Tr::kTileQ;
-    if (rows >= kBlockM && p.q_tma) {
-      if (tid == 0) bwd90_load_q_tma<Tr>(tm_q, tm_do, q_tile, do_tile, bars.at(st), int(row), h, seq.bb);
-    } else {
-      const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
-      const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
-      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(q_tile, gq, p.f.q_ss, rows, p.f.d, tid);
-      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads>(do_tile, gdo, p.do_ss, rows, p.f.dv, tid);
-      if (tid == 0) ptx::mbar_arrive(bars.at(st));
-    }
-    if (tid < kBlockM) {
-      const bool ok = m0 + tid < seq.sq;
-      const float2* src = ok ? p.rowstat + (seq.bb * p.f.heads + h) * p.rows_q + row + tid : p.rowstat;
-      ptx::cp_async_8(base + Tr::kOffStat + (st * kBlockM + tid) * 8, src, ok);
-    }
-    ptx::cp_async_commit();
+    bwd90_load_q<Tr, T>(p, seq, tm_q, tm_do, base + Tr::kOffQ + st * Tr::kTileQ, base + Tr::kOffDo + st * Tr::kTileQ,
+                        base + Tr::kOffStat + st * kBlockM * 8, bars.at(st), h, m0, tid);
   };
 
   for (int n = cta; n * kBlockN < seq.sk; n += p.key_ctas) {
@@ -223,12 +205,9 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
     return launch_bwd_sm90_wide<T, kHeadDim, kBlockM, kBlockN, kStages>(p, stream);
   } else {
     using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-    CUtensorMap tm_q{}, tm_do{};
-    BwdParams kp = p;
-    kp.q_tma = bwd90_q_maps<T, kBlockM>(p, &tm_q, &tm_do);
-    return launch_bwd90<bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
-                        bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(kp, Tr::kThreads, Tr::kSmem,
-                                                                                       stream, tm_q, tm_do);
+    return launch_bwd90<T, kBlockM, bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
+                        bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
+                                                                                       stream);
   }
 }
 

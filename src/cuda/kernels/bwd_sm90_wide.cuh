@@ -147,31 +147,13 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
   const uint64_t d_dsn = ptx::desc_sw128(base + Tr::kOffDs, kBlockN * 128, 1024);
   const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * Tr::kWgBlocks * kBlockN * 128, kBlockN * 128, 1024);
 
-  // Q, dO and the row stats of query block m0 of head h into stage st (as bwd_sm90_cta's:
-  // Q and dO by TMA or, for a cut block, cp.async; one commit group).
+  // Q, dO and the row stats of query block m0 of head h into stage st (bwd90_load_q: each
+  // warpgroup's column blocks of Q then of dO together, Tr::kWgStage apart).
   auto load_q = [&](int h, int m0, int st) {
-    const int64_t row = seq.q_row0 + m0;
-    const int rows = seq.sq - m0;
-    const uint32_t stage = base + Tr::kOffStage + st * Tr::kStage, stage_do = stage + Tr::kWgBlocks * Tr::kCb;
-    if (rows >= kBlockM && p.q_tma) {
-      if (tid == 0)
-        bwd90_load_q_tma<Tr, Tr::kWgBlocks, Tr::kWgStage>(tm_q, tm_do, stage, stage_do, bars.at(st), int(row), h,
-                                                          seq.bb);
-    } else {
-      const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
-      const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
-      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage, gq, p.f.q_ss, rows, p.f.d,
-                                                                                    tid);
-      load_tile_sw128<kBlockM, kHeadDim, Tr::kThreads, Tr::kWgBlocks, Tr::kWgStage>(stage_do, gdo, p.do_ss, rows,
-                                                                                    p.f.dv, tid);
-      if (tid == 0) ptx::mbar_arrive(bars.at(st));
-    }
-    if (tid < kBlockM) {
-      const bool ok = m0 + tid < seq.sq;
-      const float2* src = ok ? p.rowstat + (seq.bb * p.f.heads + h) * p.rows_q + row + tid : p.rowstat;
-      ptx::cp_async_8(base + Tr::kOffStat + (st * kBlockM + tid) * 8, src, ok);
-    }
-    ptx::cp_async_commit();
+    const uint32_t stage = base + Tr::kOffStage + st * Tr::kStage;
+    bwd90_load_q<Tr, T, Tr::kWgBlocks, Tr::kWgStage>(p, seq, tm_q, tm_do, stage, stage + Tr::kWgBlocks * Tr::kCb,
+                                                      base + Tr::kOffStat + st * kBlockM * 8, bars.at(st), h, m0,
+                                                      tid);
   };
 
   for (int n = cta; n * kBlockN < seq.sk; n += p.key_ctas) {
@@ -316,12 +298,9 @@ __global__ void __launch_bounds__(256, 1)
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_bwd_sm90_wide(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
-  CUtensorMap tm_q{}, tm_do{};
-  BwdParams kp = p;
-  kp.q_tma = bwd90_q_maps<T, kBlockM>(p, &tm_q, &tm_do);
-  return launch_bwd90<bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
-                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(kp, Tr::kThreads, Tr::kSmem,
-                                                                                          stream, tm_q, tm_do);
+  return launch_bwd90<T, kBlockM, bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
+                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
+                                                                                          stream);
 }
 
 }  // namespace flashcore::cuda

@@ -23,6 +23,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/kernels/bwd_params.hpp"
+#include "cuda/kernels/sm90/bwd_load.cuh"
 #include "cuda/parts/bwd_rows.cuh"
 
 namespace flashcore::cuda {
@@ -134,18 +135,22 @@ struct DqOrder {
   }
 };
 
-// Launches a bwd_sm90 kernel in the instance of p's mode: kPlain, or kOrdered where
-// p.dq_order > 0 (grid: key CTAs x KV heads x batch entries; each instance opts in to its
-// shared memory once per device).
-// `lead`: the kernel's arguments before p (the narrow form's tensor maps).
-template <auto kPlain, auto kOrdered, typename... Lead>
-cudaError_t launch_bwd90(const BwdParams& p, int threads, int smem, cudaStream_t stream, const Lead&... lead) {
+// Launches a bwd_sm90 kernel (both forms: arguments Q's and dO's TMA maps, then p) in the
+// instance of p's mode: kPlain, or kOrdered where p.dq_order > 0 (grid: key CTAs x KV heads x
+// batch entries; each instance opts in to its shared memory once per device). The maps are
+// made here (bwd90_q_maps, kBlockM-row boxes of T); where they cannot be, the kernel loads
+// every block by cp.async (BwdParams::q_tma false).
+template <typename T, int kBlockM, auto kPlain, auto kOrdered>
+cudaError_t launch_bwd90(const BwdParams& p, int threads, int smem, cudaStream_t stream) {
   const bool ordered = p.dq_order > 0;
   auto kernel = ordered ? kOrdered : kPlain;
   static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
   const cudaError_t e = opt_in_smem_once(kernel, smem, smem_done[ordered]);
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.key_ctas, p.kv_heads, p.f.batch), threads, smem, stream>>>(lead..., p);
+  CUtensorMap tm_q{}, tm_do{};
+  BwdParams kp = p;
+  kp.q_tma = bwd90_q_maps<T, kBlockM>(p, &tm_q, &tm_do);
+  kernel<<<dim3(p.key_ctas, p.kv_heads, p.f.batch), threads, smem, stream>>>(tm_q, tm_do, kp);
   return cudaGetLastError();
 }
 

@@ -112,4 +112,36 @@ __device__ __forceinline__ void bwd90_load_q_tma(const CUtensorMap* tm_q, const 
   }
 }
 
+// Q, dO and the row stats of query block m0 of head h into a stage (Q's and dO's column blocks
+// at q_tile, do_tile placed as in bwd90_load_q_tma, the stats' kBlockM float2 at stat), by
+// Tr::kThreads threads: Q and dO by TMA for a whole block where p.q_tma, else by cp.async
+// with the rows past the sequence zero-filled (a sequence's cut last block: no row of the
+// next sequence meets a masked P^T = 0), thread 0 then completing the stage's barrier phase
+// `bar` by a plain arrival; the stats by cp.async (one commit group).
+template <class Tr, typename T, int kGroup = (1 << 20), int kGroupStride = 0>
+__device__ __forceinline__ void bwd90_load_q(const BwdParams& p, const SeqInfo& seq, const CUtensorMap* tm_q,
+                                             const CUtensorMap* tm_do, uint32_t q_tile, uint32_t do_tile,
+                                             uint32_t stat, uint32_t bar, int h, int m0, int tid) {
+  constexpr int kBlockM = Tr::kBlockM;
+  const int64_t row = seq.q_row0 + m0;
+  const int rows = seq.sq - m0;
+  if (rows >= kBlockM && p.q_tma) {
+    if (tid == 0) bwd90_load_q_tma<Tr, kGroup, kGroupStride>(tm_q, tm_do, q_tile, do_tile, bar, int(row), h, seq.bb);
+  } else {
+    const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
+    const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
+    load_tile_sw128<kBlockM, Tr::kHeadDim, Tr::kThreads, kGroup, kGroupStride>(q_tile, gq, p.f.q_ss, rows, p.f.d,
+                                                                              tid);
+    load_tile_sw128<kBlockM, Tr::kHeadDim, Tr::kThreads, kGroup, kGroupStride>(do_tile, gdo, p.do_ss, rows, p.f.dv,
+                                                                              tid);
+    if (tid == 0) ptx::mbar_arrive(bar);
+  }
+  if (tid < kBlockM) {
+    const bool ok = m0 + tid < seq.sq;
+    const float2* src = ok ? p.rowstat + (seq.bb * p.f.heads + h) * p.rows_q + row + tid : p.rowstat;
+    ptx::cp_async_8(stat + tid * 8, src, ok);
+  }
+  ptx::cp_async_commit();
+}
+
 }  // namespace flashcore::cuda
