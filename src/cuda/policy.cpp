@@ -293,10 +293,17 @@ BwdPick pick_bwd(const core::AttentionProblem& p, const DeviceFacts& dev, BwdIns
   // On Hopper the smallest covering wgmma row comes first, even at a larger head dim than an
   // sm80 row's: bwd_sm90 hd128 at D 96 took 0.73-0.78x the time of bwd_sm80 hd96 on an H200
   // (docs/results/cuda-backward-sm90-2026-11-29.md).
+  // Of its rows, the first in table order, except that a causal problem of at most 1024 keys
+  // takes a 64-key row where there is one: at hd64 on an H200 the 64-key CTAs took 0.92-0.97x
+  // the time of the 128-key ones there (more CTAs to spread the diagonal), 0.88-0.96x the
+  // other way round beyond it (docs/results/cuda-backward-hd64-2026-11-30.md).
+  const int64_t keys = p.cu_k != nullptr && p.max_sk > 0 ? p.max_sk : p.sk;
+  const bool short_causal = p.causal && keys <= 1024;
   const BwdInstanceInfo* hopper = nullptr;
   for (const BwdInstanceInfo& i : list)
     if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) &&
-        (hopper == nullptr || i.head_dim < hopper->head_dim))
+        (hopper == nullptr || i.head_dim < hopper->head_dim ||
+         (i.head_dim == hopper->head_dim && short_causal && i.block_n == 64 && hopper->block_n != 64)))
       hopper = &i;
   if (hopper != nullptr) return {hopper, {}};
   for (const BwdInstanceInfo& i : list)

@@ -200,8 +200,9 @@ struct BwdInstanceInfo {
 using BwdInstanceList = std::span<const BwdInstanceInfo>;
 
 // The backward's row for a problem: the forced key (p.impl), else the sm90 row of the smallest
-// head dim that covers D and Dv where the device runs one, else, of the smallest covering head
-// dim, the first sm80 row that fits its shared memory (table order = preference). inst null:
+// head dim that covers D and Dv where the device runs one (the first in table order; a 64-key
+// row for causal problems of at most 1024 keys), else, of the smallest covering head dim, the
+// first sm80 row that fits its shared memory (table order = preference). inst null:
 // `why` is the error (Status::unsupported), naming the argument.
 struct BwdPick {
   const BwdInstanceInfo* inst = nullptr;

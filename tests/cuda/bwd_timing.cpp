@@ -11,7 +11,7 @@
 // library's CUDA forward of the same inputs. --all-tiles: every bwd_sm90 / bwd_sm80 key of the dtype
 // the device runs at each family's smallest head dim >= D, forced, besides the backend's own
 // choice ("auto");
-// --deterministic: a params.deterministic row of the backend's choice as well.
+// --deterministic: a params.deterministic row of every timed kernel as well.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -93,7 +93,7 @@ void run(const Shape& s, flashcore::DType dt, const std::vector<std::string>& im
   CK(cudaEventCreate(&b));
   const double flops = 2.5 * 4.0 * s.B * s.H * double(s.S) * s.S * s.D * (s.causal ? 0.5 : 1.0);
   for (const std::string& impl : impls)
-    for (bool det : deterministic && impl == "auto" ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    for (bool det : deterministic ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
       AttentionParams p;
       p.causal = s.causal;
       p.stream = st;

@@ -424,7 +424,21 @@ TEST(CudaPolicy, BackwardKernel) {
   };
   EXPECT_EQ(key(DType::bf16, 128, 128, kH200), "bwd_sm90_bf16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::f16, 112, 128, kH200), "bwd_sm90_f16_hd128_64x128_s2");
-  EXPECT_EQ(key(DType::f16, 64, 48, kH200), "bwd_sm90_f16_hd64_64x64_s2");
+  EXPECT_EQ(key(DType::f16, 64, 48, kH200), "bwd_sm90_f16_hd64_64x128_s2");
+  // Causal at most 1024 keys: the 64-key row of the head dim where there is one.
+  const auto causal_key = [&](DType dt, int64_t d, int64_t sk, bool causal) {
+    core::AttentionProblem p;
+    p.dtype = dt;
+    p.d = p.dv = d;
+    p.sq = p.sk = sk;
+    p.causal = causal;
+    return std::string(pick_bwd(p, kH200, bwd).inst->key);
+  };
+  EXPECT_EQ(causal_key(DType::bf16, 64, 512, true), "bwd_sm90_bf16_hd64_64x64_s2");
+  EXPECT_EQ(causal_key(DType::bf16, 64, 1024, true), "bwd_sm90_bf16_hd64_64x64_s2");
+  EXPECT_EQ(causal_key(DType::bf16, 64, 1025, true), "bwd_sm90_bf16_hd64_64x128_s2");
+  EXPECT_EQ(causal_key(DType::f16, 64, 512, false), "bwd_sm90_f16_hd64_64x128_s2");
+  EXPECT_EQ(causal_key(DType::f16, 128, 512, true), "bwd_sm90_f16_hd128_64x128_s2");  // (no 64-key hd128 row)
   EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm90_bf16_hd128_64x128_s2");  // no sm90 hd96 row
   EXPECT_EQ(key(DType::f16, 72, 80, kH200), "bwd_sm90_f16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::bf16, 96, 96, kA100), "bwd_sm80_bf16_hd96_64x128_w8_o1");

@@ -98,14 +98,17 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
   __syncthreads();  // (the barriers initialized before any thread waits on them)
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
-  // Descriptors (SW128). K-major operands: k-step ks reads 32 bytes of column block ks / 4.
-  // N- / M-major operands (LBO: the next column block, SBO: the next 8 rows of K): k-step
-  // adds 16 rows.
-  const uint64_t d_k = ptx::desc_sw128(base + Tr::kOffK + wg * 64 * 128, 16, 1024);
+  // Descriptors (SW128; K in SW64 where Tr::kKSw64). K-major operands: k-step ks reads 32
+  // bytes of column block ks / 4 (SW64: ks / 2). N- / M-major operands (LBO: the next column
+  // block, SBO: the next 8 rows of K): k-step adds 16 rows.
+  const uint64_t d_k = Tr::kKSw64 ? ptx::desc_sw64(base + Tr::kOffK + wg * 64 * 64, 16, 512)
+                                  : ptx::desc_sw128(base + Tr::kOffK + wg * 64 * 128, 16, 1024);
   const uint64_t d_v = ptx::desc_sw128(base + Tr::kOffV + wg * 64 * 128, 16, 1024);
   const uint64_t d_ds = ptx::desc_sw128(base + Tr::kOffDs, kBlockN * 128, 1024);
-  const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
-                                        kBlockN * 128, 1024);
+  const uint64_t d_kn =
+      Tr::kKSw64 ? ptx::desc_sw64(base + Tr::kOffK + wg * kBlockN * 64, kBlockN * 64, 512)
+                 : ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
+                                   kBlockN * 128, 1024);
 
   // Q, dO and the row stats of query block m0 of head h into stage st (bwd90_load_q).
   auto load_q = [&](int h, int m0, int st) {
@@ -121,7 +124,8 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     const int mb_first = kOrdered ? ord.first(qb) : qb.lo;
     const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
-      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T>(p, seq, hk, n0, base + Tr::kOffK, base + Tr::kOffV, tid);
+      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T, Tr::kKSw64>(p, seq, hk, n0, base + Tr::kOffK,
+                                                                     base + Tr::kOffV, tid);
       load_q(h0, mb_first * kBlockM, 0);  // one commit group: K, V and the first query block
     }
     float dk[kOF][4], dv[kOF][4];

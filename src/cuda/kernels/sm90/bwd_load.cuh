@@ -44,15 +44,39 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64
   }
 }
 
+// kRows rows of kHeadDim elements into column blocks of [kRows][64 bytes] in the 64-byte
+// swizzle (16-byte chunk c of row r at c ^ ((r / 2) % 4)), column block c at c kRows 64 bytes;
+// rows past `rows` and chunks past `cols` zero-filled. Each thread copies one fixed chunk of
+// every kThreads / kChunks-th row (a multiple of 8).
+template <int kRows, int kHeadDim, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_sw64(uint32_t smem, const T* g, int64_t stride, int rows, int cols,
+                                               int tid) {
+  constexpr int kE = 16 / int(sizeof(T)), kChunks = kHeadDim / kE, kStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0, "fixed chunk per thread");
+  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE, cb = ch / 4;
+  const uint32_t dst = smem + cb * (kRows * 64) + r0 * 64 + (((ch % 4) ^ ((r0 / 2) % 4)) * 16);
+  const T* src = g + r0 * stride + c;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kStep; ++pass) {
+    const int r = r0 + pass * kStep;
+    const bool ok = r < rows && c < cols;
+    ptx::cp_async_16(dst + pass * kStep * 64, ok ? src + pass * kStep * stride : g, ok);
+  }
+}
+
 // K and V of key block n0 of a (sequence, KV head) into their tiles (kBlockN rows, column
-// blocks of kBlockN x 128 bytes), by kThreads threads.
-template <int kBlockN, int kHeadDim, int kThreads, typename T>
+// blocks of kBlockN x 128 bytes; K's of kBlockN x 64 bytes in the 64-byte swizzle where
+// kKSw64), by kThreads threads.
+template <int kBlockN, int kHeadDim, int kThreads, typename T, bool kKSw64 = false>
 __device__ __forceinline__ void bwd90_load_kv(const BwdParams& p, const SeqInfo& seq, int hk, int n0, uint32_t k_tile,
                                               uint32_t v_tile, int tid) {
   const int64_t row = seq.k_row0 + n0;
   const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
   const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
-  load_tile_sw128<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
+  if constexpr (kKSw64)
+    load_tile_sw64<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
+  else
+    load_tile_sw128<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
   load_tile_sw128<kBlockN, kHeadDim, kThreads>(v_tile, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
 }
 

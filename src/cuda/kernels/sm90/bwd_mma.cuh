@@ -27,7 +27,13 @@ struct BwdSm90Shape {
   static constexpr int kKK = kBlockN / 16;    // k-steps of dQ (over the keys)
   static constexpr int kMF = kBlockM / 8;     // 8-query fragments of S^T
   static constexpr int kOF = kHeadDim / 8;    // 8-column fragments of dK, dV
-  static constexpr int kDqCols = kHeadDim / kWGs;  // dQ columns per warpgroup (64-column passes)
+  static constexpr int kDqCols = kHeadDim / kWGs;  // dQ columns per warpgroup
+  static constexpr int kDqN = kDqCols < 64 ? kDqCols : 64;  // dQ's wgmma N (passes of kDqN columns)
+  // K in the 64-byte swizzle (column blocks of [kBlockN rows][64 bytes]) where a warpgroup's dQ
+  // columns are half a 128-byte column block (hd64 on two warpgroups): dQ's B operand, K read
+  // MN-major with N = 32, is then one whole 64-byte atom. V, Q and dO keep the 128-byte swizzle.
+  static constexpr bool kKSw64 = kDqCols * int(sizeof(T)) == 64;
+  static constexpr int kKRow = kKSw64 ? 64 : 128;  // bytes per row of a K column block
   static constexpr int kTileKV = kBlockN * kHeadDim * int(sizeof(T));
   static constexpr int kTileQ = kBlockM * kHeadDim * int(sizeof(T));
   static constexpr int kTileDs = kBlockN * kBlockM * int(sizeof(T));
@@ -35,20 +41,22 @@ struct BwdSm90Shape {
 
   static_assert(kHeadDim % kColElems == 0, "whole 128-byte column blocks");
   static_assert(kBlockM * int(sizeof(T)) == 128, "dS^T: one 128-byte column block of queries (wgmma's M = 64)");
-  static_assert(kBlockN % 64 == 0 && kDqCols % kColElems == 0, "dQ: whole column blocks per warpgroup");
+  static_assert(kBlockN % 64 == 0 && (kDqCols % kColElems == 0 || kKSw64), "dQ: whole column blocks (atoms) per warpgroup");
 };
 
 // acc = X Y^T over the head dim for this warpgroup's 64 keys: X's rows at descriptor d_x (K for
 // S^T, V for dP^T), Y the query block's tile at shared address y (Q, dO), both K-major: k-step
-// ks reads 32 bytes of column block ks / 4. One commit group.
-template <class Tr, typename T>
+// ks reads 32 bytes of column block ks / 4 (X in the 64-byte swizzle, kXSw64: of its column
+// block ks / 2). One commit group.
+template <class Tr, typename T, bool kXSw64 = false>
 __device__ __forceinline__ void bwd90_scores(float (&acc)[Tr::kMF][4], uint64_t d_x, uint32_t y) {
   const uint64_t d_y = ptx::desc_sw128(y, 16, 1024);
   ptx::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < Tr::kKS; ++ks) {
     const uint32_t cb = ks / 4, kb = (ks % 4) * 32;
-    const uint64_t a = ptx::desc_add(d_x, cb * Tr::kBlockN * 128 + kb);
+    const uint32_t xo = kXSw64 ? (ks / 2) * Tr::kBlockN * 64 + (ks % 2) * 32 : cb * Tr::kBlockN * 128 + kb;
+    const uint64_t a = ptx::desc_add(d_x, xo);
     const uint64_t b = ptx::desc_add(d_y, cb * Tr::kBlockM * 128 + kb);
     if (ks == 0)
       ptx::wgmma_ss_zero<Tr::kBlockM, T>(acc, a, b);
@@ -89,7 +97,8 @@ __device__ __forceinline__ void bwd90_store_ds(uint32_t (&da)[Tr::kPK][4], const
 }
 
 // dQ (this warpgroup's kDqCols columns) = dS K from the dS^T tile and K (both MN-major),
-// 64 columns (one column block of K) per pass, stored to the block's dQ tile: fp32 rows of
+// kDqN columns (one column block, or 64-byte atom, of K) per pass, stored to the block's dQ
+// tile: fp32 rows of
 // kHeadDim as the workspace has them, 16-byte chunk c of a row at c ^ key (the workspace
 // row's % 8, the same for this lane's two rows): a warp's stores then fill whole bank rows.
 // `row` is the address of this lane's first row's first chunk (unswizzled: the warpgroup's
@@ -101,16 +110,17 @@ template <class Tr, typename T, class InFlight>
 __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_ds, uint64_t d_kn,
                                          uint32_t (&pa)[Tr::kPK][4], uint32_t (&da)[Tr::kPK][4],
                                          float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4], const InFlight& in_flight) {
+  constexpr int kNF = Tr::kDqN / 8;
 #pragma unroll
-  for (int pass = 0; pass < Tr::kDqCols / 64; ++pass) {
-    float acc[8][4];
+  for (int pass = 0; pass < Tr::kDqCols / Tr::kDqN; ++pass) {
+    float acc[kNF][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    for (int i = 0; i < kNF; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Tr::kKK; ++kk)
-      ptx::wgmma_ss_tt<64, T>(acc, ptx::desc_add(d_ds, kk * 16 * 128),
-                              ptx::desc_add(d_kn, pass * Tr::kBlockN * 128 + kk * 16 * 128), 1);
+      ptx::wgmma_ss_tt<Tr::kDqN, T>(acc, ptx::desc_add(d_ds, kk * 16 * 128),
+                                    ptx::desc_add(d_kn, (pass * Tr::kBlockN + kk * 16) * Tr::kKRow), 1);
     ptx::wgmma_commit();
     if (pass == 0) in_flight();
     ptx::wgmma_wait<0>();
@@ -124,8 +134,8 @@ __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_
 #pragma unroll
     for (int half = 0; half < 2; ++half)
 #pragma unroll
-      for (int nf = 0; nf < 8; ++nf)
-        ptx::sts64((row + half * 8 * Tr::kHeadDim * 4 + pass * 256 + nf * 32) ^ (key << 4),
+      for (int nf = 0; nf < kNF; ++nf)
+        ptx::sts64((row + half * 8 * Tr::kHeadDim * 4 + pass * Tr::kDqN * 4 + nf * 32) ^ (key << 4),
                    make_uint2(__float_as_uint(acc[nf][2 * half]), __float_as_uint(acc[nf][2 * half + 1])));
   }
 }
@@ -145,7 +155,7 @@ __device__ __forceinline__ void bwd90_block(uint32_t (&pa)[Tr::kPK][4], uint32_t
   using Op = MmaOps<T>;
   constexpr int kMF = Tr::kMF;
   float s[kMF][4], dp[kMF][4];
-  bwd90_scores<Tr, T>(s, d_k, q);
+  bwd90_scores<Tr, T, Tr::kKSw64>(s, d_k, q);
   bwd90_scores<Tr, T>(dp, d_v, d_o);
   ptx::wgmma_wait<1>();  // S^T
   ptx::fence_regs(s);
