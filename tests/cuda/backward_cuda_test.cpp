@@ -175,7 +175,7 @@ TEST(CudaBackwardKernels, EveryInstanceForced) {
 // so that many CTAs add to each query block's dQ: on Hopper in a fixed order (no mask: the
 // cyclic walk; causal and the window: in order), elsewhere in slices; head dims 64, 128, 256;
 // and 17000 keys, more key blocks than an H100 / H200 has CTA slots (Hopper: the slices too);
-// on a caller's stream.
+// more items than one wave of CTAs holds; on a caller's stream.
 TEST(CudaBackwardDeterministic, BitwiseAcrossRuns) {
   FC_REQUIRE_GPU();
   fctest::Rng rng;
@@ -189,6 +189,10 @@ TEST(CudaBackwardDeterministic, BitwiseAcrossRuns) {
     cases.push_back({"det_window", 1, 700, 1000, 4, 1, hd, hd, false, 100, 20});
   }
   cases.push_back({"det_long", 1, 100, 17000, 2, 1, 64, 64, false});
+  // More (batch, KV head) items than one wave holds: 40 key blocks of 128 keys each, 6 items
+  // (GQA: two query heads per KV head), 132 SMs.
+  cases.push_back({"det_waves", 3, 300, 5000, 4, 2, 64, 64, false});
+  cases.push_back({"det_waves_causal", 3, 600, 5000, 4, 2, 128, 128, true});
   for (DType dt : {DType::f16, DType::bf16})
     for (const BwdCase& c : cases) {
       SCOPED_TRACE(fctest::name(dt) + " " + c.name + " d" + std::to_string(c.d));
