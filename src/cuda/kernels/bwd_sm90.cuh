@@ -25,7 +25,8 @@
 // wgmma's SW128 descriptors read; the loads write it directly.
 // Two barriers per query block: (A) the block's tiles have landed (and every warpgroup is done
 // with the previous block's dS^T), (B) dS^T is complete. Deterministic mode: the query
-// blocks' dQ added in a fixed order into the one slice (p.dq_order > 0, sm90/bwd_dq.cuh), or
+// blocks' dQ added in a fixed order into the one slice (p.dq_order > 0, sm90/bwd_dq.cuh; at
+// hd64 by a third, dQ warpgroup that keeps the order's waits off the MMA warps), or
 // as bwd_sm80's (p.dq_split > 0: a CTA walks key blocks cta, cta + key_ctas, ... into its
 // own dQ slice). Parts: bwd90_scores (S^T, dP^T), bwd90_accumulate (dV, dK), bwd90_store_ds,
 // bwd90_dq, the dQ tile's flush (sm90/bwd_dq.cuh); the CTA body (bwd_sm90_cta) walks key
@@ -53,6 +54,16 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
   using S = BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_>;
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * S::kWGs;
+  // Ordered mode's dQ warpgroup: a third warpgroup whose first thread owns the dQ tile's
+  // flush (the counter wait and the reductions), settle and release, so that their round trips
+  // leave warpgroup 0 (docs/results/cuda-backward-hd64-2026-11-30.md). setmaxnreg gives it
+  // kDqRegs registers and the MMA warpgroups kMmaRegs: an SM sub-partition holds one warp of
+  // each, 232 + 232 + 40 registers per lane of its 512. Where the MMA warpgroups fit kMmaRegs:
+  // hd64 (217), not hd128 (253). (A ninth warp alone would cost as much: ptxas bounds every
+  // warp of 288 threads to 168 registers.)
+  static constexpr bool kDqWarpgroup = S::kWGs == 2 && kHeadDim_ <= 64;
+  static constexpr int kOrderedThreads = kThreads + (kDqWarpgroup ? 128 : 0);
+  static constexpr int kDqRegs = 40, kMmaRegs = 232;
   // Offsets from the 1024-byte aligned base: K, V, kStages Q, kStages dO, dS^T, row stats, dQ.
   static constexpr int kOffK = 0, kOffV = S::kTileKV, kOffQ = 2 * S::kTileKV;
   static constexpr int kOffDo = kOffQ + kStages * S::kTileQ;
@@ -110,6 +121,42 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
                  : ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
                                    kBlockN * 128, 1024);
 
+  // Ordered mode's dQ warpgroup (Tr::kDqWarpgroup): the walk's barriers, and its first thread's
+  // flush, settle and release of each block's dQ tile; the MMA warpgroups then skip them.
+  constexpr bool kWarp = kOrdered && Tr::kDqWarpgroup;
+  if constexpr (kWarp) {
+    if (wg == 2) {
+      ptx::setmaxnreg_dec<Tr::kDqRegs>();
+      const bool dq_thread = tid == Tr::kThreads;
+      for (int n = cta; n * kBlockN < seq.sk; n += p.key_ctas) {
+        const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n * kBlockN);
+        const DqOrder<kBlockM, kBlockN> ord{p.dq_order, n, (seq.sk + kBlockN - 1) / kBlockN};
+        const int mb_first = ord.first(qb);
+        const auto rank = [&](int m) { return ord.rank(band, qb, m); };
+        for (int h = qb.hi > qb.lo ? h0 : h_end, mb = mb_first; h < h_end;) {
+          __syncthreads();  // (A)
+          if (dq_thread) {
+            pend.flush<1>(0, 0, true, rank);  // (the previous block's tile)
+            pend.settle();
+          }
+          __syncthreads();  // (B)
+          if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
+          const WalkStep next = bwd90_next<true>(h, mb, qb, mb_first);
+          h = next.h;
+          mb = next.mb;
+        }
+        __syncthreads();  // (the key block's end)
+        if (dq_thread) {
+          pend.flush<1>(0, 0, true, rank);
+          pend.finish(true, false, false);
+        }
+      }
+      if (dq_thread) ptx::tma_store_wait_read();
+      return;
+    }
+    ptx::setmaxnreg_inc<Tr::kMmaRegs>();
+  }
+
   // Q, dO and the row stats of query block m0 of head h into stage st (bwd90_load_q).
   auto load_q = [&](int h, int m0, int st) {
     bwd90_load_q<Tr, T>(p, seq, tm_q, tm_do, base + Tr::kOffQ + st * Tr::kTileQ, base + Tr::kOffDo + st * Tr::kTileQ,
@@ -147,7 +194,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
       // adders before this CTA in ordered mode).
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
       if (next.h < h_end) load_q(next.h, next.mb * kBlockM, buf ^ 1);
-      if (tid == 0) pend.flush<1>(0, 0, kOrdered, rank);
+      if (!kWarp && tid == 0) pend.flush<1>(0, 0, kOrdered, rank);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t q_off = Tr::kOffQ + st * Tr::kTileQ, do_off = Tr::kOffDo + st * Tr::kTileQ;
       const float2* stat = reinterpret_cast<const float2*>(smem + Tr::kOffStat) + st * kBlockM + 2 * t;
@@ -157,7 +204,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
       bwd90_block<Tr, T>(pa, da, dk, dv, d_k, d_v, base + q_off, base + do_off, stat, p.f.scale_log2, full, band,
                          seq.sq, n0 + key, m0, t, base + Tr::kOffDs + key * 128 + 4 * t, g);
       ptx::fence_proxy_async();                 // dS^T's stores, seen by wgmma's reads
-      if (tid == 0) pend.settle();  // the dQ tile was read (flushed after (A))
+      if (!kWarp && tid == 0) pend.settle();  // the dQ tile was read (flushed after (A))
       __syncthreads();                          // (B)
 
       const int r = warp * 16 + g;
@@ -166,7 +213,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
       const uint32_t key8 = uint32_t(qrow0 + r) & 7u;
       bwd90_dq<Tr, T>(base + Tr::kOffDq + r * kHeadDim * 4 + wg * Tr::kDqCols * 4 + t * 8, key8, d_ds, d_kn, pa, da,
                       dk, dv, [&] {
-                        if (kOrdered && tid == 0) pend.release();  // (the previous block's dQ; behind the products)
+                        if (kOrdered && !kWarp && tid == 0) pend.release();  // (the previous block's dQ; behind the products)
                       });
       if (tid == 0)
         pend.set(dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4), base + Tr::kOffDq,
@@ -183,16 +230,17 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     ptx::fence_proxy_async();  // the last dQ tile's stores, seen by the bulk reduction
     __syncthreads();           // the next key block's loads overwrite K, V; the last dQ tile is stored
-    if (tid == 0) {
+    if (!kWarp && tid == 0) {
       pend.flush<1>(0, 0, kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, false);  // (the next tile write waits at (B))
     }
   }
-  if (tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)
+  if (!kWarp && tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
-__global__ void __launch_bounds__(BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
+__global__ void __launch_bounds__(kOrdered ? BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kOrderedThreads
+                                           : BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kThreads,
                                   BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>::kCtasPerSm)
     bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                     const BwdParams p) {
@@ -210,8 +258,8 @@ cudaError_t launch_bwd_sm90(const BwdParams& p, cudaStream_t stream) {
   } else {
     using Tr = BwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, kStages>;
     return launch_bwd90<T, kBlockM, bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
-                        bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
-                                                                                       stream);
+                        bwd_sm90_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(
+        p, Tr::kThreads, Tr::kOrderedThreads, Tr::kSmem, stream);
   }
 }
 

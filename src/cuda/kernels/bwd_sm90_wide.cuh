@@ -299,8 +299,8 @@ template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages>
 cudaError_t launch_bwd_sm90_wide(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   return launch_bwd90<T, kBlockM, bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
-                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(p, Tr::kThreads, Tr::kSmem,
-                                                                                          stream);
+                      bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(
+      p, Tr::kThreads, Tr::kThreads, Tr::kSmem, stream);
 }
 
 }  // namespace flashcore::cuda

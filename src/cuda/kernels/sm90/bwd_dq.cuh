@@ -11,7 +11,9 @@
 // flush waits until the block's counter equals the CTA's rank among the block's adders, and
 // "release", once the reductions are complete, steps the counter for the next adder. Thread
 // 0 calls it while its warpgroup's products of the next block run, so that its wait for the
-// reductions' completion hides behind them rather than holding a barrier.
+// reductions' completion hides behind them rather than holding a barrier; where the kernel
+// has a dQ warpgroup (bwd_sm90.cuh: kDqWarpgroup), that warpgroup's first thread does the
+// flush, settle and release instead, off the MMA warps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -136,14 +138,16 @@ struct DqOrder {
 };
 
 // Launches a bwd_sm90 kernel (both forms: arguments Q's and dO's TMA maps, then p) in the
-// instance of p's mode: kPlain, or kOrdered where p.dq_order > 0 (grid: key CTAs x KV heads x
-// batch entries; each instance opts in to its shared memory once per device). The maps are
+// instance of p's mode: kPlain (`threads` per CTA), or kOrdered where p.dq_order > 0
+// (`ordered_threads`) (grid: key CTAs x KV heads x batch entries; each instance opts in to its
+// shared memory once per device). The maps are
 // made here (bwd90_q_maps, kBlockM-row boxes of T); where they cannot be, the kernel loads
 // every block by cp.async (BwdParams::q_tma false).
 template <typename T, int kBlockM, auto kPlain, auto kOrdered>
-cudaError_t launch_bwd90(const BwdParams& p, int threads, int smem, cudaStream_t stream) {
+cudaError_t launch_bwd90(const BwdParams& p, int threads, int ordered_threads, int smem, cudaStream_t stream) {
   const bool ordered = p.dq_order > 0;
   auto kernel = ordered ? kOrdered : kPlain;
+  if (ordered) threads = ordered_threads;
   static std::atomic<uint64_t> smem_done[2];  // (static: zero-initialized)
   const cudaError_t e = opt_in_smem_once(kernel, smem, smem_done[ordered]);
   if (e != cudaSuccess) return e;
