@@ -1,6 +1,7 @@
 // The sm90 backward's tile loads: rows of the head dim from global memory into 128-byte
 // column blocks of [rows][128 bytes] in the 128-byte swizzle (16-byte chunk c of row r at
-// c ^ (r % 8)), the layout wgmma's SW128 descriptors read: by cp.async (rows past the
+// c ^ (r % 8)), the layout wgmma's SW128 descriptors read (K of the hd64 two-warpgroup row:
+// 64-byte column blocks in the 64-byte swizzle, SW64): by cp.async (rows past the
 // sequence and columns past the head dim zero-filled, never read), or a whole query block's
 // Q and dO by TMA (columns past the head dim zero-filled by the map's bounds).
 #pragma once
@@ -21,46 +22,29 @@
 
 namespace flashcore::cuda {
 
-// kRows rows of kHeadDim elements (row stride `stride`) into column blocks at `smem`: column
-// block c at (c / kGroup) kGroupStride + (c % kGroup) kRows 128 bytes (by default one run of
-// blocks; the wide backward interleaves groups of them, bwd_sm90_wide.cuh); rows past `rows`
-// and chunks past `cols` zero-filled. Each thread copies one fixed chunk of every
+// kRows rows of kHeadDim elements (row stride `stride`) into column blocks at `smem` in the
+// kSw-byte swizzle (128 or 64: a column block's rows are kSw bytes, and 16-byte chunk c of row
+// r sits at c ^ ((r kSw / 128) % (kSw / 16)), as wgmma's SW128 / SW64 descriptors read it):
+// column block c at (c / kGroup) kGroupStride + (c % kGroup) kRows kSw bytes (by default one
+// run of blocks; the wide backward interleaves groups of them, bwd_sm90_wide.cuh); rows past
+// `rows` and chunks past `cols` zero-filled. Each thread copies one fixed chunk of every
 // kThreads / kChunks-th row (a multiple of 8: the swizzle of its chunk is the same in every
 // pass).
-template <int kRows, int kHeadDim, int kThreads, int kGroup = (1 << 20), int kGroupStride = 0, typename T>
-__device__ __forceinline__ void load_tile_sw128(uint32_t smem, const T* g, int64_t stride, int rows, int cols,
-                                                int tid) {
+template <int kSw, int kRows, int kHeadDim, int kThreads, int kGroup = (1 << 20), int kGroupStride = 0, typename T>
+__device__ __forceinline__ void load_tile_sw(uint32_t smem, const T* g, int64_t stride, int rows, int cols, int tid) {
+  static_assert(kSw == 128 || kSw == 64, "the 128- or 64-byte swizzle");
   constexpr int kE = 16 / int(sizeof(T)), kChunks = kHeadDim / kE, kStep = kThreads / kChunks;
+  constexpr int kRowChunks = kSw / 16;  // chunks per row of a column block
   static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0, "fixed chunk per thread");
-  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE, cb = ch / 8;
-  const uint32_t dst = smem + (cb / kGroup) * kGroupStride + (cb % kGroup) * (kRows * 128) + r0 * 128 +
-                       (((ch % 8) ^ (r0 % 8)) * 16);
+  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE, cb = ch / kRowChunks;
+  const uint32_t dst = smem + (cb / kGroup) * kGroupStride + (cb % kGroup) * (kRows * kSw) + r0 * kSw +
+                       (((ch % kRowChunks) ^ ((r0 * kSw / 128) % kRowChunks)) * 16);
   const T* src = g + r0 * stride + c;
 #pragma unroll
   for (int pass = 0; pass < kRows / kStep; ++pass) {
     const int r = r0 + pass * kStep;
     const bool ok = r < rows && c < cols;
-    ptx::cp_async_16(dst + pass * kStep * 128, ok ? src + pass * kStep * stride : g, ok);
-  }
-}
-
-// kRows rows of kHeadDim elements into column blocks of [kRows][64 bytes] in the 64-byte
-// swizzle (16-byte chunk c of row r at c ^ ((r / 2) % 4)), column block c at c kRows 64 bytes;
-// rows past `rows` and chunks past `cols` zero-filled. Each thread copies one fixed chunk of
-// every kThreads / kChunks-th row (a multiple of 8).
-template <int kRows, int kHeadDim, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_sw64(uint32_t smem, const T* g, int64_t stride, int rows, int cols,
-                                               int tid) {
-  constexpr int kE = 16 / int(sizeof(T)), kChunks = kHeadDim / kE, kStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kStep % 8 == 0 && kRows % kStep == 0, "fixed chunk per thread");
-  const int ch = tid % kChunks, r0 = tid / kChunks, c = ch * kE, cb = ch / 4;
-  const uint32_t dst = smem + cb * (kRows * 64) + r0 * 64 + (((ch % 4) ^ ((r0 / 2) % 4)) * 16);
-  const T* src = g + r0 * stride + c;
-#pragma unroll
-  for (int pass = 0; pass < kRows / kStep; ++pass) {
-    const int r = r0 + pass * kStep;
-    const bool ok = r < rows && c < cols;
-    ptx::cp_async_16(dst + pass * kStep * 64, ok ? src + pass * kStep * stride : g, ok);
+    ptx::cp_async_16(dst + pass * kStep * kSw, ok ? src + pass * kStep * stride : g, ok);
   }
 }
 
@@ -73,11 +57,8 @@ __device__ __forceinline__ void bwd90_load_kv(const BwdParams& p, const SeqInfo&
   const int64_t row = seq.k_row0 + n0;
   const T* gk = static_cast<const T*>(p.f.k) + seq.bb * p.f.k_sb + row * p.f.k_ss + hk * p.f.k_sh;
   const T* gv = static_cast<const T*>(p.f.v) + seq.bb * p.f.v_sb + row * p.f.v_ss + hk * p.f.v_sh;
-  if constexpr (kKSw64)
-    load_tile_sw64<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
-  else
-    load_tile_sw128<kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
-  load_tile_sw128<kBlockN, kHeadDim, kThreads>(v_tile, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
+  load_tile_sw<kKSw64 ? 64 : 128, kBlockN, kHeadDim, kThreads>(k_tile, gk, p.f.k_ss, seq.sk - n0, p.f.d, tid);
+  load_tile_sw<128, kBlockN, kHeadDim, kThreads>(v_tile, gv, p.f.v_ss, seq.sk - n0, p.f.dv, tid);
 }
 
 // Q's and dO's TMA maps for bwd90_load_q_tma: [batch entries][rows][heads][head dim] (varlen:
@@ -122,7 +103,7 @@ struct QStageBars {
 
 // Thread 0: Q's and dO's tiles of the kBlockM rows from packed row `row` of head h (batch
 // entry bb) into their column blocks at q_tile, do_tile (column block c at (c / kGroup)
-// kGroupStride + (c % kGroup) kBlockM 128 bytes, as load_tile_sw128 places them), counted on
+// kGroupStride + (c % kGroup) kBlockM 128 bytes, as load_tile_sw<128> places them), counted on
 // mbarrier `bar` (the bytes expected first, by the arrival that the phase waits for).
 template <class Tr, int kGroup = (1 << 20), int kGroupStride = 0>
 __device__ __forceinline__ void bwd90_load_q_tma(const CUtensorMap* tm_q, const CUtensorMap* tm_do, uint32_t q_tile,
@@ -154,10 +135,10 @@ __device__ __forceinline__ void bwd90_load_q(const BwdParams& p, const SeqInfo& 
   } else {
     const T* gq = static_cast<const T*>(p.f.q) + seq.bb * p.f.q_sb + row * p.f.q_ss + h * p.f.q_sh;
     const T* gdo = static_cast<const T*>(p.dout) + seq.bb * p.do_sb + row * p.do_ss + h * p.do_sh;
-    load_tile_sw128<kBlockM, Tr::kHeadDim, Tr::kThreads, kGroup, kGroupStride>(q_tile, gq, p.f.q_ss, rows, p.f.d,
-                                                                              tid);
-    load_tile_sw128<kBlockM, Tr::kHeadDim, Tr::kThreads, kGroup, kGroupStride>(do_tile, gdo, p.do_ss, rows, p.f.dv,
-                                                                              tid);
+    load_tile_sw<128, kBlockM, Tr::kHeadDim, Tr::kThreads, kGroup, kGroupStride>(q_tile, gq, p.f.q_ss, rows,
+                                                                                   p.f.d, tid);
+    load_tile_sw<128, kBlockM, Tr::kHeadDim, Tr::kThreads, kGroup, kGroupStride>(do_tile, gdo, p.do_ss, rows,
+                                                                                   p.f.dv, tid);
     if (tid == 0) ptx::mbar_arrive(bar);
   }
   if (tid < kBlockM) {
