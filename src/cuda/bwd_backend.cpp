@@ -74,8 +74,8 @@ static_assert(sizeof(kBwdRows) / sizeof(kBwdRows[0]) == sizeof(kBwdFns) / sizeof
 // one slice always).
 constexpr size_t kDeterministicBudget = size_t(1) << 30;
 
-const BwdInstanceInfo& pick(const core::AttentionProblem& p, const DeviceInfo& dev) {
-  const BwdPick r = pick_bwd(p, dev, kBwdRows);
+const BwdInstanceInfo& pick(const core::AttentionProblem& p, int64_t sk, const DeviceInfo& dev) {
+  const BwdPick r = pick_bwd(p, sk, dev, kBwdRows);
   if (r.inst == nullptr) throw_error(Status::unsupported, r.why);
   return *r.inst;
 }
@@ -164,9 +164,9 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
     throw_error(Status::unsupported, std::string("q: attention_backward on CUDA tensors takes f16 or bf16, got ") +
                                          to_string(p.dtype) + " (fp32 storage: the CPU backend)");
   check_backward(bp, dev);
-  const BwdInstanceInfo& inst = pick(p, dev);
   int64_t sq = p.sq, sk = p.sk;
   longest_sequences(p, &sq, &sk);
+  const BwdInstanceInfo& inst = pick(p, sk, dev);
 
   BwdParams b;
   b.f = fwd_params(p, sq, sk, dev);

@@ -419,7 +419,7 @@ TEST(CudaPolicy, BackwardKernel) {
     p.d = d;
     p.dv = dv;
     p.impl = impl;
-    const BwdPick r = pick_bwd(p, dev, bwd);
+    const BwdPick r = pick_bwd(p, p.sk, dev, bwd);
     return r.inst != nullptr ? std::string(r.inst->key) : "error:" + r.why;
   };
   EXPECT_EQ(key(DType::bf16, 128, 128, kH200), "bwd_sm90_bf16_hd128_64x128_s2");
@@ -432,7 +432,7 @@ TEST(CudaPolicy, BackwardKernel) {
     p.d = p.dv = d;
     p.sq = p.sk = sk;
     p.causal = causal;
-    return std::string(pick_bwd(p, kH200, bwd).inst->key);
+    return std::string(pick_bwd(p, sk, kH200, bwd).inst->key);
   };
   EXPECT_EQ(causal_key(DType::bf16, 64, 512, true), "bwd_sm90_bf16_hd64_64x64_s2");
   EXPECT_EQ(causal_key(DType::bf16, 64, 1024, true), "bwd_sm90_bf16_hd64_64x64_s2");
