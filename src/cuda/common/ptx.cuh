@@ -139,6 +139,18 @@ __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float x, float y) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+// pack2's inverse: the two 16-bit values of v (x in the low half) as floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+
 // pack2 as a function object: of a type known at compile time (PackAs), or of f16 / bf16
 // chosen at run time (Pack16: the fp8 kernels' output, one copy of their epilogue for both).
 template <typename T>

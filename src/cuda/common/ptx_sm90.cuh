@@ -246,6 +246,10 @@ __device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
 __device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The whole CTA's barrier 0 without .aligned: for threads that reach it from different
+// instructions (bar.sync / __syncthreads are barrier.sync.aligned, which must be one and the
+// same instruction in every thread of the CTA).
+__device__ __forceinline__ void cta_sync_unaligned() { asm volatile("barrier.sync 0;\n" ::: "memory"); }
 
 // ---- register reallocation between warpgroups ------------------------------------------
 template <int kRegs>

@@ -25,8 +25,8 @@
 // wgmma's SW128 descriptors read; the loads write it directly.
 // Two barriers per query block: (A) the block's tiles have landed (and every warpgroup is done
 // with the previous block's dS^T), (B) dS^T is complete. Deterministic mode: the query
-// blocks' dQ added in a fixed order into the one slice (p.dq_order > 0, sm90/bwd_dq.cuh; at
-// hd64 by a third, dQ warpgroup that keeps the order's waits off the MMA warps), or
+// blocks' dQ added in a fixed order into the one slice (p.dq_order > 0, sm90/bwd_dq.cuh; with
+// two MMA warpgroups, by a third, dQ warpgroup that keeps the order's waits off them), or
 // as bwd_sm80's (p.dq_split > 0: a CTA walks key blocks cta, cta + key_ctas, ... into its
 // own dQ slice). Parts: bwd90_scores (S^T, dP^T), bwd90_accumulate (dV, dK), bwd90_store_ds,
 // bwd90_dq, the dQ tile's flush (sm90/bwd_dq.cuh); the CTA body (bwd_sm90_cta) walks key
@@ -57,13 +57,17 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
   // Ordered mode's dQ warpgroup: a third warpgroup whose first thread owns the dQ tile's
   // flush (the counter wait and the reductions), settle and release, so that their round trips
   // leave warpgroup 0 (docs/results/cuda-backward-hd64-2026-11-30.md). setmaxnreg gives it
-  // kDqRegs registers and the MMA warpgroups kMmaRegs: an SM sub-partition holds one warp of
-  // each, 232 + 232 + 40 registers per lane of its 512. Where the MMA warpgroups fit kMmaRegs:
-  // hd64 (217), not hd128 (253). (A ninth warp alone would cost as much: ptxas bounds every
-  // warp of 288 threads to 168 registers.)
-  static constexpr bool kDqWarpgroup = S::kWGs == 2 && kHeadDim_ <= 64;
+  // kDqRegs registers and the MMA warpgroups kMmaRegs, moved among the 168 per thread a CTA of
+  // 384 threads is launched with: 504 per lane of one warp of each (hd64: 232 + 232 + 40;
+  // hd128: 240 + 240 + 24; an increase beyond the pool waits forever). (A ninth warp alone
+  // would cost as much: ptxas bounds every warp of 288 threads to 168 registers.) At hd128
+  // the MMA warpgroups fit 240 registers only as kSlim: dS^T from P^T's 16-bit operands
+  // (bwd90_block's kPFromOperands) and the K / V load's sequence bounds read again per key
+  // block (without either ptxas spills 8-20 bytes there).
+  static constexpr bool kDqWarpgroup = S::kWGs == 2;
+  static constexpr bool kSlim = kDqWarpgroup && kHeadDim_ > 64;
   static constexpr int kOrderedThreads = kThreads + (kDqWarpgroup ? 128 : 0);
-  static constexpr int kDqRegs = 40, kMmaRegs = 232;
+  static constexpr int kDqRegs = kSlim ? 24 : 40, kMmaRegs = kSlim ? 240 : 232;
   // Offsets from the 1024-byte aligned base: K, V, kStages Q, kStages dO, dS^T, row stats, dQ.
   static constexpr int kOffK = 0, kOffV = S::kTileKV, kOffQ = 2 * S::kTileKV;
   static constexpr int kOffDo = kOffQ + kStages * S::kTileQ;
@@ -80,6 +84,31 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
   static_assert(kSmem <= 232448 && kCtasPerSm * (kSmem + 1024) <= 233472, "shared memory (228 KiB per SM)");
 };
 
+
+// Ordered mode's dQ warpgroup (BwdSm90Traits::kDqWarpgroup): it meets the MMA warpgroups at
+// each of their barriers ((A), (B), each key block's end, and one after the last, with
+// barrier.sync without .aligned: from other instructions than theirs), and its first thread
+// flushes, settles and releases each query block's dQ tile. It does not walk the blocks: the
+// MMA warpgroups' warp 0 posts each barrier's phase (DqPending::post), their thread 0 each
+// tile's rank among its adders (with the tile), so that in kDqRegs registers it holds no walk
+// state.
+__device__ __forceinline__ void bwd90_dq_warpgroup(const DqPending& pend, bool dq_thread) {
+  const auto as_rank = [](int r) { return uint32_t(r); };
+  for (uint32_t parity = 0;; parity ^= 1) {
+    ptx::cta_sync_unaligned();  // (A), a key block's end, or the last
+    const DqPending::Phase phase = pend.phase(parity);
+    if (phase == DqPending::kDone) break;
+    if (dq_thread) pend.flush<1>(0, 0, true, as_rank);  // (the previous block's tile)
+    if (phase == DqPending::kQueryBlock) {
+      if (dq_thread) pend.settle();
+      ptx::cta_sync_unaligned();       // (B)
+      if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
+    } else if (dq_thread) {
+      pend.finish(true, false, false);
+    }
+  }
+  if (dq_thread) ptx::tma_store_wait_read();
+}
 
 // The kernel's body: one CTA's key blocks.
 // kOrdered: deterministic mode in one slice (BwdParams::dq_order > 0; a template argument, so
@@ -121,37 +150,30 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
                  : ptx::desc_sw128(base + Tr::kOffK + wg * (Tr::kDqCols / Tr::kColElems) * kBlockN * 128,
                                    kBlockN * 128, 1024);
 
-  // Ordered mode's dQ warpgroup (Tr::kDqWarpgroup): the walk's barriers, and its first thread's
-  // flush, settle and release of each block's dQ tile; the MMA warpgroups then skip them.
+  // Ordered mode's dQ warpgroup (Tr::kDqWarpgroup: bwd90_dq_warpgroup): the walk's barriers,
+  // and its first thread's flush, settle and release of each block's dQ tile; the MMA
+  // warpgroups then skip them.
   constexpr bool kWarp = kOrdered && Tr::kDqWarpgroup;
+  // (with a dQ warpgroup, (A), (B) and each key block's end are barrier.sync without .aligned)
+  const auto sync_cta = [] {
+    if constexpr (kWarp)
+      ptx::cta_sync_unaligned();
+    else
+      __syncthreads();
+  };
+  // (with a dQ warpgroup: before each barrier but (B) warp 0 posts what follows it, the whole
+  // warp, so that it reaches that barrier, which is not .aligned, converged)
+  uint32_t parity = 0;
+  const auto post = [&](DqPending::Phase phase) {
+    if constexpr (kWarp) {
+      if (tid < 32) pend.post(parity, phase);
+      parity ^= 1;
+    }
+  };
   if constexpr (kWarp) {
     if (wg == 2) {
       ptx::setmaxnreg_dec<Tr::kDqRegs>();
-      const bool dq_thread = tid == Tr::kThreads;
-      for (int n = cta; n * kBlockN < seq.sk; n += p.key_ctas) {
-        const QueryBlocks qb = query_blocks<kBlockM, kBlockN>(band, seq.sq, n * kBlockN);
-        const DqOrder<kBlockM, kBlockN> ord{p.dq_order, n, (seq.sk + kBlockN - 1) / kBlockN};
-        const int mb_first = ord.first(qb);
-        const auto rank = [&](int m) { return ord.rank(band, qb, m); };
-        for (int h = qb.hi > qb.lo ? h0 : h_end, mb = mb_first; h < h_end;) {
-          __syncthreads();  // (A)
-          if (dq_thread) {
-            pend.flush<1>(0, 0, true, rank);  // (the previous block's tile)
-            pend.settle();
-          }
-          __syncthreads();  // (B)
-          if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
-          const WalkStep next = bwd90_next<true>(h, mb, qb, mb_first);
-          h = next.h;
-          mb = next.mb;
-        }
-        __syncthreads();  // (the key block's end)
-        if (dq_thread) {
-          pend.flush<1>(0, 0, true, rank);
-          pend.finish(true, false, false);
-        }
-      }
-      if (dq_thread) ptx::tma_store_wait_read();
+      bwd90_dq_warpgroup(pend, tid == Tr::kThreads);
       return;
     }
     ptx::setmaxnreg_inc<Tr::kMmaRegs>();
@@ -171,7 +193,9 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     const int mb_first = kOrdered ? ord.first(qb) : qb.lo;
     const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
-      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T, Tr::kKSw64>(p, seq, hk, n0, base + Tr::kOffK,
+      // (kSlim: the sequence's bounds read again here, not held in registers over the walk)
+      const SeqInfo kv_seq = kWarp && Tr::kSlim ? seq_info(p.f, ptx::opaque(b)) : seq;
+      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T, Tr::kKSw64>(p, kv_seq, hk, n0, base + Tr::kOffK,
                                                                      base + Tr::kOffV, tid);
       load_q(h0, mb_first * kBlockM, 0);  // one commit group: K, V and the first query block
     }
@@ -189,7 +213,8 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
       // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
       // bulk reduction's).
       ptx::fence_proxy_async();
-      __syncthreads();  // (A)
+      post(DqPending::kQueryBlock);
+      sync_cta();  // (A)
       // The next block's loads, then the previous block's dQ (whose flush may wait for the
       // adders before this CTA in ordered mode).
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
@@ -201,24 +226,26 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
 
       // S^T, dP^T, P^T; dV += P^T dO; dS^T (stored for dQ); dK += dS^T Q.
       uint32_t pa[kPK][4], da[kPK][4];
-      bwd90_block<Tr, T>(pa, da, dk, dv, d_k, d_v, base + q_off, base + do_off, stat, p.f.scale_log2, full, band,
-                         seq.sq, n0 + key, m0, t, base + Tr::kOffDs + key * 128 + 4 * t, g);
+      bwd90_block<Tr, T, kWarp && Tr::kSlim>(pa, da, dk, dv, d_k, d_v, base + q_off, base + do_off, stat,
+                                             p.f.scale_log2, full, band, seq.sq, n0 + key, m0, t,
+                                             base + Tr::kOffDs + key * 128 + 4 * t, g);
       ptx::fence_proxy_async();                 // dS^T's stores, seen by wgmma's reads
       if (!kWarp && tid == 0) pend.settle();  // the dQ tile was read (flushed after (A))
-      __syncthreads();                          // (B)
+      sync_cta();                             // (B)
 
       const int r = warp * 16 + g;
       // The block's first workspace row; the swizzle's key is the lane's row's, modulo 8.
       const int64_t qrow0 = (seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0 + m0;
       const uint32_t key8 = uint32_t(qrow0 + r) & 7u;
+      int mb_or_rank = mb;  // (with a dQ warpgroup: the CTA's rank among the block's adders)
       bwd90_dq<Tr, T>(base + Tr::kOffDq + r * kHeadDim * 4 + wg * Tr::kDqCols * 4 + t * 8, key8, d_ds, d_kn, pa, da,
-                      dk, dv, [&] {
-                        if (kOrdered && !kWarp && tid == 0) pend.release();  // (the previous block's dQ; behind the products)
+                      dk, dv, [&] {  // (behind the products)
+                        if (kOrdered && !kWarp && tid == 0) pend.release();  // (the previous block's dQ)
+                        if (kWarp && tid == 0) mb_or_rank = int(rank(mb));
                       });
       if (tid == 0)
         pend.set(dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4), base + Tr::kOffDq,
-                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
-                 mb);
+                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr, mb_or_rank);
       h = next.h;  // (dQ's stores are fenced into the async proxy before (A) or the barrier below)
       mb = next.mb;
     }
@@ -229,11 +256,16 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     ptx::fence_proxy_async();  // the last dQ tile's stores, seen by the bulk reduction
-    __syncthreads();           // the next key block's loads overwrite K, V; the last dQ tile is stored
+    post(DqPending::kKeyBlockEnd);
+    sync_cta();  // the next key block's loads overwrite K, V; the last dQ tile is stored
     if (!kWarp && tid == 0) {
       pend.flush<1>(0, 0, kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, false);  // (the next tile write waits at (B))
     }
+  }
+  if constexpr (kWarp) {
+    post(DqPending::kDone);
+    sync_cta();
   }
   if (!kWarp && tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)
 }

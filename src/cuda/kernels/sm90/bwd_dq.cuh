@@ -13,7 +13,7 @@
 // 0 calls it while its warpgroup's products of the next block run, so that its wait for the
 // reductions' completion hides behind them rather than holding a barrier; where the kernel
 // has a dQ warpgroup (bwd_sm90.cuh: kDqWarpgroup), that warpgroup's first thread does the
-// flush, settle and release instead, off the MMA warps.
+// flush, settle and release instead, off the MMA warps (with the rank in the tile's record).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,6 +84,14 @@ struct DqPending {
     ptx::red_release_gpu_add(reinterpret_cast<unsigned*>(uint64_t(s.x) | uint64_t(s.y) << 32), 1u);
     ptx::sts64(at + 32, make_uint2(0, 0));
   }
+  // The phase of the walk's next barrier, for a dQ warpgroup that does not walk the blocks
+  // itself (bwd_sm90.cuh: bwd90_dq_warpgroup): warp 0 posts it before the barrier, the dQ
+  // warpgroup reads it after. Barrier i's phase is in slot i % 2, so that the post for i + 1
+  // cannot overwrite it before it is read (that post may come before the reads; the one for
+  // i + 2 waits on barrier i + 1, which the readers reach after reading).
+  enum Phase : uint32_t { kQueryBlock = 1, kKeyBlockEnd = 2, kDone = 3 };
+  __device__ __forceinline__ void post(uint32_t parity, Phase phase) const { ptx::sts32(at + 28 + 16 * parity, phase); }
+  __device__ __forceinline__ Phase phase(uint32_t parity) const { return Phase(ptx::lds32(at + 28 + 16 * parity)); }
   // Thread 0, after the last flush of a key block: released (ordered mode), complete
   // (`complete`: deterministic slices, whose next key block adds to the same rows; bulk
   // reductions are not ordered among themselves), or read (`read`: the tile's memory is

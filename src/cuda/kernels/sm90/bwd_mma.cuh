@@ -145,8 +145,10 @@ __device__ __forceinline__ void bwd90_dq(uint32_t row, uint32_t key, uint64_t d_
 // P^T = 2^(S^T c - lse log2 e), masked where the block is cut (!full), as dV's A operands pa;
 // dV += P^T dO; dS^T = P^T (dP^T - D) as dK's A operands da, also stored to the dS^T tile
 // (`ds_row`: bwd90_store_ds's row); dK += dS^T Q. `stat`: the block's row stats from this
-// lane's first query (2 t). dV's and dK's products are left in flight.
-template <class Tr, typename T>
+// lane's first query (2 t). dV's and dK's products are left in flight. kPFromOperands: dS^T
+// from P^T as rounded to T for dV's operands instead of its fp32 values, which then need no
+// registers while dP^T's product runs.
+template <class Tr, typename T, bool kPFromOperands = false>
 __device__ __forceinline__ void bwd90_block(uint32_t (&pa)[Tr::kPK][4], uint32_t (&da)[Tr::kPK][4],
                                             float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4], uint64_t d_k,
                                             uint64_t d_v, uint32_t q, uint32_t d_o, const float2* stat,
@@ -173,6 +175,16 @@ __device__ __forceinline__ void bwd90_block(uint32_t (&pa)[Tr::kPK][4], uint32_t
   bwd90_accumulate<Tr, T>(dv, pa, d_o);
   ptx::wgmma_wait<1>();  // dP^T (dV's group may still run)
   ptx::fence_regs(dp);
+  if constexpr (kPFromOperands) {  // (P^T as rounded for dV: s's registers free while dP^T runs)
+#pragma unroll
+    for (int pk = 0; pk < Tr::kPK; ++pk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 v = ptx::unpack2<T>(pa[pk][i]);  // p_operand's layout
+        s[2 * pk + i / 2][2 * (i % 2)] = v.x;
+        s[2 * pk + i / 2][2 * (i % 2) + 1] = v.y;
+      }
+  }
 #pragma unroll
   for (int nf = 0; nf < kMF; ++nf) {
     const float d0 = stat[8 * nf].y, d1 = stat[8 * nf + 1].y;
