@@ -74,8 +74,8 @@ static_assert(sizeof(kBwdRows) / sizeof(kBwdRows[0]) == sizeof(kBwdFns) / sizeof
 // one slice always).
 constexpr size_t kDeterministicBudget = size_t(1) << 30;
 
-const BwdInstanceInfo& pick(const core::AttentionProblem& p, int64_t sk, const DeviceInfo& dev) {
-  const BwdPick r = pick_bwd(p, sk, dev, kBwdRows);
+const BwdInstanceInfo& pick(const core::AttentionProblem& p, int64_t sk, bool deterministic, const DeviceInfo& dev) {
+  const BwdPick r = pick_bwd(p, sk, deterministic, dev, kBwdRows);
   if (r.inst == nullptr) throw_error(Status::unsupported, r.why);
   return *r.inst;
 }
@@ -166,7 +166,7 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
   check_backward(bp, dev);
   int64_t sq = p.sq, sk = p.sk;
   longest_sequences(p, &sq, &sk);
-  const BwdInstanceInfo& inst = pick(p, sk, dev);
+  const BwdInstanceInfo& inst = pick(p, sk, bp.deterministic, dev);
 
   BwdParams b;
   b.f = fwd_params(p, sq, sk, dev);

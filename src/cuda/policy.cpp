@@ -267,7 +267,8 @@ int kvcache_split_count(int64_t sq, int64_t heads, int64_t batch, int64_t cache_
   return ns >= 2 ? int(ns) : 1;
 }
 
-BwdPick pick_bwd(const core::AttentionProblem& p, int64_t sk, const DeviceFacts& dev, BwdInstanceList list) {
+BwdPick pick_bwd(const core::AttentionProblem& p, int64_t sk, bool deterministic, const DeviceFacts& dev,
+                 BwdInstanceList list) {
   const int64_t hd = std::max(p.d, p.dv);
   if (p.impl != nullptr && p.impl[0] != '\0') {
     for (const BwdInstanceInfo& i : list)
@@ -296,8 +297,10 @@ BwdPick pick_bwd(const core::AttentionProblem& p, int64_t sk, const DeviceFacts&
   // Of its rows, the first in table order, except that a causal problem of at most 1024 keys
   // takes a 64-key row where there is one: at hd64 on an H200 the 64-key CTAs took 0.92-0.97x
   // the time of the 128-key ones there (more CTAs to spread the diagonal), 0.88-0.96x the
-  // other way round beyond it (docs/results/cuda-backward-hd64-2026-11-30.md).
-  const bool short_causal = p.causal && sk <= 1024;
+  // other way round beyond it (docs/results/cuda-backward-hd64-2026-11-30.md). Not in
+  // deterministic mode, where the 128-key row has a dQ warpgroup and the 64-key row none: there
+  // the 64-key row took 1.03-1.13x the time.
+  const bool short_causal = p.causal && sk <= 1024 && !deterministic;
   const BwdInstanceInfo* hopper = nullptr;
   for (const BwdInstanceInfo& i : list)
     if (i.arch == 90 && i.dtype == p.dtype && i.head_dim >= hd && i.runs_on(dev) &&

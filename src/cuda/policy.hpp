@@ -201,7 +201,8 @@ using BwdInstanceList = std::span<const BwdInstanceInfo>;
 
 // The backward's row for a problem whose longest sequence has sk keys: the forced key
 // (p.impl), else the sm90 row of the smallest head dim that covers D and Dv where the device
-// runs one (the first in table order; a 64-key row for causal problems of at most 1024 keys),
+// runs one (the first in table order; a 64-key row for causal problems of at most 1024 keys
+// unless deterministic),
 // else, of the smallest covering head dim, the first sm80 row that fits its shared memory
 // (table order = preference). inst null:
 // `why` is the error (Status::unsupported), naming the argument.
@@ -209,7 +210,8 @@ struct BwdPick {
   const BwdInstanceInfo* inst = nullptr;
   std::string why;
 };
-BwdPick pick_bwd(const core::AttentionProblem& p, int64_t sk, const DeviceFacts& dev, BwdInstanceList list);
+BwdPick pick_bwd(const core::AttentionProblem& p, int64_t sk, bool deterministic, const DeviceFacts& dev,
+                 BwdInstanceList list);
 
 // Deterministic mode's CTAs along the keys (each with a dQ slice of its own), for `items`
 // CTAs per key-block position (B Hkv, times the column splits) and `key_blocks` blocks: the

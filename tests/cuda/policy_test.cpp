@@ -419,24 +419,27 @@ TEST(CudaPolicy, BackwardKernel) {
     p.d = d;
     p.dv = dv;
     p.impl = impl;
-    const BwdPick r = pick_bwd(p, p.sk, dev, bwd);
+    const BwdPick r = pick_bwd(p, p.sk, false, dev, bwd);
     return r.inst != nullptr ? std::string(r.inst->key) : "error:" + r.why;
   };
   EXPECT_EQ(key(DType::bf16, 128, 128, kH200), "bwd_sm90_bf16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::f16, 112, 128, kH200), "bwd_sm90_f16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::f16, 64, 48, kH200), "bwd_sm90_f16_hd64_64x128_s2");
   // Causal at most 1024 keys: the 64-key row of the head dim where there is one.
-  const auto causal_key = [&](DType dt, int64_t d, int64_t sk, bool causal) {
+  const auto causal_key = [&](DType dt, int64_t d, int64_t sk, bool causal, bool deterministic = false) {
     core::AttentionProblem p;
     p.dtype = dt;
     p.d = p.dv = d;
     p.sq = p.sk = sk;
     p.causal = causal;
-    return std::string(pick_bwd(p, sk, kH200, bwd).inst->key);
+    return std::string(pick_bwd(p, sk, deterministic, kH200, bwd).inst->key);
   };
   EXPECT_EQ(causal_key(DType::bf16, 64, 512, true), "bwd_sm90_bf16_hd64_64x64_s2");
   EXPECT_EQ(causal_key(DType::bf16, 64, 1024, true), "bwd_sm90_bf16_hd64_64x64_s2");
   EXPECT_EQ(causal_key(DType::bf16, 64, 1025, true), "bwd_sm90_bf16_hd64_64x128_s2");
+  // (deterministic: the 128-key row, which has a dQ warpgroup)
+  EXPECT_EQ(causal_key(DType::bf16, 64, 512, true, true), "bwd_sm90_bf16_hd64_64x128_s2");
+  EXPECT_EQ(causal_key(DType::f16, 64, 1024, true, true), "bwd_sm90_f16_hd64_64x128_s2");
   EXPECT_EQ(causal_key(DType::f16, 64, 512, false), "bwd_sm90_f16_hd64_64x128_s2");
   EXPECT_EQ(causal_key(DType::f16, 128, 512, true), "bwd_sm90_f16_hd128_64x128_s2");  // (no 64-key hd128 row)
   EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm90_bf16_hd128_64x128_s2");  // no sm90 hd96 row
