@@ -175,45 +175,55 @@ TEST(CudaBackwardKernels, EveryInstanceForced) {
 // so that many CTAs add to each query block's dQ: on Hopper in a fixed order (no mask: the
 // cyclic walk; causal and the window: in order), elsewhere in slices; head dims 64, 128, 256;
 // and 17000 keys, more key blocks than an H100 / H200 has CTA slots (Hopper: the slices too);
-// more items than one wave of CTAs holds; on a caller's stream.
-TEST(CudaBackwardDeterministic, BitwiseAcrossRuns) {
+// more items than one wave of CTAs holds; the third run on a caller's stream. One test per
+// case and dtype, so that a sanitizer run can take one kernel family (--gtest_filter).
+const BwdCase kDetCases[] = {
+    {"det_d64", 1, 700, 1000, 4, 1, 64, 64, false},
+    {"det_causal_d64", 1, 700, 1000, 4, 1, 64, 64, true},
+    {"det_window_d64", 1, 700, 1000, 4, 1, 64, 64, false, 100, 20},
+    {"det_d128", 1, 700, 1000, 4, 1, 128, 128, false},
+    {"det_causal_d128", 1, 700, 1000, 4, 1, 128, 128, true},
+    {"det_window_d128", 1, 700, 1000, 4, 1, 128, 128, false, 100, 20},
+    {"det_d256", 1, 700, 1000, 4, 1, 256, 256, false},
+    {"det_causal_d256", 1, 700, 1000, 4, 1, 256, 256, true},
+    {"det_window_d256", 1, 700, 1000, 4, 1, 256, 256, false, 100, 20},
+    {"det_long_d64", 1, 100, 17000, 2, 1, 64, 64, false},
+    // More (batch, KV head) items than one wave holds: 40 key blocks of 128 keys each, 6 items
+    // (GQA: two query heads per KV head), 132 SMs.
+    {"det_waves_d64", 3, 300, 5000, 4, 2, 64, 64, false},
+    {"det_waves_causal_d128", 3, 600, 5000, 4, 2, 128, 128, true},
+};
+
+class CudaBackwardDeterministic : public ::testing::TestWithParam<CaseDtype> {};
+
+TEST_P(CudaBackwardDeterministic, BitwiseAcrossRuns) {
   FC_REQUIRE_GPU();
+  const auto& [c, dt] = GetParam();
   fctest::Rng rng;
   FC_TRACE_SEED(rng);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  std::vector<BwdCase> cases;
-  for (int64_t hd : {64, 128, 256}) {
-    cases.push_back({"det", 1, 700, 1000, 4, 1, hd, hd, false});
-    cases.push_back({"det_causal", 1, 700, 1000, 4, 1, hd, hd, true});
-    cases.push_back({"det_window", 1, 700, 1000, 4, 1, hd, hd, false, 100, 20});
-  }
-  cases.push_back({"det_long", 1, 100, 17000, 2, 1, 64, 64, false});
-  // More (batch, KV head) items than one wave holds: 40 key blocks of 128 keys each, 6 items
-  // (GQA: two query heads per KV head), 132 SMs.
-  cases.push_back({"det_waves", 3, 300, 5000, 4, 2, 64, 64, false});
-  cases.push_back({"det_waves_causal", 3, 600, 5000, 4, 2, 128, 128, true});
-  for (DType dt : {DType::f16, DType::bf16})
-    for (const BwdCase& c : cases) {
-      SCOPED_TRACE(fctest::name(dt) + " " + c.name + " d" + std::to_string(c.d));
-      BwdFixture f(c, dt, rng);
-      std::vector<uint8_t> first;
-      for (int run = 0; run < 3; ++run) {
-        BwdFixture::DevGrads g = f.dev_grads();
-        fc::AttentionParams p = f.params();
-        p.deterministic = true;
-        p.stream = run == 2 ? stream : nullptr;
-        f.run(g, p);
-        if (run == 0) {
-          f.check(g);
-          first = fctest::bytes_of(g.h);
-        } else {
-          EXPECT_TRUE(fctest::bytes_of(g.h) == first) << "deterministic run " << run << " differs from the first";
-        }
-      }
+  BwdFixture f(c, dt, rng);
+  std::vector<uint8_t> first;
+  for (int run = 0; run < 3; ++run) {
+    BwdFixture::DevGrads g = f.dev_grads();
+    fc::AttentionParams p = f.params();
+    p.deterministic = true;
+    p.stream = run == 2 ? stream : nullptr;
+    f.run(g, p);
+    if (run == 0) {
+      f.check(g);
+      first = fctest::bytes_of(g.h);
+    } else {
+      EXPECT_TRUE(fctest::bytes_of(g.h) == first) << "deterministic run " << run << " differs from the first";
     }
+  }
   cudaStreamDestroy(stream);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaBackwardDeterministic,
+                         ::testing::Combine(::testing::ValuesIn(kDetCases), ::testing::Values(DType::f16, DType::bf16)),
+                         fctest::CaseDtypeName());
 
 // Zero-sized dims: the gradients that exist are zero.
 TEST(CudaBackwardKernels, ZeroSizedProblems) {
