@@ -202,10 +202,9 @@ using BwdInstanceList = std::span<const BwdInstanceInfo>;
 // The backward's row for a problem whose longest sequence has sk keys: the forced key
 // (p.impl), else the sm90 row of the smallest head dim that covers D and Dv where the device
 // runs one (the first in table order; a 64-key row for causal problems of at most 1024 keys
-// unless deterministic),
-// else, of the smallest covering head dim, the first sm80 row that fits its shared memory
-// (table order = preference). inst null:
-// `why` is the error (Status::unsupported), naming the argument.
+// unless deterministic), else, of the smallest covering head dim, the first sm80 row that
+// fits its shared memory (table order = preference). inst null: `why` is the error
+// (Status::unsupported), naming the argument.
 struct BwdPick {
   const BwdInstanceInfo* inst = nullptr;
   std::string why;
