@@ -85,31 +85,6 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
 };
 
 
-// Ordered mode's dQ warpgroup (BwdSm90Traits::kDqWarpgroup): it meets the MMA warpgroups at
-// each of their barriers ((A), (B), each key block's end, and one after the last, with
-// barrier.sync without .aligned: from other instructions than theirs), and its first thread
-// flushes, settles and releases each query block's dQ tile. It does not walk the blocks: the
-// MMA warpgroups' warp 0 posts each barrier's phase (DqPending::post), their thread 0 each
-// tile's rank among its adders (with the tile), so that in kDqRegs registers it holds no walk
-// state.
-__device__ __forceinline__ void bwd90_dq_warpgroup(const DqPending& pend, bool dq_thread) {
-  const auto as_rank = [](int r) { return uint32_t(r); };
-  for (uint32_t parity = 0;; parity ^= 1) {
-    ptx::cta_sync_unaligned();  // (A), a key block's end, or the last
-    const DqPending::Phase phase = pend.phase(parity);
-    if (phase == DqPending::kDone) break;
-    if (dq_thread) pend.flush<1>(0, 0, true, as_rank);  // (the previous block's tile)
-    if (phase == DqPending::kQueryBlock) {
-      if (dq_thread) pend.settle();
-      ptx::cta_sync_unaligned();       // (B)
-      if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
-    } else if (dq_thread) {
-      pend.finish(true, false, false);
-    }
-  }
-  if (dq_thread) ptx::tma_store_wait_read();
-}
-
 // The kernel's body: one CTA's key blocks.
 // kOrdered: deterministic mode in one slice (BwdParams::dq_order > 0; a template argument, so
 // that the default mode's loop is compiled without the ordered walk's state).
@@ -173,7 +148,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
   if constexpr (kWarp) {
     if (wg == 2) {
       ptx::setmaxnreg_dec<Tr::kDqRegs>();
-      bwd90_dq_warpgroup(pend, tid == Tr::kThreads);
+      bwd90_dq_warpgroup<1, false>(pend, tid == Tr::kThreads, 0, 0);
       return;
     }
     ptx::setmaxnreg_inc<Tr::kMmaRegs>();

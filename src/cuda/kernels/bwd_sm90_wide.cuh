@@ -42,6 +42,10 @@ template <typename T, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
 struct BwdSm90WideTraits {
   static constexpr int kHeadDim = kHeadDim_, kBlockM = kBlockM_, kBlockN = kBlockN_, kStages = kStages_;
   static constexpr int kThreads = 256;                   // two warpgroups
+  // Ordered mode's dQ warpgroup (bwd_sm90.cuh's BwdSm90Traits::kDqWarpgroup): a third
+  // warpgroup with 24 registers, the MMA warpgroups 240 of the 168 x 384 the CTA has.
+  static constexpr int kOrderedThreads = kThreads + 128;
+  static constexpr int kDqRegs = 24, kMmaRegs = 240;
   static constexpr int kColElems = 128 / int(sizeof(T));  // elements per 128-byte column block
   static constexpr int kColBlocks = kHeadDim / kColElems;
   static constexpr int kWgBlocks = kColBlocks / 2;       // column blocks per warpgroup
@@ -147,6 +151,31 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
   const uint64_t d_dsn = ptx::desc_sw128(base + Tr::kOffDs, kBlockN * 128, 1024);
   const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * Tr::kWgBlocks * kBlockN * 128, kBlockN * 128, 1024);
 
+  // Ordered mode's dQ warpgroup (bwd90_dq_warpgroup), as bwd_sm90_cta's: the barriers it meets
+  // the MMA warpgroups at are not .aligned, and warp 0 posts what follows each but (B).
+  constexpr bool kWarp = kOrdered;
+  const auto sync_cta = [] {
+    if constexpr (kWarp)
+      ptx::cta_sync_unaligned();
+    else
+      __syncthreads();
+  };
+  uint32_t parity = 0;
+  const auto post = [&](DqPending::Phase phase) {
+    if constexpr (kWarp) {
+      if (tid < 32) pend.post(parity, phase);
+      parity ^= 1;
+    }
+  };
+  if constexpr (kWarp) {
+    if (wg == 2) {
+      ptx::setmaxnreg_dec<Tr::kDqRegs>();
+      bwd90_dq_warpgroup<2, true>(pend, tid == Tr::kThreads, Tr::kWgStage, panel());
+      return;
+    }
+    ptx::setmaxnreg_inc<Tr::kMmaRegs>();
+  }
+
   // Q, dO and the row stats of query block m0 of head h into stage st (bwd90_load_q: each
   // warpgroup's column blocks of Q then of dO together, Tr::kWgStage apart).
   auto load_q = [&](int h, int m0, int st) {
@@ -164,7 +193,9 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
     const int mb_first = kOrdered ? ord.first(qb) : qb.lo;
     const auto rank = [&](int m) { return ord.rank(band, qb, m); };
     if (any) {
-      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T>(p, seq, hk, n0, base + Tr::kOffK, base + Tr::kOffV, tid);
+      // (with a dQ warpgroup: the sequence's bounds read again here, not held over the walk)
+      const SeqInfo kv_seq = kWarp ? seq_info(p.f, ptx::opaque(b)) : seq;
+      bwd90_load_kv<kBlockN, kHeadDim, Tr::kThreads, T>(p, kv_seq, hk, n0, base + Tr::kOffK, base + Tr::kOffV, tid);
       load_q(h0, mb_first * kBlockM, 0);  // one commit group: K, V and the first query block
     }
     float dk[kOF][4], dv[kOF][4];
@@ -181,8 +212,9 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
       // bulk reductions').
       ptx::fence_proxy_async();
-      __syncthreads();  // (A)
-      if (tid == 0) pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);  // the previous block's dQ (in the other stage)
+      post(DqPending::kQueryBlock);
+      sync_cta();  // (A)
+      if (!kWarp && tid == 0) pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);  // the previous block's dQ (in the other stage)
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
       const uint32_t stage = base + Tr::kOffStage + buf * Tr::kStage;
@@ -220,8 +252,8 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       }
       bwd90w_store_half<Tr, T>(s, row_ds, wg * (Tr::kQw / 8), g);
       ptx::fence_proxy_async();                  // P^T's and dS^T's stores, seen by wgmma's reads
-      if (tid == 0) pend.settle();  // the other stage's dQ was read (flushed after (A))
-      __syncthreads();                           // (B)
+      if (!kWarp && tid == 0) pend.settle();  // the other stage's dQ was read (flushed after (A))
+      sync_cta();                             // (B)
       if (next.h < h_end) load_q(next.h, next.mb * kBlockM, buf ^ 1);
 
       // dV += P^T dO, dK += dS^T Q (this warpgroup's columns), dQ = dS K (the same columns).
@@ -237,7 +269,9 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       ptx::wgmma_commit();
       // (ordered mode: the previous block's dQ, behind dV's and dK's products, before dQ's
       // accumulators take their registers)
-      if (kOrdered && tid == 0) pend.release();
+      if (kOrdered && !kWarp && tid == 0) pend.release();
+      int mb_or_rank = mb;  // (with a dQ warpgroup: the CTA's rank among the block's adders)
+      if (kWarp && tid == 0) mb_or_rank = int(rank(mb));
       float dq[kOF][4];
 #pragma unroll
       for (int i = 0; i < kOF; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
@@ -265,8 +299,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       if (tid == 0)
         pend.set(p.dq_acc + int64_t(blockIdx.x) * p.dq_split + qrow0 * Tr::kWgCols,
                  uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4), stage,
-                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr,
-                 mb);
+                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr, mb_or_rank);
       h = next.h;  // (dQ's stores are fenced into the async proxy before (A) or the barrier below)
       mb = next.mb;
     }
@@ -277,17 +310,22 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     ptx::fence_proxy_async();  // the last block's dQ stores, seen by the bulk reductions
-    __syncthreads();           // the last block's dQ tiles are stored
-    if (tid == 0) {
+    post(DqPending::kKeyBlockEnd);
+    sync_cta();  // the last block's dQ tiles are stored
+    if (!kWarp && tid == 0) {
       pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, true);  // (the next key block's loads overwrite the stages)
     }
-    __syncthreads();
+    sync_cta();
+  }
+  if constexpr (kWarp) {
+    post(DqPending::kDone);
+    sync_cta();
   }
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kStages, bool kOrdered>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(kOrdered ? 384 : 256, 1)
     bwd_sm90_wide_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_do,
                          const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -300,7 +338,7 @@ cudaError_t launch_bwd_sm90_wide(const BwdParams& p, cudaStream_t stream) {
   using Tr = BwdSm90WideTraits<T, kHeadDim, kBlockM, kBlockN, kStages>;
   return launch_bwd90<T, kBlockM, bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, false>,
                       bwd_sm90_wide_kernel<T, kHeadDim, kBlockM, kBlockN, kStages, true>>(
-      p, Tr::kThreads, Tr::kThreads, Tr::kSmem, stream);
+      p, Tr::kThreads, Tr::kOrderedThreads, Tr::kSmem, stream);
 }
 
 }  // namespace flashcore::cuda

@@ -120,6 +120,35 @@ __device__ __forceinline__ WalkStep bwd90_next(int h, int mb, const QueryBlocks&
   return {last_m ? h + 1 : h, mb_next};
 }
 
+// Ordered mode's dQ warpgroup (bwd_sm90.cuh, bwd_sm90_wide.cuh: kDqWarpgroup): it meets the
+// MMA warpgroups at each of their barriers ((A), (B), each key block's end, with kEndBarrier
+// a second one after the end's flush, and one after the last; barrier.sync without .aligned:
+// from other instructions than theirs), and its first thread flushes (kPanels reductions,
+// as DqPending::flush), settles and releases each query block's dQ tile. It does not walk the
+// blocks: the MMA warpgroups' warp 0 posts each barrier's phase (DqPending::post), their
+// thread 0 each tile's rank among its adders (with the tile), so that in the few registers it
+// has it holds no walk state.
+template <int kPanels, bool kEndBarrier>
+__device__ __forceinline__ void bwd90_dq_warpgroup(const DqPending& pend, bool dq_thread, uint32_t src_step,
+                                                   int64_t panel) {
+  const auto as_rank = [](int r) { return uint32_t(r); };
+  for (uint32_t parity = 0;; parity ^= 1) {
+    ptx::cta_sync_unaligned();  // (A), a key block's end, or the last
+    const DqPending::Phase phase = pend.phase(parity);
+    if (phase == DqPending::kDone) break;
+    if (dq_thread) pend.flush<kPanels>(src_step, panel, true, as_rank);  // (the previous block's tile)
+    if (phase == DqPending::kQueryBlock) {
+      if (dq_thread) pend.settle();
+      ptx::cta_sync_unaligned();       // (B)
+      if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
+    } else {
+      if (dq_thread) pend.finish(true, false, false);
+      if constexpr (kEndBarrier) ptx::cta_sync_unaligned();
+    }
+  }
+  if (dq_thread) ptx::tma_store_wait_read();
+}
+
 // Ordered mode's walk and ranks for key block n of a sequence (band, Sq) with query blocks
 // [qb.lo, qb.hi) and N key blocks: where the walk starts, and the CTA's rank among the adders
 // of query block mb (kernels/bwd_params.hpp: dq_order).
