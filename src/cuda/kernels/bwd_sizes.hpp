@@ -22,14 +22,14 @@ constexpr bool bwd_sm90_wide(int head_dim) { return head_dim > 128; }
 // Dynamic shared memory of a bwd_sm90 instance (BwdSm90Traits::kSmem): K and V tiles of block_n
 // rows, `stages` Q and dO tiles of block_m rows (rows of the head dim in 128-byte column blocks)
 // and their row stats, dS^T (block_n rows of block_m elements), the pending dQ tile's
-// destination and order state (48 bytes), and 1024 bytes for aligning the base to the 128-byte swizzle's atom. The
+// destination and order state (64 bytes), and 1024 bytes for aligning the base to the 128-byte swizzle's atom. The
 // narrow form adds the query block's dQ tile (block_m rows of head_dim floats); the wide form
 // adds a P^T tile instead and writes dQ over the block's own Q / dO stage. Both end with one
 // mbarrier per stage (its Q / dO tiles' TMA loads).
 constexpr int bwd_sm90_smem(int head_dim, int block_m, int block_n, int stages, int elem_bytes) {
   const int row = head_dim * elem_bytes;
   const int extra = bwd_sm90_wide(head_dim) ? block_n * block_m * elem_bytes : block_m * head_dim * 4;
-  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes + extra + 48 +
+  return 2 * block_n * row + stages * block_m * (2 * row + 8) + block_n * block_m * elem_bytes + extra + 64 +
          8 * stages + 1024;
 }
 

@@ -75,7 +75,7 @@ struct BwdSm90Traits : BwdSm90Shape<T, kHeadDim_, kBlockM_, kBlockN_> {
   static constexpr int kOffStat = kOffDs + S::kTileDs;
   static constexpr int kOffDq = kOffStat + kStages * S::kBlockM * 8;
   static constexpr int kOffPending = kOffDq + S::kTileDq;  // the dQ tile's destination (DqPending)
-  static constexpr int kOffBar = kOffPending + 48;          // per stage: its Q / dO tiles' TMA loads
+  static constexpr int kOffBar = kOffPending + 64;          // per stage: its Q / dO tiles' TMA loads
   static constexpr int kSmem = kOffBar + 8 * kStages + 1024;
   static constexpr int kCtasPerSm = bwd_sm90_ctas_per_sm(kHeadDim_, kBlockN_);  // (__launch_bounds__)
 
@@ -148,7 +148,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
   if constexpr (kWarp) {
     if (wg == 2) {
       ptx::setmaxnreg_dec<Tr::kDqRegs>();
-      bwd90_dq_warpgroup<1, false>(pend, tid == Tr::kThreads, 0, 0);
+      bwd90_dq_warpgroup<kBlockM, kBlockN, 1, false>(pend, tid == Tr::kThreads, p.dq_order, 0, 0);
       return;
     }
     ptx::setmaxnreg_inc<Tr::kMmaRegs>();
@@ -212,15 +212,15 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
       // The block's first workspace row; the swizzle's key is the lane's row's, modulo 8.
       const int64_t qrow0 = (seq.bb * p.f.heads + h) * p.rows_q + seq.q_row0 + m0;
       const uint32_t key8 = uint32_t(qrow0 + r) & 7u;
-      int mb_or_rank = mb;  // (with a dQ warpgroup: the CTA's rank among the block's adders)
       bwd90_dq<Tr, T>(base + Tr::kOffDq + r * kHeadDim * 4 + wg * Tr::kDqCols * 4 + t * 8, key8, d_ds, d_kn, pa, da,
                       dk, dv, [&] {  // (behind the products)
                         if (kOrdered && !kWarp && tid == 0) pend.release();  // (the previous block's dQ)
-                        if (kWarp && tid == 0) mb_or_rank = int(rank(mb));
                       });
-      if (tid == 0)
+      if (tid == 0) {
         pend.set(dq_slice + qrow0 * kHeadDim, uint32_t(min(kBlockM, seq.sq - m0) * kHeadDim * 4), base + Tr::kOffDq,
-                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr, mb_or_rank);
+                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr, mb);
+        if (kWarp) pend.set_walk(n, ord.nblocks, qb.lo, qb.hi, band.offset, band.right);
+      }
       h = next.h;  // (dQ's stores are fenced into the async proxy before (A) or the barrier below)
       mb = next.mb;
     }

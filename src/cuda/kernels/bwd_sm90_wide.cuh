@@ -66,7 +66,7 @@ struct BwdSm90WideTraits {
   static constexpr int kOffP = kOffStage + kStages * kStage, kOffDs = kOffP + kTileP;
   static constexpr int kOffStat = kOffDs + kTileP;
   static constexpr int kOffPending = kOffStat + kStages * kBlockM * 8;
-  static constexpr int kOffBar = kOffPending + 48;  // per stage: its Q / dO tiles' TMA loads
+  static constexpr int kOffBar = kOffPending + 64;  // per stage: its Q / dO tiles' TMA loads
   static constexpr int kSmem = kOffBar + 8 * kStages + 1024;
 
   static_assert(kSmem == bwd_sm90_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
@@ -170,7 +170,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
   if constexpr (kWarp) {
     if (wg == 2) {
       ptx::setmaxnreg_dec<Tr::kDqRegs>();
-      bwd90_dq_warpgroup<2, true>(pend, tid == Tr::kThreads, Tr::kWgStage, panel());
+      bwd90_dq_warpgroup<kBlockM, kBlockN, 2, true>(pend, tid == Tr::kThreads, p.dq_order, Tr::kWgStage, panel());
       return;
     }
     ptx::setmaxnreg_inc<Tr::kMmaRegs>();
@@ -270,8 +270,6 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       // (ordered mode: the previous block's dQ, behind dV's and dK's products, before dQ's
       // accumulators take their registers)
       if (kOrdered && !kWarp && tid == 0) pend.release();
-      int mb_or_rank = mb;  // (with a dQ warpgroup: the CTA's rank among the block's adders)
-      if (kWarp && tid == 0) mb_or_rank = int(rank(mb));
       float dq[kOF][4];
 #pragma unroll
       for (int i = 0; i < kOF; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
@@ -296,10 +294,12 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
         for (int nf = 0; nf < kOF; ++nf)
           ptx::sts64((row_q + hf * 8 * Tr::kWgCols * 4 + nf * 32) ^ (key8 << 4),
                      make_uint2(__float_as_uint(dq[nf][2 * hf]), __float_as_uint(dq[nf][2 * hf + 1])));
-      if (tid == 0)
+      if (tid == 0) {
         pend.set(p.dq_acc + int64_t(blockIdx.x) * p.dq_split + qrow0 * Tr::kWgCols,
                  uint32_t(min(kBlockM, seq.sq - m0) * Tr::kWgCols * 4), stage,
-                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr, mb_or_rank);
+                 kOrdered ? p.dq_sem + (int64_t(b) * p.f.heads + h) * p.sem_mblocks + mb : nullptr, mb);
+        if (kWarp) pend.set_walk(n, ord.nblocks, qb.lo, qb.hi, band.offset, band.right);
+      }
       h = next.h;  // (dQ's stores are fenced into the async proxy before (A) or the barrier below)
       mb = next.mb;
     }

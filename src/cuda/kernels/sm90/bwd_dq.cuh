@@ -13,7 +13,7 @@
 // 0 calls it while its warpgroup's products of the next block run, so that its wait for the
 // reductions' completion hides behind them rather than holding a barrier; where the kernel
 // has a dQ warpgroup (bwd_sm90.cuh: kDqWarpgroup), that warpgroup's first thread does the
-// flush, settle and release instead, off the MMA warps (with the rank in the tile's record).
+// flush, settle and release instead, off the MMA warps.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,7 +31,7 @@
 namespace flashcore::cuda {
 
 struct DqPending {
-  uint32_t at;  // shared address of the 48 bytes
+  uint32_t at;  // shared address of the 64 bytes
 
   __device__ __forceinline__ void clear() const {
     ptx::sts32(at + 8, 0);
@@ -91,6 +91,14 @@ struct DqPending {
   // cannot overwrite it before it is read (that post may come before the reads; the one for
   // i + 2 waits on barrier i + 1, which the readers reach after reading).
   enum Phase : uint32_t { kQueryBlock = 1, kKeyBlockEnd = 2, kDone = 3 };
+  // With a dQ warpgroup, beside each tile (set): its key block's walk (key block n of
+  // nblocks, its query blocks, the band's offset and right edge), from which the warpgroup's
+  // flush computes the tile's rank (dq_walk_rank). (Blocks of a sequence number less than 2^16.)
+  __device__ __forceinline__ void set_walk(int n, int nblocks, int qb_lo, int qb_hi, int offset, int right) const {
+    ptx::sts32(at + 40, uint32_t(qb_lo) | uint32_t(qb_hi) << 16);
+    ptx::sts64(at + 48, make_uint2(uint32_t(n), uint32_t(nblocks)));
+    ptx::sts64(at + 56, make_uint2(uint32_t(offset), uint32_t(right)));
+  }
   __device__ __forceinline__ void post(uint32_t parity, Phase phase) const { ptx::sts32(at + 28 + 16 * parity, phase); }
   __device__ __forceinline__ Phase phase(uint32_t parity) const { return Phase(ptx::lds32(at + 28 + 16 * parity)); }
   // Thread 0, after the last flush of a key block: released (ordered mode), complete
@@ -120,35 +128,6 @@ __device__ __forceinline__ WalkStep bwd90_next(int h, int mb, const QueryBlocks&
   return {last_m ? h + 1 : h, mb_next};
 }
 
-// Ordered mode's dQ warpgroup (bwd_sm90.cuh, bwd_sm90_wide.cuh: kDqWarpgroup): it meets the
-// MMA warpgroups at each of their barriers ((A), (B), each key block's end, with kEndBarrier
-// a second one after the end's flush, and one after the last; barrier.sync without .aligned:
-// from other instructions than theirs), and its first thread flushes (kPanels reductions,
-// as DqPending::flush), settles and releases each query block's dQ tile. It does not walk the
-// blocks: the MMA warpgroups' warp 0 posts each barrier's phase (DqPending::post), their
-// thread 0 each tile's rank among its adders (with the tile), so that in the few registers it
-// has it holds no walk state.
-template <int kPanels, bool kEndBarrier>
-__device__ __forceinline__ void bwd90_dq_warpgroup(const DqPending& pend, bool dq_thread, uint32_t src_step,
-                                                   int64_t panel) {
-  const auto as_rank = [](int r) { return uint32_t(r); };
-  for (uint32_t parity = 0;; parity ^= 1) {
-    ptx::cta_sync_unaligned();  // (A), a key block's end, or the last
-    const DqPending::Phase phase = pend.phase(parity);
-    if (phase == DqPending::kDone) break;
-    if (dq_thread) pend.flush<kPanels>(src_step, panel, true, as_rank);  // (the previous block's tile)
-    if (phase == DqPending::kQueryBlock) {
-      if (dq_thread) pend.settle();
-      ptx::cta_sync_unaligned();       // (B)
-      if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
-    } else {
-      if (dq_thread) pend.finish(true, false, false);
-      if constexpr (kEndBarrier) ptx::cta_sync_unaligned();
-    }
-  }
-  if (dq_thread) ptx::tma_store_wait_read();
-}
-
 // Ordered mode's walk and ranks for key block n of a sequence (band, Sq) with query blocks
 // [qb.lo, qb.hi) and N key blocks: where the walk starts, and the CTA's rank among the adders
 // of query block mb (kernels/bwd_params.hpp: dq_order).
@@ -174,6 +153,46 @@ struct DqOrder {
     return uint32_t(last - n);
   }
 };
+
+// The rank of the pending tile's CTA among the adders of query block mb, from the walk its
+// key block's thread 0 recorded beside it (DqPending::set_walk).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ uint32_t dq_walk_rank(const DqPending& pend, int order, int mb) {
+  const uint32_t q = ptx::lds32(pend.at + 40);
+  const uint2 nn = ptx::lds64(pend.at + 48), br = ptx::lds64(pend.at + 56);
+  const QueryBlocks qb{int(q & 0xffffu), int(q >> 16)};
+  const Band32 band{0, int(br.y), int(br.x), 0};
+  return DqOrder<kBlockM, kBlockN>{order, int(nn.x), int(nn.y)}.rank(band, qb, mb);
+}
+
+// Ordered mode's dQ warpgroup (bwd_sm90.cuh, bwd_sm90_wide.cuh: kDqWarpgroup): it meets the
+// MMA warpgroups at each of their barriers ((A), (B), each key block's end, with kEndBarrier
+// a second one after the end's flush, and one after the last; barrier.sync without .aligned:
+// from other instructions than theirs), and its first thread flushes (kPanels reductions,
+// as DqPending::flush), settles and releases each query block's dQ tile. It does not walk the
+// blocks: the MMA warpgroups' warp 0 posts each barrier's phase (DqPending::post), their
+// thread 0 each tile's key block walk beside it (set_walk), from which the flush computes the
+// tile's rank (off the MMA warps); in the few registers it has it holds no walk state.
+template <int kBlockM, int kBlockN, int kPanels, bool kEndBarrier>
+__device__ __forceinline__ void bwd90_dq_warpgroup(const DqPending& pend, bool dq_thread, int order, uint32_t src_step,
+                                                   int64_t panel) {
+  const auto as_rank = [&](int mb) { return dq_walk_rank<kBlockM, kBlockN>(pend, order, mb); };
+  for (uint32_t parity = 0;; parity ^= 1) {
+    ptx::cta_sync_unaligned();  // (A), a key block's end, or the last
+    const DqPending::Phase phase = pend.phase(parity);
+    if (phase == DqPending::kDone) break;
+    if (dq_thread) pend.flush<kPanels>(src_step, panel, true, as_rank);  // (the previous block's tile)
+    if (phase == DqPending::kQueryBlock) {
+      if (dq_thread) pend.settle();
+      ptx::cta_sync_unaligned();       // (B)
+      if (dq_thread) pend.release();  // (while the MMA warpgroups compute dQ)
+    } else {
+      if (dq_thread) pend.finish(true, false, false);
+      if constexpr (kEndBarrier) ptx::cta_sync_unaligned();
+    }
+  }
+  if (dq_thread) ptx::tma_store_wait_read();
+}
 
 // Launches a bwd_sm90 kernel (both forms: arguments Q's and dO's TMA maps, then p) in the
 // instance of p's mode: kPlain (`threads` per CTA), or kOrdered where p.dq_order > 0
