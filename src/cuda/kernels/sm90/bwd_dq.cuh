@@ -38,8 +38,8 @@ struct DqPending {
     ptx::sts64(at + 32, make_uint2(0, 0));
   }
   // The tile of query block mb at shared `src` goes to `dst` (ordered mode: after the adders
-  // before this CTA on `sem`). `mb` is what flush's rank_of takes: the block's index, or,
-  // where a dQ warpgroup flushes (rank_of the identity), the CTA's rank among its adders.
+  // before this CTA on `sem`). `mb` is what flush's rank_of takes, the block's index (a dQ
+  // warpgroup's rank_of reads the walk that set_walk records beside it).
   __device__ __forceinline__ void set(const float* dst, uint32_t bytes, uint32_t src, const unsigned* sem,
                                       int mb) const {
     const uint64_t a = reinterpret_cast<uint64_t>(dst), s = reinterpret_cast<uint64_t>(sem);
