@@ -58,7 +58,7 @@ void print_usage(const char* argv0) {
       "order; in table order with --pages-in-order) or contiguous (0, the default); reported in GB/s (K/V read + q + out) and %% of the\n"
       "measured memory read bandwidth. --vs-contiguous (with --page-size N > 0): the same keys in\n"
       "a contiguous cache timed alongside, calls interleaved, as a second row with the ratio.\n"
-      "--kv-dtype e4m3 (decode, CPU): an fp8 cache (K and V rounded to e4m3 first, so that\n"
+      "--kv-dtype e4m3 (decode, CPU and CUDA): an fp8 cache (K and V rounded to e4m3 first, so that\n"
       "--check's reference sees the same values; descales 1), its bytes counted as 1 each.\n"
       "--tile forces the CUDA kernel's query x key tile (AttentionParams.tile_m/tile_n).\n"
       "Score variants (attention, both passes): --softcap C (scaled scores -> C tanh(s / C)),\n"

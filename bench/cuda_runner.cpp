@@ -211,6 +211,8 @@ Result run_cuda(const Config& c, uint64_t seed) {
 
     Rng rng(seed);
     AttentionData d = make_attention(c, rng);
+    if (decode && c.fp8_cache)  // (--check's reference then sees the cache's values)
+      for (HostArray* t : {&d.k, &d.v}) round_to_e4m3(*t);
     DeviceCopy q(d.q), k(d.k), v(d.v), o(d.o);
     using flashcore::Device;
     const flashcore::Tensor tq = view(d.q, {d.b, d.sq, d.h, d.d}, Device::cuda, q.get());
@@ -235,11 +237,13 @@ Result run_cuda(const Config& c, uint64_t seed) {
     }
     // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
     // d.v themselves), cache_seqlens = Sk on the device.
-    DecodeCache dc = decode ? make_decode_cache(d, c.page_size, c.pages_in_order, rng) : DecodeCache{};
+    // An e4m3 cache (--kv-dtype e4m3): the cache's own copy, contiguous ones too.
+    DecodeCache dc = decode ? make_decode_cache(d, c.page_size, c.pages_in_order, rng, c.fp8_cache) : DecodeCache{};
     DeviceCopy kc(dc.kc), vc(dc.vc), lens(dc.lens), table(dc.table);
-    const bool paged = dc.page > 0;
-    const flashcore::Tensor tkc = paged ? view(dc.kc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, kc.get()) : tk;
-    const flashcore::Tensor tvc = paged ? view(dc.vc, {dc.pages, dc.page, d.hkv, d.d}, Device::cuda, vc.get()) : tv;
+    const bool paged = dc.page > 0, own = paged || c.fp8_cache;
+    const int64_t rows = paged ? dc.page : d.sk;
+    const flashcore::Tensor tkc = own ? view(dc.kc, {dc.pages, rows, d.hkv, d.d}, Device::cuda, kc.get()) : tk;
+    const flashcore::Tensor tvc = own ? view(dc.vc, {dc.pages, rows, d.hkv, d.d}, Device::cuda, vc.get()) : tv;
     const flashcore::Tensor tlens = view(dc.lens, {d.b}, Device::cuda, lens.get());
     const flashcore::Tensor ttable = view(dc.table, {d.b, dc.per_seq}, Device::cuda, table.get());
     flashcore::KvCacheOptions opt;
@@ -275,7 +279,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
       r.mem_gbps = copy_gbps(stream);
       r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
       r.note += "; mem = device-to-device copy (bytes read + written)";
-      if (decode) r.note += "; " + dc.describe();
+      if (decode) r.note += "; " + dc.describe() + (c.fp8_cache ? ", e4m3" : "");
     }
   } catch (const std::exception& e) {
     r.error = e.what();

@@ -250,14 +250,16 @@ struct KvCacheOptions {
 //    so the Sq queries are the last Sq positions and each sees the whole cache before it.
 //    Windows, GQA/MQA, scale, lse, exp2 mode, strategy, threads and impl as attention's;
 //    varlen (cu_seqlens_*) is refused.
-//  * An fp8 cache (CPU tensors): k_cache, v_cache, k_new and v_new e4m3 under f32, f16 or
-//    bf16 q (out and lse as usual); the real keys and values are the stored ones times
-//    params.k_descale / v_descale and, when given, k_descale_heads / v_descale_heads (float
-//    [B][Hkv], entry b * Hkv + h): scores = scale * k_descale * k_descale_heads[..] * q.k,
+//  * An fp8 cache: k_cache, v_cache, k_new and v_new e4m3 under f32, f16 or bf16 q (CUDA:
+//    f16 or bf16 q, D and Dv multiples of 16 up to 128; out and lse as usual); the real keys
+//    and values are the stored ones times params.k_descale / v_descale and, when given,
+//    k_descale_heads / v_descale_heads (float [B][Hkv] on the cache's device, entry
+//    b * Hkv + h): scores = scale * k_descale * k_descale_heads[..] * q.k,
 //    O = v_descale * v_descale_heads[..] * P V. q_descale (and its per-head array) must stay
-//    1; other caches keep every descale 1. The cache is read as stored (no dequantized copy);
-//    per-head K factors scale an fp32 copy of q (the call then computes in fp32), V's
-//    factors scale out's rows after the attention.
+//    1; other caches keep every descale 1. The cache is read as stored (no dequantized copy):
+//    on the CPU per-head K factors scale an fp32 copy of q (the call then computes in fp32)
+//    and V's factors scale out's rows after the attention; on CUDA each key tile is widened
+//    to q's type in shared memory and the factors fold into the scores' scale and out's rows.
 //  * Checked before anything is read or written: a cache_seqlens entry < 0, a sequence
 //    whose keys (with S_new) pass S_max or need more pages than max_pages, a block_table
 //    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot

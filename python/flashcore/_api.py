@@ -504,7 +504,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     FlashAttention's flash_attn_with_kvcache). Returns out [B, Sq, H, Dv] (and lse
     [B, H, Sq] float32 with return_lse=True).
 
-    k_cache / v_cache (q's dtype, or both float8_e4m3fn: an fp8 cache, CPU arrays; k_new /
+    k_cache / v_cache (q's dtype, or both float8_e4m3fn: an fp8 cache; k_new /
     v_new then e4m3 too): contiguous [B, S_max, Hkv, D] or, with block_table (int32
     [B, max_pages], row b listing sequence b's pages in order), paged [num_pages, page_size,
     Hkv, D] with page_size a multiple of 8; kv_layout="HND" for [B, Hkv, S_max, D] /
@@ -518,7 +518,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_
     cache, two sequences appending to one slot) in CPU arrays are refused by name before anything is
     written. softcap, alibi_slopes ([H] or [B, H]; ALiBi distances from each sequence's own
     length, bottom-right) and sinks ([H]) as attention's. CPU arrays, or CUDA arrays (f16 /
-    bf16, head dims multiples of 8; no score variants; cache_seqlens and block_table stay on
+    bf16 q, head dims multiples of 8, or 16 up to 128 over an fp8 cache; no score variants; cache_seqlens and block_table stay on
     the device unchecked: lengths are clamped to the cache, a page id outside it reads as
     zeros; check_cache=True copies them to the host, synchronizing, and refuses bad values
     by name as for CPU arrays); no autograd. k_descale / v_descale (an fp8 cache only): its

@@ -21,8 +21,8 @@ struct AttentionProblem {
   DType dtype = DType::f32;      // storage of q, k, v (and o, except for fp8 q/k/v)
   DType out_dtype = DType::f32;  // storage of o (f16/bf16 for fp8 inputs, else dtype)
   // storage of k and v: dtype, or e4m3 for an fp8 KV cache under 16-bit / fp32 q
-  // (attention_with_kvcache on the CPU; k_descale / v_descale and their per-head arrays then
-  // dequantize it)
+  // (attention_with_kvcache; k_descale / v_descale and their per-head arrays then dequantize
+  // it)
   DType kv_dtype = DType::f32;
   float q_descale = 1.0f, k_descale = 1.0f, v_descale = 1.0f;  // fp8 dequantization
   // fp8 per-head factors (AttentionParams::*_descale_heads): [batch][kv_heads] or null
@@ -53,8 +53,8 @@ struct AttentionProblem {
   void* stream = nullptr;
   bool exact_fp32 = false;
   int tile_m = 0, tile_n = 0;  // CUDA: forced tile shape (0 = table)
-  // A KV cache (attention_with_kvcache; the CPU backend only): sequence b has seqlens_k[b]
-  // keys (sk is then the longest). With block_table the cache is paged: key s of sequence b
+  // A KV cache (attention_with_kvcache): sequence b has seqlens_k[b] keys (sk is then the
+  // longest). With block_table the cache is paged: key s of sequence b
   // is row s % page_size of page block_table[b * block_table_sb + s / page_size], and k / v
   // give the page as their batch stride (sb), the row within a page as ss.
   const int32_t* seqlens_k = nullptr;

@@ -10,7 +10,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) kv_append_kernel(const KvAppendParams p) {
-  const int kc = p.d / 8, per = kc + p.dv / 8;  // 16-byte chunks of a K row, of a K and a V row
+  const int per_chunk = 16 / p.elem_bytes;                     // elements per 16-byte chunk
+  const int kc = p.d / per_chunk, per = kc + p.dv / per_chunk;  // chunks of a K row, of a K and a V row
   const int64_t total = int64_t(p.batch) * p.s_new * p.kv_heads * per;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
     const int c = int(i % per);
@@ -28,11 +29,12 @@ __global__ void __launch_bounds__(kThreads) kv_append_kernel(const KvAppendParam
       row = slot - j * p.page_size;
     }
     const bool k = c < kc;
-    const int col = (k ? c : c - kc) * 8;
-    const uint16_t* src = static_cast<const uint16_t*>(k ? p.k_new : p.v_new) +
-                          (k ? b * p.kn_sb + s * p.kn_ss + hk * p.kn_sh : b * p.vn_sb + s * p.vn_ss + hk * p.vn_sh) + col;
-    uint16_t* dst = static_cast<uint16_t*>(k ? p.k_cache : p.v_cache) +
-                    (k ? base * p.k_sb + row * p.k_ss + hk * p.k_sh : base * p.v_sb + row * p.v_ss + hk * p.v_sh) + col;
+    const int64_t col = int64_t(k ? c : c - kc) * per_chunk;
+    const int64_t src_el = (k ? b * p.kn_sb + s * p.kn_ss + hk * p.kn_sh : b * p.vn_sb + s * p.vn_ss + hk * p.vn_sh) + col;
+    const int64_t dst_el =
+        (k ? base * p.k_sb + row * p.k_ss + hk * p.k_sh : base * p.v_sb + row * p.v_ss + hk * p.v_sh) + col;
+    const unsigned char* src = static_cast<const unsigned char*>(k ? p.k_new : p.v_new) + src_el * p.elem_bytes;
+    unsigned char* dst = static_cast<unsigned char*>(k ? p.k_cache : p.v_cache) + dst_el * p.elem_bytes;
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
   }
 }
@@ -40,7 +42,8 @@ __global__ void __launch_bounds__(kThreads) kv_append_kernel(const KvAppendParam
 }  // namespace
 
 cudaError_t launch_kv_append(const KvAppendParams& p, int sms, cudaStream_t stream) {
-  const int64_t total = int64_t(p.batch) * p.s_new * p.kv_heads * (p.d / 8 + p.dv / 8);
+  const int per_chunk = 16 / p.elem_bytes;
+  const int64_t total = int64_t(p.batch) * p.s_new * p.kv_heads * (p.d / per_chunk + p.dv / per_chunk);
   if (total == 0) return cudaSuccess;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, int64_t(std::max(sms, 1)) * 8);
   kv_append_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(p);

@@ -10,8 +10,8 @@
 namespace flashcore::cuda {
 
 // Element strides; the caches' sb is the batch stride (contiguous) or the page stride
-// (paged: k_cache / v_cache point at page 0). 16-bit elements, D and Dv multiples of 8 and
-// every row 16-byte aligned (checked by the backend). A slot past cache_rows or on a page id
+// (paged: k_cache / v_cache point at page 0). Elements of elem_bytes (2, or 1: an e4m3
+// cache), rows of whole 16-byte chunks, every row 16-byte aligned (checked by the backend). A slot past cache_rows or on a page id
 // outside [0, num_pages) is not written (the lengths and the table are not read on the host).
 struct KvAppendParams {
   void *k_cache = nullptr, *v_cache = nullptr;
@@ -23,6 +23,7 @@ struct KvAppendParams {
   int64_t bt_sb = 0;
   int page_size = 0, num_pages = 0, cache_rows = 0;
   int batch = 0, s_new = 0, kv_heads = 0, d = 0, dv = 0;
+  int elem_bytes = 2;
 };
 
 cudaError_t launch_kv_append(const KvAppendParams& p, int sms, cudaStream_t stream);

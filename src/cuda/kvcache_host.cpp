@@ -1,5 +1,6 @@
 // CUDA attention_with_kvcache (backend.hpp): the checks only the device side can make
-// (pointer kinds, dtypes, head dims, 16-byte rows), the kvc instance (policy.hpp:
+// (pointer kinds, dtypes, head dims, 16-byte rows; an e4m3 cache's dequantization factors
+// folded into the kernel's scale and output factor), the kvc instance (policy.hpp:
 // pick_kvcache) and its KV splits, then on the caller's stream the append of k_new / v_new
 // (kv_append.cu) and the attention (launch.hpp: the kvc kernel, kv_combine.cu after splits).
 // cache_seqlens and block_table stay on the device: nothing here synchronizes, so a call can
@@ -28,14 +29,14 @@ namespace {
 void check_alignment(const core::KvCacheProblem& pr) {
   const core::AttentionProblem& p = pr.attn;
   const bool paged = p.block_table != nullptr;
-  const int64_t es = int64_t(dtype_size(p.dtype));
+  const int64_t es = int64_t(dtype_size(p.dtype)), kes = int64_t(dtype_size(p.kv_dtype));
   const int64_t blocks = paged ? pr.num_pages : p.batch, rows = paged ? p.page_size : pr.cache_rows;
   const std::pair<const char*, std::string> checks[] = {
       {"q", misalignment(p.q.data, 16, es, {{p.q.sb, p.batch}, {p.q.ss, p.sq}, {p.q.sh, p.heads}})},
-      {"k_cache", misalignment(p.k.data, 16, es, {{p.k.sb, blocks}, {p.k.ss, rows}, {p.k.sh, p.kv_heads}})},
-      {"v_cache", misalignment(p.v.data, 16, es, {{p.v.sb, blocks}, {p.v.ss, rows}, {p.v.sh, p.kv_heads}})},
-      {"k_new", misalignment(pr.k_new.data, 16, es, {{pr.k_new.sb, p.batch}, {pr.k_new.ss, pr.s_new}, {pr.k_new.sh, p.kv_heads}})},
-      {"v_new", misalignment(pr.v_new.data, 16, es, {{pr.v_new.sb, p.batch}, {pr.v_new.ss, pr.s_new}, {pr.v_new.sh, p.kv_heads}})},
+      {"k_cache", misalignment(p.k.data, 16, kes, {{p.k.sb, blocks}, {p.k.ss, rows}, {p.k.sh, p.kv_heads}})},
+      {"v_cache", misalignment(p.v.data, 16, kes, {{p.v.sb, blocks}, {p.v.ss, rows}, {p.v.sh, p.kv_heads}})},
+      {"k_new", misalignment(pr.k_new.data, 16, kes, {{pr.k_new.sb, p.batch}, {pr.k_new.ss, pr.s_new}, {pr.k_new.sh, p.kv_heads}})},
+      {"v_new", misalignment(pr.v_new.data, 16, kes, {{pr.v_new.sb, p.batch}, {pr.v_new.ss, pr.s_new}, {pr.v_new.sh, p.kv_heads}})},
       {"out", misalignment(p.o, 4, es, {{p.o_sb, p.batch}, {p.o_ss, p.sq}, {p.o_sh, p.heads}})},
   };
   for (const auto& [name, why] : checks)
@@ -57,6 +58,7 @@ KvAppendParams append_params(const core::KvCacheProblem& pr) {
   a.bt_sb = p.block_table_sb;
   a.page_size = int(p.page_size), a.num_pages = int(pr.num_pages), a.cache_rows = int(pr.cache_rows);
   a.batch = int(p.batch), a.s_new = int(pr.s_new), a.kv_heads = int(p.kv_heads), a.d = int(p.d), a.dv = int(p.dv);
+  a.elem_bytes = int(dtype_size(p.kv_dtype));
   return a;
 }
 
@@ -78,18 +80,21 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16)
     throw_error(Status::unsupported,
                 std::string("q: attention_with_kvcache on CUDA takes f16 or bf16 tensors, got ") + to_string(p.dtype));
-  if (p.kv_dtype != p.dtype)
-    throw_error(Status::unsupported, std::string("k_cache: an fp8 (") + to_string(p.kv_dtype) +
-                                         ") KV cache runs on the CPU backend; CUDA takes f16 or bf16 caches");
+  const bool fp8 = p.kv_dtype == DType::e4m3;
+  if (p.kv_dtype != p.dtype && !fp8)
+    throw_error(Status::unsupported, std::string("k_cache: a ") + to_string(p.kv_dtype) + " cache under " +
+                                         to_string(p.dtype) + " q; CUDA takes q's dtype or e4m3");
   if (p.impl != nullptr && p.impl[0] != '\0' && std::strcmp(p.impl, "auto") != 0)
     throw_error(Status::unsupported, std::string("params.impl: '") + p.impl +
                                          "': attention_with_kvcache on CUDA takes no forced kernel (leave impl unset)");
   if (p.tile_m != 0 || p.tile_n != 0)
     throw_error(Status::unsupported, "params.tile_m: attention_with_kvcache on CUDA has no tile choice (leave tile_m/tile_n 0)");
   refuse_score_variants(p, "CUDA attention_with_kvcache");
-  if (p.d % 8 != 0 || p.dv % 8 != 0)
+  const int64_t mult = fp8 ? 16 : 8;  // 16-byte chunks of the cache's rows
+  if (p.d % mult != 0 || p.dv % mult != 0)
     throw_error(Status::unsupported, "q: head dims D = " + std::to_string(p.d) + ", Dv = " + std::to_string(p.dv) +
-                                         " must be multiples of 8 for attention_with_kvcache on CUDA");
+                                         " must be multiples of " + std::to_string(mult) +
+                                         " for attention_with_kvcache on CUDA" + (fp8 ? " over an e4m3 cache" : ""));
   const bool paged = p.block_table != nullptr;
   if (pr.cache_rows + pr.s_new > INT_MAX || pr.num_pages > INT_MAX)
     throw_error(Status::unsupported, std::string(paged ? "block_table: max_pages * page_size" : "k_cache: S_max") +
@@ -97,13 +102,15 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   const std::pair<const void*, const char*> ptrs[] = {
       {p.q.data, "q"},         {p.k.data, "k_cache"},     {p.v.data, "v_cache"}, {p.o, "out"},
       {p.lse, "params.lse"},   {p.seqlens_k, "cache_seqlens"}, {p.block_table, "block_table"},
-      {pr.k_new.data, "k_new"}, {pr.v_new.data, "v_new"}};
+      {pr.k_new.data, "k_new"}, {pr.v_new.data, "v_new"}, {p.k_descale_heads, "params.k_descale_heads"},
+      {p.v_descale_heads, "params.v_descale_heads"}};
   for (const auto& [ptr, name] : ptrs) check_device_pointer(ptr, name, dev.id);
   const int64_t hd = std::max(p.d, p.dv);
   const int pack_shift = gqa_pack_shift(p, p.sq);
-  const InstanceInfo* inst = pick_kvcache(p.dtype, hd, p.sq << pack_shift, dev, kvcache_instances());
+  const InstanceInfo* inst = pick_kvcache(p.dtype, hd, p.sq << pack_shift, dev, kvcache_instances(), fp8);
   if (inst == nullptr)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
+                                         (fp8 ? " over an e4m3 cache: head dims up to 128" : "") +
                                          ") has no CUDA KV-cache instance in this build that fits this device "
                                          "(FLASHCORE_CUDA_HDIMS/DTYPES)");
   check_alignment(pr);
@@ -118,6 +125,12 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   f.page_size = int(p.page_size);
   f.num_pages = int(pr.num_pages);
   f.pack_shift = pack_shift;
+  if (fp8) {  // K's factor into the scores' scale, V's into the output (per head: in the kernel)
+    f.scale_log2 *= p.k_descale;
+    f.o_scale = p.v_descale;
+    f.k_descale_heads = p.k_descale_heads;
+    f.v_descale_heads = p.v_descale_heads;
+  }
   f.kv_splits = kvcache_split_count(p.sq << f.pack_shift, p.heads >> f.pack_shift, p.batch, pr.cache_rows, *inst, dev);
   name_kernel(times, inst->key, f);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

@@ -244,15 +244,17 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 
-const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list) {
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list,
+                                 bool kv_fp8) {
+  const auto fits = [&](const InstanceInfo& i) { return i.dtype == dtype && i.kv_fp8 == kv_fp8 && i.runs_on(dev); };
   int best_hd = INT_MAX;
   for (const InstanceInfo& i : list)
-    if (i.dtype == dtype && i.head_dim >= hd && i.runs_on(dev)) best_hd = std::min(best_hd, i.head_dim);
+    if (fits(i) && i.head_dim >= hd) best_hd = std::min(best_hd, i.head_dim);
   const InstanceInfo* other = nullptr;
   for (const InstanceInfo& i : list)
-    if (i.dtype == dtype && i.head_dim == best_hd && i.runs_on(dev)) {
+    if (fits(i) && i.head_dim == best_hd) {
       const bool split = i.block_m < 16 * i.warps;
-      if (split && rows <= i.block_m) return &i;
+      if (split && (kv_fp8 || rows <= i.block_m)) return &i;
       if (!split && other == nullptr) other = &i;
     }
   return other;

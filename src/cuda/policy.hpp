@@ -40,12 +40,15 @@ struct InstanceInfo {
   bool chord = false;          // sm90 rows with FwdSm90Config::kChordForm (FwdParams::exp_chord)
   bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
   bool score_mod = false;      // sm90 "_sv" rows: the score variants' kernel (FwdSm90Config::kScoreMod)
+  bool kv_fp8 = false;         // kvc rows over an e4m3 cache (dtype: q's), dtype keys f16e4m3 / bf16e4m3
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh), and sm80_extra_smem; sm90, the instance's
   // FwdSm90Config::kSmem.
   int smem() const {
     const int row_bytes = (head_dim * int(dtype_size(dtype)) + 127) / 128 * 128;
-    return arch == 90 ? smem90 : (block_m + 2 * stages * block_n) * row_bytes + sm80_extra_smem(block_m, block_n);
+    if (arch == 90) return smem90;
+    if (kv_fp8) return kvc_fp8_smem(head_dim, block_m, block_n, stages);
+    return (block_m + 2 * stages * block_n) * row_bytes + sm80_extra_smem(block_m, block_n);
   }
   // CTAs per SM: sm90, FwdSm90Config::kCtasPerSm (64-row tiles two or three, taller ones
   // one); the sm80 rows (occupancy: their key) one.
@@ -59,8 +62,11 @@ struct InstanceInfo {
 // A row's InstanceInfo from its instances.inc fields (kDType: the dtype key's storage type;
 // tf32 rows store f32). sm90: the FwdSm90Config of the row gives shared memory, CTAs per SM,
 // the chord form and the fused V^T.
-constexpr InstanceInfo sm80_instance(const char* key, DType dt, int hd, int bm, int bn, int warps, int stages) {
-  return {key, 80, dt, hd, bm, bn, warps, stages};
+constexpr InstanceInfo sm80_instance(const char* key, DType dt, int hd, int bm, int bn, int warps, int stages,
+                                     bool kv_fp8 = false) {
+  InstanceInfo i{key, 80, dt, hd, bm, bn, warps, stages};
+  i.kv_fp8 = kv_fp8;
+  return i;
 }
 template <DType kDType, int kHeadDim, int kBlockM, int kBlockN, int kStages, int kVariant>
 constexpr InstanceInfo sm90_instance(const char* key) {
@@ -72,13 +78,19 @@ constexpr InstanceInfo sm90_instance(const char* key) {
 }
 
 // The dtype keys of the table's rows -> storage dtype (tf32: fp32 storage on TF32 tensor
-// cores), and a row of an expanded table (instances_<dir>.inc lines) as its InstanceInfo:
+// cores; f16e4m3 / bf16e4m3, the kvc rows over an e4m3 cache: q's) and whether the KV cache
+// is e4m3, and a row of an expanded table (instances_<dir>.inc lines) as its InstanceInfo:
 //   #define FC_SM80_INST FC_SM80_INSTANCE_INFO / #define FC_SM90_INST FC_SM90_INSTANCE_INFO
 namespace instance_dtype {
 constexpr DType f16 = DType::f16, bf16 = DType::bf16, tf32 = DType::f32, e4m3 = DType::e4m3;
+constexpr DType f16e4m3 = DType::f16, bf16e4m3 = DType::bf16;
 }  // namespace instance_dtype
-#define FC_SM80_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc) \
-  ::flashcore::cuda::sm80_instance(#key, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, wp, st),
+namespace instance_cache_fp8 {
+constexpr bool f16 = false, bf16 = false, tf32 = false, e4m3 = false, f16e4m3 = true, bf16e4m3 = true;
+}  // namespace instance_cache_fp8
+#define FC_SM80_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc)                                                \
+  ::flashcore::cuda::sm80_instance(#key, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, wp, st, \
+                                   ::flashcore::cuda::instance_cache_fp8::dt),
 #define FC_SM90_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
   ::flashcore::cuda::sm90_instance<::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, ps>(#key),
 
@@ -164,7 +176,10 @@ enum class VtPath { none, prepass, fused, in_kernel };
 // sequence and item head (Sq G under GQA packing): of the dtype and the smallest head dim >=
 // hd that runs on the device, the first key-split row (block_m below 16 per warp,
 // kvc_sm80.cuh) where the rows fit its tile, else the first other row; null if none.
-const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list);
+// kv_fp8 (an e4m3 cache): among the rows over an e4m3 cache, which are all key-split rows,
+// the first at every row count.
+const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list,
+                                 bool kv_fp8 = false);
 // Its KV splits (flash-decoding) for batch sequences of sq rows and heads item heads (with GQA
 // packing: Sq G rows and H / G heads) over at most cache_rows keys each: ns = min(2 SMs / CTAs, key tiles / 2, 32) where that is >= 2
 // (kv_combine.cu merges them), else 1. cache_rows bounds the lengths (they stay on the

@@ -5,8 +5,10 @@
 // (the caches then hold exactly the new keys at their slots, nothing else changed), decode,
 // speculative causal queries, windows, GQA 8:1 (a KV head's query heads packed into one
 // tile), head dims 64 to 256 (80: on the hd96 instance), KV splits with their combine, CUDA graph capture, bad arguments refused by
-// name, and page ids and lengths past the cache that the device never reads past. Every
-// test skips with a message when there is no sm80+ GPU.
+// name, and page ids and lengths past the cache that the device never reads past; e4m3
+// caches under f16 / bf16 q with per-tensor and per-head dequantization factors (decode,
+// speculative and prefill rows, windows, KV splits, NaN in the cache). Every test skips
+// with a message when there is no sm80+ GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -25,7 +27,11 @@ KvFixture::Runner gpu_runner(std::string* kernel, bool capture = false, bool che
   return [kernel, capture, check_contents](KvFixture& f, HostTensor& kc, HostTensor& vc, HostTensor& out,
                                            HostTensor& lse, fc::AttentionParams p) {
     DevTensor q(f.q), dkc(kc), dvc(vc), lens(f.seqlens), dout(out), dlse(lse);
-    std::optional<DevTensor> table, kn, vn;
+    std::optional<DevTensor> table, kn, vn, kdh, vdh;
+    if (p.k_descale_heads != nullptr) {  // per-head factors: device arrays on this path
+      p.k_descale_heads = static_cast<const float*>(kdh.emplace(f.kdh).view().data);
+      p.v_descale_heads = static_cast<const float*>(vdh.emplace(f.vdh).view().data);
+    }
     fc::KvCacheOptions opt;
     opt.layout = f.c.hnd ? fc::KvLayout::hnd : fc::KvLayout::nhd;
     opt.check_contents = check_contents;
@@ -92,6 +98,27 @@ const KvCase kCases[] = {
      Strategy::automatic, false, false, false, true},
     {"huge_prefill_page64_bf16", DType::bf16, 64, false, 2, 70, 4, 2, 128, {50, 130}, 70, true, -1, -1, 2,
      Strategy::automatic, false, false, false, true},
+    // e4m3 caches (k_new / v_new e4m3 too): per-tensor factors (1), per-head as well (2).
+    {"fp8_decode_page16_bf16", DType::bf16, 16, false, 3, 1, 8, 2, 64, {15, 1, 300}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 1},
+    {"fp8_heads_decode_gqa8to1_page8_f16", DType::f16, 8, false, 4, 1, 8, 1, 128, {0, 1, 8, 37}, 1, false, -1, -1,
+     2, Strategy::automatic, false, false, false, false, 2},
+    {"fp8_heads_speculative_causal_page16_bf16", DType::bf16, 16, false, 3, 4, 8, 2, 64, {13, 0, 33}, 4, true, -1,
+     -1, 2, Strategy::automatic, false, false, false, false, 2},
+    {"fp8_heads_prefill_page64_f16", DType::f16, 64, false, 2, 40, 4, 2, 128, {100, 0}, 40, true, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 2},
+    {"fp8_heads_contig_hnd_window_d80_bf16", DType::bf16, 0, true, 2, 2, 4, 2, 80, {30, 3}, 2, false, 4, 4, 2,
+     Strategy::automatic, false, false, false, false, 2},
+    {"fp8_long_splits_page256_f16", DType::f16, 256, false, 1, 1, 8, 1, 128, {5000}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 1},
+    {"fp8_contig_long_splits_bf16", DType::bf16, 0, false, 2, 1, 4, 4, 96, {3000, 17}, 1, false, -1, -1, 2,
+     Strategy::automatic, false, false, false, false, 2},
+    {"fp8_stale_nan_window_decode_page16_f16", DType::f16, 16, false, 2, 1, 8, 2, 64, {200, 70}, 1, false, 30, 0, 2,
+     Strategy::automatic, false, true, false, false, 1},
+    {"fp8_hidden_nan_speculative_page16_bf16", DType::bf16, 16, false, 2, 4, 8, 2, 64, {40, 100}, 4, true, -1, -1, 2,
+     Strategy::automatic, false, false, true, false, 1},
+    {"fp8_hidden_nan_long_splits_page16_f16", DType::f16, 16, false, 1, 3, 8, 2, 128, {4000}, 3, true, -1, -1, 2,
+     Strategy::automatic, false, false, true, false, 2},
 };
 
 class CudaKvCache : public ::testing::TestWithParam<KvCase> {};
@@ -106,6 +133,7 @@ TEST_P(CudaKvCache, MatchesReferenceOnContiguousKeys) {
   f.check(1, Strategy::automatic, gpu_runner(&kernel));
   SCOPED_TRACE("kernel " + kernel);
   EXPECT_EQ(kernel.rfind("kvc_sm80_", 0), 0u);
+  EXPECT_EQ(kernel.find("e4m3_") != std::string::npos, GetParam().fp8 != 0) << "an e4m3 cache's own rows";
   // A long cache over few (sequence, head) CTAs is split over the keys; a group of 2 to 64
   // query heads (a power of two) over fewer than 64 queries shares its KV head's tile rows.
   const KvCase& c = GetParam();
@@ -125,7 +153,9 @@ TEST(CudaKvCacheGraph, CapturedCallMatches) {
   FC_REQUIRE_GPU();
   Rng rng;
   FC_TRACE_SEED(rng);
-  for (const KvCase& c : {kCases[5], kCases[7]}) {
+  const KvCase fp8{"fp8_append_crosses_pages_page8_f16", DType::f16, 8, false, 2, 3, 4, 4, 64, {6, 21}, 11, true,
+                   -1, -1, 2, Strategy::automatic, false, false, false, false, 2};
+  for (const KvCase& c : {kCases[5], kCases[7], fp8}) {
     SCOPED_TRACE(c.name);
     KvFixture f(c, rng);
     f.out_pad = 2;
@@ -235,6 +265,23 @@ TEST(CudaKvCacheErrors, RefusedByName) {
       ADD_FAILURE() << "no error";
     } catch (const fc::Error& e) {
       EXPECT_NE(std::string(e.what()).find(b.needle), std::string::npos) << e.what();
+    }
+  }
+  // e4m3 caches: head dims that are not whole 16-byte chunks of e4m3, or past the rows' 128.
+  for (const auto& [d, needle] : {std::pair<int64_t, const char*>{72, "multiples of 16"}, {256, "up to 128"}}) {
+    const KvCase c{"fp8_bad_d", DType::f16, 16, false, 1, 1, 4, 2, d, {20}, 0, false, -1, -1, 2,
+                   Strategy::automatic, false, false, false, false, 1};
+    SCOPED_TRACE(needle);
+    KvFixture f(c, rng);
+    HostTensor kc(DType::e4m3, f.k_cache.shape()), vc(DType::e4m3, f.v_cache.shape());
+    HostTensor out(DType::f16, {1, 1, 4, d}), lse(DType::f32, {1, 4, 1});
+    out.poison();
+    std::string kernel;
+    try {
+      gpu_runner(&kernel)(f, kc, vc, out, lse, f.params());
+      ADD_FAILURE() << "no error";
+    } catch (const fc::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   }
   // fp32 caches: not taken on CUDA.

@@ -371,10 +371,25 @@ const InstanceInfo kKvc[] = {
 // KV splits only where (sequence, head) CTAs leave SMs idle and the cache has tiles to share.
 TEST(CudaPolicy, KvCacheKernelAndSplits) {
   const InstanceList kvc(kKvc);
-  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev, int64_t rows = 64) {
-    const InstanceInfo* i = pick_kvcache(dt, hd, rows, dev, kvc);
+  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev, int64_t rows = 64, bool fp8 = false) {
+    const InstanceInfo* i = pick_kvcache(dt, hd, rows, dev, kvc, fp8);
     return std::string(i != nullptr ? i->key : "none");
   };
+  // The keys: kvc_sm80_<q dtype>[e4m3 over an fp8 cache]_hd<D>_<BM>x<BN>_w<warps>_o<ctas>.
+  const std::regex grammar(R"(^kvc_sm80_(f16|bf16)(e4m3)?_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)$)");
+  for (const InstanceInfo& i : kvc) {
+    std::cmatch m;
+    ASSERT_TRUE(std::regex_match(i.key, m, grammar)) << i.key;
+    EXPECT_EQ(m[1].str(), to_string(i.dtype)) << i.key;
+    EXPECT_EQ(m[2].matched, i.kv_fp8) << i.key;
+    EXPECT_EQ(std::stoi(m[3].str()), i.head_dim) << i.key;
+    EXPECT_TRUE(!i.kv_fp8 || i.block_m < 16 * i.warps) << i.key << ": an fp8 cache's rows are key-split rows";
+  }
+  // An e4m3 cache: its own rows (the key-split form at every row count; head dims to 128).
+  EXPECT_EQ(key(DType::f16, 128, kH200, 64, true), "kvc_sm80_f16e4m3_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::bf16, 80, kA100, 1, true), "kvc_sm80_bf16e4m3_hd96_16x64_w4_o3");
+  EXPECT_EQ(key(DType::bf16, 64, kSm86, 8, true), "kvc_sm80_bf16e4m3_hd64_16x64_w4_o4");
+  EXPECT_EQ(key(DType::f16, 256, kH200, 1, true), "none");
   EXPECT_EQ(key(DType::f16, 64, kH200), "kvc_sm80_f16_hd64_64x64_w4_o2");
   EXPECT_EQ(key(DType::bf16, 80, kA100), "kvc_sm80_bf16_hd96_64x64_w4_o2");
   EXPECT_EQ(key(DType::bf16, 128, kSm86), "kvc_sm80_bf16_hd128_64x64_w4_o2");

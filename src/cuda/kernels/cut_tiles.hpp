@@ -1,7 +1,8 @@
 // How many key tiles of one work item the band or Sk can cut (params.hpp: CutTiles), and the
 // shared memory the sm80 forward keeps beside its Q, K and V tiles for V's NaN / Inf
-// (parts/nonfinite_v.cuh). Plain C++: the policy
-// (policy.hpp) reads each instance's shared memory from here too.
+// (parts/nonfinite_v.cuh), and the shared memory of the KV cache's key-split rows over an fp8
+// cache (kvc_sm80.cuh). Plain C++: the policy (policy.hpp) reads each instance's shared
+// memory from here too.
 #pragma once
 
 namespace flashcore::cuda {
@@ -14,5 +15,12 @@ constexpr int max_cut_tiles(int block_m, int block_n) { return 2 * ((block_m - 1
 // words per cut tile), 16-byte aligned.
 constexpr int sm80_cut_words(int block_m, int block_n) { return max_cut_tiles(block_m, block_n) * ((block_n + 31) / 32); }
 constexpr int sm80_extra_smem(int block_m, int block_n) { return (sm80_cut_words(block_m, block_n) * 4 + 15) / 16 * 16; }
+
+// The key-split kvc rows over an e4m3 cache (KvcSplitTraits with a widened ring): the 16-bit
+// Q tile, `stages` e4m3 K and V tiles, and one 16-bit K and V tile; rows padded to 128 bytes.
+constexpr int kvc_fp8_smem(int head_dim, int block_m, int block_n, int stages) {
+  const int row16 = (head_dim * 2 + 127) / 128 * 128, row8 = (head_dim + 127) / 128 * 128;
+  return block_m * row16 + 2 * stages * block_n * row8 + 2 * block_n * row16;
+}
 
 }  // namespace flashcore::cuda

@@ -317,8 +317,9 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
   }
   if constexpr (kCache) {  // rows the key loop could not take, computed again through the cache's pages
     if (__any_sync(0xffffffffu, flags != 0))
-      sm80::repair_cache_rows<T, kMI, kDF, kBlockN>(p, w.seq, w.b, w.h, w.shift, w.split, w.tiles.lo * kBlockN,
-                                                      min(w.tiles.hi * kBlockN, w.seq.sk), w.row0, w.tid % 32, flags);
+      sm80::repair_cache_rows<T, T, kMI, kDF, kBlockN>(p, w.seq, w.b, w.h, w.shift, w.split, w.tiles.lo * kBlockN,
+                                                         min(w.tiles.hi * kBlockN, w.seq.sk), w.row0, w.tid % 32,
+                                                         flags, p.scale_log2, 1.f);
     return;
   }
   // Rows the softmax could not take (l NaN) computed again, and V's cleaned NaN / Inf added

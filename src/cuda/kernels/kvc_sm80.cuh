@@ -14,15 +14,40 @@
 //   softmax states are merged at the end through shared memory. The forward's 64-row tile
 //   spent 4x the MMA, ldmatrix and softmax instructions on rows that hold nothing, and that
 //   kernel is bound by instruction issue on decode (docs/results/cuda-kvcache-2026-11-29.md).
+//
+// An fp8 cache (rows whose type column is Fp8Cache<T>: e4m3 K/V under f16 / bf16 q) takes the
+// key-split form at every row count. The cp.async ring then holds the cache's e4m3 tiles
+// (half the bytes of a 16-bit tile), and each K/V tile is widened into one 16-bit K and V
+// tile (sm80/load.cuh: widen_tile, exact) between two barriers before the warps read it; the
+// MMAs and the softmax are the 16-bit ones. The dequantization factors are folded in: K's
+// (FwdParams::scale_log2 times k_descale on the host, times k_descale_heads[b Hkv + hk] here)
+// into the scores' scale, V's (o_scale, v_descale_heads) into the output rows.
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "cuda/kernels/fwd_sm80.cuh"
 
 namespace flashcore::cuda {
+
+// The type column of an fp8 cache's kvc rows: e4m3 K/V, T (f16 / bf16) q, out and MMAs.
+template <typename T>
+struct Fp8Cache {};
+// A kvc row's (q and MMA type, cache element type).
+template <typename T>
+struct KvcTypes {
+  using Q = T;
+  using C = T;
+};
+template <typename T>
+struct KvcTypes<Fp8Cache<T>> {
+  using Q = T;
+  using C = __nv_fp8_e4m3;
+};
 
 namespace sm80 {
 
@@ -40,30 +65,39 @@ struct WarpSliceTraits {
 
 }  // namespace sm80
 
-template <typename T, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+// TC: the cache's element type (T, or __nv_fp8_e4m3: the ring holds TC tiles, widened into
+// one T tile of K and one of V per key tile).
+template <typename T, typename TC, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
 struct KvcSplitTraits {
+  static constexpr bool kWiden = !std::is_same_v<T, TC>;
   static constexpr int kRows = 16, kThreads = 32 * kWarps, kKeys = kBlockN / kWarps;
   using Warp = sm80::WarpSliceTraits<T, kHeadDim, kKeys>;
   static constexpr int kRowBytes = Warp::kRowBytes;
   static constexpr int kTileQ = kRows * kRowBytes, kTileKV = kBlockN * kRowBytes;
-  static constexpr int kSmem = kTileQ + 2 * kStages * kTileKV;
-  // The merge's shared memory (over the K/V stages once the key loop is done): (m, l) of
+  static constexpr int kTileRing = kBlockN * SwizzledTile<kHeadDim, TC>::kRowBytes;  // a ring tile (TC)
+  static constexpr int kOffK = kTileQ, kOffV = kOffK + kStages * kTileRing;
+  static constexpr int kOffWide = kOffV + kStages * kTileRing;  // kWiden: the T tiles of K, then V
+  static constexpr int kSmem = kOffWide + (kWiden ? 2 * kTileKV : 0);
+  // The merge's shared memory (over the K/V tiles once the key loop is done): (m, l) of
   // every warp's rows, then warps 1.. kWarps-1's O rows (fp32).
   static constexpr int kMergeBytes = 2 * kWarps * kRows * 4 + (kWarps - 1) * kRows * kHeadDim * 4;
-  static_assert(kMergeBytes <= 2 * kStages * kTileKV, "the merge fits the K/V stages");
+  static_assert(kMergeBytes <= kSmem - kTileQ, "the merge fits the K/V tiles");
   static_assert(kBlockN % kWarps == 0 && kStages >= 2, "tile shape");
 };
 
-template <typename T, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+template <typename T, typename TC, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel(const FwdParams p) {
-  using Tr = KvcSplitTraits<T, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
+  using Tr = KvcSplitTraits<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
   using W = typename Tr::Warp;
   constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads, kNF = W::kNF, kDF = W::kDF;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = ptx::smem_addr(smem);
-  const uint32_t sK = sQ + Tr::kTileQ;
-  const uint32_t sV = sK + kStages * Tr::kTileKV;
+  const uint32_t sK = sQ + Tr::kOffK;  // the ring (TC tiles)
+  const uint32_t sV = sQ + Tr::kOffV;
+  // What the warps read: the ring's stages, or (kWiden) the one widened K and V tile.
+  const uint32_t sKw = Tr::kWiden ? sQ + Tr::kOffWide : sK;
+  const uint32_t sVw = Tr::kWiden ? sQ + Tr::kOffWide + Tr::kTileKV : sV;
 
   // p.kv_splits CTAs per query block (consecutive blockIdx.x); rows packed per KV head.
   const int split = int(blockIdx.x) % p.kv_splits, m0 = int(blockIdx.x) / p.kv_splits * kRows;
@@ -74,9 +108,16 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   if (m0 >= rows) return;
   const int hk = h / p.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, t = lane % 4;
+  // The scores' scale and the output's factor, with an fp8 cache's per-head factors.
+  float scale_log2 = p.scale_log2, o_scale = p.o_scale;
+  if constexpr (Tr::kWiden) {
+    const int64_t hi = int64_t(b) * p.kv_heads + hk;
+    if (p.k_descale_heads != nullptr) scale_log2 *= p.k_descale_heads[hi];
+    if (p.v_descale_heads != nullptr) o_scale *= p.v_descale_heads[hi];
+  }
   const core::BandMask mask = band_mask(p, seq);
   const auto kv = [&] {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
-    auto c = sm80::CacheKvRows<T, kBlockN>::make(p, b, hk);
+    auto c = sm80::CacheKvRows<TC, kBlockN>::make(p, b, hk);
     c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));
     return c;
   }();
@@ -97,10 +138,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
     load_tile_rows<kRows, kHeadDim, kThreads>(sQ, q_row, gq0, rows - m0, p.d, tid);
   }
   ptx::cp_async_commit();
-  auto pages = sm80::fetch_pages<kBlockN, kHeadDim, kThreads, T>(kv, tiles.lo, seq.sk, tid);
+  auto pages = sm80::fetch_pages<kBlockN, kHeadDim, kThreads, TC>(kv, tiles.lo, seq.sk, tid);
   auto load_kv = [&](int n, int stage) {
-    sm80::load_kv<kBlockN, kHeadDim, kThreads, Tr::kTileKV, T>(sK, sV, kv, pages, n, stage, seq.sk, p.d, p.dv, tid);
-    pages = sm80::fetch_pages<kBlockN, kHeadDim, kThreads, T>(kv, n + 1, seq.sk, tid);
+    sm80::load_kv<kBlockN, kHeadDim, kThreads, Tr::kTileRing, TC>(sK, sV, kv, pages, n, stage, seq.sk, p.d, p.dv,
+                                                                  tid);
+    pages = sm80::fetch_pages<kBlockN, kHeadDim, kThreads, TC>(kv, n + 1, seq.sk, tid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -116,14 +158,14 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   // This warp's keys of each tile: rows [kKeys warp, kKeys (warp + 1)) of the K and V stages
   // (a multiple of 8 rows: the same chunk swizzle as the tile's first rows).
   sm80::Mainloop<T, W> ml;
-  ml.init(sQ, sK + warp * Tr::kKeys * Tr::kRowBytes, sV + warp * Tr::kKeys * Tr::kRowBytes, 0, lane);
+  ml.init(sQ, sKw + warp * Tr::kKeys * Tr::kRowBytes, sVw + warp * Tr::kKeys * Tr::kRowBytes, 0, lane);
   const int row0 = m0 + lane / 4;  // this lane's rows: row0, row0 + 8
   if constexpr (W::kQInRegs) {
     ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
     __syncthreads();
     ml.load_q_regs();
   }
-  const float e = p.scale_log2 > 0.f ? p.scale_log2 : 1.f;
+  const float e = scale_log2 > 0.f ? scale_log2 : 1.f;
   for (int n = tiles.lo; n < tiles.hi; ++n) {
     const int it = n - tiles.lo;
     ptx::cp_async_wait<kStages - 2>();
@@ -133,10 +175,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
       if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
       ptx::cp_async_commit();
     }
-    const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
+    uint32_t stage_off = (it % kStages) * Tr::kTileKV;
+    if constexpr (Tr::kWiden) {  // this tile's e4m3 K and V into the T tiles, then read from there
+      const uint32_t ring = (it % kStages) * Tr::kTileRing;
+      sm80::widen_tile<kBlockN, kHeadDim, kThreads, T, TC>(sKw, sK + ring, tid);
+      sm80::widen_tile<kBlockN, kHeadDim, kThreads, T, TC>(sVw, sV + ring, tid);
+      stage_off = 0;
+      __syncthreads();
+    }
     float s[1][kNF][4];
     ml.qk(s, stage_off);
-    mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, p.scale_log2, band, row0,
+    mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, row0,
                         n * kBlockN + warp * Tr::kKeys, t, shift);
     float corr[2];
     sm.template update<1, kNF>(s, e, corr);
@@ -197,6 +246,10 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   }
   const float mlo[2] = {0.f, 0.f};  // (the merged maxima; rows computed again below carry their own)
   const uint32_t fix = sm80::cache_fix_rows<1, kDF>(acc, l_all);
+  if constexpr (Tr::kWiden) {  // V's dequantization factor
+    const float f2[2] = {o_scale, o_scale};
+    rescale_rows<1, kDF>(acc, f2);
+  }
   if (p.kv_splits > 1) {  // unnormalized rows and (m, mlo, l) for kv_combine.cu
     const int64_t i0 = (int64_t(split) * p.o_rows() + int64_t(b) * p.sq) * p.heads + h;
     store_partial<kDF>(acc[0], m_all, mlo, l_all, p.part_o, p.part_ml, i0, p.heads, row0, seq.sq, p.dv, t, shift);
@@ -208,18 +261,23 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   // Rows the key loop could not take (sm80/cache_repair.cuh), computed again through the
   // cache's pages over this CTA's keys.
   if (__any_sync(0xffffffffu, fix != 0))
-    sm80::repair_cache_rows<T, 1, kDF, kBlockN>(p, seq, b, h, shift, split, tiles.lo * kBlockN,
-                                                min(tiles.hi * kBlockN, seq.sk), row0, lane, fix);
+    sm80::repair_cache_rows<T, TC, 1, kDF, kBlockN>(p, seq, b, h, shift, split, tiles.lo * kBlockN,
+                                                    min(tiles.hi * kBlockN, seq.sk), row0, lane, fix, scale_log2,
+                                                    o_scale);
 }
 
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+// Row (type column R: T, or Fp8Cache<T>) of instances.inc.
+template <typename R, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks>
 cudaError_t launch_kvc_sm80(const FwdParams& p, cudaStream_t stream) {
+  using T = typename KvcTypes<R>::Q;
+  using TC = typename KvcTypes<R>::C;
   if constexpr (kBlockM >= 16 * kWarps) {
+    static_assert(std::is_same_v<T, TC>, "an fp8 cache takes the key-split form");
     return launch_fwd_sm80<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, false, true>(p, stream);
   } else {
     static_assert(kBlockM == 16, "the key-split form: 16 rows");
-    using Tr = KvcSplitTraits<T, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
-    auto kernel = kvc_split_sm80_kernel<T, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
+    using Tr = KvcSplitTraits<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
+    auto kernel = kvc_split_sm80_kernel<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
     static std::atomic<uint64_t> smem_done{0};
     const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
     if (e != cudaSuccess) return e;

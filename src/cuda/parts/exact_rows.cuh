@@ -43,9 +43,9 @@ struct ExactKv {
   __device__ __forceinline__ const T* v_row(int j) const { return v0 + j * v_ss; }
 };
 
-// u = q . k in fp32, in order.
-template <typename T>
-__device__ __forceinline__ float row_dot(const T* q, const T* k, int d) {
+// u = q . k in fp32, in order (k of q's type, or of an fp8 cache's).
+template <typename TQ, typename TK>
+__device__ __forceinline__ float row_dot(const TQ* q, const TK* k, int d) {
   float u = 0.f;
 #pragma unroll 1
   for (int i = 0; i < d; ++i) u = fmaf(float(q[i]), float(k[i]), u);
@@ -89,7 +89,7 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
   for (int j = row.kb; j < row.ke; ++j) {
     const float p = exp2f(dz(row_dot(row.q, kv.k_row(j), kv.d), j, best, bj));
     sum += p;
-    const T* vj = kv.v_row(j);
+    const auto* vj = kv.v_row(j);  // (q's type, or an fp8 cache's)
 #pragma unroll
     for (int df = 0; df < kDF; ++df) {
       const int col = df * 8 + 2 * t;

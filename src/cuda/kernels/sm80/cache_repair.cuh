@@ -21,12 +21,12 @@
 
 namespace flashcore::cuda::sm80 {
 
-// A zero row (the widest: hd256 of 16-bit elements) for the keys whose page id is outside
+// A zero row (the widest: hd256 of 16-bit elements; any element type reads it as zeros) for the keys whose page id is outside
 // [0, num_pages): the tile loads read them as zeros, and so does the recompute.
 __device__ __align__(16) static unsigned char g_zero_row[512];
 
 // ExactKv's rows read through a cache (CacheKvRows: contiguous from the sequence's key 0,
-// or paged).
+// or paged), of the cache's element type T (16-bit, or e4m3).
 template <typename T, int kBlockN>
 struct CacheExactKv {
   CacheKvRows<T, kBlockN> rows;
@@ -58,13 +58,16 @@ __device__ __forceinline__ uint32_t cache_fix_rows(const float (&acc)[kMI][kDF][
 // 16 (r / 2) + 8 (r % 2) is query prow >> shift of head h + (prow & (G - 1)); the keys are
 // those of [k_lo, k_hi) (this CTA's run of key tiles) that the row sees. split >= 0 with
 // FwdParams::kv_splits > 1: the split's partial (unnormalized O, and m, mlo, l) for
-// kv_combine.cu; else O and lse.
-template <typename T, int kMI, int kDF, int kBlockN>
+// kv_combine.cu; else O and lse. T: q's and out's type, TC: the cache's; scale_log2 the
+// scores' scale and o_scale the output's factor (an fp8 cache's dequantization folded in).
+template <typename T, typename TC, int kMI, int kDF, int kBlockN>
 __device__ __forceinline__ void repair_cache_rows(const FwdParams& p, const SeqInfo& seq, int b, int h, int shift,
-                                               int split, int k_lo, int k_hi, int row0, int lane, uint32_t flags) {
+                                                  int split, int k_lo, int k_hi, int row0, int lane, uint32_t flags,
+                                                  float scale_log2, float o_scale) {
   const int t = lane % 4;
   const core::BandMask band = band_mask(p, seq);
-  const CacheExactKv<T, kBlockN> kv{CacheKvRows<T, kBlockN>::make(p, b, h / p.group), p.d, p.dv, p.scale_log2, 1.f};
+  const CacheExactKv<TC, kBlockN> kv{CacheKvRows<TC, kBlockN>::make(p, b, h / p.group), p.d, p.dv, scale_log2,
+                                     o_scale};
 #pragma unroll 1
   for (int r = 0; r < 2 * kMI; ++r) {
     if (!((flags >> r) & 1u)) continue;

@@ -6,7 +6,12 @@
 // "which key block" only.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/params.hpp"
 #include "cuda/parts/tile_load.cuh"
@@ -160,6 +165,64 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvR
       const uint32_t off = stage * kTileKV + Tile::offset(r, lane);
       ptx::cp_async_16(sK + off, ok && c < d ? krow + c : kv.k, ok && c < d);
       ptx::cp_async_16(sV + off, ok && c < dv ? vrow + c : kv.v, ok && c < dv);
+    }
+  }
+}
+
+// Two e4m3 values (the low byte first) as a T (f16 / bf16) pair, low half first; exact (every
+// e4m3 value is a T value), NaN stays NaN. sm89 and later convert in one instruction
+// (cvt.rn.f16x2.e4m3x2); before that: the e4m3 bits shifted into f16's places (sign to bit 15,
+// exponent and mantissa to bits 7..13) are the value times 2^-8 as an f16, normal or
+// subnormal alike, so one f16 multiply by 2^8 is exact; 0x7f / 0xff (e4m3's NaN) set apart.
+template <typename T>
+__device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t two) {
+  uint32_t h2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two), __NV_E4M3);
+  h2 = uint32_t(r.x) | (uint32_t(r.y) << 16);
+#else
+  const uint32_t x = (two & 0xffu) | ((two & 0xff00u) << 8);  // the two bytes at bits 0 and 16
+  const uint32_t bits = ((x & 0x00800080u) << 8) | ((x & 0x007f007fu) << 7);
+  __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&bits), __half2half2(__ushort_as_half(0x5c00)));  // 2^8
+  h2 = *reinterpret_cast<const uint32_t*>(&v);
+  if ((x & 0x7fu) == 0x7fu) h2 |= 0x7fffu;
+  if ((x & 0x7f0000u) == 0x7f0000u) h2 |= 0x7fff0000u;
+#endif
+  if constexpr (std::is_same_v<T, __half>) {
+    return h2;
+  } else {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+    return *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+// An e4m3 tile of kRows rows (SwizzledTile<kHeadDim, TC>, as load_kv wrote it) widened into a
+// T tile of the same rows (SwizzledTile<kHeadDim, T>, what the mainloop reads): each 16-byte
+// chunk c of a row becomes T chunks 2c and 2c + 1. Zero-filled rows stay zero.
+template <int kRows, int kHeadDim, int kThreads, typename T, typename TC>
+__device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int tid) {
+  using S = SwizzledTile<kHeadDim, TC>;
+  using D = SwizzledTile<kHeadDim, T>;
+  static_assert(sizeof(TC) == 1 && sizeof(T) == 2, "e4m3 to a 16-bit type");
+  constexpr int kTotal = kRows * S::kChunks;
+  // Not unrolled: the key loop around it holds O's accumulators (an unrolled widening kept
+  // several chunks' words live and ptxas spilled at hd128).
+#pragma unroll 1
+  for (int i0 = 0; i0 < kTotal; i0 += kThreads) {
+    const int i = i0 + tid;
+    if (kTotal % kThreads == 0 || i < kTotal) {
+      const int r = i / S::kChunks, c = i % S::kChunks;
+      const uint4 v = ptx::lds128(src + S::offset(r, c));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint32_t o[8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o[2 * j] = widen_e4m3x2<T>(w[j] & 0xffffu);
+        o[2 * j + 1] = widen_e4m3x2<T>(w[j] >> 16);
+      }
+      ptx::sts128(dst + D::offset(r, 2 * c), make_uint4(o[0], o[1], o[2], o[3]));
+      ptx::sts128(dst + D::offset(r, 2 * c + 1), make_uint4(o[4], o[5], o[6], o[7]));
     }
   }
 }
