@@ -17,9 +17,10 @@
 //
 // An fp8 cache (rows whose type column is Fp8Cache<T>: e4m3 K/V under f16 / bf16 q) takes the
 // key-split form at every row count. The cp.async ring then holds the cache's e4m3 tiles
-// (half the bytes of a 16-bit tile), and each K/V tile is widened into one 16-bit K and V
-// tile (sm80/load.cuh: widen_tile, exact) between two barriers before the warps read it; the
-// MMAs and the softmax are the 16-bit ones. The dequantization factors are folded in: K's
+// (half the bytes of a 16-bit tile), and each warp widens its own keys of a K/V tile into
+// one 16-bit K and V tile (sm80/load.cuh: widen_kv_rows, exact) before it reads them: no
+// CTA barrier (a warp reads only its keys' rows); the MMAs and the softmax are the 16-bit
+// ones. The dequantization factors are folded in: K's
 // (FwdParams::scale_log2 times k_descale on the host, times k_descale_heads[b Hkv + hk] here)
 // into the scores' scale, V's (o_scale, v_descale_heads) into the output rows.
 #pragma once
@@ -176,12 +177,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
       ptx::cp_async_commit();
     }
     uint32_t stage_off = (it % kStages) * Tr::kTileKV;
-    if constexpr (Tr::kWiden) {  // this tile's e4m3 K and V into the T tiles, then read from there
-      const uint32_t ring = (it % kStages) * Tr::kTileRing;
-      sm80::widen_tile<kBlockN, kHeadDim, kThreads, T, TC>(sKw, sK + ring, tid);
-      sm80::widen_tile<kBlockN, kHeadDim, kThreads, T, TC>(sVw, sV + ring, tid);
+    if constexpr (Tr::kWiden) {  // this warp's keys of the tile, e4m3 -> T, then read from there
+      const uint32_t ring = (it % kStages) * Tr::kTileRing + warp * Tr::kKeys * SwizzledTile<kHeadDim, TC>::kRowBytes;
+      const uint32_t wide = warp * Tr::kKeys * Tr::kRowBytes;
+      sm80::widen_kv_rows<Tr::kKeys, kHeadDim, T, TC>(sKw + wide, sK + ring, sVw + wide, sV + ring, lane);
       stage_off = 0;
-      __syncthreads();
+      __syncwarp();
     }
     float s[1][kNF][4];
     ml.qk(s, stage_off);

@@ -197,33 +197,42 @@ __device__ __forceinline__ uint32_t widen_e4m3x2(uint32_t two) {
   }
 }
 
-// An e4m3 tile of kRows rows (SwizzledTile<kHeadDim, TC>, as load_kv wrote it) widened into a
-// T tile of the same rows (SwizzledTile<kHeadDim, T>, what the mainloop reads): each 16-byte
-// chunk c of a row becomes T chunks 2c and 2c + 1. Zero-filled rows stay zero.
-template <int kRows, int kHeadDim, int kThreads, typename T, typename TC>
-__device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int tid) {
+// One 16-byte chunk of e4m3 (at shared address src) widened into two 16-byte T chunks.
+template <typename T>
+__device__ __forceinline__ void widen_chunk(uint32_t dst0, uint32_t dst1, uint32_t src) {
+  const uint4 v = ptx::lds128(src);
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    o[2 * j] = widen_e4m3x2<T>(w[j] & 0xffffu);
+    o[2 * j + 1] = widen_e4m3x2<T>(w[j] >> 16);
+  }
+  ptx::sts128(dst0, make_uint4(o[0], o[1], o[2], o[3]));
+  ptx::sts128(dst1, make_uint4(o[4], o[5], o[6], o[7]));
+}
+
+// One warp's kRows key rows (from a multiple of 8) of a key tile's e4m3 K and V (the ring's
+// SwizzledTile<kHeadDim, TC> rows, as load_kv wrote them) widened into the same rows of T
+// tiles (SwizzledTile<kHeadDim, T>, what the mainloop reads): chunk c of a row becomes T
+// chunks 2c and 2c + 1; zero-filled rows stay zero. Lane l takes row l % kRows and every
+// (32 / kRows)-th chunk from l / kRows, so each 8 lanes of an access take 8 rows of one
+// chunk column (distinct 16-byte bank groups under the swizzle). A warp that reads only its
+// own rows (the key-split form) then needs __syncwarp, not a CTA barrier.
+template <int kRows, int kHeadDim, typename T, typename TC>
+__device__ __forceinline__ void widen_kv_rows(uint32_t dk, uint32_t sk, uint32_t dv, uint32_t sv, int lane) {
   using S = SwizzledTile<kHeadDim, TC>;
   using D = SwizzledTile<kHeadDim, T>;
   static_assert(sizeof(TC) == 1 && sizeof(T) == 2, "e4m3 to a 16-bit type");
-  constexpr int kTotal = kRows * S::kChunks;
-  // Not unrolled: the key loop around it holds O's accumulators (an unrolled widening kept
-  // several chunks' words live and ptxas spilled at hd128).
-#pragma unroll 1
-  for (int i0 = 0; i0 < kTotal; i0 += kThreads) {
-    const int i = i0 + tid;
-    if (kTotal % kThreads == 0 || i < kTotal) {
-      const int r = i / S::kChunks, c = i % S::kChunks;
-      const uint4 v = ptx::lds128(src + S::offset(r, c));
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      uint32_t o[8];
+  constexpr int kGroups = 32 / kRows;  // lanes per row
+  static_assert(32 % kRows == 0 && kRows % 8 == 0 && S::kChunks % kGroups == 0, "whole chunks per lane");
+  const int r = lane % kRows, r7 = r & 7, g = lane / kRows;
+  const uint32_t srow = r * S::kRowBytes, drow = r * D::kRowBytes;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        o[2 * j] = widen_e4m3x2<T>(w[j] & 0xffffu);
-        o[2 * j + 1] = widen_e4m3x2<T>(w[j] >> 16);
-      }
-      ptx::sts128(dst + D::offset(r, 2 * c), make_uint4(o[0], o[1], o[2], o[3]));
-      ptx::sts128(dst + D::offset(r, 2 * c + 1), make_uint4(o[4], o[5], o[6], o[7]));
-    }
+  for (int c = g; c < S::kChunks; c += kGroups) {
+    const uint32_t so = srow + ((c ^ r7) << 4), d0 = drow + (((2 * c) ^ r7) << 4), d1 = drow + (((2 * c + 1) ^ r7) << 4);
+    widen_chunk<T>(dk + d0, dk + d1, sk + so);
+    widen_chunk<T>(dv + d0, dv + d1, sv + so);
   }
 }
 
