@@ -287,11 +287,14 @@ def test_torch_cuda_kvcache(rng):
         flashcore.attention_with_kvcache(bf(q), kc_d, vc_d, cu(lens), block_table=cu(bad), check_cache=True)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("heads", [False, True])
-def test_torch_fp8_cache(rng, heads):
-    # An e4m3 cache under bf16 q (CPU): per-tensor factors, or per-head [B, Hkv] ones too;
-    # the new keys go in as e4m3; the reference runs on the dequantized values.
+def test_torch_fp8_cache(rng, heads, device):
+    # An e4m3 cache under bf16 q: per-tensor factors, or per-head [B, Hkv] ones too (on the
+    # cache's device); the new keys go in as e4m3; the reference runs on the dequantized values.
     torch = pytest.importorskip("torch")
+    if device == "cuda" and (not torch.cuda.is_available() or not flashcore.built_with_cuda()):
+        pytest.skip("needs a CUDA GPU and a flashcore built with CUDA")
     gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
     b, sq, h, hkv, d, page = 2, 2, 8, 2, 64, 16
     lens = torch.tensor([37, 5], dtype=torch.int32)
@@ -309,10 +312,13 @@ def test_torch_fp8_cache(rng, heads):
     kdh = torch.rand(b, hkv, generator=gen) + 0.5 if heads else None
     vdh = torch.rand(b, hkv, generator=gen) + 0.5 if heads else None
     idx = torch.arange(b)[:, None], lens[:, None].long() + torch.arange(sq)[None, :]
+    to = lambda x: x.to(device)  # noqa: E731
+    kc_d, vc_d = to(kc), to(vc)
     out, lse = flashcore.attention_with_kvcache(
-        q, kc, vc, lens, k_new=k[idx], v_new=v[idx], block_table=table, causal=True, return_lse=True,
-        k_descale=kdh * kd if heads else kd, v_descale=vdh * vd if heads else vd)
-    assert out.dtype == torch.bfloat16
+        to(q), kc_d, vc_d, to(lens), k_new=to(k[idx]), v_new=to(v[idx]), block_table=to(table), causal=True,
+        return_lse=True, k_descale=to(kdh * kd) if heads else kd, v_descale=to(vdh * vd) if heads else vd)
+    assert out.dtype == torch.bfloat16 and out.device.type == device
+    out, lse, kc, vc = out.cpu(), lse.cpu(), kc_d.cpu(), vc_d.cpu()
     for i in range(b):
         n = int(lens[i]) + sq
         fk = kd * (kdh[i] if heads else torch.ones(hkv))
@@ -325,12 +331,14 @@ def test_torch_fp8_cache(rng, heads):
     assert torch.equal(kc[int(table[0, 2]), 38 % page].view(torch.uint8), k[0, 38].view(torch.uint8))
     # The torch op (torch.compile's path) with the same factors (no append: the cache as is).
     import flashcore.torch as ft
-    lens2 = lens + sq
-    kw = dict(block_table=table, causal=True, k_descale=kdh * kd if heads else kd, v_descale=vdh * vd if heads else vd)
+    lens2 = to(lens + sq)
+    kw = dict(block_table=to(table), causal=True, k_descale=to(kdh * kd) if heads else kd,
+              v_descale=to(vdh * vd) if heads else vd)
+    q, kc, vc = to(q), to(kc), to(vc)
     assert torch.equal(ft.attention_with_kvcache(q, kc, vc, lens2, **kw),
                        flashcore.attention_with_kvcache(q, kc, vc, lens2, **kw))
     with pytest.raises((TypeError, ValueError), match="k_new"):
-        flashcore.attention_with_kvcache(q, kc, vc, lens, k_new=k[idx].to(torch.bfloat16), v_new=v[idx],
-                                         block_table=table)
+        flashcore.attention_with_kvcache(q, kc, vc, to(lens), k_new=to(k[idx]).to(torch.bfloat16), v_new=to(v[idx]),
+                                         block_table=to(table))
     with pytest.raises(ValueError, match="q_descale"):
         flashcore.attention(q, q, q, q_descale=2.0)
