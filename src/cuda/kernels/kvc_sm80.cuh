@@ -278,6 +278,8 @@ cudaError_t launch_kvc_sm80(const FwdParams& p, cudaStream_t stream) {
   } else {
     static_assert(kBlockM == 16, "the key-split form: 16 rows");
     using Tr = KvcSplitTraits<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
+    static_assert(!Tr::kWiden || Tr::kSmem == kvc_fp8_smem(kHeadDim, kBlockM, kBlockN, kStages),
+                  "the registry's size of an e4m3 cache's row (cut_tiles.hpp)");
     auto kernel = kvc_split_sm80_kernel<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
     static std::atomic<uint64_t> smem_done{0};
     const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
