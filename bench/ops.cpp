@@ -421,7 +421,7 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   naive.cfg.label = r.cfg.label.empty() ? ""
                     : r.cfg.label + (with_contiguous ? "-contiguous" : with_unpacked ? "-unpacked" : "-naive");
   Rng rng(seed);
-  // Issue 2 judges the portable backend: such rows force it, whatever the CPU has.
+  // Rows of the portable kernels (a suite's portable-vs-naive row) force them, whatever the CPU has.
   const bool was_generic = flashcore::force_generic();
   if (r.cfg.portable) flashcore::set_force_generic(true);
   r.cfg.portable = flashcore::force_generic();
