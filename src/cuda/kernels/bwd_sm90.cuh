@@ -129,22 +129,8 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
   // and its first thread's flush, settle and release of each block's dQ tile; the MMA
   // warpgroups then skip them.
   constexpr bool kWarp = kOrdered && Tr::kDqWarpgroup;
-  // (with a dQ warpgroup, (A), (B) and each key block's end are barrier.sync without .aligned)
-  const auto sync_cta = [] {
-    if constexpr (kWarp)
-      ptx::cta_sync_unaligned();
-    else
-      __syncthreads();
-  };
-  // (with a dQ warpgroup: before each barrier but (B) warp 0 posts what follows it, the whole
-  // warp, so that it reaches that barrier, which is not .aligned, converged)
-  uint32_t parity = 0;
-  const auto post = [&](DqPending::Phase phase) {
-    if constexpr (kWarp) {
-      if (tid < 32) pend.post(parity, phase);
-      parity ^= 1;
-    }
-  };
+  // ((A), (B) and each key block's end; every one but (B) opens a phase of the dQ warpgroup)
+  DqBarriers<kWarp> loop_bars{pend, tid};
   if constexpr (kWarp) {
     if (wg == 2) {
       ptx::setmaxnreg_dec<Tr::kDqRegs>();
@@ -188,8 +174,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
       // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
       // bulk reduction's).
       ptx::fence_proxy_async();
-      post(DqPending::kQueryBlock);
-      sync_cta();  // (A)
+      loop_bars.open(DqPending::kQueryBlock);  // (A)
       // The next block's loads, then the previous block's dQ (whose flush may wait for the
       // adders before this CTA in ordered mode).
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
@@ -206,7 +191,7 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
                                              base + Tr::kOffDs + key * 128 + 4 * t, g);
       ptx::fence_proxy_async();                 // dS^T's stores, seen by wgmma's reads
       if (!kWarp && tid == 0) pend.settle();  // the dQ tile was read (flushed after (A))
-      sync_cta();                             // (B)
+      loop_bars.sync();                         // (B)
 
       const int r = warp * 16 + g;
       // The block's first workspace row; the swizzle's key is the lane's row's, modulo 8.
@@ -231,16 +216,15 @@ __device__ __forceinline__ void bwd_sm90_cta(const CUtensorMap* tm_q, const CUte
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     ptx::fence_proxy_async();  // the last dQ tile's stores, seen by the bulk reduction
-    post(DqPending::kKeyBlockEnd);
-    sync_cta();  // the next key block's loads overwrite K, V; the last dQ tile is stored
+    // the next key block's loads overwrite K, V; the last dQ tile is stored
+    loop_bars.open(DqPending::kKeyBlockEnd);
     if (!kWarp && tid == 0) {
       pend.flush<1>(0, 0, kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, false);  // (the next tile write waits at (B))
     }
   }
   if constexpr (kWarp) {
-    post(DqPending::kDone);
-    sync_cta();
+    loop_bars.open(DqPending::kDone);
   }
   if (!kWarp && tid == 0) ptx::tma_store_wait_read();  // (the CTA's shared memory outlives the reads)
 }

@@ -151,22 +151,10 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
   const uint64_t d_dsn = ptx::desc_sw128(base + Tr::kOffDs, kBlockN * 128, 1024);
   const uint64_t d_kn = ptx::desc_sw128(base + Tr::kOffK + wg * Tr::kWgBlocks * kBlockN * 128, kBlockN * 128, 1024);
 
-  // Ordered mode's dQ warpgroup (bwd90_dq_warpgroup), as bwd_sm90_cta's: the barriers it meets
-  // the MMA warpgroups at are not .aligned, and warp 0 posts what follows each but (B).
+  // Ordered mode's dQ warpgroup (bwd90_dq_warpgroup), as bwd_sm90_cta's: its barriers are
+  // DqBarriers (every one but (B) and the key block's second opens a phase of its work).
   constexpr bool kWarp = kOrdered;
-  const auto sync_cta = [] {
-    if constexpr (kWarp)
-      ptx::cta_sync_unaligned();
-    else
-      __syncthreads();
-  };
-  uint32_t parity = 0;
-  const auto post = [&](DqPending::Phase phase) {
-    if constexpr (kWarp) {
-      if (tid < 32) pend.post(parity, phase);
-      parity ^= 1;
-    }
-  };
+  DqBarriers<kWarp> loop_bars{pend, tid};
   if constexpr (kWarp) {
     if (wg == 2) {
       ptx::setmaxnreg_dec<Tr::kDqRegs>();
@@ -212,8 +200,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       // The copies' writes (and the previous block's dQ stores), seen by wgmma's reads (the
       // bulk reductions').
       ptx::fence_proxy_async();
-      post(DqPending::kQueryBlock);
-      sync_cta();  // (A)
+      loop_bars.open(DqPending::kQueryBlock);  // (A)
       if (!kWarp && tid == 0) pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);  // the previous block's dQ (in the other stage)
       const WalkStep next = bwd90_next<kOrdered>(h, mb, qb, mb_first);
       const bool full = tile_unmasked<kBlockM, kBlockN>(band, seq.sq, m0, n0);
@@ -253,7 +240,7 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
       bwd90w_store_half<Tr, T>(s, row_ds, wg * (Tr::kQw / 8), g);
       ptx::fence_proxy_async();                  // P^T's and dS^T's stores, seen by wgmma's reads
       if (!kWarp && tid == 0) pend.settle();  // the other stage's dQ was read (flushed after (A))
-      sync_cta();                             // (B)
+      loop_bars.sync();                         // (B)
       if (next.h < h_end) load_q(next.h, next.mb * kBlockM, buf ^ 1);
 
       // dV += P^T dO, dK += dS^T Q (this warpgroup's columns), dQ = dS K (the same columns).
@@ -310,17 +297,15 @@ __device__ __forceinline__ void bwd_sm90_wide_cta(const CUtensorMap* tm_q, const
     bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
     bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
     ptx::fence_proxy_async();  // the last block's dQ stores, seen by the bulk reductions
-    post(DqPending::kKeyBlockEnd);
-    sync_cta();  // the last block's dQ tiles are stored
+    loop_bars.open(DqPending::kKeyBlockEnd);  // the last block's dQ tiles are stored
     if (!kWarp && tid == 0) {
       pend.flush<2>(Tr::kWgStage, panel(), kOrdered, rank);
       pend.finish(kOrdered, p.dq_split > 0, true);  // (the next key block's loads overwrite the stages)
     }
-    sync_cta();
+    loop_bars.sync();
   }
   if constexpr (kWarp) {
-    post(DqPending::kDone);
-    sync_cta();
+    loop_bars.open(DqPending::kDone);
   }
 }
 

@@ -165,6 +165,31 @@ __device__ __forceinline__ uint32_t dq_walk_rank(const DqPending& pend, int orde
   return DqOrder<kBlockM, kBlockN>{order, int(nn.x), int(nn.y)}.rank(band, qb, mb);
 }
 
+// The MMA warpgroups' CTA barriers of a bwd_sm90 kernel's key loop. With a dQ warpgroup
+// (kWarp) they are barrier.sync without .aligned (it meets them from other instructions than
+// theirs), and the barrier that opens a phase of its work has warp 0 post the phase first
+// into the alternating slot (DqPending::post): the whole warp, so that it reaches that barrier
+// converged. Without one, __syncthreads and no post.
+template <bool kWarp>
+struct DqBarriers {
+  DqPending pend;
+  int tid;
+  uint32_t parity = 0;
+  __device__ __forceinline__ static void sync() {
+    if constexpr (kWarp)
+      ptx::cta_sync_unaligned();
+    else
+      __syncthreads();
+  }
+  __device__ __forceinline__ void open(DqPending::Phase phase) {
+    if constexpr (kWarp) {
+      if (tid < 32) pend.post(parity, phase);
+      parity ^= 1;
+    }
+    sync();
+  }
+};
+
 // Ordered mode's dQ warpgroup (bwd_sm90.cuh, bwd_sm90_wide.cuh: kDqWarpgroup): it meets the
 // MMA warpgroups at each of their barriers ((A), (B), each key block's end, with kEndBarrier
 // a second one after the end's flush, and one after the last; barrier.sync without .aligned:
