@@ -141,14 +141,9 @@ void attention_fp8(const core::AttentionProblem& p, const DeviceInfo& dev, Phase
   refuse_score_variants(p, "the e4m3 (sm90) kernels");
 
   FwdParams f = fwd_params(p, sq, sk, dev);
-  f.scale_log2 *= p.q_descale * p.k_descale;
-  f.o_scale = p.v_descale;
   f.out_bf16 = p.out_dtype == DType::bf16;
   f.exp_chord = p.exp2 == Exp2Mode::fast && p.lse == nullptr && inst.chord;
   f.o_tma = o_tma_mappable(p);
-  f.q_descale_heads = p.q_descale_heads;
-  f.k_descale_heads = p.k_descale_heads;
-  f.v_descale_heads = p.v_descale_heads;
   f.vt_sk = p.cu_q != nullptr ? int64_t(fp8_vt_row0(p.sk, p.batch))
                                : std::max<int64_t>((p.sk + kFp8VtKeyAlign - 1) / kFp8VtKeyAlign * kFp8VtKeyAlign, kFp8VtKeyAlign);
   f.pack_shift = choice.pack_shift;

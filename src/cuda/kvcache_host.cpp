@@ -1,6 +1,5 @@
 // CUDA attention_with_kvcache (backend.hpp): the checks only the device side can make
-// (pointer kinds, dtypes, head dims, 16-byte rows; an e4m3 cache's dequantization factors
-// folded into the kernel's scale and output factor), the kvc instance (policy.hpp:
+// (pointer kinds, dtypes, head dims, 16-byte rows), the kvc instance (policy.hpp:
 // pick_kvcache) and its KV splits, then on the caller's stream the append of k_new / v_new
 // (kv_append.cu) and the attention (launch.hpp: the kvc kernel, kv_combine.cu after splits).
 // cache_seqlens and block_table stay on the device: nothing here synchronizes, so a call can
@@ -125,12 +124,6 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   f.page_size = int(p.page_size);
   f.num_pages = int(pr.num_pages);
   f.pack_shift = pack_shift;
-  if (fp8) {  // K's factor into the scores' scale, V's into the output (per head: in the kernel)
-    f.scale_log2 *= p.k_descale;
-    f.o_scale = p.v_descale;
-    f.k_descale_heads = p.k_descale_heads;
-    f.v_descale_heads = p.v_descale_heads;
-  }
   f.kv_splits = kvcache_split_count(p.sq << f.pack_shift, p.heads >> f.pack_shift, p.batch, pr.cache_rows, *inst, dev);
   name_kernel(times, inst->key, f);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

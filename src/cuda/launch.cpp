@@ -31,6 +31,14 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, co
   f.window_left = band.left < 0 ? -1 : int(std::min<int64_t>(band.left, INT_MAX / 4));
   f.window_right = band.right < 0 ? -1 : int(std::min<int64_t>(band.right, INT_MAX / 4));
   f.scale_log2 = p.scale * 1.4426950408889634f;
+  // fp8 dequantization (e4m3 q / k / v, or an e4m3 KV cache; for other inputs the API keeps
+  // every factor 1 and the per-head arrays null): Q's and K's factors into the scores' scale,
+  // V's into the output; the per-head arrays are read by the kernels.
+  f.scale_log2 *= p.q_descale * p.k_descale;
+  f.o_scale = p.v_descale;
+  f.q_descale_heads = p.q_descale_heads;
+  f.k_descale_heads = p.k_descale_heads;
+  f.v_descale_heads = p.v_descale_heads;
   // The score variants (FwdParams: the log2-domain factors, read by the sm90 "_sv" and the sm80
   // family's variant kernels).
   f.variants = p.variants();
