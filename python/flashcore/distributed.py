@@ -4,12 +4,13 @@ A sequence split over the ranks of a process group (each holding its query shard
 K/V shard [B, S_local, H(kv), D]) is attended as a whole: the K/V shards travel around the
 ring (torch.distributed point-to-point: isend / irecv, posted before the current block's
 kernel and waited after it, so the transfer overlaps the computation), each rank attends
-its queries to every shard that reaches it with flashcore.attention(return_lse=True), and
-the partial results merge in fp32 through flashcore.merge_states. The backward pass
-(torch.autograd) runs the ring again: flashcore.attention_backward per block with the
-global out and lse (exact partial gradients: P = exp(S - lse) is the global softmax), dq
-summed locally, dk / dv travelling with their K/V shard and arriving home after the last
-step. GQA sends only the KV heads. Any backend flashcore runs on: gloo with CPU tensors,
+its queries to every shard that reaches it with one flashcore.attention(return_lse=True)
+call per step (_blocks), and the partial results merge in fp32 through
+flashcore.merge_states. The backward pass (torch.autograd) runs the ring again:
+flashcore.attention_backward per step with the global out and lse (exact partial
+gradients: P = exp(S - lse) is the global softmax), dq summed locally, dk / dv sums
+travelling with their K/V shard one step behind it (each transfer overlapping the next
+step's call) and arriving home after the last step. GQA sends only the KV heads. Any backend flashcore runs on: gloo with CPU tensors,
 NCCL with CUDA tensors.
 
 Layouts (how the global sequence of length S = world * S_local is sharded; `shard` and
@@ -21,8 +22,8 @@ Layouts (how the global sequence of length S = world * S_local is sharded; `shar
 Causal masks align as in a single call over the whole sequence with Sq = Sk. Varlen
 batches (cu_seqlens: the global sequences' prefix sums): every sequence is sharded by the
 layout on its own (its length a multiple of the world size, of twice it for zigzag) and the
-local tensors hold the sequences' shards packed in order; each block's call then takes the
-parts' own prefix sums. Not taken: windows, ALiBi (ValueError naming them).
+local tensors hold the sequences' shards packed in order; each step's call then takes the
+prefix sums of what it reads (a part's, or the whole shard's). Not taken: windows, ALiBi (ValueError naming them).
 """
 import torch
 import torch.distributed as dist
@@ -101,19 +102,24 @@ def unshard(parts, layout="contiguous", dim=1, cu_seqlens=None):
     return torch.cat(out, dim=dim)
 
 
-def _chunk_ids(layout, rank, world):
-    """The global chunk indices of a rank's parts, in the order they sit in its shard."""
-    return [rank] if layout == "contiguous" else [rank, 2 * world - 1 - rank]
-
-
 def _blocks(causal, layout, rank, src, world):
-    """The (query part, key part, diag) pairs of a step where rank `rank` holds the K/V shard
-    of rank `src`: under a causal mask a key chunk before the query chunk is attended in
-    full, the same chunk with the mask (diag), a later one not at all."""
-    for i, qc in enumerate(_chunk_ids(layout, rank, world)):
-        for j, kc in enumerate(_chunk_ids(layout, src, world)):
-            if not causal or kc <= qc:
-                yield i, j, causal and kc == qc
+    """The one call of a step where rank `rank` holds the K/V shard of rank `src`, as
+    (query part, key part, causal): a part index, or None for the whole shard. Without a
+    mask every step attends the whole shard to the whole shard. With one, the own shard
+    is one causal call: in zigzag the local order of chunks r and 2 world - 1 - r keeps
+    the global order, so the local causal mask is the global one (chunk r's keys all
+    precede chunk 2 world - 1 - r's queries). A shard from an earlier rank (src < rank)
+    is attended in full: contiguous, all of it by all of ours; zigzag, its first chunk
+    (src < rank) by both of ours, its second (2 world - 1 - src > 2 world - 1 - rank) by
+    none. From a later rank: contiguous, nothing; zigzag, both of its chunks precede our
+    second chunk and follow our first, so our second part attends the whole shard."""
+    if not causal:
+        return [(None, None, False)]
+    if src == rank:
+        return [(None, None, True)]
+    if src < rank:
+        return [(None, None if layout == "contiguous" else 0, False)]
+    return [] if layout == "contiguous" else [(1, None, False)]
 
 
 class _Parts:
@@ -143,31 +149,36 @@ class _Parts:
             self.idx.append(torch.cat([torch.arange(st + part * hb, st + (part + 1) * hb) for st, hb in
                                        zip(starts, h)]).to(device))
             self.cu.append(torch.tensor([sum(h[:b]) for b in range(len(h) + 1)], dtype=torch.int32, device=device))
+        self.cu_all = torch.tensor([sum(local[:b]) for b in range(len(local) + 1)], dtype=torch.int32,
+                                   device=device)
 
     def get(self, x, part, dim=1):
+        """Part `part` of a shard's tensor (None: all of it); a view unless varlen."""
+        if part is None:
+            return x
         if self.varlen:
             return x.index_select(dim, self.idx[part])
         return x.narrow(dim, part * self.h, self.h)
 
+    def put(self, acc, part, x, dim=1):
+        """Writes x back as part `part` of acc where get() returned a copy (varlen)."""
+        if part is not None and self.varlen:
+            acc.index_copy_(dim, self.idx[part], x)
+
     def add(self, acc, part, x, dim=1):
-        if self.varlen:
-            acc.index_add_(dim, self.idx[part], x)
+        """acc's part `part` (None: all of it) += x (x in any float dtype)."""
+        if part is None:
+            acc.add_(x)
+        elif self.varlen:
+            acc.index_add_(dim, self.idx[part], x.to(acc.dtype))
         else:
             acc.narrow(dim, part * self.h, self.h).add_(x)
 
     def kwargs(self, qi, kj):
-        return dict(cu_seqlens_q=self.cu[qi], cu_seqlens_k=self.cu[kj]) if self.varlen else {}
-
-    def join(self, pieces, dim):
-        """The shard's tensor from its parts' (in part order)."""
         if not self.varlen:
-            return torch.cat(pieces, dim=dim)
-        shape = list(pieces[0].shape)
-        shape[dim] = self.s_local
-        out = torch.empty(shape, dtype=pieces[0].dtype, device=pieces[0].device)
-        for part, t in enumerate(pieces):
-            out.index_copy_(dim, self.idx[part], t)
-        return out
+            return {}
+        return dict(cu_seqlens_q=self.cu_all if qi is None else self.cu[qi],
+                    cu_seqlens_k=self.cu_all if kj is None else self.cu[kj])
 
 
 class _Ring:
@@ -206,22 +217,26 @@ def _forward(q, k, v, sinks, causal, layout, scale, softcap, threads, group, len
     if k.shape[1] != s_local:
         raise ValueError(f"k: local length {k.shape[1]} differs from q's {s_local} (shards of one sequence)")
     parts = _Parts(layout, s_local, lens, ring.world, q.device)
-    acc = [None] * parts.n  # per query part: (out fp32, lse)
+    out = lse = None  # the merged state of the whole shard: out fp32, lse
     kv = (k.contiguous(), v.contiguous())
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
         reqs, nxt = ring.start(list(kv), 0) if exchange and step + 1 < ring.world else ([], None)
-        for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
-            o, lse = _api.attention(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), causal=diag,
-                                    scale=scale, softcap=softcap, return_lse=True, threads=threads,
-                                    **parts.kwargs(i, j))
-            o = o.float()
-            acc[i] = (o, lse) if acc[i] is None else _api.merge_states(acc[i][0], acc[i][1], o, lse, threads=threads)
+        for i, j, mask in _blocks(causal, layout, ring.rank, src, ring.world):
+            o, l = _api.attention(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), causal=mask,
+                                  scale=scale, softcap=softcap, return_lse=True, threads=threads,
+                                  **parts.kwargs(i, j))
+            if out is None:  # step 0 covers the whole shard
+                out, lse = o.float(), l
+                continue
+            # merged in place: into acc's own memory, or a varlen part's copy written back
+            oa, la = parts.get(out, i), parts.get(lse, i, dim=2)
+            _api.merge_states(oa, la, o.float(), l, out=oa, lse=la, threads=threads)
+            parts.put(out, i, oa)
+            parts.put(lse, i, la, dim=2)
         _Ring.finish(reqs)
         if nxt is not None:
             kv = tuple(nxt)
-    out = parts.join([a[0] for a in acc], dim=1)
-    lse = parts.join([a[1] for a in acc], dim=2)
     if sinks is not None:  # each row's sink joins once: a state with out 0 and lse = the sink
         sink_lse = sinks.detach().float().to(lse.device)[None, :, None].expand_as(lse).contiguous()
         out, lse = _api.merge_states(out, lse, torch.zeros_like(out), sink_lse, threads=threads)
@@ -240,29 +255,49 @@ def _sink_grad(sinks, out, dout, lse):
 def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, group, lens, exchange=True):
     ring = _Ring(group)
     parts = _Parts(layout, q.shape[1], lens, ring.world, q.device)
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq = None  # fp32; step 0's call covers the whole shard
     kv = (k.contiguous(), v.contiguous())
-    dkv = (torch.zeros(k.shape, dtype=torch.float32, device=k.device),
-           torch.zeros(v.shape, dtype=torch.float32, device=v.device))
+    sums = None  # (requests, received dk / dv sums) of the K/V shard held next
     for step in range(ring.world):
         src = (ring.rank - step) % ring.world
-        # K and V move on while this step computes; their gradient sums follow after it.
+        # K and V move on while this step computes.
         reqs, nxt = ring.start(list(kv), 0) if exchange and step + 1 < ring.world else ([], None)
-        for i, j, diag in _blocks(causal, layout, ring.rank, src, ring.world):
+        dkv = None
+        for i, j, mask in _blocks(causal, layout, ring.rank, src, ring.world):  # at most one
             g = _api.attention_backward(parts.get(q, i), parts.get(kv[0], j), parts.get(kv[1], j), parts.get(out, i),
-                                        parts.get(dout, i), parts.get(lse, i, dim=2), causal=diag,
+                                        parts.get(dout, i), parts.get(lse, i, dim=2), causal=mask,
                                         scale=scale, softcap=softcap, threads=threads, **parts.kwargs(i, j))
-            parts.add(dq, i, g[0].float())
-            parts.add(dkv[0], j, g[1].float())
-            parts.add(dkv[1], j, g[2].float())
-        # The gradient sums go where this step's K and V go: after the last step, home.
-        greqs, gnxt = ring.start(list(dkv), 1) if exchange and ring.world > 1 else ([], None)
+            if dq is None:
+                dq = g[0].float()
+            else:
+                parts.add(dq, i, g[0])
+            if j is None:
+                dkv = (g[1].float(), g[2].float())
+            else:
+                dkv = (torch.zeros(kv[0].shape, dtype=torch.float32, device=q.device),
+                       torch.zeros(kv[1].shape, dtype=torch.float32, device=q.device))
+                parts.add(dkv[0], j, g[1])
+                parts.add(dkv[1], j, g[2])
+        if dkv is None:  # a step whose keys the mask hides from all of the rank's queries
+            dkv = (torch.zeros(kv[0].shape, dtype=torch.float32, device=q.device),
+                   torch.zeros(kv[1].shape, dtype=torch.float32, device=q.device))
+        # The gradient sums of this K/V shard from the ranks that held it before (sent during
+        # this step's computation) join ours, and go on to the rank that holds it next,
+        # overlapping the next step; after the last step they are complete and go home in
+        # k's and v's dtype (the rounding they get at home anyway: half the bytes in 16 bits).
+        if sums is not None:
+            _Ring.finish(sums[0])
+            dkv[0].add_(sums[1][0])
+            dkv[1].add_(sums[1][1])
+        if step + 1 == ring.world:
+            dkv = (dkv[0].to(k.dtype), dkv[1].to(v.dtype))
+        sums = ring.start(list(dkv), 1) if exchange and ring.world > 1 else None
         _Ring.finish(reqs)
-        _Ring.finish(greqs)
         if nxt is not None:
             kv = tuple(nxt)
-        if gnxt is not None:
-            dkv = tuple(gnxt)
+    if sums is not None:
+        _Ring.finish(sums[0])
+        dkv = sums[1]
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
