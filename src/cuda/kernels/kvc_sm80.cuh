@@ -10,7 +10,8 @@
 // - block_m = 16 (fewer rows than warps x 16): the key-split form below, for decode and
 //   short speculative queries, whose few packed rows would fill a few of a 64-row tile's.
 //   Every warp takes all 16 rows against its own kBlockN / kWarps keys of each K/V tile
-//   (the K/V tiles are loaded by the whole CTA as in the forward). The warps' online
+//   (the K/V tiles are loaded by the whole CTA as in the forward; over an e4m3 cache each
+//   warp copies its own rows, below). The warps' online
 //   softmax states are merged at the end through shared memory. The forward's 64-row tile
 //   spent 4x the MMA, ldmatrix and softmax instructions on rows that hold nothing, and that
 //   kernel is bound by instruction issue on decode (docs/results/cuda-kvcache-2026-11-29.md).
@@ -20,7 +21,10 @@
 // (half the bytes of a 16-bit tile), and each warp widens its own keys of a K/V tile into
 // one 16-bit K and V tile (sm80/load.cuh: widen_kv_rows, exact) before it reads them: no
 // CTA barrier (a warp reads only its keys' rows); the MMAs and the softmax are the 16-bit
-// ones. The dequantization factors are folded in: K's
+// ones. Each warp also copies its own rows of every tile (its own ring rows: no CTA barrier
+// in the key loop at all, the warps run decoupled; the e4m3 loop was bound by instruction
+// latency at two 4-warp CTAs per SM, not by memory). The dequantization factors are folded
+// in: K's
 // (FwdParams::scale_log2 times k_descale on the host, times k_descale_heads[b Hkv + hk] here)
 // into the scores' scale, V's (o_scale, v_descale_heads) into the output rows.
 #pragma once
@@ -117,8 +121,17 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
     if (p.v_descale_heads != nullptr) o_scale *= p.v_descale_heads[hi];
   }
   const core::BandMask mask = band_mask(p, seq);
+  // kWarpRing (the e4m3 cache): each warp copies and reads only its own kKeys rows of every
+  // key tile (rows [kKeys warp, kKeys (warp + 1)) of the ring's stages); its rows of tile n
+  // are the cache's "tile" n kWarps + warp of kKeys keys, and __syncwarp orders them.
+  // Otherwise the whole CTA copies each tile and a CTA barrier orders it.
+  constexpr bool kWarpRing = Tr::kWiden;
+  constexpr int kRingRows = kWarpRing ? Tr::kKeys : kBlockN, kRingThreads = kWarpRing ? 32 : kThreads;
+  const int ring_tid = kWarpRing ? lane : tid;
+  const uint32_t ring_w = kWarpRing ? warp * Tr::kKeys * SwizzledTile<kHeadDim, TC>::kRowBytes : 0;
+  const auto ring_tile = [&](int n) { return kWarpRing ? n * kWarps + warp : n; };
   const auto kv = [&] {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
-    auto c = sm80::CacheKvRows<TC, kBlockN>::make(p, b, hk);
+    auto c = sm80::CacheKvRows<TC, kRingRows>::make(p, b, hk);
     c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));
     return c;
   }();
@@ -139,11 +152,12 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
     load_tile_rows<kRows, kHeadDim, kThreads>(sQ, q_row, gq0, rows - m0, p.d, tid);
   }
   ptx::cp_async_commit();
-  auto pages = sm80::fetch_pages<kBlockN, kHeadDim, kThreads, TC>(kv, tiles.lo, seq.sk, tid);
+  auto pages = sm80::fetch_pages<kRingRows, kHeadDim, kRingThreads, TC>(kv, ring_tile(tiles.lo), seq.sk, ring_tid);
   auto load_kv = [&](int n, int stage) {
-    sm80::load_kv<kBlockN, kHeadDim, kThreads, Tr::kTileRing, TC>(sK, sV, kv, pages, n, stage, seq.sk, p.d, p.dv,
-                                                                  tid);
-    pages = sm80::fetch_pages<kBlockN, kHeadDim, kThreads, TC>(kv, n + 1, seq.sk, tid);
+    sm80::load_kv<kRingRows, kHeadDim, kRingThreads, Tr::kTileRing, TC>(sK + ring_w, sV + ring_w, kv, pages,
+                                                                        ring_tile(n), stage, seq.sk, p.d, p.dv,
+                                                                        ring_tid);
+    pages = sm80::fetch_pages<kRingRows, kHeadDim, kRingThreads, TC>(kv, ring_tile(n + 1), seq.sk, ring_tid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -161,16 +175,20 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   sm80::Mainloop<T, W> ml;
   ml.init(sQ, sKw + warp * Tr::kKeys * Tr::kRowBytes, sVw + warp * Tr::kKeys * Tr::kRowBytes, 0, lane);
   const int row0 = m0 + lane / 4;  // this lane's rows: row0, row0 + 8
-  if constexpr (W::kQInRegs) {
-    ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed
+  if constexpr (W::kQInRegs || kWarpRing) {
+    ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed, every thread's rows
     __syncthreads();
-    ml.load_q_regs();
+    if constexpr (W::kQInRegs) ml.load_q_regs();
   }
   const float e = scale_log2 > 0.f ? scale_log2 : 1.f;
   for (int n = tiles.lo; n < tiles.hi; ++n) {
     const int it = n - tiles.lo;
     ptx::cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
+    // Tile n visible to all its readers; they are done with tile n-1's stage.
+    if constexpr (kWarpRing)
+      __syncwarp();
+    else
+      __syncthreads();
     {
       const int nn = n + kStages - 1;
       if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
@@ -178,7 +196,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
     }
     uint32_t stage_off = (it % kStages) * Tr::kTileKV;
     if constexpr (Tr::kWiden) {  // this warp's keys of the tile, e4m3 -> T, then read from there
-      const uint32_t ring = (it % kStages) * Tr::kTileRing + warp * Tr::kKeys * SwizzledTile<kHeadDim, TC>::kRowBytes;
+      const uint32_t ring = (it % kStages) * Tr::kTileRing + ring_w;
       const uint32_t wide = warp * Tr::kKeys * Tr::kRowBytes;
       sm80::widen_kv_rows<Tr::kKeys, kHeadDim, T, TC>(sKw + wide, sK + ring, sVw + wide, sV + ring, lane);
       stage_off = 0;
