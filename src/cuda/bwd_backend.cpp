@@ -42,7 +42,7 @@ using BwdLaunchFn = cudaError_t (*)(const BwdParams&, cudaStream_t);
 // sources.cmake lists the enabled ones in instances_bwd.inc).
 cudaError_t bwd_prepare(const BwdParams&, bool bf16, cudaStream_t);
 cudaError_t bwd_finish(const BwdParams&, bool bf16, cudaStream_t);
-#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) cudaError_t key(const BwdParams&, cudaStream_t);
+#define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc, dqm, ds, qs) cudaError_t key(const BwdParams&, cudaStream_t);
 #define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) cudaError_t key(const BwdParams&, cudaStream_t);
 #include "instances_bwd.inc"
 #undef FC_SM80_INST

@@ -208,7 +208,7 @@ struct BwdInstanceInfo {
   int ctas_per_sm() const { return arch == 90 ? bwd_sm90_ctas_per_sm(head_dim, block_n) : 1; }
   bool runs_on(const DeviceFacts& d) const { return smem() <= d.smem_optin && (arch == 80 || d.hopper()); }
 };
-#define FC_SM80_BWD_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc, dqm, ds) \
+#define FC_SM80_BWD_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc, dqm, ds, qs) \
   {#key, 80, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, ds},
 #define FC_SM90_BWD_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
   {#key, 90, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, 1},

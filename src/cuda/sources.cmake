@@ -119,7 +119,12 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_S
 #   192 KiB of shared memory (A100, sm_86, sm_89: 128x16 does not fit), and on sm_90 it runs
 #   only where 128x16 would leave SMs idle (policy.cpp: pick_sm80), i.e. on problems of a few
 #   microseconds. Its score variants' kernel (_variants) spills nothing.
-set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2)
+# - bwd_sm80_{f16,bf16}_hd64_128x128_w8_o1_q2: the query-split backward holds dK and dV of 32
+#   keys (128 fp32 registers) beside P^T and dP^T; ptxas spills 24-28 bytes (sm_80, sm_90),
+#   a few loop-invariant values reloaded per query block. Not chosen by the policy (a row to
+#   time against the 128x128 row).
+set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2 bwd_sm80_f16_hd64_128x128_w8_o1_q2
+                     bwd_sm80_bf16_hd64_128x128_w8_o1_q2)
 foreach(src IN LISTS _fc_inst_sources _fc_sm90_sources)
   get_filename_component(key ${src} NAME_WE)
   if(NOT key IN_LIST _fc_known_spills)

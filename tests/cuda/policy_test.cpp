@@ -478,7 +478,7 @@ TEST(CudaPolicy, BackwardKernel) {
             std::string::npos);
   EXPECT_NE(key(DType::f16, 64, 64, kH200, "bwd_sm70_f16").find("of this build"), std::string::npos);
   for (const BwdInstanceInfo& i : kBwd) {
-    EXPECT_TRUE(i.arch == 80 ? std::regex_match(i.key, std::regex("bwd_sm80_(f16|bf16)_hd[0-9]+_[0-9]+x[0-9]+_w[0-9]+_o1"))
+    EXPECT_TRUE(i.arch == 80 ? std::regex_match(i.key, std::regex("bwd_sm80_(f16|bf16)_hd[0-9]+_[0-9]+x[0-9]+_w[0-9]+_o1(_q2)?"))
                              : std::regex_match(i.key, std::regex("bwd_sm90_(f16|bf16)_hd[0-9]+_64x(64|128)_s2")))
         << i.key;
     EXPECT_EQ(i.ctas_per_sm(), i.arch == 90 && i.block_n == 64 && i.head_dim <= 128 ? 2 : 1) << i.key;

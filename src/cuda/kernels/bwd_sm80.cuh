@@ -23,6 +23,11 @@
 // kDSplit > 1 (head dim 256): kDSplit CTAs share a key block, each producing dK, dV and dQ
 // for kHeadDim / kDSplit of the columns (S^T and dP^T are recomputed by each): the
 // accumulators of a full 256-column head would not fit the registers.
+// kQSplit = 2 (head dim 64): the warps pair up over the queries instead, each warp 32 keys
+// (two 16-key fragments) and one half of every query block: each Q / dO operand read from
+// shared memory then feeds two fragments' MMAs (S^T, dP^T, dV, dK read a third less per
+// MMA), at the cost of dK / dV partial sums held twice, added through shared memory once
+// per key block.
 // Deterministic mode is the same kernel with p.dq_split > 0: a CTA walks the key blocks
 // cta, cta + key_ctas, ... and adds into its own dQ slice, so every fp32 sum runs in one
 // fixed order (same thread, program order); the slices are summed in order afterwards.
@@ -45,9 +50,13 @@
 
 namespace flashcore::cuda {
 
-template <typename T, int kHeadDim, int kBlockMQ, int kBlockN, int kWarps, int kStages, int kDqWarpsAlongM, int kDSplit>
+template <typename T, int kHeadDim, int kBlockMQ, int kBlockN, int kWarps, int kStages, int kDqWarpsAlongM, int kDSplit,
+          int kQSplitN = 1>
 struct BwdSm80Traits {
-  static constexpr int kThreads = kWarps * 32, kBlockM = kBlockMQ;
+  static constexpr int kThreads = kWarps * 32, kBlockM = kBlockMQ, kQStages = kStages;
+  // kQSplit warps per key fragment group, each a 1 / kQSplit share of every query block's
+  // queries (kWarpM of them); a warp's keys: kKF fragments of 16.
+  static constexpr int kQSplit = kQSplitN, kKF = kQSplitN, kWarpM = kBlockM / kQSplitN;
   static constexpr int kDim = kHeadDim;                // columns of S^T's and dP^T's sums, of a dQ sum row
   static constexpr int kOutDim = kHeadDim / kDSplit;  // columns of dK, dV, dQ per CTA
   static constexpr int kRowBytes = SwizzledTile<kHeadDim, T>::kRowBytes;
@@ -56,7 +65,8 @@ struct BwdSm80Traits {
   // S^T's and dP^T's fp32 fragments take kSubM registers per thread, dK's and dV's kOutDim;
   // the B operands of S^T and dP^T are read once per sub-step, K's and V's fragments once per
   // sub-step too).
-  static constexpr int kSubM = kBlockM < (kOutDim > 64 ? 32 : 64) ? kBlockM : (kOutDim > 64 ? 32 : 64);
+  static constexpr int kSubCap = kQSplit > 1 || kOutDim > 64 ? 32 : 64;
+  static constexpr int kSubM = kWarpM < kSubCap ? kWarpM : kSubCap;
   static constexpr int kMF = kSubM / 8;                        // 8-query fragments of S^T
   static constexpr int kQK = kSubM / 16;                       // query k-steps of dV, dK
   static constexpr int kOF = kOutDim / 8;                      // 8-column fragments of dK, dV
@@ -81,8 +91,9 @@ struct BwdSm80Traits {
   static constexpr int kSmem = kOffCtl + 48;
 
   static_assert(kSmem == bwd_sm80_smem(kHeadDim, kBlockM, kBlockN, kStages, int(sizeof(T))), "the registry's size");
-  static_assert(kBlockN == 16 * kWarps, "each warp owns 16 keys");
-  static_assert(kBlockM % kSubM == 0 && kSubM % 16 == 0 && kBlockM <= kThreads,
+  static_assert(kBlockN == 16 * kWarps, "each warp owns 16 keys (kQSplit 2: 32 keys, half the queries)");
+  static_assert(kQSplit == 1 || (kQSplit == 2 && kDSplit == 1 && kWarps % 2 == 0), "query split by warp pairs");
+  static_assert(kWarpM % kSubM == 0 && kSubM % 16 == 0 && kBlockM <= kThreads,
                 "whole query k-steps; one thread stages each query row");
   static_assert(kStages == 1 || kStages == 2, "Q / dO single or double buffered");
   static_assert(kWarps % kDqWarpsM == 0 && kDqRows % 16 == 0 && kDqCols % 16 == 0, "dQ warp tiles");
@@ -115,7 +126,7 @@ struct BwdSm80Tiles {
   // could be read from these too, b0 / b1 of two fragments interleaved, but the MMA takes b0,
   // b1 as a register pair: moves.)
   VOperand<T, Tr::kRowBytes> tr;
-  uint32_t ds_st;                 // dS^T stores: this lane's key row g, word t
+  uint32_t ds_st;                 // dS^T stores: this lane's key row g, word t (of the warp's first fragment)
 
   __device__ __forceinline__ void init(uint32_t smem, int warp, int lane, int dh) {
     base = smem;
@@ -125,7 +136,7 @@ struct BwdSm80Tiles {
 #pragma unroll
     for (int j = 0; j < 4; ++j) b_row[j] = smem + (r7 + cq * 8) * Tr::kRowBytes + (((2 * j + ck) ^ r7) * 16);
     tr.init(smem, lane);
-    ds_st = smem + Tr::kOffDs + (warp * 16 + lane / 4) * Tr::kDsRowBytes + 4 * (lane % 4);
+    ds_st = smem + Tr::kOffDs + (warp / Tr::kQSplit * 16 * Tr::kKF + lane / 4) * Tr::kDsRowBytes + 4 * (lane % 4);
   }
 };
 
@@ -152,22 +163,31 @@ struct BwdDqOperands {
   }
 };
 
-// acc = A B^T over the head dim: A the warp's 16 rows at a_off (K or V, offset by the warp's
-// rows), B^T the kSubM rows at b_off (Q or dO, offset by the sub-step). acc[nf]: 8 queries.
-template <typename Tr, typename Op, typename Tiles>
-__device__ __forceinline__ void bwd_scores(float (&acc)[Tr::kMF][4], const Tiles& s, uint32_t a_off, uint32_t b_off) {
+// acc = A B^T over the head dim: A the warp's kKF x 16 rows at a_off (K or V, offset by the
+// warp's rows), B^T the kSubM rows at b_off (Q or dO, offset by the sub-step). acc[kf][nf]:
+// key fragment kf, 8 queries (kNF of them: the sub-step's, or fewer).
+template <typename Tr, typename Op, int kNF = Tr::kMF, typename Tiles>
+__device__ __forceinline__ void bwd_scores(float (&acc)[Tr::kKF][kNF][4], const Tiles& s, uint32_t a_off,
+                                           uint32_t b_off) {
 #pragma unroll
-  for (int nf = 0; nf < Tr::kMF; ++nf) acc[nf][0] = acc[nf][1] = acc[nf][2] = acc[nf][3] = 0.f;
+  for (int kf = 0; kf < Tr::kKF; ++kf)
+#pragma unroll
+    for (int nf = 0; nf < kNF; ++nf) acc[kf][nf][0] = acc[kf][nf][1] = acc[kf][nf][2] = acc[kf][nf][3] = 0.f;
 #pragma unroll
   for (int ks = 0; ks < Tr::kKS; ++ks) {
-    uint32_t a[4];
-    ptx::ldmatrix_x4(a, s.tr.base[ks % 4] + a_off + (ks / 4) * 128);
+    uint32_t a[Tr::kKF][4];
 #pragma unroll
-    for (int nf = 0; nf < Tr::kMF; nf += 2) {
+    for (int kf = 0; kf < Tr::kKF; ++kf)
+      ptx::ldmatrix_x4(a[kf], s.tr.base[ks % 4] + a_off + kf * 16 * Tr::kRowBytes + (ks / 4) * 128);
+#pragma unroll
+    for (int nf = 0; nf < kNF; nf += 2) {
       uint32_t b[4];
       ptx::ldmatrix_x4(b, s.b_row[ks % 4] + b_off + nf * 8 * Tr::kRowBytes + (ks / 4) * 128);
-      Op::mma(acc[nf], a, b[0], b[1]);
-      Op::mma(acc[nf + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int kf = 0; kf < Tr::kKF; ++kf) {
+        Op::mma(acc[kf][nf], a[kf], b[0], b[1]);
+        Op::mma(acc[kf][nf + 1], a[kf], b[2], b[3]);
+      }
     }
   }
 }
@@ -177,24 +197,30 @@ __device__ __forceinline__ void bwd_scores(float (&acc)[Tr::kMF][4], const Tiles
 // column). When kStoreDs, the packed 16-bit A operands (= dS^T) are also stored to the dS^T
 // tile, from query chunk c0 (the sub-step's first query / 8).
 template <typename Tr, typename Op, bool kStoreDs, typename Tiles>
-__device__ __forceinline__ void bwd_accumulate(float (&acc)[Tr::kOF][4], const float (&x)[Tr::kMF][4], const Tiles& s,
-                                               uint32_t b_off, int c0) {
+__device__ __forceinline__ void bwd_accumulate(float (&acc)[Tr::kKF][Tr::kOF][4], const float (&x)[Tr::kKF][Tr::kMF][4],
+                                               const Tiles& s, uint32_t b_off, int c0) {
 #pragma unroll
   for (int pk = 0; pk < Tr::kQK; ++pk) {
-    uint32_t a[4];
-    Op::p_operand(a, x, pk);
-    if constexpr (kStoreDs) {
-      // a[0] / a[1]: keys g / g + 8, queries 16 pk + 2t..; a[2] / a[3]: queries 16 pk + 8 + 2t..
+    uint32_t a[Tr::kKF][4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ptx::sts32(s.ds_st + 8 * (i % 2) * Tr::kDsRowBytes + (c0 + 2 * pk + i / 2) * 16, a[i]);
+    for (int kf = 0; kf < Tr::kKF; ++kf) {
+      Op::p_operand(a[kf], x[kf], pk);
+      if constexpr (kStoreDs) {
+        // a[0] / a[1]: keys g / g + 8, queries 16 pk + 2t..; a[2] / a[3]: queries 16 pk + 8 + 2t..
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          ptx::sts32(s.ds_st + (16 * kf + 8 * (i % 2)) * Tr::kDsRowBytes + (c0 + 2 * pk + i / 2) * 16, a[kf][i]);
+      }
     }
 #pragma unroll
     for (int df = 0; df < Tr::kOF; df += 2) {
       uint32_t b[4];
       s.tr.load(b, b_off, pk, df);
-      Op::mma(acc[df], a, b[0], b[1]);
-      Op::mma(acc[df + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int kf = 0; kf < Tr::kKF; ++kf) {
+        Op::mma(acc[kf][df], a[kf], b[0], b[1]);
+        Op::mma(acc[kf][df + 1], a[kf], b[2], b[3]);
+      }
     }
   }
 }
@@ -244,57 +270,106 @@ __device__ __forceinline__ void bwd_dq(uint32_t smem, float* dq, int m0, int sq,
 
 // One query block (m0, in stage kSt) against this CTA's keys (n0..): S^T .. dK in sub-steps of
 // kSubM queries, leaving dS^T in shared memory for dQ. `full`: no element of the block is
-// masked (else mask_transposed).
+// masked (else mask_transposed). The warp's keys: kKF fragments from warp_rows (K / V row
+// bytes) = key n0 + key0; its queries: kWarpM from q_half of the block.
 template <int kSt, typename Tr, typename Op, typename Tiles>
-__device__ __forceinline__ void bwd_block(float (&dk)[Tr::kOF][4], float (&dv)[Tr::kOF][4], const Tiles& s,
-                                          unsigned char* smem, float scale_log2, const Band32& band, int sq, int n0,
-                                          int m0, bool full, uint32_t warp_rows, int warp, int g, int t, int dh) {
-  constexpr int kMF = Tr::kMF;
+__device__ __forceinline__ void bwd_block(float (&dk)[Tr::kKF][Tr::kOF][4], float (&dv)[Tr::kKF][Tr::kOF][4],
+                                          const Tiles& s, unsigned char* smem, float scale_log2, const Band32& band,
+                                          int sq, int n0, int m0, bool full, uint32_t warp_rows, int key0, int q_half,
+                                          int g, int t, int dh) {
+  constexpr int kMF = Tr::kMF, kKF = Tr::kKF;
   constexpr uint32_t kQOff = Tr::kOffQ + kSt * Tr::kTileQ, kDoOff = Tr::kOffDo + kSt * Tr::kTileQ;
 #pragma unroll
-  for (int sub = 0; sub < Tr::kBlockM / Tr::kSubM; ++sub) {
-    const int q0 = sub * Tr::kSubM;  // the sub-step's first query in the block
+  for (int sub = 0; sub < Tr::kWarpM / Tr::kSubM; ++sub) {
+    const int q0 = q_half + sub * Tr::kSubM;  // the sub-step's first query in the block
     const uint32_t q_rows = kQOff + q0 * Tr::kRowBytes, do_rows = kDoOff + q0 * Tr::kRowBytes;
     const float2* stat = reinterpret_cast<const float2*>(smem + Tr::kOffStat) + kSt * Tr::kBlockM + q0 + 2 * t;
 
     // S^T, then P^T = 2^(S^T c - lse log2 e), masked where the block is cut.
-    float x[kMF][4];
+    float x[kKF][kMF][4];
     bwd_scores<Tr, Op>(x, s, Tr::kOffK + warp_rows, q_rows);
 #pragma unroll
-    for (int nf = 0; nf < kMF; ++nf) {
-      const float2 r0 = stat[8 * nf], r1 = stat[8 * nf + 1];  // queries 8 nf + 2t, + 1
-      x[nf][0] = ptx::exp2_fast(fmaf(x[nf][0], scale_log2, -r0.x));
-      x[nf][1] = ptx::exp2_fast(fmaf(x[nf][1], scale_log2, -r1.x));
-      x[nf][2] = ptx::exp2_fast(fmaf(x[nf][2], scale_log2, -r0.x));
-      x[nf][3] = ptx::exp2_fast(fmaf(x[nf][3], scale_log2, -r1.x));
-    }
-    if (!full) mask_transposed<kMF>(x, band, sq, n0 + warp * 16 + g, m0 + q0, t);
+    for (int kf = 0; kf < kKF; ++kf)
+#pragma unroll
+      for (int nf = 0; nf < kMF; ++nf) {
+        const float2 r0 = stat[8 * nf], r1 = stat[8 * nf + 1];  // queries 8 nf + 2t, + 1
+        x[kf][nf][0] = ptx::exp2_fast(fmaf(x[kf][nf][0], scale_log2, -r0.x));
+        x[kf][nf][1] = ptx::exp2_fast(fmaf(x[kf][nf][1], scale_log2, -r1.x));
+        x[kf][nf][2] = ptx::exp2_fast(fmaf(x[kf][nf][2], scale_log2, -r0.x));
+        x[kf][nf][3] = ptx::exp2_fast(fmaf(x[kf][nf][3], scale_log2, -r1.x));
+      }
+    if (!full)
+#pragma unroll
+      for (int kf = 0; kf < kKF; ++kf) mask_transposed<kMF>(x[kf], band, sq, n0 + key0 + 16 * kf + g, m0 + q0, t);
 
     bwd_accumulate<Tr, Op, false>(dv, x, s, do_rows + dh * Tr::kOutBytes, 0);
 
-    // dS^T = P^T (dP^T - D), in place of P^T.
-    {
-      float dp[kMF][4];
-      bwd_scores<Tr, Op>(dp, s, Tr::kOffV + warp_rows, do_rows);
+    // dS^T = P^T (dP^T - D), in place of P^T; dP^T in kDpParts query parts (kQSplit 2: two
+    // of 16 queries, whose fp32 sums beside dK's, dV's and P^T's fit the registers).
+    constexpr int kDpParts = Tr::kQSplit > 1 ? 2 : 1, kDpNF = kMF / kDpParts;
 #pragma unroll
-      for (int nf = 0; nf < kMF; ++nf) {
-        const float d0 = stat[8 * nf].y, d1 = stat[8 * nf + 1].y;
-        x[nf][0] *= dp[nf][0] - d0;
-        x[nf][1] *= dp[nf][1] - d1;
-        x[nf][2] *= dp[nf][2] - d0;
-        x[nf][3] *= dp[nf][3] - d1;
-      }
+    for (int part = 0; part < kDpParts; ++part) {
+      float dp[kKF][kDpNF][4];
+      bwd_scores<Tr, Op, kDpNF>(dp, s, Tr::kOffV + warp_rows, do_rows + part * kDpNF * 8 * Tr::kRowBytes);
+#pragma unroll
+      for (int kf = 0; kf < kKF; ++kf)
+#pragma unroll
+        for (int j = 0; j < kDpNF; ++j) {
+          const int nf = part * kDpNF + j;
+          const float d0 = stat[8 * nf].y, d1 = stat[8 * nf + 1].y;
+          x[kf][nf][0] *= dp[kf][j][0] - d0;
+          x[kf][nf][1] *= dp[kf][j][1] - d1;
+          x[kf][nf][2] *= dp[kf][j][2] - d0;
+          x[kf][nf][3] *= dp[kf][j][3] - d1;
+        }
     }
     bwd_accumulate<Tr, Op, true>(dk, x, s, q_rows + dh * Tr::kOutBytes, q0 / 8);
   }
 }
 
+// kQSplit 2, after a key block's query loop: each warp pair's dK and dV partial sums added
+// into the first warp's registers. The second warp writes its fragments to the Q / dO stages
+// (free once the loop is done), lane-major, so that the first warp's lanes read back their
+// own elements.
+template <typename Tr>
+__device__ __forceinline__ void bwd_pair_sum(float (&dk)[Tr::kKF][Tr::kOF][4], float (&dv)[Tr::kKF][Tr::kOF][4],
+                                             unsigned char* smem, int pair, int second, int lane) {
+  constexpr int kFloats = Tr::kKF * Tr::kOF * 4;  // per lane and tensor
+  float4* buf = reinterpret_cast<float4*>(smem + Tr::kOffQ) + pair * 2 * kFloats / 4 * 32;
+  static_assert(Tr::kKF * Tr::kOF * 4 * 2 * 4 * 32 * (Tr::kThreads / 64) <= 2 * Tr::kQStages * Tr::kTileQ,
+                "the pairs' partial sums fit the Q / dO stages");
+  __syncthreads();  // every warp is past its dQ (the stages are not read after the loop)
+  if (second) {
+#pragma unroll
+    for (int kf = 0; kf < Tr::kKF; ++kf)
+#pragma unroll
+      for (int of = 0; of < Tr::kOF; ++of) {
+        const int i = kf * Tr::kOF + of;
+        buf[i * 32 + lane] = make_float4(dk[kf][of][0], dk[kf][of][1], dk[kf][of][2], dk[kf][of][3]);
+        buf[(kFloats / 4 + i) * 32 + lane] = make_float4(dv[kf][of][0], dv[kf][of][1], dv[kf][of][2], dv[kf][of][3]);
+      }
+  }
+  __syncthreads();
+  if (!second) {
+#pragma unroll
+    for (int kf = 0; kf < Tr::kKF; ++kf)
+#pragma unroll
+      for (int of = 0; of < Tr::kOF; ++of) {
+        const int i = kf * Tr::kOF + of;
+        const float4 a = buf[i * 32 + lane], b = buf[(kFloats / 4 + i) * 32 + lane];
+        dk[kf][of][0] += a.x, dk[kf][of][1] += a.y, dk[kf][of][2] += a.z, dk[kf][of][3] += a.w;
+        dv[kf][of][0] += b.x, dv[kf][of][1] += b.y, dv[kf][of][2] += b.z, dv[kf][of][3] += b.w;
+      }
+  }
+}
+
 // The kernel's body: one CTA's key blocks.
-template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kDqWarpsM, int kDSplit>
+template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kDqWarpsM, int kDSplit,
+          int kQSplit>
 __device__ __forceinline__ void bwd_sm80_cta(const BwdParams& p) {
-  using Tr = BwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit>;
+  using Tr = BwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit, kQSplit>;
   using Op = MmaOps<T>;
-  constexpr int kOF = Tr::kOF;
+  constexpr int kOF = Tr::kOF, kKF = Tr::kKF;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int hk = blockIdx.y, b = blockIdx.z;
@@ -304,7 +379,9 @@ __device__ __forceinline__ void bwd_sm80_cta(const BwdParams& p) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   BwdSm80Tiles<Tr, T> s;
   s.init(ptx::smem_addr(smem), warp, lane, dh);
-  const uint32_t warp_rows = warp * 16 * Tr::kRowBytes;  // this warp's keys in K, V
+  // This warp's keys (kKF fragments from key0) and queries (from q_half of each block).
+  const int key0 = warp / kQSplit * 16 * kKF, q_half = warp % kQSplit * Tr::kWarpM;
+  const uint32_t warp_rows = key0 * Tr::kRowBytes;
   float* const dq_slice = p.dq_acc + int64_t(cta) * p.dq_split;  // dq_split 0: one shared slice
   const int h0 = hk * p.f.group, h_end = h0 + p.f.group;
 
@@ -354,11 +431,13 @@ __device__ __forceinline__ void bwd_sm80_cta(const BwdParams& p) {
     }
     // dK, dV: zeroed after the copies are issued, so that their 2 kOF x 4 registers are not
     // live beside the copies' addresses (the prologue spilled otherwise).
-    float dk[kOF][4], dv[kOF][4];
+    float dk[kKF][kOF][4], dv[kKF][kOF][4];
 #pragma unroll
-    for (int i = 0; i < kOF; ++i)
+    for (int kf = 0; kf < kKF; ++kf)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+      for (int i = 0; i < kOF; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[kf][i][e] = dv[kf][i][e] = 0.f;
     // (query head, query block) pairs, head-major; `buf` alternates with each pair.
     int buf = 0;
     for (int h = any ? h0 : h_end, mb = m_lo; h < h_end; buf ^= 1) {
@@ -374,10 +453,11 @@ __device__ __forceinline__ void bwd_sm80_cta(const BwdParams& p) {
       // The stage is a template argument (two copies of the block's code when double
       // buffered), so that every shared address is a lane base plus an immediate.
       if (st == 0)
-        bwd_block<0, Tr, Op>(dk, dv, s, smem, p.f.scale_log2, band, seq.sq, n0, m0, full, warp_rows, warp, g, t, dh);
+        bwd_block<0, Tr, Op>(dk, dv, s, smem, p.f.scale_log2, band, seq.sq, n0, m0, full, warp_rows, key0, q_half, g,
+                             t, dh);
       else
-        bwd_block<kStages - 1, Tr, Op>(dk, dv, s, smem, p.f.scale_log2, band, seq.sq, n0, m0, full, warp_rows, warp, g,
-                                       t, dh);
+        bwd_block<kStages - 1, Tr, Op>(dk, dv, s, smem, p.f.scale_log2, band, seq.sq, n0, m0, full, warp_rows, key0,
+                                       q_half, g, t, dh);
       __syncthreads();  // (B)
       const BwdLoopCtl c2 = *reinterpret_cast<const BwdLoopCtl*>(smem + Tr::kOffCtl);
       if (kStages == 1 && more) load_q(c2, h_next, mb_next * kBlockM, 0);
@@ -387,15 +467,22 @@ __device__ __forceinline__ void bwd_sm80_cta(const BwdParams& p) {
       mb = mb_next;
     }
 
+    if constexpr (kQSplit > 1) bwd_pair_sum<Tr>(dk, dv, smem, warp / kQSplit, warp % kQSplit, lane);
     // (ctl re-read past the barriers; the lane's offsets from tid + zero: hoisted to the
     // kernel's start, they were kept, spilled, across the loops)
     const BwdLoopCtl c = *reinterpret_cast<const BwdLoopCtl*>(smem + Tr::kOffCtl);
     const int me = tid + c.zero;
-    const int row0 = c.n * kBlockN + me / 32 * 16 + me % 32 / 4, col0 = dh * Tr::kOutDim + 2 * (me % 4);
-    T* gdk = static_cast<T*>(p.dk) + c.bb * p.dk_sb + c.k_row0 * p.dk_ss + hk * p.dk_sh;
-    T* gdv = static_cast<T*>(p.dv) + c.bb * p.dv_sb + c.k_row0 * p.dv_ss + hk * p.dv_sh;
-    bwd_store_rows<T, kOF>(dk, gdk, p.dk_ss, row0, seq.sk, col0, p.f.d, p.scale);
-    bwd_store_rows<T, kOF>(dv, gdv, p.dv_ss, row0, seq.sk, col0, p.f.dv, 1.f);
+    if (kQSplit == 1 || me / 32 % kQSplit == 0) {  // (kQSplit 2: the pair's first warp holds the sums)
+      const int row0 = c.n * kBlockN + me / 32 / kQSplit * 16 * kKF + me % 32 / 4;
+      const int col0 = dh * Tr::kOutDim + 2 * (me % 4);
+      T* gdk = static_cast<T*>(p.dk) + c.bb * p.dk_sb + c.k_row0 * p.dk_ss + hk * p.dk_sh;
+      T* gdv = static_cast<T*>(p.dv) + c.bb * p.dv_sb + c.k_row0 * p.dv_ss + hk * p.dv_sh;
+#pragma unroll
+      for (int kf = 0; kf < kKF; ++kf) {
+        bwd_store_rows<T, kOF>(dk[kf], gdk, p.dk_ss, row0 + 16 * kf, seq.sk, col0, p.f.d, p.scale);
+        bwd_store_rows<T, kOF>(dv[kf], gdv, p.dv_ss, row0 + 16 * kf, seq.sk, col0, p.f.dv, 1.f);
+      }
+    }
     n = c.n + p.key_ctas;
     __syncthreads();  // the next key block's loads overwrite K, V, dS^T and ctl
   }
@@ -412,23 +499,23 @@ constexpr int kArchSmemOptin = 0;
 #endif
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks, int kDqWarpsM,
-          int kDSplit>
+          int kDSplit, int kQSplit>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) bwd_sm80_kernel(const BwdParams p) {
-  using Tr = BwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit>;
+  using Tr = BwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit, kQSplit>;
   // An instance whose shared memory this architecture cannot give a block never runs on it
   // (the backend checks the device's opt-in before any launch): no code for it there.
   if constexpr (Tr::kSmem > kArchSmemOptin) {
     __trap();
   } else {
-    bwd_sm80_cta<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit>(p);
+    bwd_sm80_cta<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit, kQSplit>(p);
   }
 }
 
 template <typename T, int kHeadDim, int kBlockM, int kBlockN, int kWarps, int kStages, int kMinBlocks, int kDqWarpsM,
-          int kDSplit>
+          int kDSplit, int kQSplit = 1>
 cudaError_t launch_bwd_sm80(const BwdParams& p, cudaStream_t stream) {
-  using Tr = BwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit>;
-  auto kernel = bwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kDqWarpsM, kDSplit>;
+  using Tr = BwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kDqWarpsM, kDSplit, kQSplit>;
+  auto kernel = bwd_sm80_kernel<T, kHeadDim, kBlockM, kBlockN, kWarps, kStages, kMinBlocks, kDqWarpsM, kDSplit, kQSplit>;
   static std::atomic<uint64_t> smem_done{0};
   const cudaError_t e = opt_in_smem_once(kernel, Tr::kSmem, smem_done);
   if (e != cudaSuccess) return e;
