@@ -25,8 +25,9 @@
 // accumulators of a full 256-column head would not fit the registers.
 // kQSplit = 2 (head dim 64): the warps pair up over the queries instead, each warp 32 keys
 // (two 16-key fragments) and one half of every query block: each Q / dO operand read from
-// shared memory then feeds two fragments' MMAs (S^T, dP^T, dV, dK read a third less per
-// MMA), at the cost of dK / dV partial sums held twice, added through shared memory once
+// shared memory then feeds two fragments' MMAs (with dP^T in two parts for the registers,
+// S^T .. dK take 56 ldmatrix per warp and 128 MMAs against 72: with dQ's, 0.82x per key
+// block), at the cost of dK / dV partial sums held twice, added through shared memory once
 // per key block.
 // Deterministic mode is the same kernel with p.dq_split > 0: a CTA walks the key blocks
 // cta, cta + key_ctas, ... and adds into its own dQ slice, so every fp32 sum runs in one
