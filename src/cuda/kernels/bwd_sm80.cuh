@@ -329,17 +329,17 @@ __device__ __forceinline__ void bwd_block(float (&dk)[Tr::kKF][Tr::kOF][4], floa
 }
 
 // kQSplit 2, after a key block's query loop: each warp pair's dK and dV partial sums added
-// into the first warp's registers. The second warp writes its fragments to the Q / dO stages
-// (free once the loop is done), lane-major, so that the first warp's lanes read back their
+// into the first warp's registers. The second warp writes its fragments over the tiles (free
+// once every warp's dQ is done), lane-major, so that the first warp's lanes read back their
 // own elements.
 template <typename Tr>
 __device__ __forceinline__ void bwd_pair_sum(float (&dk)[Tr::kKF][Tr::kOF][4], float (&dv)[Tr::kKF][Tr::kOF][4],
                                              unsigned char* smem, int pair, int second, int lane) {
   constexpr int kFloats = Tr::kKF * Tr::kOF * 4;  // per lane and tensor
-  float4* buf = reinterpret_cast<float4*>(smem + Tr::kOffQ) + pair * 2 * kFloats / 4 * 32;
-  static_assert(Tr::kKF * Tr::kOF * 4 * 2 * 4 * 32 * (Tr::kThreads / 64) <= 2 * Tr::kQStages * Tr::kTileQ,
-                "the pairs' partial sums fit the Q / dO stages");
-  __syncthreads();  // every warp is past its dQ (the stages are not read after the loop)
+  float4* buf = reinterpret_cast<float4*>(smem) + pair * 2 * kFloats / 4 * 32;
+  static_assert(Tr::kKF * Tr::kOF * 4 * 2 * 4 * 32 * (Tr::kThreads / 64) <= Tr::kOffCtl,
+                "the pairs' partial sums fit the tiles (K, V, Q, dO, dS^T)");
+  __syncthreads();  // every warp is past its dQ (no tile is read after the loop)
   if (second) {
 #pragma unroll
     for (int kf = 0; kf < Tr::kKF; ++kf)
