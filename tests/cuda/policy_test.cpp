@@ -460,6 +460,8 @@ TEST(CudaPolicy, BackwardKernel) {
   EXPECT_EQ(key(DType::bf16, 96, 96, kH200), "bwd_sm90_bf16_hd128_64x128_s2");  // no sm90 hd96 row
   EXPECT_EQ(key(DType::f16, 72, 80, kH200), "bwd_sm90_f16_hd128_64x128_s2");
   EXPECT_EQ(key(DType::bf16, 96, 96, kA100), "bwd_sm80_bf16_hd96_64x128_w8_o1");
+  EXPECT_EQ(key(DType::bf16, 64, 64, kA100), "bwd_sm80_bf16_hd64_128x128_w8_o1_q2");  // (the query split first)
+  EXPECT_EQ(key(DType::f16, 48, 64, kA100), "bwd_sm80_f16_hd64_128x128_w8_o1_q2");
   EXPECT_EQ(key(DType::bf16, 256, 256, kH200), "bwd_sm90_bf16_hd256_64x64_s2");
   EXPECT_EQ(key(DType::f16, 136, 192, kH200), "bwd_sm90_f16_hd256_64x64_s2");  // (the wide form above 128)
   EXPECT_EQ(key(DType::bf16, 128, 128, kA100), "bwd_sm80_bf16_hd128_64x128_w8_o1");
