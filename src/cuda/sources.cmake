@@ -123,8 +123,12 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_S
 #   keys (128 fp32 registers) beside P^T and dP^T; ptxas spills 24-28 bytes (sm_80, sm_90),
 #   a few loop-invariant values reloaded per query block. The first hd64 row (1.01-1.07x the
 #   128x128 row's speed on an H200).
+# - kvc_sm80_{f16,bf16}e4m3_hd128_16x64_w4_o3: the e4m3 cache's key loop in its two forms (one
+#   and two 8-row N fragments) at 168 registers (3 CTAs per SM); ptxas keeps one value (4
+#   bytes) in local memory, stored before the key loop and read after it (repair, epilogue).
 set(_fc_known_spills fwd_sm80_tf32_hd256_32x16_w2_o2 bwd_sm80_f16_hd64_128x128_w8_o1_q2
-                     bwd_sm80_bf16_hd64_128x128_w8_o1_q2)
+                     bwd_sm80_bf16_hd64_128x128_w8_o1_q2 kvc_sm80_f16e4m3_hd128_16x64_w4_o3
+                     kvc_sm80_bf16e4m3_hd128_16x64_w4_o3)
 foreach(src IN LISTS _fc_inst_sources _fc_sm90_sources)
   get_filename_component(key ${src} NAME_WE)
   if(NOT key IN_LIST _fc_known_spills)

@@ -17,10 +17,10 @@ constexpr int sm80_cut_words(int block_m, int block_n) { return max_cut_tiles(bl
 constexpr int sm80_extra_smem(int block_m, int block_n) { return (sm80_cut_words(block_m, block_n) * 4 + 15) / 16 * 16; }
 
 // The key-split kvc rows over an e4m3 cache (KvcSplitTraits with a widened ring): the 16-bit
-// Q tile, `stages` e4m3 K and V tiles, and one 16-bit K and V tile; rows padded to 128 bytes.
+// Q tile, `stages` e4m3 K and V tiles, and one 16-bit V tile; rows padded to 128 bytes.
 constexpr int kvc_fp8_smem(int head_dim, int block_m, int block_n, int stages) {
   const int row16 = (head_dim * 2 + 127) / 128 * 128, row8 = (head_dim + 127) / 128 * 128;
-  return block_m * row16 + 2 * stages * block_n * row8 + 2 * block_n * row16;
+  return block_m * row16 + 2 * stages * block_n * row8 + block_n * row16;
 }
 
 }  // namespace flashcore::cuda

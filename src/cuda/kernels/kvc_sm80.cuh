@@ -17,14 +17,15 @@
 //   kernel is bound by instruction issue on decode (docs/results/cuda-kvcache-2026-11-29.md).
 //
 // An fp8 cache (rows whose type column is Fp8Cache<T>: e4m3 K/V under f16 / bf16 q) takes the
-// key-split form at every row count. The cp.async ring then holds the cache's e4m3 tiles
-// (half the bytes of a 16-bit tile), and each warp widens its own keys of a K/V tile into
-// one 16-bit K and V tile (sm80/load.cuh: widen_kv_rows, exact) before it reads them: no
-// CTA barrier (a warp reads only its keys' rows); the MMAs and the softmax are the 16-bit
-// ones. Each warp also copies its own rows of every tile (its own ring rows: no CTA barrier
-// in the key loop at all, the warps run decoupled; the e4m3 loop was bound by instruction
-// latency at two 4-warp CTAs per SM, not by memory). The dequantization factors are folded
-// in: K's
+// key-split form at every row count, with its own key loop (sm80/keys_as_m.cuh): the keys
+// as the MMA's M and the packed rows as N (8 per fragment: one fragment for up to 8 rows, the
+// decode case, two for up to 16), K's fragments read straight from the cp.async ring's e4m3
+// tiles and widened in registers, V's rows widened by each warp into a 16-bit tile
+// (sm80/load.cuh: widen_rows, exact). Each warp copies, widens and reads only its own rows
+// of every tile (its ring rows), so __syncwarp orders them and the key loop has no CTA
+// barrier (the e4m3 loop is bound by instruction issue and latency, not by memory). At the
+// end the warps' states take the row layout of the 16-bit loop (KeysAsM::to_rows) and the
+// merge, repair and epilogue below are shared. The dequantization factors are folded in: K's
 // (FwdParams::scale_log2 times k_descale on the host, times k_descale_heads[b Hkv + hk] here)
 // into the scores' scale, V's (o_scale, v_descale_heads) into the output rows.
 #pragma once
@@ -36,6 +37,7 @@
 #include <type_traits>
 
 #include "cuda/kernels/fwd_sm80.cuh"
+#include "cuda/kernels/sm80/keys_as_m.cuh"
 
 namespace flashcore::cuda {
 
@@ -81,8 +83,8 @@ struct KvcSplitTraits {
   static constexpr int kTileQ = kRows * kRowBytes, kTileKV = kBlockN * kRowBytes;
   static constexpr int kTileRing = kBlockN * SwizzledTile<kHeadDim, TC>::kRowBytes;  // a ring tile (TC)
   static constexpr int kOffK = kTileQ, kOffV = kOffK + kStages * kTileRing;
-  static constexpr int kOffWide = kOffV + kStages * kTileRing;  // kWiden: the T tiles of K, then V
-  static constexpr int kSmem = kOffWide + (kWiden ? 2 * kTileKV : 0);
+  static constexpr int kOffWide = kOffV + kStages * kTileRing;  // kWiden: the T tile of V
+  static constexpr int kSmem = kOffWide + (kWiden ? kTileKV : 0);
   // The merge's shared memory (over the K/V tiles once the key loop is done): (m, l) of
   // every warp's rows, then warps 1.. kWarps-1's O rows (fp32).
   static constexpr int kMergeBytes = 2 * kWarps * kRows * 4 + (kWarps - 1) * kRows * kHeadDim * 4;
@@ -100,9 +102,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
   const uint32_t sQ = ptx::smem_addr(smem);
   const uint32_t sK = sQ + Tr::kOffK;  // the ring (TC tiles)
   const uint32_t sV = sQ + Tr::kOffV;
-  // What the warps read: the ring's stages, or (kWiden) the one widened K and V tile.
-  const uint32_t sKw = Tr::kWiden ? sQ + Tr::kOffWide : sK;
-  const uint32_t sVw = Tr::kWiden ? sQ + Tr::kOffWide + Tr::kTileKV : sV;
+  // kWiden: the warps' widened V rows (K's fragments come from the ring itself).
+  const uint32_t sVw = sQ + Tr::kOffWide;
 
   // p.kv_splits CTAs per query block (consecutive blockIdx.x); rows packed per KV head.
   const int split = int(blockIdx.x) % p.kv_splits, m0 = int(blockIdx.x) / p.kv_splits * kRows;
@@ -165,55 +166,85 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
     ptx::cp_async_commit();
   }
 
+  const int row0 = m0 + lane / 4;  // this lane's rows in the row layout: row0, row0 + 8
   float acc[1][kDF][4];
-#pragma unroll
-  for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
-  OnlineSoftmax<2> sm;
-  sm.init();
-  // This warp's keys of each tile: rows [kKeys warp, kKeys (warp + 1)) of the K and V stages
-  // (a multiple of 8 rows: the same chunk swizzle as the tile's first rows).
-  sm80::Mainloop<T, W> ml;
-  ml.init(sQ, sKw + warp * Tr::kKeys * Tr::kRowBytes, sVw + warp * Tr::kKeys * Tr::kRowBytes, 0, lane);
-  const int row0 = m0 + lane / 4;  // this lane's rows: row0, row0 + 8
-  if constexpr (W::kQInRegs || kWarpRing) {
+  OnlineSoftmax<2> sm;  // (the e4m3 loop leaves its rows' m and l here, finished)
+  const float e = scale_log2 > 0.f ? scale_log2 : 1.f;
+  if constexpr (Tr::kWiden) {
+    // Keys as the MMA's M (sm80/keys_as_m.cuh): K's fragments straight from the e4m3 ring,
+    // V widened into this warp's 16-bit rows; 8 packed rows per N fragment.
     ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed, every thread's rows
     __syncthreads();
-    if constexpr (W::kQInRegs) ml.load_q_regs();
-  }
-  const float e = scale_log2 > 0.f ? scale_log2 : 1.f;
-  for (int n = tiles.lo; n < tiles.hi; ++n) {
-    const int it = n - tiles.lo;
-    ptx::cp_async_wait<kStages - 2>();
-    // Tile n visible to all its readers; they are done with tile n-1's stage.
-    if constexpr (kWarpRing)
-      __syncwarp();
+    VOperand<T, Tr::kRowBytes> vop;
+    vop.init(sVw + warp * Tr::kKeys * Tr::kRowBytes, lane);
+    const auto run = [&](auto nq_c) {
+      constexpr int kNQ = decltype(nq_c)::value;
+      sm80::KeysAsM<T, kHeadDim, kNQ> km;
+      km.init(sQ, lane);
+      for (int n = tiles.lo; n < tiles.hi; ++n) {
+        const int it = n - tiles.lo;
+        ptx::cp_async_wait<kStages - 2>();
+        __syncwarp();  // this warp's rows of tile n landed; its reads of tile n-1's stage done
+        {
+          const int nn = n + kStages - 1;
+          if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
+          ptx::cp_async_commit();
+        }
+        const uint32_t ring = (it % kStages) * Tr::kTileRing + ring_w;
+        sm80::widen_rows<Tr::kKeys, kHeadDim, T, TC>(sVw + warp * Tr::kKeys * Tr::kRowBytes, sV + ring, lane);
+        __syncwarp();
+        float s[kNQ][4];
+        km.qk(s, sK + ring, lane);
+        km.mask(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, m0, n * kBlockN + warp * Tr::kKeys,
+                lane, shift);
+        km.softmax_pv(s, e, vop, 0);
+      }
+      ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+      __syncthreads();          // every warp is done with the ring: to_rows' scratch is there
+      km.to_rows(acc, sm.m, sm.l,
+                 reinterpret_cast<float*>(smem + Tr::kTileQ + warp * sm80::KeysAsM<T, kHeadDim, kNQ>::kScratch),
+                 lane);
+    };
+    if (rows - m0 <= 8)
+      run(std::integral_constant<int, 1>{});
     else
+      run(std::integral_constant<int, 2>{});
+  } else {
+#pragma unroll
+    for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
+    sm.init();
+    // This warp's keys of each tile: rows [kKeys warp, kKeys (warp + 1)) of the K and V stages
+    // (a multiple of 8 rows: the same chunk swizzle as the tile's first rows).
+    sm80::Mainloop<T, W> ml;
+    ml.init(sQ, sK + warp * Tr::kKeys * Tr::kRowBytes, sV + warp * Tr::kKeys * Tr::kRowBytes, 0, lane);
+    if constexpr (W::kQInRegs) {
+      ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed, every thread's rows
       __syncthreads();
-    {
-      const int nn = n + kStages - 1;
-      if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
-      ptx::cp_async_commit();
+      ml.load_q_regs();
     }
-    uint32_t stage_off = (it % kStages) * Tr::kTileKV;
-    if constexpr (Tr::kWiden) {  // this warp's keys of the tile, e4m3 -> T, then read from there
-      const uint32_t ring = (it % kStages) * Tr::kTileRing + ring_w;
-      const uint32_t wide = warp * Tr::kKeys * Tr::kRowBytes;
-      sm80::widen_kv_rows<Tr::kKeys, kHeadDim, T, TC>(sKw + wide, sK + ring, sVw + wide, sV + ring, lane);
-      stage_off = 0;
-      __syncwarp();
+    for (int n = tiles.lo; n < tiles.hi; ++n) {
+      const int it = n - tiles.lo;
+      ptx::cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
+      {
+        const int nn = n + kStages - 1;
+        if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
+        ptx::cp_async_commit();
+      }
+      const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
+      float s[1][kNF][4];
+      ml.qk(s, stage_off);
+      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, row0,
+                          n * kBlockN + warp * Tr::kKeys, t, shift);
+      float corr[2];
+      sm.template update<1, kNF>(s, e, corr);
+      rescale_rows<1, kDF>(acc, corr);
+      ml.pv(acc, s, stage_off);
     }
-    float s[1][kNF][4];
-    ml.qk(s, stage_off);
-    mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, row0,
-                        n * kBlockN + warp * Tr::kKeys, t, shift);
-    float corr[2];
-    sm.template update<1, kNF>(s, e, corr);
-    rescale_rows<1, kDF>(acc, corr);
-    ml.pv(acc, s, stage_off);
+    ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+    sm.finish();
   }
-  ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
-  sm.finish();
-  __syncthreads();  // every warp is done with the stages: the merge takes them
+  __syncthreads();  // every warp is done with the stages (and the scratch): the merge takes them
 
   // The warps' states of the same rows merged: M = max m_w, O = sum 2^(m_w - M) O_w, l =
   // sum 2^(m_w - M) l_w (a warp that saw no key of a row: m_w = -inf, weight 0; NaN stays).

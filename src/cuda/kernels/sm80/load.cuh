@@ -212,15 +212,15 @@ __device__ __forceinline__ void widen_chunk(uint32_t dst0, uint32_t dst1, uint32
   ptx::sts128(dst1, make_uint4(o[4], o[5], o[6], o[7]));
 }
 
-// One warp's kRows key rows (from a multiple of 8) of a key tile's e4m3 K and V (the ring's
-// SwizzledTile<kHeadDim, TC> rows, as load_kv wrote them) widened into the same rows of T
-// tiles (SwizzledTile<kHeadDim, T>, what the mainloop reads): chunk c of a row becomes T
-// chunks 2c and 2c + 1; zero-filled rows stay zero. Lane l takes row l % kRows and every
+// One warp's kRows key rows (from a multiple of 8) of a key tile's e4m3 rows (the ring's
+// SwizzledTile<kHeadDim, TC> rows, as load_kv wrote them) widened into the same rows of a T
+// tile (SwizzledTile<kHeadDim, T>, what ldmatrix reads): chunk c of a row becomes T chunks
+// 2c and 2c + 1; zero-filled rows stay zero. Lane l takes row l % kRows and every
 // (32 / kRows)-th chunk from l / kRows, so each 8 lanes of an access take 8 rows of one
 // chunk column (distinct 16-byte bank groups under the swizzle). A warp that reads only its
 // own rows (the key-split form) then needs __syncwarp, not a CTA barrier.
 template <int kRows, int kHeadDim, typename T, typename TC>
-__device__ __forceinline__ void widen_kv_rows(uint32_t dk, uint32_t sk, uint32_t dv, uint32_t sv, int lane) {
+__device__ __forceinline__ void widen_rows(uint32_t dst, uint32_t src, int lane) {
   using S = SwizzledTile<kHeadDim, TC>;
   using D = SwizzledTile<kHeadDim, T>;
   static_assert(sizeof(TC) == 1 && sizeof(T) == 2, "e4m3 to a 16-bit type");
@@ -229,11 +229,8 @@ __device__ __forceinline__ void widen_kv_rows(uint32_t dk, uint32_t sk, uint32_t
   const int r = lane % kRows, r7 = r & 7, g = lane / kRows;
   const uint32_t srow = r * S::kRowBytes, drow = r * D::kRowBytes;
 #pragma unroll
-  for (int c = g; c < S::kChunks; c += kGroups) {
-    const uint32_t so = srow + ((c ^ r7) << 4), d0 = drow + (((2 * c) ^ r7) << 4), d1 = drow + (((2 * c + 1) ^ r7) << 4);
-    widen_chunk<T>(dk + d0, dk + d1, sk + so);
-    widen_chunk<T>(dv + d0, dv + d1, sv + so);
-  }
+  for (int c = g; c < S::kChunks; c += kGroups)
+    widen_chunk<T>(dst + drow + (((2 * c) ^ r7) << 4), dst + drow + (((2 * c + 1) ^ r7) << 4), src + srow + ((c ^ r7) << 4));
 }
 
 }  // namespace flashcore::cuda::sm80
