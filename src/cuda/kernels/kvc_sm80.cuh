@@ -89,6 +89,8 @@ struct KvcSplitTraits {
   // every warp's rows, then warps 1.. kWarps-1's O rows (fp32).
   static constexpr int kMergeBytes = 2 * kWarps * kRows * 4 + (kWarps - 1) * kRows * kHeadDim * 4;
   static_assert(kMergeBytes <= kSmem - kTileQ, "the merge fits the K/V tiles");
+  static_assert(!kWiden || kWarps * sm80::KeysAsM<T, kHeadDim, 2>::kScratch <= kSmem - kTileQ,
+                "the e4m3 loop's to_rows scratch fits the K/V tiles");
   static_assert(kBlockN % kWarps == 0 && kStages >= 2, "tile shape");
 };
 
