@@ -258,8 +258,9 @@ struct KvCacheOptions {
 //    O = v_descale * v_descale_heads[..] * P V. q_descale (and its per-head array) must stay
 //    1; other caches keep every descale 1. The cache is read as stored (no dequantized copy):
 //    on the CPU per-head K factors scale an fp32 copy of q (the call then computes in fp32)
-//    and V's factors scale out's rows after the attention; on CUDA each key tile is widened
-//    to q's type in shared memory and the factors fold into the scores' scale and out's rows.
+//    and V's factors scale out's rows after the attention; on CUDA each key tile's K is
+//    widened to q's type in registers and its V in shared memory, and the factors fold into
+//    the scores' scale and out's rows.
 //  * Checked before anything is read or written: a cache_seqlens entry < 0, a sequence
 //    whose keys (with S_new) pass S_max or need more pages than max_pages, a block_table
 //    entry it uses outside 0 .. num_pages - 1, and two new keys written to one cache slot
