@@ -40,6 +40,27 @@ constexpr int kSoftmaxSlack = 8;
 // bound, fp8's 2^2 * 2^6 * 2^0.05 < 448.
 constexpr float kExactFrom = 0x1p20f;
 
+// One row's step of the lazy rule (OnlineSoftmax::update; the keys-as-M loop of
+// kernels/sm80/keys_as_m.cuh runs it per column): mx is the tile's row max times e. The max
+// in use m moves only past the slack (-inf + kSlack is -inf: a row's first visible key
+// always moves it); corr gets the factor that rescales the old O row. Returns the exponent
+// base: m, or 0 for a row with no visible key yet (m = -inf), so that 2^(-inf - (-inf))
+// never makes a NaN (its P and corr are then 0).
+template <int kSlack = kSoftmaxSlack>
+__device__ __forceinline__ float softmax_move_max(float& m, float mx, float& corr) {
+  mx = mx > m + float(kSlack) ? mx : m;
+  const float base = mx == -INFINITY ? 0.f : mx;
+  corr = ptx::exp2_fast(m - base);
+  m = mx;
+  return base;
+}
+
+// A row's running sum after a tile whose P sum to `sum` against `base`: NaN once the max in
+// use reaches kExactFrom (the row is computed again, above).
+__device__ __forceinline__ float softmax_next_l(float l, float corr, float sum, float base) {
+  return fabsf(base) < kExactFrom ? l * corr + sum : NAN;
+}
+
 template <int kRows /* 2 * fragments per warp */>
 struct OnlineSoftmax {
   float m[kRows];    // running max of s e (log2 domain); -inf until a visible key is seen
@@ -72,15 +93,7 @@ struct OnlineSoftmax {
         for (int nf = 0; nf < kNF; ++nf) mx = fmaxf(mx, fmaxf(s[mi][nf][2 * half], s[mi][nf][2 * half + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx *= e;
-        // The max in use moves only past the slack (-inf + kSlack is -inf: a row's first
-        // visible key always moves it).
-        mx = mx > m[r] + float(kSlack) ? mx : m[r];
-        // A row with no visible key yet keeps m = -inf; subtract 0 instead so that
-        // 2^(-inf - (-inf)) never makes a NaN (its P and corr are then 0).
-        const float base = mx == -INFINITY ? 0.f : mx;
-        corr[r] = ptx::exp2_fast(m[r] - base);
-        m[r] = mx;
+        const float base = softmax_move_max<kSlack>(m[r], mx * e, corr[r]);
         const float pbase = base - float(kPLog2);
         float sum = 0.f;
 #pragma unroll
@@ -91,7 +104,7 @@ struct OnlineSoftmax {
           s[mi][nf][2 * half + 1] = p1;
           sum += p0 + p1;
         }
-        l[r] = fabsf(base) < kExactFrom ? l[r] * corr[r] + sum : NAN;
+        l[r] = softmax_next_l(l[r], corr[r], sum, base);
       }
     }
   }

@@ -15,8 +15,8 @@
 //   No K widening through shared memory, no K ldmatrix.
 // - The softmax runs down S^T's columns: lane (g, t) holds keys g, g + 8 of query columns
 //   2t, 2t + 1; a column's max is three xor-shuffles (4, 8, 16) across g. The update is
-//   OnlineSoftmax::update's per column (lazy rescale with kSoftmaxSlack, l = NaN from
-//   kExactFrom on, a column without a visible key keeps m = -inf).
+//   OnlineSoftmax::update's per column (parts/softmax.cuh: softmax_move_max,
+//   softmax_next_l).
 // - P^T as the B operand of O^T += V^T P^T: the packed P^T fragment (key g, queries 2t,
 //   2t + 1) is an 8x8 tile of the standard layout, and movmatrix.trans turns it into
 //   (keys 2t, 2t + 1, query g), the B layout. V^T's A fragments are the ldmatrix.trans
@@ -61,7 +61,7 @@ struct KeysAsM {
   // hd128 they would spill (168 registers at 3 CTAs per SM), so those are read per tile.
   static constexpr bool kQInRegs = kNQ * kKS <= 8;
   uint32_t qb[kQInRegs ? kNQ : 1][kQInRegs ? kKS : 1][2];
-  uint32_t q_lane;  // this lane's Q address of row g, k-step 0 (not kQInRegs)
+  uint32_t sq;  // the Q tile's shared address (not kQInRegs: q_frag reads it per tile)
   float o[kKS][kNQ][4];      // O^T: d 16 f + g (+8 for [2], [3]), query 8 nq + 2t (+1 for [1], [3])
   float m[kNQ][2], l[kNQ][2];
 
@@ -73,7 +73,7 @@ struct KeysAsM {
 
   // Q (landed at sQ) and an empty state.
   __device__ __forceinline__ void init(uint32_t sQ, int lane) {
-    q_lane = sQ;
+    sq = sQ;
     if constexpr (kQInRegs) {
 #pragma unroll
       for (int nq = 0; nq < kNQ; ++nq)
@@ -124,7 +124,7 @@ struct KeysAsM {
           if constexpr (kQInRegs) {
             Op::mma(s[nq], a, qb[nq][j][0], qb[nq][j][1]);
           } else {
-            const uint2 b = q_frag(q_lane, nq, j, lane);
+            const uint2 b = q_frag(sq, nq, j, lane);
             Op::mma(s[nq], a, b.x, b.y);
           }
         }
@@ -165,17 +165,13 @@ struct KeysAsM {
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        mx *= e;
-        mx = mx > m[nq][c] + float(kSoftmaxSlack) ? mx : m[nq][c];
-        const float base = mx == -INFINITY ? 0.f : mx;
-        corr[nq][c] = ptx::exp2_fast(m[nq][c] - base);
+        const float base = softmax_move_max(m[nq][c], mx * e, corr[nq][c]);
         moved |= corr[nq][c] != 1.f;
-        m[nq][c] = mx;
         const float p0 = ptx::exp2_fast(fmaf(s[nq][c], e, -base));
         const float p1 = ptx::exp2_fast(fmaf(s[nq][c + 2], e, -base));
         s[nq][c] = p0;
         s[nq][c + 2] = p1;
-        l[nq][c] = fabsf(base) < kExactFrom ? l[nq][c] * corr[nq][c] + (p0 + p1) : NAN;
+        l[nq][c] = softmax_next_l(l[nq][c], corr[nq][c], p0 + p1, base);
       }
     if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
