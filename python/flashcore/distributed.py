@@ -10,8 +10,8 @@ flashcore.merge_states. The backward pass (torch.autograd) runs the ring again:
 flashcore.attention_backward per step with the global out and lse (exact partial
 gradients: P = exp(S - lse) is the global softmax), dq summed locally, dk / dv sums
 travelling with their K/V shard one step behind it (each transfer overlapping the next
-step's call) and arriving home after the last step. GQA sends only the KV heads. Any backend flashcore runs on: gloo with CPU tensors,
-NCCL with CUDA tensors.
+step's call) and arriving home after the last step. GQA sends only the KV heads. Any
+backend flashcore runs on: gloo with CPU tensors, NCCL with CUDA tensors.
 
 Layouts (how the global sequence of length S = world * S_local is sharded; `shard` and
 `unshard` below do it):
@@ -23,7 +23,8 @@ Causal masks align as in a single call over the whole sequence with Sq = Sk. Var
 batches (cu_seqlens: the global sequences' prefix sums): every sequence is sharded by the
 layout on its own (its length a multiple of the world size, of twice it for zigzag) and the
 local tensors hold the sequences' shards packed in order; each step's call then takes the
-prefix sums of what it reads (a part's, or the whole shard's). Not taken: windows, ALiBi (ValueError naming them).
+prefix sums of what it reads (a part's, or the whole shard's). Not taken: windows, ALiBi
+(ValueError naming them).
 """
 import torch
 import torch.distributed as dist
@@ -125,11 +126,12 @@ def _blocks(causal, layout, rank, src, world):
 class _Parts:
     """Where a shard's parts sit along its sequence dim (the same for every rank's shard):
     one part (contiguous) or two halves (zigzag); varlen: each sequence's share of the
-    part, gathered by index, with the part's own prefix sums for the calls."""
+    part, gathered by index, with the part's own prefix sums for the calls (and the whole
+    shard's, for calls on all of it)."""
 
     def __init__(self, layout, s_local, lens, world, device):
         n = 1 if layout == "contiguous" else 2
-        self.n, self.varlen, self.s_local = n, lens is not None, s_local
+        self.varlen = lens is not None
         if not self.varlen:
             if s_local % n != 0:
                 raise ValueError(f"q: zigzag sharding needs an even local length (got {s_local})")
@@ -271,16 +273,14 @@ def _backward(q, k, v, out, dout, lse, causal, layout, scale, softcap, threads, 
                 dq = g[0].float()
             else:
                 parts.add(dq, i, g[0])
-            if j is None:
+            if j is None:  # the whole shard's keys: the step's gradients are the sums
                 dkv = (g[1].float(), g[2].float())
             else:
-                dkv = (torch.zeros(kv[0].shape, dtype=torch.float32, device=q.device),
-                       torch.zeros(kv[1].shape, dtype=torch.float32, device=q.device))
+                dkv = tuple(torch.zeros(x.shape, dtype=torch.float32, device=q.device) for x in kv)
                 parts.add(dkv[0], j, g[1])
                 parts.add(dkv[1], j, g[2])
         if dkv is None:  # a step whose keys the mask hides from all of the rank's queries
-            dkv = (torch.zeros(kv[0].shape, dtype=torch.float32, device=q.device),
-                   torch.zeros(kv[1].shape, dtype=torch.float32, device=q.device))
+            dkv = tuple(torch.zeros(x.shape, dtype=torch.float32, device=q.device) for x in kv)
         # The gradient sums of this K/V shard from the ranks that held it before (sent during
         # this step's computation) join ours, and go on to the rank that holds it next,
         # overlapping the next step; after the last step they are complete and go home in
