@@ -54,7 +54,7 @@ namespace flashcore::cuda {
 template <typename T, int kHeadDim, int kBlockMQ, int kBlockN, int kWarps, int kStages, int kDqWarpsAlongM, int kDSplit,
           int kQSplitN = 1>
 struct BwdSm80Traits {
-  static constexpr int kThreads = kWarps * 32, kBlockM = kBlockMQ, kQStages = kStages;
+  static constexpr int kThreads = kWarps * 32, kBlockM = kBlockMQ;
   // kQSplit warps per key fragment group, each a 1 / kQSplit share of every query block's
   // queries (kWarpM of them); a warp's keys: kKF fragments of 16.
   static constexpr int kQSplit = kQSplitN, kKF = kQSplitN, kWarpM = kBlockM / kQSplitN;
