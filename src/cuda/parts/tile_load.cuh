@@ -17,20 +17,26 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
                                           int rows, int cols, int tid, int row_lo = 0) {
   using Tile = SwizzledTile<kHeadDim, T>;
   constexpr int kChunks = Tile::kChunks, kE = Tile::kElemsPerChunk;
-  if constexpr (kThreads % kChunks == 0 && (kThreads / kChunks) % 8 == 0) {
-    constexpr int kStep = kThreads / kChunks;  // rows per pass; a multiple of 8, so the
-    const int chunk = tid % kChunks;            // swizzle of a thread's chunk is the same
-    const int c = chunk * kE;                   // in every pass
+  constexpr int kStep = kThreads % kChunks == 0 ? kThreads / kChunks : 0;  // rows per pass
+  if constexpr (kStep > 0 && (kStep % 8 == 0 || 8 % kStep == 0)) {
+    // A thread's rows are kStep apart, so its chunk's swizzle (row % 8) repeats every kCycle
+    // passes: kCycle destination bases, then whole 8-row groups (same swizzle) added.
+    constexpr int kCycle = kStep % 8 == 0 ? 1 : 8 / kStep;
+    const int chunk = tid % kChunks;
+    const int c = chunk * kE;
     const int r0 = tid / kChunks;
     const T* src = gmem + r0 * row_stride + c;
-    const uint32_t dst = smem + Tile::offset(r0, chunk);
+    uint32_t dst[kCycle];
+#pragma unroll
+    for (int q = 0; q < kCycle; ++q) dst[q] = smem + Tile::offset(r0 + q * kStep, chunk);
     const int64_t src_step = kStep * row_stride;
 #pragma unroll
     for (int pass = 0; pass < (kRows + kStep - 1) / kStep; ++pass) {
       const int r = r0 + pass * kStep;
       if (kRows % kStep == 0 || r < kRows) {
         const bool ok = (!kRowLo || r >= row_lo) && r < rows && c < cols;
-        ptx::cp_async_16(dst + pass * kStep * Tile::kRowBytes, ok ? src + pass * src_step : gmem, ok);
+        const uint32_t at = dst[pass % kCycle] + (pass / kCycle) * kCycle * kStep * Tile::kRowBytes;
+        ptx::cp_async_16(at, ok ? src + pass * src_step : gmem, ok);
       }
     }
   } else {
