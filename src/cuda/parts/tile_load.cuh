@@ -17,11 +17,14 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
                                           int rows, int cols, int tid, int row_lo = 0) {
   using Tile = SwizzledTile<kHeadDim, T>;
   constexpr int kChunks = Tile::kChunks, kE = Tile::kElemsPerChunk;
-  constexpr int kStep = kThreads % kChunks == 0 ? kThreads / kChunks : 0;  // rows per pass
-  if constexpr (kStep > 0 && (kStep % 8 == 0 || 8 % kStep == 0)) {
-    // A thread's rows are kStep apart, so its chunk's swizzle (row % 8) repeats every kCycle
-    // passes: kCycle destination bases, then whole 8-row groups (same swizzle) added.
-    constexpr int kCycle = kStep % 8 == 0 ? 1 : 8 / kStep;
+  // Rows per pass where every thread keeps one chunk (else 0), and the passes after which a
+  // thread's chunk's swizzle (row % 8) repeats (0: it never does at a constant step).
+  constexpr int kStep = kThreads % kChunks == 0 ? kThreads / kChunks : 0;
+  constexpr int kDiv = kStep > 0 ? kStep : 1;
+  constexpr int kCycle = kStep == 0 ? 0 : kStep % 8 == 0 ? 1 : 8 % kDiv == 0 ? 8 / kDiv : 0;
+  if constexpr (kCycle > 0) {
+    // A thread's rows are kStep apart, so its chunk's swizzle repeats every kCycle passes:
+    // kCycle destination bases, then whole 8-row groups (same swizzle) added.
     const int chunk = tid % kChunks;
     const int c = chunk * kE;
     const int r0 = tid / kChunks;
