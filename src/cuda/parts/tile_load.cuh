@@ -18,10 +18,9 @@ __device__ __forceinline__ void load_tile(uint32_t smem, const T* gmem, int64_t 
   using Tile = SwizzledTile<kHeadDim, T>;
   constexpr int kChunks = Tile::kChunks, kE = Tile::kElemsPerChunk;
   // Rows per pass where every thread keeps one chunk (else 0), and the passes after which a
-  // thread's chunk's swizzle (row % 8) repeats (0: it never does at a constant step).
+  // thread's chunk's swizzle (row % 8) repeats: 8 / gcd(8, kStep).
   constexpr int kStep = kThreads % kChunks == 0 ? kThreads / kChunks : 0;
-  constexpr int kDiv = kStep > 0 ? kStep : 1;
-  constexpr int kCycle = kStep == 0 ? 0 : kStep % 8 == 0 ? 1 : 8 % kDiv == 0 ? 8 / kDiv : 0;
+  constexpr int kCycle = kStep == 0 ? 0 : kStep % 8 == 0 ? 1 : kStep % 4 == 0 ? 2 : kStep % 2 == 0 ? 4 : 8;
   if constexpr (kCycle > 0) {
     // A thread's rows are kStep apart, so its chunk's swizzle repeats every kCycle passes:
     // kCycle destination bases, then whole 8-row groups (same swizzle) added.
