@@ -83,6 +83,14 @@ struct PagedWalk {
   static constexpr int kStep = kThreads / kLanes, kPasses = (kRows + kStep - 1) / kStep;
 };
 
+// Whether a copy of kThreads threads takes a tile that lies in one page (page_size a multiple
+// of the tile's rows) as one page id and a constant-stride copy. Built for one warp's copies
+// (the e4m3 cache's per-warp ring of 16 rows); in the CTA-wide copies of 64-row tiles the
+// extra path made the 16-bit decode kernels ~1000 instructions longer and measured slower,
+// contiguous caches included (docs/results/cuda-kvcache-2026-12-01.md).
+template <int kThreads>
+inline constexpr bool kTileInPage = kThreads == 32;
+
 // The page ids of the rows a thread copies of one key tile (PagedWalk's rows; -1 past the
 // sequence), read from the block table one tile before its copies are issued: a page id is
 // a global load the copies' addresses depend on, and issued with them it would add a whole
@@ -103,6 +111,13 @@ __device__ __forceinline__ TilePages<PagedWalk<kBlockN, kHeadDim, kThreads, T>::
 #pragma unroll
     for (int i = 0; i < W::kPasses; ++i) pg.id[i] = -1;
     return pg;
+  }
+  if constexpr (kTileInPage<kThreads>) {
+    if (kv.page_size % kBlockN == 0) {  // (uniform) the tile lies in one page: its id alone, in id[0]
+      const int first = n * kBlockN;
+      pg.id[0] = first < sk ? __ldg(kv.pages + kv.slot(first)) : -1;
+      return pg;
+    }
   }
 #pragma unroll
   for (int i = 0; i < W::kPasses; ++i) {
@@ -131,6 +146,22 @@ __device__ __forceinline__ void load_kv(uint32_t sK, uint32_t sV, const CacheKvR
     load_tile<kBlockN, kHeadDim, kThreads, true>(sV + stage * kTileKV, kv.v + key0 * kv.v_ss, kv.v_ss, sk - key0, dv,
                                                  tid, kv.key_lo - key0);
     return;
+  }
+  if constexpr (kTileInPage<kThreads>) {
+    if (kv.page_size % kBlockN == 0) {
+      // The tile lies in one page (fetch_pages: its id in id[0]): its rows are a constant
+      // stride apart, copied as a contiguous cache's from the tile's first row (an id outside
+      // the pages: every row zero-filled).
+      const int id = pg.id[0];
+      const bool ok = id >= 0 && id < kv.num_pages;
+      const int64_t first = key0 - kv.slot(key0) * kv.page_size;  // (the tile's first row in its page)
+      const T* k0 = ok ? kv.k + id * kv.k_ps + first * kv.k_ss : kv.k;
+      const T* v0 = ok ? kv.v + id * kv.v_ps + first * kv.v_ss : kv.v;
+      const int rows = ok ? sk - key0 : 0;
+      load_tile<kBlockN, kHeadDim, kThreads, true>(sK + stage * kTileKV, k0, kv.k_ss, rows, d, tid, kv.key_lo - key0);
+      load_tile<kBlockN, kHeadDim, kThreads, true>(sV + stage * kTileKV, v0, kv.v_ss, rows, dv, tid, kv.key_lo - key0);
+      return;
+    }
   }
   using W = PagedWalk<kBlockN, kHeadDim, kThreads, T>;
   using Tile = typename W::Tile;
