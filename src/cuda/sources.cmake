@@ -13,6 +13,17 @@ set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32;e4m3" CACHE STRING
     "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built), e4m3 (sm90 only)")
 set(FLASHCORE_CUDA_HDIMS "64;96;128;192;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 192 (sm90 only), 256)")
 
+foreach(_fc_axis IN ITEMS "DTYPES;f16 bf16 tf32 e4m3" "HDIMS;64 96 128 192 256")
+  list(GET _fc_axis 0 _fc_name)
+  list(GET _fc_axis 1 _fc_valid)
+  separate_arguments(_fc_valid)
+  foreach(_fc_v IN LISTS FLASHCORE_CUDA_${_fc_name})
+    if(NOT _fc_v IN_LIST _fc_valid)
+      message(FATAL_ERROR "FLASHCORE_CUDA_${_fc_name}: '${_fc_v}' is not one of: ${_fc_valid}")
+    endif()
+  endforeach()
+endforeach()
+
 set(_fc_cuda_archs "")
 list(LENGTH FLASHCORE_CUDA_ARCHS _fc_narch)
 set(_fc_i 0)
