@@ -288,19 +288,21 @@ CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
     cfg.gemm = forced_gemm(name.substr(0, plus), storage);
     if (plus != std::string::npos) cfg.gemm2 = forced_gemm(name.substr(plus + 1), storage);
   } else {
-    // A listed kernel this call may run: in the build, on this CPU, holding the storage.
-    auto runnable = [&](const char* key) -> const GemmUkernel* {
+    // A listed kernel this call may run: in the build, on this CPU, holding the storage
+    // (a pair's Q K^T kernel: bf16 holds fp16 as two parts, attention's Split).
+    auto runnable = [&](const char* key, bool qk) -> const GemmUkernel* {
       const GemmUkernel* g = find_gemm(key);
-      if (g == nullptr || !isa_available(g->isa) || !holds_exactly(g->ab, storage)) return nullptr;
+      if (g == nullptr || !isa_available(g->isa)) return nullptr;
+      if (!holds_exactly(g->ab, storage) && !(qk && g->ab == DType::bf16 && storage == DType::f16)) return nullptr;
       return generic_only && g->isa != Isa::generic ? nullptr : g;
     };
     for (const AutoEntry& e : kAuto) {
       if (cfg.gemm != nullptr) break;
       if (e.storage != storage || (e.key2 != nullptr && !pair)) continue;
-      const GemmUkernel* g = runnable(e.key);
+      const GemmUkernel* g = runnable(e.key, e.key2 != nullptr);
       if (g == nullptr || g->acc != DType::f32) continue;
       // the P V kernel may sum in fp16: P <= 1 (see the table)
-      const GemmUkernel* g2 = e.key2 != nullptr ? runnable(e.key2) : nullptr;
+      const GemmUkernel* g2 = e.key2 != nullptr ? runnable(e.key2, false) : nullptr;
       if (e.key2 != nullptr && g2 == nullptr) continue;
       cfg.gemm = g;
       cfg.gemm2 = g2;

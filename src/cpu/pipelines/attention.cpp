@@ -141,7 +141,8 @@ struct Plan {
   core::ScoreMod mod;
   float c = 0;
   float softmax_scale = 1;
-  int64_t kp = 0, dvp = 0; // padded head dims of Q/K and of V
+  int64_t kp = 0, dvp = 0; // padded head dims of Q/K (3 d with a split) and of V
+  Split split = Split::none;  // keys: Q and K as bf16 parts (fp16 storage, bf16 Q K^T kernel)
   // A block: `hpb` heads of kvb groups x `seg` query rows each.
   int64_t hpb = 1, seg = 1, qblocks = 1, blocks_per_group = 1;
   // Groups (batch, kv head; decode: batch, kv block) share one packed K and V; they are
@@ -166,6 +167,9 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
       !(p.dtype == DType::f16 && p.kv_dtype == DType::f16 && v_fits_f16_sums(p, v, a.nthreads))) {
     a.cfg.gemm2 = nullptr;
     a.cfg.vec2 = nullptr;
+    // A bf16 Q K^T kernel holds fp16 only as split parts (pack.hpp), which P V cannot take:
+    // the first single kernel then runs both stages.
+    if (a.cfg.gemm->ab == DType::bf16 && p.dtype == DType::f16) a.cfg = select_kernels(p.dtype, p.impl, false);
   }
   // kv heads per block: 1, or in decode the most that divide Hkv within kDecodeBlockRows.
   a.mqh = p.group() * a.sq_max;
@@ -185,7 +189,8 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   a.mod = p.score_mod();
   a.c = a.mod.active() ? core::kLog2e : p.scale * core::kLog2e;
   a.softmax_scale = a.mod.active() ? 1.0f : p.scale;
-  a.kp = a.rows_mode ? p.d : round_up(p.d, a.g.gk->k_align);
+  a.split = !a.rows_mode && a.g.gk->ab == DType::bf16 && p.dtype == DType::f16 ? Split::keys : Split::none;
+  a.kp = a.rows_mode ? p.d : round_up(a.split != Split::none ? 3 * p.d : p.d, a.g.gk->k_align);
   a.dvp = a.rows_mode ? p.dv : round_up(p.dv, a.g2.nr);
   a.hpb = a.rows_mode ? a.kvb * p.group() : 1;
   a.seg = a.rows_mode ? a.sq_max : a.g.mq;
@@ -348,7 +353,7 @@ void Attention<Src>::pack_kv(int64_t g0, int64_t g1) {
       const int64_t nblk = skp / g.mr;
       const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
       if (!a.k_inplace)
-        pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data());
+        pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data(), a.split);
       // V's panels; where a mask applies, in steps of ~16 KiB of V (whole key blocks), each
       // step's keys listed for NaN / Inf while the packing has just brought them into cache.
       // (Not in steps for the rows layout: pack_panels transposes its panels whole, in one
@@ -407,7 +412,7 @@ void Attention<Src>::pack_queries(const Item& x, char* qpack, float* rowbuf) con
     const Rows qrows{at(p_.q.data, x.bb * p_.q.sb + (q_off + x.s0) * p_.q.ss + x.h0 * p_.q.sh, es_in_),
                      p_.q.ss, p_.dtype};
     pack_transposed(qrows, x.out.rows, p_.d, a.kp, a.g.nr, 0, a.g.mq / a.g.nr, qpack, a.g.gk->ab, a.g.pb,
-                    rowbuf);
+                    rowbuf, a.split == Split::keys ? Split::queries : Split::none);
     return;
   }
   for (int64_t i = 0; i < a.g.mq; ++i) {

@@ -1,11 +1,14 @@
 // The packers and the per-thread scratch of the CPU pipelines (pack.hpp).
 #include "cpu/pipelines/pack.hpp"
 
+#include "core/clones.hpp"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -141,13 +144,76 @@ void copy_block(const R& src, int64_t row0, int64_t nrows, int64_t len, int64_t 
 
 }  // namespace
 
+FC_PORTABLE_CLONES_V4 void split_bf16(const float* x, int64_t n, Split order, uint16_t* out) {
+  // Branch-free (the loop vectorizes): bf16 rounding to nearest even, NaN kept quiet NaN.
+  uint16_t* second = out + n;
+  uint16_t* third = out + 2 * n;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint32_t u = core::f32_bits(x[j]);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t h = nan ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const float lo = x[j] - core::bits_f32(h << 16);
+    const uint32_t l = (h & 0x7f80u) == 0x7f80u ? 0u : core::f32_bits(lo) >> 16;
+    out[j] = uint16_t(h);
+    second[j] = uint16_t(order == Split::keys ? l : h);
+    third[j] = uint16_t(order == Split::keys ? h : l);
+  }
+}
+
 template <class R>
 void pack_transposed(const R& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
-                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf) {
+                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf, Split split) {
   const int64_t es = int64_t(dtype_size(t));
   const int64_t ld = block_ld(lay, kp, w);
   if (kp == 0 || w == 0) return;  // an empty k range: empty (maybe null) blocks
   char* out = static_cast<char*>(dst);
+  if (split != Split::none) {
+    // (t is bf16) A block of w rows as k-major 16-bit words [len][w] (copy_block), widened
+    // in one run, split in one run: the three parts, each [len][w], are the block's 3 len
+    // k rows in order, k-major; then stored in the layout (rows: transposed back; kpairs:
+    // pair rows interleaved). One call per row cost 4x the packing time of the fp32 path.
+    const int64_t n3 = 3 * len;
+    thread_local std::vector<uint16_t> words, bits;
+    thread_local std::vector<float> wide;
+    words.resize(static_cast<size_t>(len * w));
+    wide.resize(static_cast<size_t>(len * w));
+    bits.resize(static_cast<size_t>(n3 * w));
+    for (int64_t b = b0; b < b1; ++b) {
+      uint16_t* blk = reinterpret_cast<uint16_t*>(out + b * kp * w * es);
+      if (src.dtype == DType::f16 || src.dtype == DType::bf16) {
+        copy_block<uint16_t>(src, b * w, nrows, len, len, w, false, words.data());
+        core::convert_row(words.data(), src.dtype, len * w, wide.data());
+      } else {  // (other storage: row by row)
+        for (int64_t r = 0; r < w; ++r) {
+          if (b * w + r < nrows) core::convert_row(src.row(b * w + r), src.dtype, len, rowbuf);
+          for (int64_t k = 0; k < len; ++k) wide[size_t(k * w + r)] = b * w + r < nrows ? rowbuf[k] : 0.0f;
+        }
+      }
+      split_bf16(wide.data(), len * w, split, bits.data());  // bits: [3 len][w], k-major
+      const uint16_t* kb = bits.data();
+      if (lay == Layout::kpairs) {
+        for (int64_t j = 0; j < kp / 2; ++j) {
+          const uint16_t* e0 = 2 * j < n3 ? kb + 2 * j * w : nullptr;
+          const uint16_t* e1 = 2 * j + 1 < n3 ? kb + (2 * j + 1) * w : nullptr;
+          uint16_t* o = blk + j * 2 * w;
+          for (int64_t i = 0; i < w; ++i) {
+            o[2 * i] = e0 != nullptr ? e0[i] : uint16_t(0);
+            o[2 * i + 1] = e1 != nullptr ? e1[i] : uint16_t(0);
+          }
+        }
+      } else if (lay == Layout::rows) {
+        for (int64_t r = 0; r < w; ++r) {
+          uint16_t* o = blk + r * ld;
+          for (int64_t k = 0; k < n3; ++k) o[k] = kb[k * w + r];
+          std::memset(o + n3, 0, size_t((kp - n3) * 2));
+        }
+      } else {
+        std::memcpy(blk, kb, size_t(n3 * w * 2));
+        std::memset(blk + n3 * w, 0, size_t((kp - n3) * w * 2));
+      }
+    }
+    return;
+  }
   for (int64_t b = b0; b < b1; ++b) {
     char* blk = out + b * kp * w * es;
     if (src.dtype == t && lay == Layout::kmajor) {  // no conversion: copy
@@ -321,7 +387,7 @@ const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vec
 
 #define FC_ROW_SOURCE(R)                                                                              \
   template void pack_transposed<R>(const R&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,   \
-                                   void*, DType, Layout, float*);                                     \
+                                   void*, DType, Layout, float*, Split);                              \
   template void pack_panels<R>(const R&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, void*, \
                                DType, Layout, float*);                                                \
   template const float* f32_rows<R>(const R&, int64_t, int64_t, int64_t, std::vector<float>&, int64_t&);

@@ -129,15 +129,27 @@ inline void store_at(void* dst, int64_t at, DType t, float v) {
 // layout `lay` (ukernel.hpp): the row length for `rows`, else the width.
 inline int64_t block_ld(Layout lay, int64_t kp, int64_t w) { return lay == Layout::rows ? kp : w; }
 
+// Q K^T over fp16 storage on a bf16 kernel (attention's stage 1): each value x split into
+// two bf16 parts, hi = bf16(x) and lo = x - hi (both exact: x has 11 significant bits, hi
+// the first 8), a row of d values packed as 3 d: K's as [hi lo hi], Q's as [hi hi lo], so
+// one GEMM over k = 3 d sums hi hi + lo hi + hi lo in fp32, the products exact; the
+// dropped lo lo term is below 2^-16 of |q| |k| per element. A non-finite x has lo = 0.
+enum class Split : int { none = 0, keys, queries };
+// The 3 n split values of x[0, n) as bf16 bits at out[0, 3 n) (order keys or queries).
+void split_bf16(const float* x, int64_t n, Split order, uint16_t* out);
+
 // The packers and f32_rows take any row source R (Rows or PagedRows; instantiated for both
 // in pack.cpp).
 //
 // Blocks of W rows: block b holds element (k, w) = row(b*W+w)[k] at
 // pack_index(lay, k, w, block_ld) (k-major: [kp][W]). Rows >= nrows and k >= len are zero.
 // Packs blocks [b0, b1). rowbuf holds len floats.
+// With a split (t bf16), each source row of len values is packed as its 3 len split values
+// (kp >= 3 len; rowbuf holds len floats).
 template <class R>
 void pack_transposed(const R& src, int64_t nrows, int64_t len, int64_t kp, int64_t w,
-                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf);
+                     int64_t b0, int64_t b1, void* dst, DType t, Layout lay, float* rowbuf,
+                     Split split = Split::none);
 
 // Panels of W columns: panel p holds element (r, w) = row(r)[p*W + w] at
 // pack_index(lay, r, w, block_ld) (k-major: [rp][W]); zero padded. Packs rows [r0, r1) of
