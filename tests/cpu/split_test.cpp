@@ -1,8 +1,8 @@
 // Q K^T over fp16 storage on a bf16 kernel (src/cpu/pipelines/pack.hpp, Split): every fp16
 // code splits into two bf16 parts that sum to it exactly (NaN and Inf with a zero low
 // part), in both orders; attention through a forced split pair (portable kernels, so it
-// runs on every CPU) gives the lse of the fp32 kernel where bf16-rounded operands would
-// not, and keeps masked keys' NaN / Inf out of the output.
+// runs on every CPU; AMX where the CPU has it) gives the lse of the fp32 kernel where
+// bf16-rounded operands would not, and keeps masked keys' NaN / Inf out of the output.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,7 @@
 
 #include "common/attention_fixture.hpp"
 #include "core/dtype.hpp"
+#include "cpu/dispatch/dispatch.hpp"
 #include "cpu/pipelines/pack.hpp"
 
 namespace fctest {
@@ -73,41 +74,60 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
+// Whether this build has the kernel `key` and this CPU runs it.
+bool runnable(const char* key) {
+  for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i) {
+    const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(i);
+    if (std::string(k.key) == key) return fc::cpu::isa_available(k.isa);
+  }
+  return false;
+}
+
 TEST(SplitBf16, AttentionMatchesTheFp32Kernel) {
   Rng rng;
   FC_TRACE_SEED(rng);
-  // Unscaled scores (scale 1, D 96: |s| up to ~30), so operand rounding shows in the lse;
-  // GQA 2:1, a window with Sq < Sk (keys no row sees), odd lengths.
-  AttnCase c{"split", 1, 77, 301, 4, 2, 96, 96, false, 40, 0, false, 0, 1.0f};
-  AttnFixture f(c, DType::f16, rng);
-  const char* split = "bf16_32x32_rows_generic+f32_4x16_generic";
-  const std::vector<double> exact = lse_of(f, "f32_4x16_generic");
-  const double err = max_abs_diff(lse_of(f, split), exact);
-  // The same scores from bf16-rounded q and k (what the bf16 kernel computed before the
-  // split), from the fp64 reference: the gap the test must tell apart.
-  AttnFixture rounded(c, DType::f16, rng);
-  const auto bf16 = [](double x) { return double(core::bf16_to_f32(core::f32_to_bf16(float(x)))); };
-  for (int64_t i = 0; i < f.q.numel(); ++i) rounded.q.set(i, bf16(f.q.get(i)));
-  for (int64_t i = 0; i < f.k.numel(); ++i) rounded.k.set(i, bf16(f.k.get(i)));
-  for (int64_t i = 0; i < f.v.numel(); ++i) rounded.v.set(i, f.v.get(i));
-  const double rounding = max_abs_diff(lse_of(rounded, "f32_4x16_generic"), exact);
-  // (measured: split 2.3e-4 - 3.3e-4, the dropped lo lo terms at |s| ~ 30; rounded ~ 0.2)
-  const double tol = 1e-3;
-  EXPECT_LT(err, tol) << "split pair against the fp32 kernel";
-  EXPECT_GT(rounding, 20 * tol) << "bf16-rounded operands: the test would not see a lost low part";
-  f.check(Strategy::online, Exp2Mode::exact, 2, split, DType::bf16);
-  f.check(Strategy::two_pass, Exp2Mode::fast, 1, split, DType::bf16);
+  // Q K^T on the portable rows kernel (every CPU) and on AMX where it runs; D 96 takes the
+  // k-chunked stage 1, D 16 (3 D = 48) AMX's panel form (kc <= 64).
+  for (const char* qk : {"bf16_32x32_rows_generic", "bf16_32x32_amx"}) {
+    if (!runnable(qk)) continue;
+    for (int64_t d : {96, 16}) {
+      const std::string split = std::string(qk) + "+f32_4x16_generic";
+      SCOPED_TRACE(split + ", D " + std::to_string(d));
+      // Unscaled scores (scale 1: |s| up to ~30 at D 96), so operand rounding shows in the
+      // lse; GQA 2:1, a window with Sq < Sk (keys no row sees), odd lengths.
+      AttnCase c{"split", 1, 77, 301, 4, 2, d, d, false, 40, 0, false, 0, 1.0f};
+      AttnFixture f(c, DType::f16, rng);
+      const std::vector<double> exact = lse_of(f, "f32_4x16_generic");
+      const double err = max_abs_diff(lse_of(f, split.c_str()), exact);
+      // (measured at D 96: split 2.3e-4 - 3.3e-4, the dropped lo lo terms; rounded ~ 0.2)
+      const double tol = 1e-3;
+      EXPECT_LT(err, tol) << "split pair against the fp32 kernel";
+      if (d == 96) {
+        // The same scores from bf16-rounded q and k (what a bf16 kernel computed before the
+        // split), through the fp32 kernel: the gap the test must tell apart.
+        AttnFixture rounded(c, DType::f16, rng);
+        const auto bf16 = [](double x) { return double(core::bf16_to_f32(core::f32_to_bf16(float(x)))); };
+        for (int64_t i = 0; i < f.q.numel(); ++i) rounded.q.set(i, bf16(f.q.get(i)));
+        for (int64_t i = 0; i < f.k.numel(); ++i) rounded.k.set(i, bf16(f.k.get(i)));
+        for (int64_t i = 0; i < f.v.numel(); ++i) rounded.v.set(i, f.v.get(i));
+        const double rounding = max_abs_diff(lse_of(rounded, "f32_4x16_generic"), exact);
+        EXPECT_GT(rounding, 20 * tol) << "bf16-rounded operands: the test would not see a lost low part";
+      }
+      f.check(Strategy::online, Exp2Mode::exact, 2, split.c_str(), DType::bf16);
+      f.check(Strategy::two_pass, Exp2Mode::fast, 1, split.c_str(), DType::bf16);
 
-  // NaN and Inf in K at keys no row sees (before the first row's window): masked, never in O.
-  const int64_t first_seen = c.sk - c.sq - c.window_left;  // row 0's first key
-  ASSERT_GT(first_seen, 2);
-  for (int64_t hk = 0; hk < c.hkv; ++hk) {
-    f.k.set((0 * c.hkv + hk) * c.d + 5, std::numeric_limits<double>::quiet_NaN());
-    f.k.set((1 * c.hkv + hk) * c.d + 0, std::numeric_limits<double>::infinity());
-    f.k.set((2 * c.hkv + hk) * c.d + 95, -std::numeric_limits<double>::infinity());
+      // NaN and Inf in K at keys no row sees (before the first row's window): never in O.
+      const int64_t first_seen = c.sk - c.sq - c.window_left;  // row 0's first key
+      ASSERT_GT(first_seen, 2);
+      for (int64_t hk = 0; hk < c.hkv; ++hk) {
+        f.k.set((0 * c.hkv + hk) * d + 5, std::numeric_limits<double>::quiet_NaN());
+        f.k.set((1 * c.hkv + hk) * d + 0, std::numeric_limits<double>::infinity());
+        f.k.set((2 * c.hkv + hk) * d + d - 1, -std::numeric_limits<double>::infinity());
+      }
+      f.check(Strategy::online, Exp2Mode::exact, 2, split.c_str(), DType::bf16);
+      EXPECT_LT(max_abs_diff(lse_of(f, split.c_str()), exact), tol) << "with NaN / Inf at masked keys";
+    }
   }
-  f.check(Strategy::online, Exp2Mode::exact, 2, split, DType::bf16);
-  EXPECT_LT(max_abs_diff(lse_of(f, split), exact), tol) << "with NaN / Inf at masked keys";
 }
 
 }  // namespace
