@@ -1,6 +1,6 @@
 // Q K^T over fp16 storage on a bf16 kernel (src/cpu/pipelines/pack.hpp, Split): every fp16
-// code splits into two bf16 parts that sum to it exactly (NaN and Inf with a zero low
-// part), in both orders; attention through a forced split pair (portable kernels, so it
+// code splits into two bf16 parts that sum to it exactly (NaN and Inf as [x 0 0]), in
+// both orders; attention through a forced split pair (portable kernels, so it
 // runs on every CPU; AMX where the CPU has it) gives the lse of the fp32 kernel where
 // bf16-rounded operands would not, and keeps masked keys' NaN / Inf out of the output.
 #include <gtest/gtest.h>
@@ -33,10 +33,11 @@ TEST(SplitBf16, EveryF16CodeIsExact) {
   int64_t bad = 0;
   for (int64_t j = 0; j < n && bad < 10; ++j) {
     const uint16_t hb = keys[size_t(j)], lb = keys[size_t(n + j)];
-    const bool order_ok = keys[size_t(2 * n + j)] == hb && queries[size_t(j)] == hb &&
-                          queries[size_t(n + j)] == hb && queries[size_t(2 * n + j)] == lb;
     const double hi = core::bf16_to_f32(hb), lo = core::bf16_to_f32(lb), v = x[size_t(j)];
-    bool ok = order_ok;
+    // finite: keys [hi lo hi], queries [hi hi lo]; NaN / Inf: [x 0 0] in both orders
+    const uint16_t h2 = std::isfinite(v) ? hb : uint16_t(0);
+    bool ok = keys[size_t(2 * n + j)] == h2 && queries[size_t(j)] == hb && queries[size_t(n + j)] == h2 &&
+              queries[size_t(2 * n + j)] == lb;
     if (std::isnan(v)) {
       ok = ok && std::isnan(hi) && lb == 0;
     } else if (std::isinf(v)) {
@@ -126,6 +127,54 @@ TEST(SplitBf16, AttentionMatchesTheFp32Kernel) {
       }
       f.check(Strategy::online, Exp2Mode::exact, 2, split.c_str(), DType::bf16);
       EXPECT_LT(max_abs_diff(lse_of(f, split.c_str()), exact), tol) << "with NaN / Inf at masked keys";
+    }
+  }
+}
+
+// Out of one call (fp16 storage) with the kernel(s) `impl`.
+std::vector<double> out_of(const AttnFixture& f, const char* impl) {
+  HostTensor out(f.dtype, {f.c.b, f.c.sq, f.c.h, f.c.dv});
+  out.poison();
+  fc::AttentionParams p = f.params();
+  p.impl = impl;
+  p.threads = 1;
+  fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p);
+  std::vector<double> r(size_t(out.numel()));
+  for (int64_t i = 0; i < out.numel(); ++i) r[size_t(i)] = out.get(i);
+  return r;
+}
+
+// -Inf and NaN in q and k where rows see them, against operands whose low part is 0
+// (bf16-exact values): the split's products must be what fp32's are (-Inf q = -Inf, not
+// Inf 0 = NaN), so the output follows the fp32 kernel's element for element, NaN where it
+// has NaN (the fuzzer's case: ALiBi, scale 1e30, a row seeing one key of -Inf score).
+TEST(SplitBf16, NonFiniteOperandsAsInFp32) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (const char* qk : {"bf16_32x32_rows_generic", "bf16_32x32_amx"}) {
+    if (!runnable(qk)) continue;
+    const std::string split = std::string(qk) + "+f32_4x16_generic";
+    SCOPED_TRACE(split);
+    const AttnCase c{"split_nonfinite", 1, 40, 70, 2, 1, 24, 24, true};
+    AttnFixture f(c, DType::f16, rng);
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int64_t i = 0; i < c.sq; ++i)
+      for (int64_t h = 0; h < c.h; ++h) f.q.set((i * c.h + h) * c.d + 0, 0.5);  // low part 0
+    for (int64_t t = 0; t < c.sk; ++t) f.k.set(t * c.d + 1, 0.25);              // low part 0
+    // -Inf scores (the key drops out of the row; the rows stay finite): key 40 against q's
+    // 0.5, and every key of row 10, head 1 against k's 0.25 (a row of -Inf scores: O = 0).
+    // A +Inf score makes its row NaN in fp32 as well (Inf - Inf), which would hide the rest.
+    f.k.set(40 * c.d + 0, -inf);
+    f.q.set((10 * c.h + 1) * c.d + 1, -inf);
+    f.q.set((20 * c.h + 0) * c.d + 3, std::numeric_limits<double>::quiet_NaN());  // NaN row in both
+    const std::vector<double> want = out_of(f, "f32_4x16_generic"), got = out_of(f, split.c_str());
+    int64_t bad = 0;
+    for (size_t i = 0; i < want.size() && bad < 10; ++i) {
+      const bool same = std::isnan(want[i]) ? std::isnan(got[i]) : std::fabs(got[i] - want[i]) <= 1e-2 * (1 + std::fabs(want[i]));
+      if (!same) {
+        ++bad;
+        ADD_FAILURE() << "out element " << i << ": " << got[i] << ", the fp32 kernel " << want[i];
+      }
     }
   }
 }

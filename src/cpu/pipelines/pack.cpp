@@ -152,11 +152,15 @@ FC_PORTABLE_CLONES_V4 void split_bf16(const float* x, int64_t n, Split order, ui
     const uint32_t u = core::f32_bits(x[j]);
     const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
     const uint32_t h = nan ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const float lo = x[j] - core::bits_f32(h << 16);
-    const uint32_t l = (h & 0x7f80u) == 0x7f80u ? 0u : core::f32_bits(lo) >> 16;
+    // A non-finite x keeps only its first part (the others 0): its products are then
+    // x q_hi (+ 0 terms), which is +-Inf or NaN as x q is, where a repeated Inf part would
+    // meet the other operand's zero low part and make Inf 0 = NaN.
+    const bool finite = (h & 0x7f80u) != 0x7f80u;
+    const uint32_t l = finite ? core::f32_bits(x[j] - core::bits_f32(h << 16)) >> 16 : 0u;
+    const uint32_t h2 = finite ? h : 0u;
     out[j] = uint16_t(h);
-    second[j] = uint16_t(order == Split::keys ? l : h);
-    third[j] = uint16_t(order == Split::keys ? h : l);
+    second[j] = uint16_t(order == Split::keys ? l : h2);
+    third[j] = uint16_t(order == Split::keys ? h2 : l);
   }
 }
 

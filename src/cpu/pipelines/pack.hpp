@@ -133,7 +133,8 @@ inline int64_t block_ld(Layout lay, int64_t kp, int64_t w) { return lay == Layou
 // two bf16 parts, hi = bf16(x) and lo = x - hi (both exact: x has 11 significant bits, hi
 // the first 8), a row of d values packed as 3 d: K's as [hi lo hi], Q's as [hi hi lo], so
 // one GEMM over k = 3 d sums hi hi + lo hi + hi lo in fp32, the products exact; the
-// dropped lo lo term is below 2^-16 of |q| |k| per element. A non-finite x has lo = 0.
+// dropped lo lo term is below 2^-16 of |q| |k| per element. A non-finite x is packed as
+// [x 0 0] in both orders, so that its products are x q as in fp32 (never Inf 0 = NaN).
 enum class Split : int { none = 0, keys, queries };
 // The 3 n split values of x[0, n) as bf16 bits at out[0, 3 n) (order keys or queries).
 void split_bf16(const float* x, int64_t n, Split order, uint16_t* out);
