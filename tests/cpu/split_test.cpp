@@ -52,8 +52,11 @@ TEST(SplitBf16, EveryF16CodeIsExact) {
   }
 }
 
-// lse of one call (fp16 storage) with the kernel(s) `impl`.
-std::vector<double> lse_of(const AttnFixture& f, const char* impl) {
+// Out and lse of one call (fp16 storage) with the kernel(s) `impl`.
+struct Run {
+  std::vector<double> out, lse;
+};
+Run run(const AttnFixture& f, const char* impl, int threads) {
   HostTensor out(f.dtype, {f.c.b, f.c.sq, f.c.h, f.c.dv});
   HostTensor lse(DType::f32, {f.c.b, f.c.h, f.c.sq});
   out.poison();
@@ -61,12 +64,15 @@ std::vector<double> lse_of(const AttnFixture& f, const char* impl) {
   fc::AttentionParams p = f.params();
   p.impl = impl;
   p.lse = lse.ptr();
-  p.threads = 2;
+  p.threads = threads;
   fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p);
-  std::vector<double> r(size_t(lse.numel()));
-  for (int64_t i = 0; i < lse.numel(); ++i) r[size_t(i)] = lse.get(i);
+  Run r;
+  for (int64_t i = 0; i < out.numel(); ++i) r.out.push_back(out.get(i));
+  for (int64_t i = 0; i < lse.numel(); ++i) r.lse.push_back(lse.get(i));
   return r;
 }
+std::vector<double> lse_of(const AttnFixture& f, const char* impl) { return run(f, impl, 2).lse; }
+std::vector<double> out_of(const AttnFixture& f, const char* impl) { return run(f, impl, 1).out; }
 
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double m = 0;
@@ -75,24 +81,26 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
-// Whether this build has the kernel `key` and this CPU runs it.
-bool runnable(const char* key) {
+// The bf16 kernels the split runs on here: the portable rows kernel (every CPU), and AMX
+// where this build has it and the CPU runs it.
+std::vector<std::string> bf16_kernels() {
+  std::vector<std::string> ks;
   for (int i = 0; i < fc::cpu::gemm_ukernel_count(); ++i) {
     const fc::cpu::GemmUkernel& k = fc::cpu::gemm_ukernel(i);
-    if (std::string(k.key) == key) return fc::cpu::isa_available(k.isa);
+    const std::string key = k.key;
+    if ((key == "bf16_32x32_rows_generic" || key == "bf16_32x32_amx") && fc::cpu::isa_available(k.isa))
+      ks.push_back(key);
   }
-  return false;
+  return ks;
 }
 
 TEST(SplitBf16, AttentionMatchesTheFp32Kernel) {
   Rng rng;
   FC_TRACE_SEED(rng);
-  // Q K^T on the portable rows kernel (every CPU) and on AMX where it runs; D 96 takes the
-  // k-chunked stage 1, D 16 (3 D = 48) AMX's panel form (kc <= 64).
-  for (const char* qk : {"bf16_32x32_rows_generic", "bf16_32x32_amx"}) {
-    if (!runnable(qk)) continue;
+  // D 96 takes the k-chunked stage 1, D 16 (3 D = 48) AMX's panel form (kc <= 64).
+  for (const std::string& qk : bf16_kernels()) {
     for (int64_t d : {96, 16}) {
-      const std::string split = std::string(qk) + "+f32_4x16_generic";
+      const std::string split = qk + "+f32_4x16_generic";
       SCOPED_TRACE(split + ", D " + std::to_string(d));
       // Unscaled scores (scale 1: |s| up to ~30 at D 96), so operand rounding shows in the
       // lse; GQA 2:1, a window with Sq < Sk (keys no row sees), odd lengths.
@@ -131,19 +139,6 @@ TEST(SplitBf16, AttentionMatchesTheFp32Kernel) {
   }
 }
 
-// Out of one call (fp16 storage) with the kernel(s) `impl`.
-std::vector<double> out_of(const AttnFixture& f, const char* impl) {
-  HostTensor out(f.dtype, {f.c.b, f.c.sq, f.c.h, f.c.dv});
-  out.poison();
-  fc::AttentionParams p = f.params();
-  p.impl = impl;
-  p.threads = 1;
-  fc::attention(f.q.view(), f.k.view(), f.v.view(), out.view(), p);
-  std::vector<double> r(size_t(out.numel()));
-  for (int64_t i = 0; i < out.numel(); ++i) r[size_t(i)] = out.get(i);
-  return r;
-}
-
 // -Inf and NaN in q and k where rows see them, against operands whose low part is 0
 // (bf16-exact values): the split's products must be what fp32's are (-Inf q = -Inf, not
 // Inf 0 = NaN), so the output follows the fp32 kernel's element for element, NaN where it
@@ -151,9 +146,8 @@ std::vector<double> out_of(const AttnFixture& f, const char* impl) {
 TEST(SplitBf16, NonFiniteOperandsAsInFp32) {
   Rng rng;
   FC_TRACE_SEED(rng);
-  for (const char* qk : {"bf16_32x32_rows_generic", "bf16_32x32_amx"}) {
-    if (!runnable(qk)) continue;
-    const std::string split = std::string(qk) + "+f32_4x16_generic";
+  for (const std::string& qk : bf16_kernels()) {
+    const std::string split = qk + "+f32_4x16_generic";
     SCOPED_TRACE(split);
     const AttnCase c{"split_nonfinite", 1, 40, 70, 2, 1, 24, 24, true};
     AttnFixture f(c, DType::f16, rng);
@@ -175,6 +169,35 @@ TEST(SplitBf16, NonFiniteOperandsAsInFp32) {
         ++bad;
         ADD_FAILURE() << "out element " << i << ": " << got[i] << ", the fp32 kernel " << want[i];
       }
+    }
+  }
+}
+
+// V through a bf16 P V kernel over fp16 storage (the single forced kernel runs both stages:
+// V packed as hi and lo panels): with q = 0 every P is exactly 1, so O is the mean of the
+// rows' values, exact in fp32 for 1 or 2 keys: the fp16 output must be that mean rounded,
+// bit for bit (bf16-rounded V would be off in most elements).
+TEST(SplitBf16, ValuesExactThroughBf16PV) {
+  Rng rng;
+  FC_TRACE_SEED(rng);
+  for (const std::string& kernel : bf16_kernels()) {
+    for (int64_t sk : {1, 2}) {
+      SCOPED_TRACE(kernel + ", Sk " + std::to_string(sk));
+      const AttnCase c{"split_v", 1, 64, sk, 2, 1, 16, 40};  // 128 query rows per kv head: the GEMM path
+      AttnFixture f(c, DType::f16, rng);
+      for (int64_t i = 0; i < f.q.numel(); ++i) f.q.set(i, 0.0);
+      const std::vector<double> got = out_of(f, kernel.c_str());
+      int64_t bad = 0;
+      for (int64_t i = 0; i < c.sq * c.h && bad < 5; ++i)
+        for (int64_t e = 0; e < c.dv && bad < 5; ++e) {
+          double sum = 0;
+          for (int64_t t = 0; t < sk; ++t) sum += f.v.get(t * c.dv + e);
+          const double want = core::f16_to_f32(core::f32_to_f16(float(sum / double(sk))));
+          if (got[size_t(i * c.dv + e)] != want) {
+            ++bad;
+            ADD_FAILURE() << "row " << i << " column " << e << ": " << got[size_t(i * c.dv + e)] << ", want " << want;
+          }
+        }
     }
   }
 }

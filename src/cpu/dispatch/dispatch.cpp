@@ -289,7 +289,7 @@ CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
     if (plus != std::string::npos) cfg.gemm2 = forced_gemm(name.substr(plus + 1), storage);
   } else {
     // A listed kernel this call may run: in the build, on this CPU, holding the storage
-    // (a pair's Q K^T kernel: bf16 holds fp16 as two parts, attention's Split).
+    // (a pair's kernels: bf16 holds fp16 as two parts, attention's Split of Q, K and V).
     auto runnable = [&](const char* key, bool qk) -> const GemmUkernel* {
       const GemmUkernel* g = find_gemm(key);
       if (g == nullptr || !isa_available(g->isa)) return nullptr;
@@ -302,7 +302,7 @@ CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
       const GemmUkernel* g = runnable(e.key, e.key2 != nullptr);
       if (g == nullptr || g->acc != DType::f32) continue;
       // the P V kernel may sum in fp16: P <= 1 (see the table)
-      const GemmUkernel* g2 = e.key2 != nullptr ? runnable(e.key2, false) : nullptr;
+      const GemmUkernel* g2 = e.key2 != nullptr ? runnable(e.key2, true) : nullptr;
       if (e.key2 != nullptr && g2 == nullptr) continue;
       cfg.gemm = g;
       cfg.gemm2 = g2;

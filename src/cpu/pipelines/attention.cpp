@@ -143,6 +143,7 @@ struct Plan {
   float softmax_scale = 1;
   int64_t kp = 0, dvp = 0; // padded head dims of Q/K (3 d with a split) and of V
   Split split = Split::none;  // keys: Q and K as bf16 parts (fp16 storage, bf16 Q K^T kernel)
+  bool vsplit = false;  // V as two bf16 panel sets, hi and lo (fp16 V, bf16 P V kernel)
   // A block: `hpb` heads of kvb groups x `seg` query rows each.
   int64_t hpb = 1, seg = 1, qblocks = 1, blocks_per_group = 1;
   // Groups (batch, kv head; decode: batch, kv block) share one packed K and V; they are
@@ -167,9 +168,6 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
       !(p.dtype == DType::f16 && p.kv_dtype == DType::f16 && v_fits_f16_sums(p, v, a.nthreads))) {
     a.cfg.gemm2 = nullptr;
     a.cfg.vec2 = nullptr;
-    // A bf16 Q K^T kernel holds fp16 only as split parts (pack.hpp), which P V cannot take:
-    // the first single kernel then runs both stages.
-    if (a.cfg.gemm->ab == DType::bf16 && p.dtype == DType::f16) a.cfg = select_kernels(p.dtype, p.impl, false);
   }
   // kv heads per block: 1, or in decode the most that divide Hkv within kDecodeBlockRows.
   a.mqh = p.group() * a.sq_max;
@@ -207,7 +205,8 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   if constexpr (Src::kStrided)
     a.k_inplace = !a.rows_mode && !a.varlen && p.seqlens_k == nullptr && a.g.pa == Layout::rows &&
                   a.g.gk->ab == p.kv_dtype && a.kp == p.d && a.skp_max == p.sk && k.span_bytes(p.sk) <= l2_bytes() / 2;
-  a.group_bytes = a.rows_mode ? 0 : a.skp_max * (a.kp * a.g.es + a.dvp * a.g2.es);
+  a.vsplit = !a.rows_mode && a.g2.gk->ab == DType::bf16 && p.kv_dtype == DType::f16 && a.g2.pb == Layout::kpairs;
+  a.group_bytes = a.rows_mode ? 0 : a.skp_max * (a.kp * a.g.es + (a.vsplit ? 2 : 1) * a.dvp * a.g2.es);
   a.chunk = a.rows_mode ? a.ngroups : std::max<int64_t>(1, int64_t(kPackBudgetBytes) / a.group_bytes);
   return a;
 }
@@ -365,10 +364,11 @@ void Attention<Src>::pack_kv(int64_t g0, int64_t g1) {
       std::vector<NonFiniteV>* bad = banded_ ? &vbad_[size_t((gi - g0) * parts + part)] : nullptr;
       for (int64_t k0 = v0; k0 < v1; k0 += step) {
         const int64_t k1 = std::min(k0 + step, v1);
-        pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, k0, k1, vpack, a.g2.gk->ab, a.g2.pb, rowbuf.data());
+        pack_panels(v_.head(b, hk), sk, p_.dv, skp, a.g2.nr, k0, k1, vpack, a.g2.gk->ab, a.g2.pb, rowbuf.data(),
+                    a.vsplit ? vpack + a.skp_max * a.dvp * a.g2.es : nullptr);
         if (bad != nullptr) list_nonfinite(v_.head(b, hk), k0, std::min(k1, sk), p_.dv, 0, *bad);
       }
-      if (bad != nullptr) {  // the listed elements zeroed in the panels
+      if (bad != nullptr) {  // the listed elements zeroed in the panels (their low parts are 0)
         const int64_t es2 = a.g2.es;
         for (const NonFiniteV& e : *bad)
           std::memset(vpack + ((e.col / a.g2.nr) * skp * a.g2.nr + pack_index(a.g2.pb, e.key, e.col % a.g2.nr, a.g2.nr)) * es2,
@@ -501,6 +501,7 @@ void Attention<Src>::pv(const Block& bl, int64_t j0, int64_t kc, const char* P, 
     for (const NonFiniteV& e : *bl.bad) fix |= e.key >= j0 && e.key < j0 + kc;
   if (!a.rows_mode) {
     stage2(bl.gb2, kc, P, ldp, bl.vpack, bl.skp, j0, a.dvp, O);
+    if (a.vsplit) stage2(bl.gb2, kc, P, ldp, bl.vpack + a.skp_max * a.dvp * a.g2.es, bl.skp, j0, a.dvp, O);
   } else {
     for (int64_t kvi = 0; kvi < a.kvb; ++kvi)
       rows_pv(a.g, *a.cfg.rows, kc, reinterpret_cast<const float*>(P) + kvi * a.mqh, a.g.mq, a.mqh,

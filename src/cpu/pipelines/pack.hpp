@@ -156,9 +156,12 @@ void pack_transposed(const R& src, int64_t nrows, int64_t len, int64_t kp, int64
 // pack_index(lay, r, w, block_ld) (k-major: [rp][W]); zero padded. Packs rows [r0, r1) of
 // every panel (with kpairs, two callers may share a pair row only through the slow path).
 // rowbuf holds the columns rounded up to W.
+// With dst_lo (t bf16, lay kpairs: V of a bf16 P V kernel over fp16 storage), each value x
+// goes in two parts: hi = bf16(x) into dst, x - hi into dst_lo (split_bf16's parts), so that
+// P V = P Vhi + P Vlo is exact in V.
 template <class R>
 void pack_panels(const R& src, int64_t nrows, int64_t cols, int64_t rp, int64_t w, int64_t r0,
-                 int64_t r1, void* dst, DType t, Layout lay, float* rowbuf);
+                 int64_t r1, void* dst, DType t, Layout lay, float* rowbuf, void* dst_lo = nullptr);
 
 // ---------------------------------------------------------------- row-op operands
 // Rows [j0, j0+n) of a row source as fp32 rows the row ops can read: fp32 rows in place
