@@ -250,6 +250,12 @@ void check_finite_differences(const BwdCase& c) {
   fc::reference::attention_backward(q.view(), k.view(), v.view(), out.view(), dout.view(), lse.view(), dq.view(),
                                     dk.view(), dv.view(), bp);
   const double h = 1.0 / 64;  // exact in f32 around values in [-1, 1]
+  // The loss reads O as stored in f32: each l carries up to sum |dout O| 2^-24 of rounding,
+  // which the stencil's weights (1 + 8 + 8 + 1) / (12 h) carry into each difference. A small
+  // gradient (a sink's, two values) can sit within that noise: the check allows it.
+  double noise = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) noise += std::fabs(dout.get(i) * out.get(i));
+  noise *= 0x1p-24 * 18 / (12 * h);
   std::vector<std::tuple<HostTensor*, HostTensor*, const char*>> wrt = {{&q, &dq, "dq"}, {&k, &dk, "dk"}, {&v, &dv, "dv"}};
   if (c.sinks) wrt.emplace_back(&sinks, &dsinks, "dsinks");
   for (auto [x, grad, label] : wrt) {
@@ -265,7 +271,10 @@ void check_finite_differences(const BwdCase& c) {
       x->set(i, x0);
       fd.set(i, (l[0] - 8 * l[1] + 8 * l[2] - l[3]) / (12 * h));
     }
-    EXPECT_TRUE(close(*grad, fd, 1e-4)) << label;
+    double worst = 0;
+    for (int64_t i = 0; i < fd.numel(); ++i) worst = std::max(worst, std::fabs(grad->get(i) - fd.get(i)));
+    EXPECT_TRUE(close(*grad, fd, 1e-4) || worst <= 2 * noise) << label << ": largest difference " << worst
+                                                              << ", the f32 rounding's bound " << noise;
   }
 }
 
