@@ -9,17 +9,18 @@ find_package(CUDAToolkit REQUIRED)
 
 set(FLASHCORE_CUDA_ARCHS "80;86;89;90" CACHE STRING
     "SASS targets of the CUDA kernels (PTX of the last one is embedded too); e.g. 90 for a quick Hopper-only build")
-set(FLASHCORE_CUDA_DTYPES "f16;bf16;tf32;e4m3" CACHE STRING
+# Every dtype and head dim the instance tables know: the default builds them all, and an
+# entry outside them stops the configure (rather than being dropped).
+set(_fc_all_DTYPES f16 bf16 tf32 e4m3)
+set(_fc_all_HDIMS 64 96 128 192 256)
+set(FLASHCORE_CUDA_DTYPES "${_fc_all_DTYPES}" CACHE STRING
     "Tensor-core instances to build: f16, bf16, tf32 (fp32 storage; the exact FFMA kernel is always built), e4m3 (sm90 only)")
-set(FLASHCORE_CUDA_HDIMS "64;96;128;192;256" CACHE STRING "Head-dim instances to build (64, 96, 128, 192 (sm90 only), 256)")
+set(FLASHCORE_CUDA_HDIMS "${_fc_all_HDIMS}" CACHE STRING "Head-dim instances to build (64, 96, 128, 192 (sm90 only), 256)")
 
-foreach(_fc_axis IN ITEMS "DTYPES;f16 bf16 tf32 e4m3" "HDIMS;64 96 128 192 256")
-  list(GET _fc_axis 0 _fc_name)
-  list(GET _fc_axis 1 _fc_valid)
-  separate_arguments(_fc_valid)
+foreach(_fc_name IN ITEMS DTYPES HDIMS)
   foreach(_fc_v IN LISTS FLASHCORE_CUDA_${_fc_name})
-    if(NOT _fc_v IN_LIST _fc_valid)
-      message(FATAL_ERROR "FLASHCORE_CUDA_${_fc_name}: '${_fc_v}' is not one of: ${_fc_valid}")
+    if(NOT _fc_v IN_LIST _fc_all_${_fc_name})
+      message(FATAL_ERROR "FLASHCORE_CUDA_${_fc_name}: '${_fc_v}' is not one of: ${_fc_all_${_fc_name}}")
     endif()
   endforeach()
 endforeach()
