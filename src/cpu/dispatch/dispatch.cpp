@@ -290,10 +290,10 @@ CpuConfig select_kernels(DType storage, const char* impl, bool pair) {
   } else {
     // A listed kernel this call may run: in the build, on this CPU, holding the storage
     // (a pair's kernels: bf16 holds fp16 as two parts, attention's Split of Q, K and V).
-    auto runnable = [&](const char* key, bool qk) -> const GemmUkernel* {
+    auto runnable = [&](const char* key, bool in_pair) -> const GemmUkernel* {
       const GemmUkernel* g = find_gemm(key);
       if (g == nullptr || !isa_available(g->isa)) return nullptr;
-      if (!holds_exactly(g->ab, storage) && !(qk && g->ab == DType::bf16 && storage == DType::f16)) return nullptr;
+      if (!holds_exactly(g->ab, storage) && !(in_pair && g->ab == DType::bf16 && storage == DType::f16)) return nullptr;
       return generic_only && g->isa != Isa::generic ? nullptr : g;
     };
     for (const AutoEntry& e : kAuto) {

@@ -142,7 +142,7 @@ struct Plan {
   float c = 0;
   float softmax_scale = 1;
   int64_t kp = 0, dvp = 0; // padded head dims of Q/K (3 d with a split) and of V
-  Split split = Split::none;  // keys: Q and K as bf16 parts (fp16 storage, bf16 Q K^T kernel)
+  bool split = false;   // Q and K as bf16 parts (fp16 storage, bf16 Q K^T kernel; pack.hpp)
   bool vsplit = false;  // V as two bf16 panel sets, hi and lo (fp16 V, bf16 P V kernel)
   // A block: `hpb` heads of kvb groups x `seg` query rows each.
   int64_t hpb = 1, seg = 1, qblocks = 1, blocks_per_group = 1;
@@ -187,8 +187,8 @@ Plan make_plan(const core::AttentionProblem& p, const Src& k, const Src& v) {
   a.mod = p.score_mod();
   a.c = a.mod.active() ? core::kLog2e : p.scale * core::kLog2e;
   a.softmax_scale = a.mod.active() ? 1.0f : p.scale;
-  a.split = !a.rows_mode && a.g.gk->ab == DType::bf16 && p.dtype == DType::f16 ? Split::keys : Split::none;
-  a.kp = a.rows_mode ? p.d : round_up(a.split != Split::none ? 3 * p.d : p.d, a.g.gk->k_align);
+  a.split = !a.rows_mode && a.g.gk->ab == DType::bf16 && p.dtype == DType::f16;
+  a.kp = a.rows_mode ? p.d : round_up(a.split ? 3 * p.d : p.d, a.g.gk->k_align);
   a.dvp = a.rows_mode ? p.dv : round_up(p.dv, a.g2.nr);
   a.hpb = a.rows_mode ? a.kvb * p.group() : 1;
   a.seg = a.rows_mode ? a.sq_max : a.g.mq;
@@ -352,7 +352,8 @@ void Attention<Src>::pack_kv(int64_t g0, int64_t g1) {
       const int64_t nblk = skp / g.mr;
       const int64_t kb0 = nblk * part / parts, kb1 = nblk * (part + 1) / parts;
       if (!a.k_inplace)
-        pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data(), a.split);
+        pack_transposed(k_.head(b, hk), sk, p_.d, a.kp, g.mr, kb0, kb1, kpack, g.gk->ab, g.pa, rowbuf.data(),
+                        a.split ? Split::keys : Split::none);
       // V's panels; where a mask applies, in steps of ~16 KiB of V (whole key blocks), each
       // step's keys listed for NaN / Inf while the packing has just brought them into cache.
       // (Not in steps for the rows layout: pack_panels transposes its panels whole, in one
@@ -412,7 +413,7 @@ void Attention<Src>::pack_queries(const Item& x, char* qpack, float* rowbuf) con
     const Rows qrows{at(p_.q.data, x.bb * p_.q.sb + (q_off + x.s0) * p_.q.ss + x.h0 * p_.q.sh, es_in_),
                      p_.q.ss, p_.dtype};
     pack_transposed(qrows, x.out.rows, p_.d, a.kp, a.g.nr, 0, a.g.mq / a.g.nr, qpack, a.g.gk->ab, a.g.pb,
-                    rowbuf, a.split == Split::keys ? Split::queries : Split::none);
+                    rowbuf, a.split ? Split::queries : Split::none);
     return;
   }
   for (int64_t i = 0; i < a.g.mq; ++i) {
