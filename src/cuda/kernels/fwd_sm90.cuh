@@ -134,11 +134,12 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       float scale_log2 = p.scale_log2, o_scale = p.o_scale;
       ml.item_factors(p, seq, sched.kv_head(p, wi), scale_log2, o_scale);
       sm90::ItemResult<Tr> res;
+      const TileRange tiles = sched.item_tiles(p, wi, seq);
+      const sm90::KeyWalk<Tr> walk(p, tiles, wi.m0, seq);  // (the producer's order)
       if constexpr (Tr::kScoreMod)  // (never packed: the policy gives variant calls no GQA packing)
-        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, 0, band, scale_log2, o_scale, res,
-               alibi_slope_log2(p, wi.b, wi.h));
+        ml.run(p, qi, it0, tiles, walk, row0, 0, band, scale_log2, o_scale, res, alibi_slope_log2(p, wi.b, wi.h));
       else
-        ml.run(p, qi, it0, sched.item_tiles(p, wi, seq), row0, sched.shift, band, scale_log2, o_scale, res);
+        ml.run(p, qi, it0, tiles, walk, row0, sched.shift, band, scale_log2, o_scale, res);
       // The rows' reasons for a second look (rows to compute again exactly: l NaN, or 16-bit
       // O not finite; fp8's V NaN to add back: repair.cuh), kept over the epilogue in one
       // register; taken before a sink joins the rows (the repair joins it to the rows it

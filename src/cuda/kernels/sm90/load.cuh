@@ -156,19 +156,21 @@ struct Producer {
       if (sched.past_end(wi, seq)) continue;
       const int hk = sched.kv_head(p, wi);
       const TileRange tiles = sched.item_tiles(p, wi, seq);
+      const KeyWalk<Tr> walk(p, tiles, wi.m0, seq);
       const ContiguousKv<kBlockN> kv(p, seq, wi.b, hk);
       if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
         if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
       }
       load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
-      for (int n = tiles.lo; n < tiles.hi; ++n, ++it) {
+      for (int k = 0; k < walk.count(); ++k, ++it) {
+        const int n = walk.tile(k);
         const PipelineState<Tr::kStages> st{it};
         load_k(st, n, kv);
         if constexpr (Tr::kVtIn) {
           load_v_raw(rs, n, kv);
         } else {
           if constexpr (Tr::kVtFused) {  // (the tag: before the arrival on V's full barrier, a release)
-            if (p.vt_sync != nullptr && n == tiles.lo)
+            if (p.vt_sync != nullptr && k == 0)
               ptx::sts32(BadKeys<Tr>{s.bad}.tag(qi), wait_vt_head(p, kv.batch, hk) ? p.vt_stamp : 0u);
           }
           acquire_v(st);

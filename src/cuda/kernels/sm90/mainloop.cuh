@@ -45,6 +45,7 @@
 #include "cuda/kernels/params.hpp"
 #include "cuda/kernels/sm90/bad_keys.cuh"
 #include "cuda/kernels/sm90/pipeline.cuh"
+#include "cuda/kernels/sm90/scheduler.cuh"
 #include "cuda/kernels/sm90/smem.cuh"
 #include "cuda/parts/fp8.hpp"
 #include "cuda/parts/operands.cuh"
@@ -206,7 +207,8 @@ struct Mainloop {
   // Tr::kScoreMod: each tile's scores go to the log2 domain transformed (softcap, ALiBi with
   // the item's slope times log2 e, slope2; parts/score_mod.cuh) before the mask, and the
   // mask and softmax take the factor 1.
-  __device__ __forceinline__ void run(const FwdParams& p, int qi, int& it0, const TileRange& tiles, int row0, int shift,
+  __device__ __forceinline__ void run(const FwdParams& p, int qi, int& it0, const TileRange& tiles,
+                                      const KeyWalk<Tr>& walk, int row0, int shift,
                                       const Band32& band, float item_scale_log2, float o_scale, ItemResult<Tr>& out,
                                       [[maybe_unused]] float slope2 = 0.f) const {
     const Pipeline<1> q_pipe = s.q_pipe();
@@ -257,7 +259,8 @@ struct Mainloop {
     // never used: no registers).
     PRegs pa0, pa1;
     float corr[2];
-    if (tiles.lo < tiles.hi) {
+    const int nk = walk.count();
+    if (nk > 0) {
       float sc[1][kNF][4];
       const PipelineState<kStages> st{it0};
       k_pipe.consumer_wait(st);
@@ -267,7 +270,7 @@ struct Mainloop {
       ptx::wgmma_wait<0>();
       ptx::fence_regs(sc[0]);
       k_pipe.consumer_release(st, lane);
-      softmax(sc, tiles.lo, corr, pa0, false);  // corr of the first tile multiplies O = 0: unused
+      softmax(sc, walk.tile(0), corr, pa0, false);  // corr of the first tile multiplies O = 0: unused
       if constexpr (!Tr::kSpeculate) to_operand(sc, pa0);
     }
     // Tile n (it: this CTA's K/V tile count at tile n): P_{n-1} in pprev, P_n into pcur
@@ -292,20 +295,20 @@ struct Mainloop {
       if (moved) rescale_rows<1, kDF>(acc, corr);
       if constexpr (!Tr::kSpeculate) to_operand(sc, pcur);
     };
-    int n = tiles.lo + 1, it = it0 + 1;
+    int k = 1, it = it0 + 1;  // visit k (walk.tile(k))
     bool last_in_pa1 = false;
     if constexpr (Tr::kSpeculate) {
-      for (; n + 1 < tiles.hi; n += 2, it += 2) {
-        step(n, it, pa0, pa1);
-        step(n + 1, it + 1, pa1, pa0);
+      for (; k + 1 < nk; k += 2, it += 2) {
+        step(walk.tile(k), it, pa0, pa1);
+        step(walk.tile(k + 1), it + 1, pa1, pa0);
       }
-      last_in_pa1 = n < tiles.hi;
+      last_in_pa1 = k < nk;
       if (last_in_pa1) {
-        step(n, it, pa0, pa1);
+        step(walk.tile(k), it, pa0, pa1);
         ++it;
       }
     } else {
-      for (; n < tiles.hi; ++n, ++it) step(n, it, pa0, pa0);
+      for (; k < nk; ++k, ++it) step(walk.tile(k), it, pa0, pa0);
     }
     // Every S of this item retired: Q's buffer is free.
     if constexpr (Tr::kPersistent && !Tr::kQRegs) q_pipe.consumer_release(PipelineState<1>{qi}, lane);
@@ -319,7 +322,7 @@ struct Mainloop {
       ptx::fence_regs(acc[0]);
       v_pipe.consumer_release(prev, lane);
     };
-    if (tiles.lo < tiles.hi) {
+    if (nk > 0) {
       if (last_in_pa1) {  // always false without speculation
         last_pv(pa1);
       } else {
@@ -327,7 +330,7 @@ struct Mainloop {
       }
     }
 
-    it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
+    it0 += nk;
 
     // Row sums and maxima for the epilogue (fp8: l carries 2^kPLog2, O too: they cancel,
     // lse not); rows with no finite score zeroed; fp8: O * v_descale. The rows the softmax

@@ -57,6 +57,32 @@ struct ItemGeometry {
   }
 };
 
+// The order in which an item's key tiles are visited, shared by the producer's loads and the
+// consumers' steps: visit k is tile lo + k, except with ALiBi in the variants' kernels
+// (Tr::kScoreMod, p.alibi set): from `first`, the tile of the block's first diagonal key
+// (clamped to [lo, hi)), up to hi - 1, then down from first - 1 to lo. ALiBi lowers each score
+// by its key's distance from the row's diagonal, so in this order a row's max comes with the
+// first tile or the next and seldom moves past the softmax's slack after; in key order it
+// moved on most tiles before the diagonal (a rescale of O and the speculative step lost each
+// time; docs/results/cuda-variants-2026-12-01.md).
+template <class Tr>
+struct KeyWalk {
+  int lo, hi, first;
+  __device__ __forceinline__ KeyWalk(const FwdParams& p, const TileRange& r, int m0, const SeqInfo& seq)
+      : lo(r.lo), hi(r.hi), first(r.lo) {
+    if constexpr (Tr::kScoreMod) {
+      const int d = m0 + seq.sk - seq.sq;  // the block's first row's diagonal key
+      if (p.alibi != nullptr && d > 0 && r.hi > r.lo) first = max(r.lo, min(r.hi - 1, d / Tr::kBlockN));
+    }
+  }
+  __device__ __forceinline__ int count() const { return hi > lo ? hi - lo : 0; }
+  // Visit k's tile, k in [0, count()).
+  __device__ __forceinline__ int tile(int k) const {
+    if constexpr (Tr::kScoreMod) return k < hi - first ? first + k : hi - 1 - k;
+    else return lo + k;
+  }
+};
+
 template <int kBlockM, int kBlockN>
 struct SingleItemScheduler : ItemGeometry<kBlockM, kBlockN> {
   static constexpr bool kSplits = true;
