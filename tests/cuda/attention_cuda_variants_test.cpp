@@ -296,6 +296,19 @@ TEST_P(CudaVariants, GqaMqaLseOffAndScales) {
     c.D = 128;
     run_vcase(c);
   }
+  // Without softcap the sm90 rows leave a scale from 2^-20 on to the softmax's exponent and
+  // add ALiBi's term over it (ScoreFold); smaller, zero-like and negative scales are applied to
+  // the scores first. Sk > Sq: tiles left of every row's diagonal take ALiBi's row term apart.
+  for (float scale : {0.5f, 3.f, 2e-6f, 1e-30f, -0.3f}) {
+    VCase c;
+    c.dtype = GetParam();
+    c.vars = kAlibi | kSinks;
+    c.scale = scale;
+    c.D = 128;
+    c.Sq = 150;
+    c.Sk = 600;
+    run_vcase(c);
+  }
 }
 
 // Varlen: sequences of other lengths (an empty query sequence, one with more queries than

@@ -248,7 +248,10 @@ __global__ void __launch_bounds__(FwdSm80Traits<T, kHeadDim, kBlockM, kBlockN, k
       float s[kMI][kNF][4];
       ml.qk(s, stage_off);
       // variants: the scores go to the log2 domain here, and the mask and softmax take factor 1
-      if constexpr (kVariants) transform_scores<kMI, kNF>(s, p, slope2, w.band.offset, w.row0, n * kBlockN, t);
+      if constexpr (kVariants) {
+        float ro[2 * kMI];  // (side 0: none)
+        transform_scores<kMI, kNF>(s, p, ScoreFold(p, slope2, false), 0, w.band.offset, w.row0, n * kBlockN, t, ro);
+      }
       mask_scores<kMI, kNF>(s, full, kVariants ? 1.f : p.scale_log2, w.band, w.row0, n * kBlockN, t, w.shift);
       float corr[2 * kMI];
       sm.template update<kMI, kNF>(s, kVariants ? 1.f : p.scale_log2 > 0.f ? p.scale_log2 : 1.f, corr);

@@ -13,7 +13,8 @@
 //               tanh_f32 (core/variants/score.hpp). tanh.approx.f32 would take one MUFU op
 //               instead of two, but its ~2^-11 relative error is c * 5e-4 in the score (a
 //               2.4% error of P at c = 50), more than the 16-bit types' rounding of P.
-//   no softcap: acc * scale log2 e (any sign of the scale).
+//   no softcap: acc * scale log2 e (any sign of the scale); or (ScoreFold, the sm90 variant
+//               rows) acc as it is, the scale left to the softmax's exponent.
 //   ALiBi m:    minus m log2 e * |i + Sk - Sq - j| (the sequence's lengths, bottom-right).
 #pragma once
 
@@ -41,6 +42,26 @@ __device__ __forceinline__ float alibi_slope_log2(const FwdParams& p, int b, int
   return p.alibi != nullptr ? p.alibi[b * p.alibi_sb + h] * kLog2eF : 0.f;
 }
 
+// How a variant kernel's tile scores reach the softmax (one per item; slope2 from
+// alibi_slope_log2). With softcap, or a scale below kFoldFrom (zero, negative, or so small that
+// the ALiBi term over it could overflow), the scores go to the log2 domain here (times the
+// scale, or through the cap) and the softmax takes factor 1; else the softmax folds the scale
+// into its exponent as in the plain kernels, and the ALiBi term is added over the scale:
+// scale (acc + slope2 d / scale) = scale acc + slope2 d, with the rounding of one fp32 sum.
+struct ScoreFold {
+  static constexpr float kFoldFrom = 0x1p-20f;
+  bool folded;
+  float factor;  // the softmax's factor: p.scale_log2 (folded) or 1
+  float slope;   // the ALiBi slope in the scores' units: slope2 / p.scale_log2 (folded) or slope2
+  float slope2;  // the ALiBi slope times log2 e
+  // allow = false: never folded (kernels whose softmax always takes factor 1).
+  __device__ __forceinline__ ScoreFold(const FwdParams& p, float slope_log2, bool allow = true)
+      : folded(allow && !(p.softcap_out > 0.f) && p.scale_log2 >= kFoldFrom),
+        factor(folded ? p.scale_log2 : 1.f),
+        slope(folded ? slope_log2 / p.scale_log2 : slope_log2),
+        slope2(slope_log2) {}
+};
+
 // One raw score -> its transformed score in the log2 domain, the exact fp32 kernel's form
 // (tanhf; dist: the ALiBi distance).
 __device__ __forceinline__ float transform_score_exact(float acc, const FwdParams& p, float slope2, float dist) {
@@ -64,13 +85,35 @@ __device__ __forceinline__ float2 transform_score_exact2(float acc, const FwdPar
   return make_float2(s, isfinite(s) ? e + alo + blo : 0.f);  // (an infinite or NaN score: lo 0)
 }
 
+// Where a key tile [col0, col0 + cols) lies against the diagonals (key i + offset) of query
+// rows [r0, r1]: 1 when each key is at or left of every row's diagonal, -1 when at or right
+// of it, 0 when a diagonal crosses the tile. Uniform where r0, r1 and col0 are.
+__device__ __forceinline__ int alibi_side(int r0, int r1, int offset, int col0, int cols) {
+  return col0 + cols - 1 <= r0 + offset ? 1 : col0 >= r1 + offset ? -1 : 0;
+}
+
 // A key tile's raw scores (mma accumulator fragments: s[mi][nf][e] is query row row0 + 16 mi
-// + 8 (e / 2), key col0 + 8 nf + 2 t + e % 2) -> transformed scores in the log2 domain, every
-// element (the mask comes after: masked ones become -inf there); slope2 from
-// alibi_slope_log2, offset = Sk - Sq of the sequence. The branches are uniform.
+// + 8 (e / 2), key col0 + 8 nf + 2 t + e % 2) -> transformed scores, every element (the mask
+// comes after: masked ones become -inf there); f from the item's ScoreFold, offset = Sk - Sq
+// of the sequence. The branches are uniform.
+//
+// ALiBi, -slope2 |i + offset - j| in the log2 domain (slope f.slope in the scores' units):
+//  - side 0 (alibi_side; always without ro): per score from the distance, exact in fp32
+//    (integers below 2^24) with one rounding in the product: three instructions (FADD of an
+//    immediate, FMUL by the uniform slope, FADD of the magnitude; an FFMA with the slope as a
+//    factor and an immediate took a MOV of the uniform register per score besides).
+//  - side +-1 (the tile wholly on one side of the rows' diagonals): the term is
+//    side (slope (j - col0) + slope2 (col0 - i - offset)); the first part per score by one FFMA
+//    of the exact column offset (its FADD of an immediate is shared by the lane's two rows),
+//    the second per row into ro[] (log2 units), which the softmax adds to the row's scores
+//    (OnlineSoftmax's row offsets) instead of each score taking it.
+// ro[] is 0 for the rows without a row term.
 template <int kMI, int kNF>
-__device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const FwdParams& p, float slope2, int offset,
-                                                 int row0, int col0, int t) {
+__device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const FwdParams& p, const ScoreFold& f,
+                                                 int side, int offset, int row0, int col0, int t,
+                                                 float (&ro)[2 * kMI]) {
+#pragma unroll
+  for (int r = 0; r < 2 * kMI; ++r) ro[r] = 0.f;
   if (p.softcap_out > 0.f) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
@@ -78,7 +121,7 @@ __device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const 
       for (int nf = 0; nf < kNF; ++nf)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mi][nf][e] = p.softcap_out * tanh_of_exp2_arg(s[mi][nf][e] * p.softcap_in);
-  } else {
+  } else if (!f.folded) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
@@ -86,24 +129,37 @@ __device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const 
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mi][nf][e] *= p.scale_log2;
   }
-  if (p.alibi != nullptr) {
+  if (p.alibi == nullptr) return;
+  if (side != 0) {
+    const float sl = side > 0 ? f.slope : -f.slope, jb = float(2 * t);
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        // slope2 |i + Sk - Sq - j| = |slope2 (d0 - 8 nf - e % 2)|, d0 the distance at the
-        // lane's first column: the distance exact in fp32 (integers below 2^24), one rounding
-        // in the product. Three instructions per score (FADD of an immediate, FMUL by the
-        // uniform slope, FADD of the magnitude); an FFMA with the slope as a factor and an
-        // immediate took a MOV of the uniform register per score besides.
-        const float d0 = float(row0 + 16 * mi + 8 * half + offset - col0 - 2 * t);
+      for (int half = 0; half < 2; ++half)
+        ro[2 * mi + half] = f.slope2 * float(side * (col0 - (row0 + 16 * mi + 8 * half) - offset));
 #pragma unroll
-        for (int nf = 0; nf < kNF; ++nf)
+    for (int nf = 0; nf < kNF; ++nf)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            s[mi][nf][2 * half + e] -= fabsf(slope2 * (d0 - float(nf * 8 + e)));
+      for (int e = 0; e < 2; ++e) {
+        const float jf = jb + float(nf * 8 + e);
+#pragma unroll
+        for (int mi = 0; mi < kMI; ++mi) {
+          s[mi][nf][e] = fmaf(jf, sl, s[mi][nf][e]);
+          s[mi][nf][2 + e] = fmaf(jf, sl, s[mi][nf][2 + e]);
+        }
       }
+    return;
   }
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float d0 = float(row0 + 16 * mi + 8 * half + offset - col0 - 2 * t);  // the lane's first column's distance
+#pragma unroll
+      for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) s[mi][nf][2 * half + e] -= fabsf(f.slope * (d0 - float(nf * 8 + e)));
+    }
 }
 
 // A row's (m, l) (log2 domain, m the max in use, l the full row sum 2^(z - m)) with the sink

@@ -81,8 +81,11 @@ struct OnlineSoftmax {
   // O / l does not see; lse then needs m - kPLog2 (the fp8 path: P stored as e4m3(2^kPLog2 P)).
   // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8. A row whose max in use
   // reaches kExactFrom gets l = NaN (it is computed again after the epilogue).
-  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack>
-  __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows]) {
+  // kRowOff: row r's scores are s e + ro[r] (log2 units; the score variants' ALiBi rows,
+  // parts/score_mod.cuh), the offset taken once per row instead of once per score.
+  template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kRowOff = false>
+  __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows],
+                                         const float* ro = nullptr) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi) {
 #pragma unroll
@@ -93,13 +96,13 @@ struct OnlineSoftmax {
         for (int nf = 0; nf < kNF; ++nf) mx = fmaxf(mx, fmaxf(s[mi][nf][2 * half], s[mi][nf][2 * half + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = softmax_move_max<kSlack>(m[r], mx * e, corr[r]);
-        const float pbase = base - float(kPLog2);
+        const float base = softmax_move_max<kSlack>(m[r], kRowOff ? fmaf(mx, e, ro[r]) : mx * e, corr[r]);
+        const float pbase = base - float(kPLog2), nb = kRowOff ? ro[r] - pbase : -pbase;
         float sum = 0.f;
 #pragma unroll
         for (int nf = 0; nf < kNF; ++nf) {
-          const float p0 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half], e, -pbase));
-          const float p1 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half + 1], e, -pbase));
+          const float p0 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half], e, nb));
+          const float p1 = ptx::exp2_fast(fmaf(s[mi][nf][2 * half + 1], e, nb));
           s[mi][nf][2 * half] = p0;
           s[mi][nf][2 * half + 1] = p1;
           sum += p0 + p1;
@@ -121,12 +124,15 @@ struct OnlineSoftmax {
   // row with no visible key yet: m = -inf gives inf or NaN, NaN scores) nothing is
   // changed and the caller runs update.
   // What it saves is update's max pass: one FMNMX per score and the quad shuffles.
-  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kChord = false, typename Emit>
-  __device__ __forceinline__ bool try_update(const float (&s)[1][kNF][4], float e, Emit&& emit) {
+  // kRowOff, ro: as update's.
+  template <int kNF, int kChunk, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kChord = false,
+            bool kRowOff = false, typename Emit>
+  __device__ __forceinline__ bool try_update(const float (&s)[1][kNF][4], float e, Emit&& emit,
+                                             const float* ro = nullptr) {
     static_assert(kNF % kChunk == 0, "whole chunks");
     static_assert(!kChord || kPLog2 > 0, "the chord exponentials are for fp8's P");
     float sum0 = 0.f, sum1 = 0.f;
-    speculate<kNF, kChunk, kPLog2, kChord>(s, e, emit, sum0, sum1);
+    speculate<kNF, kChunk, kPLog2, kChord, kRowOff>(s, e, emit, sum0, sum1, ro);
     constexpr float kBound = float(1 << (kPLog2 + kSlack));
     const bool ok = sum0 <= kBound && sum1 <= kBound;  // false for NaN
     if (!__all_sync(0xffffffffu, ok)) return false;
@@ -142,10 +148,14 @@ struct OnlineSoftmax {
   // all fragments by the chord gained less; docs/results/cuda-sm90-fp8-2026-11-22.md,
   // 2026-11-27, c41386a). The sums then carry the chord's error, so lse would too: the backend
   // takes this only without lse.
-  template <int kNF, int kChunk, int kPLog2, bool kChord, typename Emit>
+  template <int kNF, int kChunk, int kPLog2, bool kChord, bool kRowOff, typename Emit>
   __device__ __forceinline__ void speculate(const float (&s)[1][kNF][4], float e, Emit& emit, float& sum0,
-                                            float& sum1) {
-    const float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
+                                            float& sum1, const float* ro) {
+    float pb0 = m[0] - float(kPLog2), pb1 = m[1] - float(kPLog2);
+    if constexpr (kRowOff) {
+      pb0 -= ro[0];
+      pb1 -= ro[1];
+    }
     const float cb0 = ptx::kChordShift - pb0, cb1 = ptx::kChordShift - pb1;
 #pragma unroll
     for (int c = 0; c < kNF / kChunk; ++c) {

@@ -204,9 +204,11 @@ struct Mainloop {
   // tiles `tiles` (it0: the CTA's K/V tiles before them, advanced), the lane's rows row0 and
   // row0 + 8 (packed rows: queries row >> shift), the band, the item's scale (fp8: with its
   // per-head factors; 16-bit: p.scale_log2, read where it is used) and o_scale (fp8).
-  // Tr::kScoreMod: each tile's scores go to the log2 domain transformed (softcap, ALiBi with
-  // the item's slope times log2 e, slope2; parts/score_mod.cuh) before the mask, and the
-  // mask and softmax take the factor 1.
+  // Tr::kScoreMod: each tile's scores are transformed before the mask (parts/score_mod.cuh;
+  // slope2: the item's ALiBi slope times log2 e). With softcap, or a scale the softmax cannot
+  // take as its factor (ScoreFold), they go to the log2 domain there and the mask and softmax
+  // take the factor 1; else ALiBi's term is added divided by the scale and the softmax folds
+  // the scale into its exponent, as in the plain kernels (one FMUL per score fewer).
   __device__ __forceinline__ void run(const FwdParams& p, int qi, int& it0, const TileRange& tiles,
                                       const KeyWalk<Tr>& walk, int row0, int shift,
                                       const Band32& band, float item_scale_log2, float o_scale, ItemResult<Tr>& out,
@@ -214,9 +216,10 @@ struct Mainloop {
     const Pipeline<1> q_pipe = s.q_pipe();
     const Pipeline<kStages> k_pipe = s.k_pipe(), v_pipe = s.v_pipe();
     const int t = lane % 4;
+    [[maybe_unused]] const ScoreFold fold(p, slope2);
     auto scale_log2 = [&] {
       if constexpr (Tr::kFp8) return item_scale_log2;
-      else if constexpr (Tr::kScoreMod) return 1.f;
+      else if constexpr (Tr::kScoreMod) return fold.factor;
       else return p.scale_log2;
     };
     float(&acc)[1][kDF][4] = out.acc;
@@ -231,14 +234,21 @@ struct Mainloop {
     // use into pa chunk by chunk and keeps sc; where a max moved past the slack, update.
     // update writes P in place in sc; with two P buffers (Tr::kSpeculate) it is packed into
     // pa at once, else by the caller once the in-flight P V that reads pa is retired.
+    // Tr::kScoreMod: ro, the rows' offsets (ALiBi's row term on tiles wholly on one side of
+    // this warp's rows' diagonals; transform_scores), which the softmax adds per row.
     auto softmax = [&](float (&sc)[1][kNF][4], int n, float (&corr)[2], PRegs& pa, bool spec) {
-      if constexpr (Tr::kScoreMod) transform_scores<1, kNF>(sc, p, slope2, band.offset, row0, n * kBlockN, t);
+      [[maybe_unused]] float ro[2];
+      if constexpr (Tr::kScoreMod) {
+        const int wrow0 = row0 - lane / 4;  // the warp's first row
+        transform_scores<1, kNF>(sc, p, fold, alibi_side(wrow0, wrow0 + 15, band.offset, n * kBlockN, kBlockN),
+                                 band.offset, row0, n * kBlockN, t, ro);
+      }
       mask_scores<1, kNF>(sc, n >= tiles.full_lo && n < tiles.full_hi, scale_log2(), band, row0, n * kBlockN, t, shift);
       const float e = scale_log2() > 0.f ? scale_log2() : 1.f;
-      if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack, kChord>(
-                      sc, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); }))
+      if (spec && sm.template try_update<kNF, kNF / kPK, kPLog2, kSlack, kChord, Tr::kScoreMod>(
+                      sc, e, [&](const float (&pf)[kNF][4], int c) { Op::p_operand(pa[c], pf, c); }, ro))
         return false;
-      sm.template update<1, kNF, kPLog2, kSlack>(sc, e, corr);
+      sm.template update<1, kNF, kPLog2, kSlack, Tr::kScoreMod>(sc, e, corr, ro);
       if constexpr (Tr::kSpeculate) to_operand(sc, pa);
       return true;
     };
