@@ -31,7 +31,10 @@
 //    src/cpu/sve/vecops_sve.cpp; on the fp8
 //    GPU kernels, when no lse is asked for, half of P's exponentials by the piecewise-linear
 //    chord between powers of two, relative error <= 3.2 %, below the e4m3 rounding that P
-//    gets anyway; with lse, the exact path). Other CUDA kernels use MUFU.EX2 in both modes.
+//    gets anyway; with lse, the exact path). Other CUDA kernels use MUFU.EX2 in both modes;
+//    with a softcap c, the 16-bit and TF32 kernels take its tanh from tanh.approx.f32 under
+//    fast (relative error ~2^-10.7: up to c times that in the score; one MUFU operation
+//    instead of two), the exact form (~2.4e-7) otherwise. The backward pass is exact in both.
 //  * Storage dtypes f32, f16, bf16 (fp8 on GPUs that have it); accumulation is fp32.
 //    The output has the dtype of Q (attention), V (softmax_v) or A (gemm_chain), except
 //    fp8 attention (CUDA, Hopper: e4m3 q/k/v with AttentionParams' descales), which writes

@@ -45,6 +45,7 @@ FwdParams fwd_params(const core::AttentionProblem& p, int64_t sq, int64_t sk, co
   if (p.softcap > 0.0f) {
     f.softcap_in = float(2.0 * 1.4426950408889634 * double(p.scale) / double(p.softcap));
     f.softcap_out = float(double(p.softcap) * 1.4426950408889634);
+    if (p.exp2 == Exp2Mode::fast) f.tanh_in = float(double(p.scale) / double(p.softcap));
   }
   f.alibi = p.alibi;
   f.alibi_sb = p.alibi_sb;

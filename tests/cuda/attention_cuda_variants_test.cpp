@@ -78,6 +78,7 @@ struct VCase {
   float scale = 0.f;  // 0: 2 / sqrt(D)
   bool lse = true;
   bool exact_fp32 = false;
+  bool fast = false;          // Exp2Mode::fast (softcap: tanh.approx.f32 on the tensor-core kernels)
   bool neg_inf_sink = false;  // head 0's sink is -inf (no sink)
   std::string impl;           // forced key
   std::string expect;         // the kernel that must run starts with this (default: variant_family)
@@ -86,7 +87,7 @@ struct VCase {
            std::to_string(Hkv) + " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
            " Dv" + std::to_string(Dv < 0 ? D : Dv) + (causal ? " causal" : "") + " w(" + std::to_string(wl) + "," +
            std::to_string(wr) + ") " + var_name(vars) + " cap " + std::to_string(softcap) + " scale " +
-           std::to_string(scale) + (lse ? " lse" : "") + (exact_fp32 ? " exact" : "") + " " + impl;
+           std::to_string(scale) + (lse ? " lse" : "") + (exact_fp32 ? " exact" : "") + (fast ? " fast" : "") + " " + impl;
   }
 };
 
@@ -165,6 +166,7 @@ void run_vcase(const VCase& c) {
   p.window_right = c.wr;
   p.scale = c.scale != 0.f ? c.scale : 2.0f / std::sqrt(float(c.D));
   p.exact_fp32 = c.exact_fp32;
+  if (c.fast) p.exp2 = flashcore::Exp2Mode::fast;
   p.impl = c.impl.empty() ? nullptr : c.impl.c_str();
   if (c.lse) p.lse = &dlse.view();
   va.set(p, c, &dslopes.view(), &dsinks.view());
@@ -449,6 +451,51 @@ TEST(CudaVariantsKeys, AlibiKeyOrder) {
             c.impl = key + splits;
             run_vcase(c);
           }
+}
+
+// Softcap under Exp2Mode::fast: the tensor-core kernels' tanh from tanh.approx.f32. Within the
+// 16-bit tolerance of the exact reference (c = 1.5: a score's error <= 1.5 x 2^-10.7), and
+// not bit for bit the exact mode's output (the fast form ran), on the dispatcher's kernel
+// and a forced sm80 one.
+TEST(CudaVariantsKeys, FastSoftcapTanh) {
+  FC_REQUIRE_GPU();
+  for (DType dt : {DType::f16, DType::bf16}) {
+    std::vector<std::string> impls = {""};  // the dispatcher's, and the first sm80 hd128 key the device runs
+    const auto sm80 = keys_by_prefix("fwd_sm80_" + std::string(fctest::name(dt)) + "_hd", true, 128);
+    if (!sm80.empty()) impls.push_back(sm80.front().first);
+    for (const std::string& impl : impls) {
+      VCase c;
+      c.dtype = dt;
+      c.D = 128;
+      c.Sq = 130;
+      c.Sk = 300;
+      c.vars = kSoftcap | kSinks;
+      c.fast = true;
+      c.impl = impl;
+      run_vcase(c);
+    }
+    // The same inputs in both modes: some output element differs.
+    fctest::Rng rng;
+    FC_TRACE_SEED(rng);
+    HostTensor q(dt, {1, 64, 2, 128}), k(dt, {1, 200, 2, 128}), v(dt, {1, 200, 2, 128}), o1(dt, {1, 64, 2, 128}),
+        o2(dt, {1, 64, 2, 128});
+    q.fill_uniform(rng, -1, 1);
+    k.fill_uniform(rng, -1, 1);
+    v.fill_uniform(rng, -1, 1);
+    DevTensor dq(q), dk(k), dv(v), d1(o1), d2(o2);
+    AttentionParams p;
+    p.softcap = 1.5f;
+    p.scale = 2.0f / std::sqrt(128.0f);
+    if (!call_or_skip([&] { flashcore::attention(dq.view(), dk.view(), dv.view(), d1.view(), p); })) continue;
+    p.exp2 = flashcore::Exp2Mode::fast;
+    flashcore::attention(dq.view(), dk.view(), dv.view(), d2.view(), p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    d1.download(o1);
+    d2.download(o2);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < o1.numel(); ++i) differ += o1.get(i) != o2.get(i);
+    EXPECT_GT(differ, 0) << fctest::name(dt) << ": Exp2Mode::fast gave the exact mode's output bit for bit";
+  }
 }
 
 // Every sm80 key of this build that the device runs, forced, with every variant (causal,

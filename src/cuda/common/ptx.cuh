@@ -204,6 +204,14 @@ __device__ __forceinline__ float exp2_fast(float x) {
   return y;
 }
 
+// tanh(x) with the MUFU unit (tanh.approx.f32: one operation, maximum relative error about
+// 2^-10.7; saturates to +-1, NaN stays NaN), for softcap under Exp2Mode::fast.
+__device__ __forceinline__ float tanh_fast(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // 2^(t - kChordShift) by its piecewise-linear chord between the powers of two, for the fp8
 // kernels' P under Exp2Mode::fast (parts/softmax.cuh). t = x + kChordShift (the caller
 // folds the shift into its FFMA): t then holds round(128 x) in its low mantissa bits (ulp

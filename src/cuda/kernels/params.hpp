@@ -128,9 +128,11 @@ struct FwdParams {
   // softcap_out = c log2 e (0: no softcap; then z log2 e = acc scale_log2 - ...),
   // softcap_in = 2 log2 e scale / c (acc softcap_in is the exponent of the device tanh:
   // parts/score_mod.cuh). ALiBi slope m_bh of (sequence or batch entry b, head h):
-  // alibi[b alibi_sb + h], or null; sinks[h] (natural log), or null.
+  // alibi[b alibi_sb + h], or null; sinks[h] (natural log), or null. tanh_in = scale / c
+  // under Exp2Mode::fast (the tensor-core variant kernels then take tanh from tanh.approx.f32,
+  // one MUFU operation instead of two), else 0.
   bool variants = false;
-  float softcap_in = 0.f, softcap_out = 0.f;
+  float softcap_in = 0.f, softcap_out = 0.f, tanh_in = 0.f;
   const float* alibi = nullptr;
   int64_t alibi_sb = 0;
   const float* sinks = nullptr;

@@ -12,7 +12,9 @@
 //               fast division's 2 ulp): the score's error is c times that, as the CPU's
 //               tanh_f32 (core/variants/score.hpp). tanh.approx.f32 would take one MUFU op
 //               instead of two, but its ~2^-11 relative error is c * 5e-4 in the score (a
-//               2.4% error of P at c = 50), more than the 16-bit types' rounding of P.
+//               2.4% error of P at c = 50), more than the 16-bit types' rounding of P:
+//               it is taken only under Exp2Mode::fast (FwdParams::tanh_in), as the
+//               FlashAttention kernels take it always.
 //   no softcap: acc * scale log2 e (any sign of the scale); or (ScoreFold, the sm90 variant
 //               rows) acc as it is, the scale left to the softmax's exponent.
 //   ALiBi m:    minus m log2 e * |i + Sk - Sq - j| (the sequence's lengths, bottom-right).
@@ -114,7 +116,15 @@ __device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const 
                                                  float (&ro)[2 * kMI]) {
 #pragma unroll
   for (int r = 0; r < 2 * kMI; ++r) ro[r] = 0.f;
-  if (p.softcap_out > 0.f) {
+  // (The tanh form is chosen once per tile: chosen per score, ptxas branched around each one.)
+  if (p.softcap_out > 0.f && p.tanh_in != 0.f) {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nf][e] = p.softcap_out * ptx::tanh_fast(s[mi][nf][e] * p.tanh_in);
+  } else if (p.softcap_out > 0.f) {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
