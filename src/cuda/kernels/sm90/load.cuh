@@ -162,7 +162,7 @@ struct Producer {
         if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
       }
       load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
-      for (int k = 0; k < walk.count(); ++k, ++it) {
+      for (int k = tiles.lo; k < tiles.hi; ++k, ++it) {
         const int n = walk.tile(k);
         const PipelineState<Tr::kStages> st{it};
         load_k(st, n, kv);
@@ -170,7 +170,7 @@ struct Producer {
           load_v_raw(rs, n, kv);
         } else {
           if constexpr (Tr::kVtFused) {  // (the tag: before the arrival on V's full barrier, a release)
-            if (p.vt_sync != nullptr && k == 0)
+            if (p.vt_sync != nullptr && k == tiles.lo)
               ptx::sts32(BadKeys<Tr>{s.bad}.tag(qi), wait_vt_head(p, kv.batch, hk) ? p.vt_stamp : 0u);
           }
           acquire_v(st);

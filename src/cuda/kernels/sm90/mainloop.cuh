@@ -269,8 +269,7 @@ struct Mainloop {
     // never used: no registers).
     PRegs pa0, pa1;
     float corr[2];
-    const int nk = walk.count();
-    if (nk > 0) {
+    if (tiles.lo < tiles.hi) {
       float sc[1][kNF][4];
       const PipelineState<kStages> st{it0};
       k_pipe.consumer_wait(st);
@@ -280,7 +279,7 @@ struct Mainloop {
       ptx::wgmma_wait<0>();
       ptx::fence_regs(sc[0]);
       k_pipe.consumer_release(st, lane);
-      softmax(sc, walk.tile(0), corr, pa0, false);  // corr of the first tile multiplies O = 0: unused
+      softmax(sc, walk.tile(tiles.lo), corr, pa0, false);  // corr of the first tile multiplies O = 0: unused
       if constexpr (!Tr::kSpeculate) to_operand(sc, pa0);
     }
     // Tile n (it: this CTA's K/V tile count at tile n): P_{n-1} in pprev, P_n into pcur
@@ -305,20 +304,20 @@ struct Mainloop {
       if (moved) rescale_rows<1, kDF>(acc, corr);
       if constexpr (!Tr::kSpeculate) to_operand(sc, pcur);
     };
-    int k = 1, it = it0 + 1;  // visit k (walk.tile(k))
+    int n = tiles.lo + 1, it = it0 + 1;  // visit n - lo: tile walk.tile(n)
     bool last_in_pa1 = false;
     if constexpr (Tr::kSpeculate) {
-      for (; k + 1 < nk; k += 2, it += 2) {
-        step(walk.tile(k), it, pa0, pa1);
-        step(walk.tile(k + 1), it + 1, pa1, pa0);
+      for (; n + 1 < tiles.hi; n += 2, it += 2) {
+        step(walk.tile(n), it, pa0, pa1);
+        step(walk.tile(n + 1), it + 1, pa1, pa0);
       }
-      last_in_pa1 = k < nk;
+      last_in_pa1 = n < tiles.hi;
       if (last_in_pa1) {
-        step(walk.tile(k), it, pa0, pa1);
+        step(walk.tile(n), it, pa0, pa1);
         ++it;
       }
     } else {
-      for (; k < nk; ++k, ++it) step(walk.tile(k), it, pa0, pa0);
+      for (; n < tiles.hi; ++n, ++it) step(walk.tile(n), it, pa0, pa0);
     }
     // Every S of this item retired: Q's buffer is free.
     if constexpr (Tr::kPersistent && !Tr::kQRegs) q_pipe.consumer_release(PipelineState<1>{qi}, lane);
@@ -332,7 +331,7 @@ struct Mainloop {
       ptx::fence_regs(acc[0]);
       v_pipe.consumer_release(prev, lane);
     };
-    if (nk > 0) {
+    if (tiles.lo < tiles.hi) {
       if (last_in_pa1) {  // always false without speculation
         last_pv(pa1);
       } else {
@@ -340,7 +339,7 @@ struct Mainloop {
       }
     }
 
-    it0 += nk;
+    it0 += tiles.hi > tiles.lo ? tiles.hi - tiles.lo : 0;
 
     // Row sums and maxima for the epilogue (fp8: l carries 2^kPLog2, O too: they cancel,
     // lse not); rows with no finite score zeroed; fp8: O * v_descale. The rows the softmax

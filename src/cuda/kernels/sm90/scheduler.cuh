@@ -58,7 +58,8 @@ struct ItemGeometry {
 };
 
 // The order in which an item's key tiles are visited, shared by the producer's loads and the
-// consumers' steps: visit k is tile lo + k, except with ALiBi in the variants' kernels
+// consumers' steps: the loops run k over [lo, hi) and visit tile(k), which is k itself (the
+// plain kernels' loops are the key-order loops they were), except with ALiBi in the variants' kernels
 // (Tr::kScoreMod, p.alibi set): from `first`, the tile of the block's first diagonal key
 // (clamped to [lo, hi)), up to hi - 1, then down from first - 1 to lo. ALiBi lowers each score
 // by its key's distance from the row's diagonal, so in this order a row's max comes with the
@@ -75,11 +76,14 @@ struct KeyWalk {
       if (p.alibi != nullptr && d > 0 && r.hi > r.lo) first = max(r.lo, min(r.hi - 1, d / Tr::kBlockN));
     }
   }
-  __device__ __forceinline__ int count() const { return hi > lo ? hi - lo : 0; }
-  // Visit k's tile, k in [0, count()).
+  // The tile of visit k - lo, k in [lo, hi).
   __device__ __forceinline__ int tile(int k) const {
-    if constexpr (Tr::kScoreMod) return k < hi - first ? first + k : hi - 1 - k;
-    else return lo + k;
+    if constexpr (Tr::kScoreMod) {
+      const int j = k - lo;
+      return j < hi - first ? first + j : hi - 1 - j;
+    } else {
+      return k;
+    }
   }
 };
 
