@@ -6,7 +6,7 @@ C, ALiBi with the paper's slopes, sinks; with --fast also softcap C under --exp 
 after call, so that every variant meets the plain call of its own round. The table gives per
 row the median over rounds of each call's p50 and the median of the per-round ratios plain /
 variant (1.00: the variant is free; the variants' line asks >= 0.90 at D 128, S 8192). Raw
-JSON lines go to --raw.
+JSON lines go to --raw; --only softcap,alibi,... times those variants alone besides plain.
 
   FLASHCORE_BENCH=build/release/bench/flashcore-bench python3 bench/peers/variants_table.py \
       --backend cuda --dtypes bf16,f16 --rounds 3 [--fast] [--softcap 30] [--shapes B,H,S,D[,c]] ...
@@ -44,10 +44,13 @@ def main():
     ap.add_argument("--softcap", default="30")
     ap.add_argument("--fast", action="store_true", help="also softcap under --exp fast")
     ap.add_argument("--raw", default="")
+    ap.add_argument("--only", default="", help="comma-separated variants to time besides plain (default: all)")
     a = ap.parse_args()
     bench = os.environ.get("FLASHCORE_BENCH", "build/release/bench/flashcore-bench")
     shapes = a.shapes or (CUDA_SHAPES if a.backend == "cuda" else CPU_SHAPES)
     vs = variants(a.softcap, a.fast)
+    if a.only:
+        vs = [v for v in vs if v[0] == "plain" or v[0] in a.only.split(",")]
     times = {}   # (shape, dtype, variant) -> [p50 per round]
     ratios = {}  # (shape, dtype, variant) -> [plain / variant per round]
     kernels = {}

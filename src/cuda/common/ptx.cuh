@@ -204,6 +204,13 @@ __device__ __forceinline__ float exp2_fast(float x) {
   return y;
 }
 
+// 1 / x with the MUFU unit (rcp.approx.ftz: ~1 ulp).
+__device__ __forceinline__ float rcp_fast(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // tanh(x) with the MUFU unit (tanh.approx.f32: one operation, maximum relative error about
 // 2^-10.7; saturates to +-1, NaN stays NaN), for softcap under Exp2Mode::fast.
 __device__ __forceinline__ float tanh_fast(float x) {

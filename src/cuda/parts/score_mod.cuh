@@ -3,21 +3,27 @@
 // forms (FwdParams::variants). The plain kernels never include these steps.
 //
 // The kernels' softmax works in the log2 domain. A variant tile's raw scores acc = q.k become
-// the transformed scores times log2 e before the mask and the row max, so the softmax then
-// runs with the factor 1:
-//   softcap c:  c log2 e * tanh(scale acc / c), tanh(x) = (2^y - 1) / (2^y + 1) with
-//               y = 2 x log2 e = acc * FwdParams::softcap_in (one MUFU.EX2, one MUFU.RCP;
-//               y clamped at 64, where the quotient is 1 in fp32; y below -126 flushes 2^y to
-//               0: -1). Absolute error of tanh ~2.4e-7 (ex2.approx's 2^-22 relative, the
-//               fast division's 2 ulp): the score's error is c times that, as the CPU's
-//               tanh_f32 (core/variants/score.hpp). tanh.approx.f32 would take one MUFU op
-//               instead of two, but its ~2^-11 relative error is c * 5e-4 in the score (a
-//               2.4% error of P at c = 50), more than the 16-bit types' rounding of P:
-//               it is taken only under Exp2Mode::fast (FwdParams::tanh_in), as the
-//               FlashAttention kernels take it always.
-//   no softcap: acc * scale log2 e (any sign of the scale); or (ScoreFold, the sm90 variant
-//               rows) acc as it is, the scale left to the softmax's exponent.
-//   ALiBi m:    minus m log2 e * |i + Sk - Sq - j| (the sequence's lengths, bottom-right).
+// the transformed scores times log2 e before the mask and the row max, or (ScoreFold, the
+// sm90 variant rows) a form of them that the softmax's own FFMA, with a factor and a row
+// offset, turns into the log2 domain:
+//   softcap c:  c log2 e * tanh(scale acc / c) = C - 2 C / (2^y + 1), C = c log2 e,
+//               y = 2 x log2 e = acc * FwdParams::softcap_in (one MUFU.EX2, one MUFU.RCP; y past
+//               127 gives 2^y = inf and the cap C, y below -126 flushes 2^y to 0: -C). Absolute
+//               error of tanh ~2.4e-7 (ex2.approx's 2^-22 relative, rcp.approx's ulp): the
+//               score's error is c times that, as the CPU's tanh_f32 (core/variants/score.hpp).
+//               Folded: the scores leave as u = -1 / (2^y + 1), the softmax's factor is 2 C
+//               and its row offset C (z = 2 C u + C in the exponent's FFMA: no FFMA here).
+//               tanh.approx.f32 would take one MUFU op instead of two, but its ~2^-11
+//               relative error is c * 5e-4 in the score (a 2.4% error of P at c = 50), more
+//               than the 16-bit types' rounding of P: it is taken only under Exp2Mode::fast
+//               (FwdParams::tanh_in), as the FlashAttention kernels take it always; folded,
+//               the scores leave as tanh and the factor is C.
+//   no softcap: acc * scale log2 e (any sign of the scale); or, folded, acc as it is, the
+//               scale left to the softmax's exponent.
+//   ALiBi m:    minus m log2 e * |i + Sk - Sq - j| (the sequence's lengths, bottom-right);
+//               folded, in the scores' units (over the softmax's factor).
+// Each step costs the consumer's issue slots, which bound these kernels (more than the MUFU
+// unit: docs/results/cuda-variants-2026-12-01.md moved exponentials to the FP32 pipe and lost).
 #pragma once
 
 #include <cmath>
@@ -31,11 +37,8 @@ namespace flashcore::cuda {
 constexpr float kLog2eF = 1.4426950408889634f;
 constexpr float kLn2F = 0.69314718055994531f;
 
-// tanh(x) from y = 2 x log2 e (see above). A NaN y stays NaN (the clamp keeps it).
-__device__ __forceinline__ float tanh_of_exp2_arg(float y) {
-  const float e = ptx::exp2_fast(y > 64.f ? 64.f : y);
-  return __fdividef(e - 1.f, e + 1.f);
-}
+// -1 / (2^y + 1), and the capped score C - 2 C / (2^y + 1) from it (above).
+__device__ __forceinline__ float softcap_u(float y) { return ptx::rcp_fast(-(ptx::exp2_fast(y) + 1.f)); }
 
 // The ALiBi slope of (sequence or batch entry b, head h) times log2 e (0 without ALiBi): the
 // one register the variants hold across the key loop; every other factor is read from the
@@ -45,22 +48,29 @@ __device__ __forceinline__ float alibi_slope_log2(const FwdParams& p, int b, int
 }
 
 // How a variant kernel's tile scores reach the softmax (one per item; slope2 from
-// alibi_slope_log2). With softcap, or a scale below kFoldFrom (zero, negative, or so small that
-// the ALiBi term over it could overflow), the scores go to the log2 domain here (times the
-// scale, or through the cap) and the softmax takes factor 1; else the softmax folds the scale
-// into its exponent as in the plain kernels, and the ALiBi term is added over the scale:
-// scale (acc + slope2 d / scale) = scale acc + slope2 d, with the rounding of one fp32 sum.
+// alibi_slope_log2). Folded (the sm90 variant rows: allow), the softmax's exponent is
+// fma(score, factor, row offset - max): with softcap the scores leave transform_scores as
+// u or tanh (above; factor 2 C or C, offset C or 0); without, as acc with factor
+// p.scale_log2 as in the plain kernels, unless the scale is below kFoldFrom (zero, negative,
+// or so small that the ALiBi term over it could overflow): then the scores go to the log2
+// domain here, times the scale, and the softmax takes factor 1. ALiBi's term is added in the
+// scores' units: factor (s + slope2 d / factor) = factor s + slope2 d, with the rounding of
+// one fp32 sum.
 struct ScoreFold {
   static constexpr float kFoldFrom = 0x1p-20f;
-  bool folded;
-  float factor;  // the softmax's factor: p.scale_log2 (folded) or 1
-  float slope;   // the ALiBi slope in the scores' units: slope2 / p.scale_log2 (folded) or slope2
+  bool capped;   // softcap folded into the softmax's factor (allow and p.softcap_out > 0)
+  bool folded;   // the scale folded (allow, no softcap, scale_log2 >= kFoldFrom)
+  float factor;  // the softmax's factor: 2 C or C (capped), p.scale_log2 (folded) or 1
+  float base;    // the rows' offset in log2 units: C for the exact cap, else 0
+  float slope;   // the ALiBi slope in the scores' units: slope2 / factor
   float slope2;  // the ALiBi slope times log2 e
-  // allow = false: never folded (kernels whose softmax always takes factor 1).
+  // allow = false: scores leave in the log2 domain (kernels whose softmax takes factor 1).
   __device__ __forceinline__ ScoreFold(const FwdParams& p, float slope_log2, bool allow = true)
-      : folded(allow && !(p.softcap_out > 0.f) && p.scale_log2 >= kFoldFrom),
-        factor(folded ? p.scale_log2 : 1.f),
-        slope(folded ? slope_log2 / p.scale_log2 : slope_log2),
+      : capped(allow && p.softcap_out > 0.f),
+        folded(allow && !(p.softcap_out > 0.f) && p.scale_log2 >= kFoldFrom),
+        factor(capped ? (p.tanh_in != 0.f ? p.softcap_out : 2.f * p.softcap_out) : folded ? p.scale_log2 : 1.f),
+        base(capped && p.tanh_in == 0.f ? p.softcap_out : 0.f),
+        slope(slope_log2 / factor),
         slope2(slope_log2) {}
 };
 
@@ -87,6 +97,17 @@ __device__ __forceinline__ float2 transform_score_exact2(float acc, const FwdPar
   return make_float2(s, isfinite(s) ? e + alo + blo : 0.f);  // (an infinite or NaN score: lo 0)
 }
 
+// s = fn(s) on every element of a tile's fragments.
+template <int kMI, int kNF, class Fn>
+__device__ __forceinline__ void each_score(float (&s)[kMI][kNF][4], Fn&& fn) {
+#pragma unroll
+  for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+    for (int nf = 0; nf < kNF; ++nf)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mi][nf][e] = fn(s[mi][nf][e]);
+}
+
 // Where a key tile [col0, col0 + cols) lies against the diagonals (key i + offset) of query
 // rows [r0, r1]: 1 when each key is at or left of every row's diagonal, -1 when at or right
 // of it, 0 when a diagonal crosses the tile. Uniform where r0, r1 and col0 are.
@@ -105,59 +126,46 @@ __device__ __forceinline__ int alibi_side(int r0, int r1, int offset, int col0, 
 //    immediate, FMUL by the uniform slope, FADD of the magnitude; an FFMA with the slope as a
 //    factor and an immediate took a MOV of the uniform register per score besides).
 //  - side +-1 (the tile wholly on one side of the rows' diagonals): the term is
-//    side (slope (j - col0) + slope2 (col0 - i - offset)); the first part per score by one FFMA
-//    of the exact column offset (its FADD of an immediate is shared by the lane's two rows),
-//    the second per row into ro[] (log2 units), which the softmax adds to the row's scores
+//    side (slope (j - col0 - 2 t) + slope2 (col0 + 2 t - i - offset)) for lane t: the first
+//    part per score by one FFMA of an immediate (the fragment's column, 8 nf + e % 2), the
+//    second per row into ro[] (log2 units, the lane's own: OnlineSoftmax takes each lane's
+//    offset before the row's max over the quad), which the softmax adds to the row's scores
 //    (OnlineSoftmax's row offsets) instead of each score taking it.
-// ro[] is 0 for the rows without a row term.
+// ro[] starts at f.base (the exact cap's C, else 0).
 template <int kMI, int kNF>
 __device__ __forceinline__ void transform_scores(float (&s)[kMI][kNF][4], const FwdParams& p, const ScoreFold& f,
                                                  int side, int offset, int row0, int col0, int t,
                                                  float (&ro)[2 * kMI]) {
 #pragma unroll
-  for (int r = 0; r < 2 * kMI; ++r) ro[r] = 0.f;
-  // (The tanh form is chosen once per tile: chosen per score, ptxas branched around each one.)
-  if (p.softcap_out > 0.f && p.tanh_in != 0.f) {
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-      for (int nf = 0; nf < kNF; ++nf)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mi][nf][e] = p.softcap_out * ptx::tanh_fast(s[mi][nf][e] * p.tanh_in);
-  } else if (p.softcap_out > 0.f) {
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-      for (int nf = 0; nf < kNF; ++nf)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mi][nf][e] = p.softcap_out * tanh_of_exp2_arg(s[mi][nf][e] * p.softcap_in);
+  for (int r = 0; r < 2 * kMI; ++r) ro[r] = f.base;
+  // (The form is chosen once per tile: chosen per score, ptxas branched around each one.)
+  if (p.softcap_out > 0.f) {
+    const float tin = p.tanh_in, yin = p.softcap_in, c = p.softcap_out, c2 = 2.f * p.softcap_out;
+    if (f.capped && tin != 0.f) each_score(s, [&](float x) { return ptx::tanh_fast(x * tin); });
+    else if (f.capped) each_score(s, [&](float x) { return softcap_u(x * yin); });
+    else if (tin != 0.f) each_score(s, [&](float x) { return c * ptx::tanh_fast(x * tin); });
+    else each_score(s, [&](float x) { return fmaf(c2, softcap_u(x * yin), c); });
   } else if (!f.folded) {
-#pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
-#pragma unroll
-      for (int nf = 0; nf < kNF; ++nf)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mi][nf][e] *= p.scale_log2;
+    const float sc = p.scale_log2;
+    each_score(s, [&](float x) { return x * sc; });
   }
   if (p.alibi == nullptr) return;
   if (side != 0) {
-    const float sl = side > 0 ? f.slope : -f.slope, jb = float(2 * t);
+    const float sl = side > 0 ? f.slope : -f.slope;
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
 #pragma unroll
       for (int half = 0; half < 2; ++half)
-        ro[2 * mi + half] = f.slope2 * float(side * (col0 - (row0 + 16 * mi + 8 * half) - offset));
+        ro[2 * mi + half] += f.slope2 * float(side * (col0 + 2 * t - (row0 + 16 * mi + 8 * half) - offset));
 #pragma unroll
     for (int nf = 0; nf < kNF; ++nf)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float jf = jb + float(nf * 8 + e);
+      for (int e = 0; e < 2; ++e)
 #pragma unroll
         for (int mi = 0; mi < kMI; ++mi) {
-          s[mi][nf][e] = fmaf(jf, sl, s[mi][nf][e]);
-          s[mi][nf][2 + e] = fmaf(jf, sl, s[mi][nf][2 + e]);
+          s[mi][nf][e] = fmaf(float(nf * 8 + e), sl, s[mi][nf][e]);
+          s[mi][nf][2 + e] = fmaf(float(nf * 8 + e), sl, s[mi][nf][2 + e]);
         }
-      }
     return;
   }
 #pragma unroll

@@ -82,7 +82,8 @@ struct OnlineSoftmax {
   // P <= 2^(kPLog2 + kSlack): 256 for both the 16-bit types and fp8. A row whose max in use
   // reaches kExactFrom gets l = NaN (it is computed again after the epilogue).
   // kRowOff: row r's scores are s e + ro[r] (log2 units; the score variants' ALiBi rows,
-  // parts/score_mod.cuh), the offset taken once per row instead of once per score.
+  // parts/score_mod.cuh), the offset taken once per row instead of once per score; it may
+  // differ between the quad's lanes (each lane's max takes its own before the shuffles).
   template <int kMI, int kNF, int kPLog2 = 0, int kSlack = kSoftmaxSlack, bool kRowOff = false>
   __device__ __forceinline__ void update(float (&s)[kMI][kNF][4], float e, float (&corr)[kRows],
                                          const float* ro = nullptr) {
@@ -94,9 +95,10 @@ struct OnlineSoftmax {
         float mx = -INFINITY;
 #pragma unroll
         for (int nf = 0; nf < kNF; ++nf) mx = fmaxf(mx, fmaxf(s[mi][nf][2 * half], s[mi][nf][2 * half + 1]));
+        if constexpr (kRowOff) mx = fmaf(mx, e, ro[r]);  // before the quad's max: ro may differ by lane
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = softmax_move_max<kSlack>(m[r], kRowOff ? fmaf(mx, e, ro[r]) : mx * e, corr[r]);
+        const float base = softmax_move_max<kSlack>(m[r], kRowOff ? mx : mx * e, corr[r]);
         const float pbase = base - float(kPLog2), nb = kRowOff ? ro[r] - pbase : -pbase;
         float sum = 0.f;
 #pragma unroll
