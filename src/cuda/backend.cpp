@@ -13,8 +13,10 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "core/env.hpp"
 #include "core/errors.hpp"
 #include "cuda/bwd_backend.hpp"
 #include "cuda/device.hpp"
@@ -279,7 +281,19 @@ void run_forward(const core::AttentionProblem& p, const DeviceInfo& dev, FwdPlan
 // q, k, v and O; it is allocated before the plan and freed (stream-ordered) on every path.
 void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
   check_pointers(p, dev);
-  const auto [dp, dvp] = padded_head_dims(p);
+  auto [dp, dvp] = padded_head_dims(p);
+  {  // widened to the row's whole 128-byte lines where it has them (policy.hpp: copy_width)
+    core::AttentionProblem probe = p;
+    probe.d = dp;
+    probe.dv = dvp;
+    int64_t sq = p.sq, sk = p.sk;
+    longest_sequences(p, &sq, &sk);
+    const InstanceInfo* inst = choose_kernel(probe, sq, sk, dev, instances()).kernel.inst;
+    if (inst != nullptr) {
+      dp = copy_width(*inst, dp);
+      dvp = copy_width(*inst, dvp);
+    }
+  }
   const int64_t nb = p.cu_q != nullptr ? 1 : p.batch;  // varlen: the packed rows, one batch entry
   const PadView qv{p.q.data, p.q.sb, p.q.ss, p.q.sh, nb, p.sq, p.heads, p.d, dp};
   const PadView kv{p.k.data, p.k.sb, p.k.ss, p.k.sh, nb, p.sk, p.kv_heads, p.d, dp};
@@ -334,6 +348,92 @@ void attention_head_padded(const core::AttentionProblem& p, const DeviceInfo& de
   if (ef != cudaSuccess) cuda_fail(Status::device_error, "q: freeing the head-dim padding workspace failed", ef);
 }
 
+// The sm90 kernels' heads-in-columns maps (FwdParams::q_hcol) of a 16-bit problem: per
+// tensor 0 where its rows are 16-byte aligned (the usual maps; TMA zero-fills the columns
+// past D), its head stride sh where only that stride is not (the base, row and batch strides
+// are, as in [B, S, H, D] with H D a multiple of 8). A head's columns then start r = h sh
+// mod 8 into its tile, and Q and K must agree on r: one query head per KV head and head
+// strides equal mod 8. False where that does not hold, or a tensor has neither form, or the
+// columns do not fit 32-bit coordinates.
+struct ColumnHeads {
+  int hcol[3] = {0, 0, 0};  // q, k, v
+  int64_t d = 0, dv = 0;    // the head dims a kernel must hold: D + max r, Dv + max r_v
+};
+bool column_heads(const core::AttentionProblem& p, ColumnHeads* c) {
+  const int64_t es = int64_t(dtype_size(p.dtype)), nb = p.cu_q != nullptr ? 1 : p.batch;
+  const auto one = [&](const core::Operand4& t, int64_t rows, int64_t heads, int64_t d, int* out) {
+    if (misalignment(t.data, 16, es, {{t.sb, nb}, {t.ss, rows}, {t.sh, heads}}).empty()) {
+      *out = 0;
+      return true;
+    }
+    if (!misalignment(t.data, 16, es, {{t.sb, nb}, {t.ss, rows}}).empty() || t.sh < 1 ||
+        (heads - 1) * t.sh + d > INT_MAX / 2)
+      return false;
+    *out = int(t.sh);
+    return true;
+  };
+  if (!one(p.q, p.sq, p.heads, p.d, &c->hcol[0]) || !one(p.k, p.sk, p.kv_heads, p.d, &c->hcol[1]) ||
+      !one(p.v, p.sk, p.kv_heads, p.dv, &c->hcol[2]) || !misalignment(p.o, 2, es, {}).empty())
+    return false;
+  if ((c->hcol[0] != 0 || c->hcol[1] != 0) && (p.group() != 1 || c->hcol[0] % 8 != c->hcol[1] % 8)) return false;
+  const auto most = [](int hcol, int64_t heads) {  // the largest r over the heads (period 8)
+    int64_t r = 0;
+    for (int64_t h = 0; h < std::min<int64_t>(heads, 8); ++h) r = std::max<int64_t>(r, h * hcol % 8);
+    return r;
+  };
+  c->d = p.d + most(c->hcol[0], p.heads);
+  c->dv = p.dv + most(c->hcol[2], p.kv_heads);
+  return true;
+}
+
+// 16-bit head dims off the multiples of 8 in place on the sm90 kernels (no copies), where
+// column_heads maps every tensor and the policy (heads_in_place) prefers the choice for D + r
+// and Dv + r_v (rounded up to multiples of 8), an sm90 row, to the copies: the row's kernel
+// reads the tensors at their real D and Dv (kernels/params.hpp: q_hcol). Run unpacked and unsplit (packed rows would need Q's heads
+// as a box coordinate, the split partials' rows a Dv that is a multiple of 4). A forced key
+// (no "+kv<N>") runs here when it is such a row that holds those dims. False, with nothing
+// done, where it does not apply: the caller then copies (attention_head_padded) or refuses
+// the forced key. Measurement switches: FLASHCORE_HEAD_COPIES=1 always copies,
+// FLASHCORE_HEAD_IN_PLACE=1 runs in place wherever the tensors allow.
+bool attention_head_columns(const core::AttentionProblem& p, const DeviceInfo& dev, PhaseTimes* times) {
+  ColumnHeads ch;
+  if (!dev.hopper() || core::env_flag("FLASHCORE_HEAD_COPIES") || !column_heads(p, &ch)) return false;
+  int64_t sq = p.sq, sk = p.sk;
+  longest_sequences(p, &sq, &sk);
+  core::AttentionProblem pp = p;  // (the dims the kernel must hold, for the choice)
+  pp.d = (ch.d + 7) / 8 * 8;
+  pp.dv = (ch.dv + 7) / 8 * 8;
+  const InstanceInfo* inst = nullptr;
+  if (p.impl != nullptr && p.impl[0] != '\0') {
+    inst = find_key(p.impl);
+    if (inst == nullptr || inst->arch != 90 || !sm90_refusal(pp, *inst, dev).empty()) return false;
+  } else {
+    if (std::max(pp.d, pp.dv) > kMaxHeadDim) return false;
+    const KernelChoice in_place = choose_kernel(pp, sq, sk, dev, instances()).kernel;
+    core::AttentionProblem padded = p;
+    std::tie(padded.d, padded.dv) = padded_head_dims(p);
+    if (!core::env_flag("FLASHCORE_HEAD_IN_PLACE") &&
+        !heads_in_place(in_place, choose_kernel(padded, sq, sk, dev, instances()).kernel, sk,
+                        p.causal || p.windowed()))
+      return false;
+    inst = in_place.inst;
+  }
+  check_pointers(p, dev);
+  check_kernel_limits(p);
+  FwdParams f = fwd_params(p, sq, sk, dev);
+  f.q_hcol = ch.hcol[0];
+  f.k_hcol = ch.hcol[1];
+  f.v_hcol = ch.hcol[2];
+  f.pack_shift = 0;
+  f.kv_splits = 1;
+  f.o_tma = false;
+  name_kernel(times, inst->key, f);
+  if (times != nullptr) times->kernel += "+hcols";
+  if (p.batch == 0 || p.heads == 0 || sq == 0) return true;
+  launch(p, dev, *inst, f, static_cast<cudaStream_t>(p.stream));
+  return true;
+}
+
 }  // namespace
 
 void attention(const core::AttentionProblem& p, PhaseTimes* times) {
@@ -342,11 +442,14 @@ void attention(const core::AttentionProblem& p, PhaseTimes* times) {
   if (p.dtype != DType::f32 && p.dtype != DType::f16 && p.dtype != DType::bf16)
     throw_error(Status::unsupported, std::string("q: dtype ") + to_string(p.dtype) +
                                          " is not supported by the CUDA kernels (f32, f16, bf16; e4m3 on Hopper)");
-  // 16-bit head dims off the multiples of 8 go through padded copies (no kernel reads them
-  // in place: their rows are not 16-byte aligned), unless a key is forced.
+  // 16-bit head dims off the multiples of 8: in place on the sm90 kernels where the tensors'
+  // rows allow, else through padded copies (their rows are not 16-byte aligned); a forced
+  // key that does not run in place is refused by the checks below.
   const bool forced = p.impl != nullptr && p.impl[0] != '\0';
-  if (p.dtype != DType::f32 && (p.d % 8 != 0 || p.dv % 8 != 0) && !forced && std::max(p.d, p.dv) <= kMaxHeadDim)
-    return attention_head_padded(p, dev, times);
+  if (p.dtype != DType::f32 && (p.d % 8 != 0 || p.dv % 8 != 0) && std::max(p.d, p.dv) <= kMaxHeadDim) {
+    if (attention_head_columns(p, dev, times)) return;
+    if (!forced) return attention_head_padded(p, dev, times);
+  }
   FwdPlan plan = plan_forward(p, dev, times);
   run_forward(p, dev, plan);
 }

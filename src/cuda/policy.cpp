@@ -244,6 +244,17 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
   return {(p.d + 7) / 8 * 8, (p.dv + 7) / 8 * 8};
 }
 
+int64_t copy_width(const InstanceInfo& i, int64_t padded) {
+  return i.arch == 90 && i.head_dim % 64 == 0 && i.head_dim >= padded ? i.head_dim : padded;
+}
+
+bool heads_in_place(const KernelChoice& in_place, const KernelChoice& padded, int64_t sk, bool banded) {
+  if (in_place.inst == nullptr || in_place.inst->arch != 90) return false;
+  if (padded.inst == nullptr) return true;
+  if (padded.kv_splits > 1) return false;
+  return sk <= (in_place.inst->head_dim > padded.inst->head_dim ? 1024 : banded ? 8192 : 4096);
+}
+
 const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list,
                                  bool kv_fp8) {
   const auto fits = [&](const InstanceInfo& i) { return i.dtype == dtype && i.kv_fp8 == kv_fp8 && i.runs_on(dev); };

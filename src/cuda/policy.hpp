@@ -164,6 +164,26 @@ Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, 
 // kernels of the smallest head dim that covers both (both families zero-fill up to their
 // instance's head dim).
 std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p);
+// Whether a 16-bit problem with a head dim off the multiples of 8, whose tensors the sm90
+// kernels can read in place (backend.cpp: attention_head_columns), runs in place on the
+// choice `in_place` (a row whose head dim holds D and Dv from their offsets in a 16-byte
+// chunk) rather than through padded copies on `padded` (the choice for padded_head_dims),
+// for keys of length sk (the longest), under a band mask (causal or a window) or not. In
+// place saves the copies, which cost as much as a short sequence's attention, but its TMA
+// boxes start off 128-byte lines (0.80-0.86x of the next dim's time at any length, against
+// 0.88-0.95x for the copies' kernel at 16384 keys) and it takes no KV splits. Measured on an
+// H200, same call (docs/results/cuda-head-dims-2026-12-01.md): on the same head dim in place
+// is 1.2-1.6x faster at S 1024-2048, even at 4096, even (band) or 0.95x (none) at 8192, and
+// 0.88-0.93x at 16384; on a wider head dim (D 59: hd128 for hd64) 1.0-1.25x at S 1024 and
+// 0.72-0.93x past it. So: the copies where the padded call splits its keys; else in place up
+// to 4096 keys (8192 under a band mask) on the same head dim, 1024 on a wider one.
+bool heads_in_place(const KernelChoice& in_place, const KernelChoice& padded, int64_t sk, bool banded);
+// The head dim that padded copies widen D or Dv (padded_head_dims) to for the row `i` that
+// runs them: an sm90 row's own head dim where that is a whole number of 128-byte lines (64,
+// 128, 192, 256 columns), so that every row of a TMA box starts a line; else `padded`. The
+// boxes of rows that start off a line made the hd128 kernel 13-19 % slower on D 111 at
+// S 8192 and 16384 (H200, docs/results/cuda-head-dims-2026-12-01.md).
+int64_t copy_width(const InstanceInfo& i, int64_t padded);
 // e4m3 problems: inst null when no row takes them.
 KernelChoice choose_kernel_fp8(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
                                InstanceList list);

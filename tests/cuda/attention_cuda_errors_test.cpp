@@ -79,7 +79,8 @@ TEST(CudaErrors, RefusedBeforeLaunch) {
 }
 
 // Head dims past 256 are refused; a forced 16-bit key with a head dim off the multiples of
-// 8 (which only the padded copies take: attention_cuda_head_pad_test.cpp) names params.impl.
+// 8 that is not an sm90 row reading the heads in place (the padded copies take the problem
+// without a key: attention_cuda_head_pad_test.cpp) names params.impl.
 TEST(CudaErrors, UnsupportedHeadDims) {
   FC_REQUIRE_GPU();
   for (int64_t D : {264, 259}) {

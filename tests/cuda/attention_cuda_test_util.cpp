@@ -77,6 +77,9 @@ void run_case(const Case& c) {
   if (c.dtype == DType::f32) {
     EXPECT_EQ(times.kernel.rfind(exact ? kSimtKey : "fwd_sm80_tf32_", 0), 0u) << "kernel " << times.kernel;
   }
+  if (c.expect_hcols) {
+    EXPECT_NE(times.kernel.find("+hcols"), std::string::npos) << "kernel " << times.kernel;
+  }
   if (c.expect_hpad) {
     EXPECT_NE(times.kernel.find("+hpad"), std::string::npos) << "kernel " << times.kernel;
   }

@@ -32,6 +32,7 @@ struct Case {
   std::string expect_kernel;  // when set: the kernel that ran must start with this
   bool exact_kernel = false;  // ... and be exactly this
   bool expect_hpad = false;   // the kernel name must say "+hpad" (head dims padded by copies)
+  bool expect_hcols = false;  // ... "+hcols" (off the multiples of 8 in place on sm90)
   // Checks only the first and last KV head's query heads against the reference: the fp64
   // reference of every head of DispatcherSelects' 132-head cases (their subject is the
   // kernel choice) made it run 165-176 s per dtype on an H200, 79-88 s with this.

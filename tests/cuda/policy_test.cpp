@@ -361,6 +361,36 @@ TEST(CudaPolicy, PaddedHeadDims) {
   EXPECT_EQ(dims(7, 255), P(8, 256));
 }
 
+// In place or through padded copies (head dims off the multiples of 8): the copies where the
+// padded call splits its keys; else in place up to 4096 keys on the same head dim (8192
+// under a band mask), up to 1024 where in place needs a wider row; never on an sm80 row.
+TEST(CudaPolicy, HeadsInPlace) {
+  const auto key = [](const char* k) -> const InstanceInfo* {
+    for (const InstanceInfo& i : kAll)
+      if (std::strcmp(i.key, k) == 0) return &i;
+    ADD_FAILURE() << k;
+    return nullptr;
+  };
+  const KernelChoice hd64{key("fwd_sm90_bf16_hd64_64x64_s2_p")}, hd128{key("fwd_sm90_bf16_hd128_128x128_s2_p")};
+  const KernelChoice hd64_split{key("fwd_sm90_bf16_hd64_64x64_s2"), 0, 4};
+  const KernelChoice sm80{key("fwd_sm80_bf16_hd128_128x32_w4_o2")};
+  EXPECT_TRUE(heads_in_place(hd128, hd128, 1024, false));
+  EXPECT_TRUE(heads_in_place(hd128, hd128, 4096, false));
+  EXPECT_FALSE(heads_in_place(hd128, hd128, 4097, false));
+  EXPECT_TRUE(heads_in_place(hd128, hd128, 8192, true));
+  EXPECT_FALSE(heads_in_place(hd128, hd128, 8193, true));
+  EXPECT_TRUE(heads_in_place(hd128, hd64, 1024, true));
+  EXPECT_FALSE(heads_in_place(hd128, hd64, 1025, true));
+  EXPECT_FALSE(heads_in_place(hd64, hd64_split, 100, false));
+  EXPECT_FALSE(heads_in_place(sm80, sm80, 100, false));
+  EXPECT_TRUE(heads_in_place(hd128, KernelChoice{}, 100000, false));
+  // The copies' width: an sm90 row's head dim where it is whole 128-byte lines.
+  EXPECT_EQ(copy_width(*hd128.inst, 112), 128);
+  EXPECT_EQ(copy_width(*hd64.inst, 64), 64);
+  EXPECT_EQ(copy_width(*sm80.inst, 112), 112);
+  EXPECT_EQ(copy_width(*key("fwd_sm90_bf16_hd96_128x128_s2"), 88), 88);
+}
+
 const InstanceInfo kKvc[] = {
 #define FC_SM80_INST FC_SM80_INSTANCE_INFO
 #include "policy_instances_kvc.inc"

@@ -75,8 +75,11 @@ inline cudaError_t make_tma_4d(CUtensorMap* map, CUtensorMapDataType type, int e
   const cuuint64_t dims[4] = {cuuint64_t(d0), cuuint64_t(d1), cuuint64_t(d2), cuuint64_t(d3)};
   int64_t st[3] = {s1, s2, s3};
   const int64_t ext[3] = {d1, d2, d3};
+  // A dimension of extent 1 never moves an address: its stride, which TMA still wants a
+  // multiple of 16 bytes, is the packed one rounded up to that.
+  const int64_t align = 16 / elem_bytes;
   for (int i = 0; i < 3; ++i)
-    if (ext[i] <= 1) st[i] = (i == 0 ? d0 : st[i - 1] * ext[i - 1]);
+    if (ext[i] <= 1) st[i] = ((i == 0 ? d0 : st[i - 1] * ext[i - 1]) + align - 1) / align * align;
   const cuuint64_t strides[3] = {cuuint64_t(st[0] * elem_bytes), cuuint64_t(st[1] * elem_bytes),
                                  cuuint64_t(st[2] * elem_bytes)};
   if (row_bytes != 128 && row_bytes != 64) return cudaErrorInvalidValue;

@@ -136,10 +136,11 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       sm90::ItemResult<Tr> res;
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const sm90::KeyWalk<Tr> walk(p, tiles, wi.m0, seq);  // (the producer's order)
+      const int q_r = wi.h * p.q_hcol & 7;  // heads in columns: where the head's columns start
       if constexpr (Tr::kScoreMod)  // (never packed: the policy gives variant calls no GQA packing)
-        ml.run(p, qi, it0, tiles, walk, row0, 0, band, scale_log2, o_scale, res, alibi_slope_log2(p, wi.b, wi.h));
+        ml.run(p, qi, it0, tiles, walk, row0, 0, band, scale_log2, o_scale, res, q_r, alibi_slope_log2(p, wi.b, wi.h));
       else
-        ml.run(p, qi, it0, tiles, walk, row0, sched.shift, band, scale_log2, o_scale, res);
+        ml.run(p, qi, it0, tiles, walk, row0, sched.shift, band, scale_log2, o_scale, res, q_r);
       // The rows' reasons for a second look (rows to compute again exactly: l NaN, or 16-bit
       // O not finite; fp8's V NaN to add back: repair.cuh), kept over the epilogue in one
       // register; taken before a sink joins the rows (the repair joins it to the rows it
@@ -173,7 +174,8 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
   constexpr bool kPersistent = Tr::kPersistent;
   // 16-bit: D, Dv up to kHeadDim (TMA zero-fills the columns past them, the epilogue writes
   // Dv columns); e4m3: D == Dv == kHeadDim (the V^T layouts assume it).
-  if (Tr::kFp8 ? p.d != kHeadDim || p.dv != kHeadDim : p.d > kHeadDim || p.dv > kHeadDim || p.d < 8 || p.dv < 8)
+  if (Tr::kFp8 ? p.d != kHeadDim || p.dv != kHeadDim || p.q_hcol != 0 || p.k_hcol != 0 || p.v_hcol != 0
+              : p.d > kHeadDim || p.dv > kHeadDim || p.d < 1 || p.dv < 1)
     return cudaErrorInvalidValue;
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
   const int kv_heads = p.heads / p.group;
@@ -201,11 +203,21 @@ cudaError_t launch_fwd_sm90(const FwdParams& p, cudaStream_t stream) {
                     : make_tma_8bit_4d(&tv, p.vt, p.vt_sk, p.dv, kv_heads, nb, p.vt_sk, p.dv * p.vt_sk,
                                        kv_heads * p.dv * p.vt_sk, kHeadDim, 64);
   } else {
-    e = row_map(&tq, bf16, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
+    // Heads in columns (FwdParams::q_hcol, ...): [nb][rows][(heads - 1) hcol + d] (the head
+    // coordinate's extent 1), so that a box reads a head's row from its first column.
+    auto col_map = [&](CUtensorMap* map, const void* base, int d, int hcol, int heads, int rows, int64_t ss,
+                       int64_t sb, int box_rows) {
+      return make_tma_16bit_4d(map, bf16, base, int64_t(heads - 1) * hcol + d, rows, 1, nb, ss, 0, sb, box_rows);
+    };
+    if (p.q_hcol != 0 && g > 1) return cudaErrorInvalidValue;
+    e = p.q_hcol != 0 ? col_map(&tq, p.q, p.d, p.q_hcol, p.heads, rows_q, p.q_ss, p.q_sb, kBlockM)
+                      : row_map(&tq, bf16, p.q, p.d, p.q_ss, p.q_sh, p.q_sb, kBlockM);
     if (e == cudaSuccess)
-      e = make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
+      e = p.k_hcol != 0 ? col_map(&tk, p.k, p.d, p.k_hcol, kv_heads, rows_k, p.k_ss, p.k_sb, kBlockN)
+                        : make_tma_16bit_4d(&tk, bf16, p.k, p.d, rows_k, kv_heads, nb, p.k_ss, p.k_sh, p.k_sb, kBlockN);
     if (e == cudaSuccess)
-      e = make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
+      e = p.v_hcol != 0 ? col_map(&tv, p.v, p.dv, p.v_hcol, kv_heads, rows_k, p.v_ss, p.v_sb, kBlockN)
+                        : make_tma_16bit_4d(&tv, bf16, p.v, p.dv, rows_k, kv_heads, nb, p.v_ss, p.v_sh, p.v_sb, kBlockN);
   }
   if (e != cudaSuccess) return e;
   // O's map for the TMA-store epilogue (fixed-length batches; O is 16-bit, fp8's too), boxes

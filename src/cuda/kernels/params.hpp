@@ -63,6 +63,16 @@ struct FwdParams {
   int64_t v_sb = 0, v_ss = 0, v_sh = 0;
   int64_t o_sb = 0, o_ss = 0, o_sh = 0;
   int64_t lse_sb = 0, lse_sh = 0;
+  // sm90, 16-bit head dims off the multiples of 8 read in place: where a tensor's head stride
+  // is not 16-byte aligned, its TMA map spans each row's heads as columns ([rows][(H - 1) sh
+  // + D]) and head h's first column is h * hcol (hcol = sh); 0: the head is the map's own
+  // coordinate. TMA boxes start at 16-byte columns, so a head's tile holds its row from
+  // column r = h hcol mod 8 on, beside the neighbouring heads' columns: Q's are cleared in
+  // shared memory before Q K^T (Mainloop::clear_q_tail), K's then add nothing (Q and K share
+  // r: one query head per KV head, head strides equal mod 8), and O's columns come r_v
+  // to the right (V's r), written from registers (Epilogue::store_shifted). The backend
+  // picks a kernel whose head dim holds D + r and Dv + r_v.
+  int q_hcol = 0, k_hcol = 0, v_hcol = 0;
   int batch = 0, sq = 0, sk = 0;  // sq/sk: the longest sequence when varlen
   int heads = 0, group = 1;       // query heads; query head h reads kv head h / group
   int kv_heads = 0;               // heads / group

@@ -37,10 +37,18 @@ __device__ __forceinline__ void store_row(const Get& get, float m, float mlo, fl
   for (int df = 0; df < kDF; ++df) {
     const int col = df * 8 + 2 * t;
     if (col < dv) {
-      if constexpr (sizeof(T) == 2)
-        *reinterpret_cast<uint32_t*>(orow + col) = pack(get(df, 0) * inv, get(df, 1) * inv);
-      else
+      if constexpr (sizeof(T) == 2) {
+        const uint32_t x = pack(get(df, 0) * inv, get(df, 1) * inv);
+        if (col + 1 < dv && (reinterpret_cast<uintptr_t>(orow + col) & 3) == 0) {
+          *reinterpret_cast<uint32_t*>(orow + col) = x;
+        } else {  // an odd Dv's last column, or rows that are only element-aligned
+          uint16_t* o2 = reinterpret_cast<uint16_t*>(orow + col);
+          o2[0] = uint16_t(x);
+          if (col + 1 < dv) o2[1] = uint16_t(x >> 16);
+        }
+      } else {
         ptx::store2<T>(orow + col, get(df, 0) * inv, get(df, 1) * inv);
+      }
     }
   }
   if (lse != nullptr && t == 0) *lse = row_lse(m, mlo, l);

@@ -95,7 +95,7 @@ __device__ __forceinline__ void recompute_row_z(float (&o)[kDF][2], float& m, fl
       const int col = df * 8 + 2 * t;
       if (col < kv.dv) {
         o[df][0] = fmaf(p, float(vj[col]), o[df][0]);
-        o[df][1] = fmaf(p, float(vj[col + 1]), o[df][1]);
+        if (col + 1 < kv.dv) o[df][1] = fmaf(p, float(vj[col + 1]), o[df][1]);
       }
     }
   }

@@ -12,10 +12,11 @@
 //   fixed-length batches; rows past Sq and columns past Dv are clipped by the map) without
 //   waiting for them, or the warpgroup's threads copy the rows out, 16 bytes per thread and
 //   copy, consecutive threads along a row (4-byte stores where O's base or strides are not
-//   16-byte aligned), skipping rows past the sequence's end (varlen, the last block) and
-//   columns past Dv. fp8 kernels without a buffer of their own (64x192, "_vt": one item per
+//   16-byte aligned, 2-byte ones where they are not 4-byte aligned or Dv ends a chunk),
+//   skipping rows past the sequence's end (varlen, the last block) and columns past Dv. fp8 kernels without a buffer of their own (64x192, "_vt": one item per
 //   CTA) stage O in Q's buffer, half of O per pass.
-// - From registers (store_registers; parts/epilogue.cuh): fp8 where O cannot be mapped.
+// - From registers (store_registers; parts/epilogue.cuh): fp8 where O cannot be mapped; and
+//   16-bit heads read in columns whose O columns come shifted (store_shifted).
 // lse always from registers. On an H200 the TMA stores made the 16-bit S = 512 hd256 rows
 // 1.14x faster than register stores, the fp8 rows 1.0-1.3x, and the row copies the 16-bit
 // ones 1.01-1.06x (docs/results/cuda-sm90-2026-11-22.md, 2026-11-22 and 2026-11-27).
@@ -179,7 +180,8 @@ struct Epilogue {
                                             uint32_t base, int ps, int tw) const {
     const int h0 = w.h << shift;
     O* go = static_cast<O*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h0 * p.o_sh;
-    const bool vec16 = ((reinterpret_cast<uintptr_t>(p.o) | uint64_t(p.o_sb | p.o_ss | p.o_sh) * sizeof(O)) & 15) == 0;
+    const uint64_t align = (reinterpret_cast<uintptr_t>(p.o) | uint64_t(p.o_sb | p.o_ss | p.o_sh) * sizeof(O));
+    const bool vec16 = (align & 15) == 0, vec4 = (align & 3) == 0;
     constexpr int kRowChunks = kPassBlocks * 8;  // 16-byte chunks of a row in this pass
 #pragma unroll 4
     for (int x = tw; x < 64 * kRowChunks; x += 128) {
@@ -188,25 +190,64 @@ struct Epilogue {
       if (qrow >= seq.sq || col >= p.dv) continue;
       const uint4 v = ptx::lds128(base + cb * kBlockM * 128 + r * 128 + ((c16 ^ (r % 8)) << 4));
       O* dst = go + qrow * p.o_ss + (prow & ((1 << shift) - 1)) * p.o_sh + col;
-      if (vec16) {
+      const int n = min(8, p.dv - col);  // (Dv off the multiples of 8: its last chunk is short)
+      if (n == 8 && vec16) {
         *reinterpret_cast<uint4*>(dst) = v;
-      } else {
+      } else if (n == 8 && vec4) {
         uint32_t* d4 = reinterpret_cast<uint32_t*>(dst);
         d4[0] = v.x;
         d4[1] = v.y;
         d4[2] = v.z;
         d4[3] = v.w;
+      } else {  // 2-byte stores: rows that are only element-aligned (heads in columns)
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint16_t* d2 = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (e < n) d2[e] = uint16_t(w[e / 2] >> (16 * (e % 2)));
       }
     }
   }
 
+  // Heads in columns with V's columns from r_v on (FwdParams::v_hcol; never packed): O's
+  // column c is the accumulator's c + r_v, stored from registers as 2-byte elements (the rows
+  // are not 4-byte aligned), with the lse.
+  __device__ __forceinline__ void store_shifted(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
+                                                const SeqInfo& seq, int row0) const {
+    const int t = lane % 4, rv = (w.h / p.group) * p.v_hcol & 7;
+    const auto pack = packer(p);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + 8 * half;
+      if (row >= seq.sq) continue;
+      const float inv = row_inv(r.sm.l[half]);
+      uint16_t* orow = reinterpret_cast<uint16_t*>(static_cast<O*>(p.o) + seq.bb * p.o_sb +
+                                                   (seq.q_row0 + row) * p.o_ss + int64_t(w.h) * p.o_sh);
+#pragma unroll
+      for (int df = 0; df < kDF; ++df) {
+        const uint32_t x = pack(r.acc[0][df][2 * half] * inv, r.acc[0][df][2 * half + 1] * inv);
+        const int c = df * 8 + 2 * t - rv;
+        if (c >= 0 && c < p.dv) orow[c] = uint16_t(x);
+        if (c + 1 >= 0 && c + 1 < p.dv) orow[c + 1] = uint16_t(x >> 16);
+      }
+      if (p.lse != nullptr && t == 0)
+        p.lse[seq.bb * p.lse_sb + w.h * p.lse_sh + seq.q_row0 + row] = row_lse(r.sm.m[half], r.sm.mlo[half], r.sm.l[half]);
+    }
+  }
+
   // The item's rows, the way the kernel and the launch allow (above). 16-bit: TMA stores or
-  // the threads' row copies. fp8: TMA stores, else from registers (with the row copies in
+  // the threads' row copies (heads in columns: store_shifted). fp8: TMA stores, else from registers (with the row copies in
   // the fp8 kernels, the persistent hd128 128x192 one ran 3-5 % slower on H200 in its TMA
   // path too, same main-loop SASS: code layout; 2026-11-27).
   // fix, the return: as store_staged's (from registers: this warp's own).
   __device__ __forceinline__ bool store(const FwdParams& p, const ItemResult<Tr>& r, const WorkItem& w,
                                         const SeqInfo& seq, int row0, int shift, int qi, bool fix) const {
+    if constexpr (!Tr::kFp8) {
+      if (p.v_hcol != 0) {
+        store_shifted(p, r, w, seq, row0);
+        return fix;
+      }
+    }
     if constexpr (Tr::kOStaged && !Tr::kFp8)
       return store_staged(p, r, w, seq, row0, shift, p.o_tma, qi, fix);
     else if (Tr::kOStaged && p.o_tma)

@@ -26,11 +26,15 @@ namespace flashcore::cuda::sm90 {
 // TMA coordinates of an item's K and V: key block n's first row, its KV head and batch
 // entry in the tensors' [B][S][Hkv][D] maps, and (fp8) its first key position in the V^T
 // workspace ([b][Hkv][Dv][vt_sk]; varlen: one block, sequence b from fp8_vt_row0).
+// 16-bit K and V whose heads are the maps' columns (FwdParams::k_hcol, v_hcol): the box's
+// first column (k_col, v_col: the head's first, rounded down to 16 bytes, which TMA wants)
+// and head coordinate 0 (k_head, v_head); else column 0 and hk.
 template <int kBlockN>
 struct ContiguousKv {
-  int row0, head, batch, vt0;
+  int row0, head, batch, vt0, k_col, v_col, k_head, v_head;
   __device__ __forceinline__ ContiguousKv(const FwdParams& p, const SeqInfo& seq, int b, int hk)
-      : row0(int(seq.k_row0)), head(hk), batch(int(seq.bb)), vt0(p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, b)) : 0) {}
+      : row0(int(seq.k_row0)), head(hk), batch(int(seq.bb)), vt0(p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, b)) : 0),
+        k_col(hk * p.k_hcol & ~7), v_col(hk * p.v_hcol & ~7), k_head(p.k_hcol != 0 ? 0 : hk), v_head(p.v_hcol != 0 ? 0 : hk) {}
   __device__ __forceinline__ int row(int n) const { return row0 + n * kBlockN; }
   __device__ __forceinline__ int vt_key(int n) const { return vt0 + n * kBlockN; }
 };
@@ -49,16 +53,20 @@ struct Producer {
 
   // Q's tile of item w (the n-th item: qs), once the consumers released the previous
   // item's (persistent kernels: its buffer is reused while they finish that one). Packed
-  // rows: heads G hk .., queries m0 / G .. (Q's map is then ordered {D, H, S, B}).
-  __device__ __forceinline__ void load_q(PipelineState<1> qs, const WorkItem& w, const SeqInfo& seq, int shift) const {
+  // rows: heads G hk .., queries m0 / G .. (Q's map is then ordered {D, H, S, B}). Heads in
+  // columns (p.q_hcol, never packed): from the head's first column rounded down to 16 bytes,
+  // head coordinate 0.
+  __device__ __forceinline__ void load_q(const FwdParams& p, PipelineState<1> qs, const WorkItem& w, const SeqInfo& seq,
+                                         int shift) const {
     const Pipeline<1> q = s.q_pipe();
     if (Tr::kPersistent) q.producer_acquire(qs);
     q.producer_expect(qs, Tr::kTileQ);
     const int c1 = shift > 0 ? w.h << shift : int(seq.q_row0) + w.m0;
-    const int c2 = shift > 0 ? int(seq.q_row0) + (w.m0 >> shift) : w.h;
+    const int c2 = shift > 0 ? int(seq.q_row0) + (w.m0 >> shift) : p.q_hcol != 0 ? 0 : w.h;
+    const int x0 = shift > 0 ? 0 : w.h * p.q_hcol & ~7;
 #pragma unroll
     for (int c = 0; c < Tr::kColBlocks; ++c)
-      ptx::tma_load_4d(s.q + c * kBlockM * 128, tm_q, q.full(0), c * Tr::kColElems, c1, c2, int(seq.bb));
+      ptx::tma_load_4d(s.q + c * kBlockM * 128, tm_q, q.full(0), x0 + c * Tr::kColElems, c1, c2, int(seq.bb));
   }
 
   // K of key block n into the K ring's buffer st.
@@ -70,8 +78,8 @@ struct Producer {
     k.producer_expect(st, Tr::kTileKV);
 #pragma unroll
     for (int c = 0; c < Tr::kColBlocks; ++c)
-      ptx::tma_load_4d(s.k + off + c * kBlockN * 128, tm_k, k.full(st.stage()), c * Tr::kColElems, kv.row(n), kv.head,
-                       kv.batch);
+      ptx::tma_load_4d(s.k + off + c * kBlockN * 128, tm_k, k.full(st.stage()), kv.k_col + c * Tr::kColElems, kv.row(n),
+                       kv.k_head, kv.batch);
   }
 
   // V of key block n into the V ring's buffer st (16-bit: V's rows; fp8: V^T's): the
@@ -93,7 +101,7 @@ struct Producer {
     } else {
 #pragma unroll
       for (int c = 0; c < Tr::kColBlocks; ++c)
-        ptx::tma_load_4d(s.v + off + c * kBlockN * 128, tm_v, full, c * 64, kv.row(n), kv.head, kv.batch);
+        ptx::tma_load_4d(s.v + off + c * kBlockN * 128, tm_v, full, kv.v_col + c * 64, kv.row(n), kv.v_head, kv.batch);
     }
   }
 
@@ -161,7 +169,7 @@ struct Producer {
       if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
         if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
       }
-      load_q(PipelineState<1>{qi}, wi, seq, sched.shift);
+      load_q(p, PipelineState<1>{qi}, wi, seq, sched.shift);
       for (int k = tiles.lo; k < tiles.hi; ++k, ++it) {
         const int n = walk.tile(k);
         const PipelineState<Tr::kStages> st{it};

@@ -188,6 +188,34 @@ struct Mainloop {
     }
   }
 
+  // Heads in columns (FwdParams::q_hcol): the columns of this warpgroup's 64 Q rows that are
+  // not the head's, [0, r) and [r + D, 16 kKS) (the neighbouring heads'), set to 0, so that
+  // K's columns there (its neighbours' too) add nothing to Q K^T; then fenced into the async
+  // proxy that wgmma reads through, and the warpgroup synchronized (its rows are read by all
+  // of its warps). The chunks the head does not touch are stored as zeros, the one or two it
+  // starts or ends in are masked.
+  __device__ __forceinline__ void clear_q_tail(int d, int r0) const {
+    if constexpr (!Tr::kFp8) {
+      constexpr int kChunks = kKS * 2;  // 16-byte chunks of a row that Q K^T reads
+      const int lo = r0, hi = r0 + d, tw = int(threadIdx.x % 128);
+      const int c_end = (hi + 7) / 8, n = kChunks - c_end + 2;  // chunk 0 and chunks [c_end - 1, kChunks)
+      for (int x = tw; x < 64 * n; x += 128) {
+        const int r = 64 * cw + x / n, i = x % n, c = i == 0 ? 0 : c_end - 2 + i;
+        if (i == 1 && c == 0) continue;  // (the head ends in chunk 0: done as i == 0)
+        const uint32_t a = s.q + (c / 8) * kBlockM * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+        const uint4 v = ptx::lds128(a);
+        // Element e of the chunk (column 8 c + e) stays where lo <= 8 c + e < hi.
+        const auto mask = [&](uint32_t w, int j) {
+          const int e0 = 8 * c + 2 * j;
+          return (e0 >= lo && e0 < hi ? w & 0xFFFFu : 0u) | (e0 + 1 >= lo && e0 + 1 < hi ? w & 0xFFFF0000u : 0u);
+        };
+        ptx::sts128(a, make_uint4(mask(v.x, 0), mask(v.y, 1), mask(v.z, 2), mask(v.w, 3)));
+      }
+      ptx::fence_proxy_async();
+      ptx::named_bar_sync(kBarEpilogue0 + cw, 128);  // (the epilogue's barrier: the same 128 threads)
+    }
+  }
+
   // fp8: an item's factors, p's per-tensor ones (scale_log2, o_scale on entry) times its
   // (batch, KV head hk) entries of the per-head arrays that are given. 16-bit: unchanged.
   static __device__ __forceinline__ void item_factors(const FwdParams& p, const SeqInfo& seq, int hk, float& scale_log2,
@@ -212,7 +240,7 @@ struct Mainloop {
   __device__ __forceinline__ void run(const FwdParams& p, int qi, int& it0, const TileRange& tiles,
                                       const KeyWalk<Tr>& walk, int row0, int shift,
                                       const Band32& band, float item_scale_log2, float o_scale, ItemResult<Tr>& out,
-                                      [[maybe_unused]] float slope2 = 0.f) const {
+                                      int q_r, [[maybe_unused]] float slope2 = 0.f) const {
     const Pipeline<1> q_pipe = s.q_pipe();
     const Pipeline<kStages> k_pipe = s.k_pipe(), v_pipe = s.v_pipe();
     const int t = lane % 4;
@@ -254,6 +282,7 @@ struct Mainloop {
     };
 
     q_pipe.consumer_wait(PipelineState<1>{qi});
+    if (p.q_hcol != 0) clear_q_tail(p.d, q_r);
     // Tr::kQRegs: Q's buffer is released once its fragments are in registers (persistent:
     // the producer loads the next item's Q while this one runs).
     if constexpr (Tr::kQRegs) {
