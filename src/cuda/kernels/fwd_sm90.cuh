@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(FwdSm90Traits<T, kHeadDim, kBlockM, kBlockN, k
       sm90::ItemResult<Tr> res;
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const sm90::KeyWalk<Tr> walk(p, tiles, wi.m0, seq);  // (the producer's order)
-      const int q_r = wi.h * p.q_hcol & 7;  // heads in columns: where the head's columns start
+      const int q_r = Tr::kFp8 ? 0 : wi.h * p.q_hcol & 7;  // heads in columns: where the head's columns start
       if constexpr (Tr::kScoreMod)  // (never packed: the policy gives variant calls no GQA packing)
         ml.run(p, qi, it0, tiles, walk, row0, 0, band, scale_log2, o_scale, res, q_r, alibi_slope_log2(p, wi.b, wi.h));
       else

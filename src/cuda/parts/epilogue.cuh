@@ -29,7 +29,10 @@ __device__ __forceinline__ float row_inv(float l) { return l == 0.f ? 0.f : 1.f 
 // row orow, and its lse into *lse where lse is not null (lane t == 0 writes it). 16-bit T:
 // pairs converted by pack (ptx::PackAs<T>, or ptx::Pack16 for a type chosen at run time; T
 // then only sizes the elements).
-template <typename T, int kDF, typename Pack, class Get>
+// kAnyDv: Dv may be odd and the row only element-aligned (the sm90 kernels' rows read with
+// heads in columns: a pair stored as two elements where it is not 4-byte aligned or ends
+// past Dv); else pairs are stored whole.
+template <typename T, int kDF, bool kAnyDv = false, typename Pack, class Get>
 __device__ __forceinline__ void store_row(const Get& get, float m, float mlo, float l, T* orow, float* lse, int dv,
                                           int t, Pack pack) {
   const float inv = row_inv(l);
@@ -39,7 +42,7 @@ __device__ __forceinline__ void store_row(const Get& get, float m, float mlo, fl
     if (col < dv) {
       if constexpr (sizeof(T) == 2) {
         const uint32_t x = pack(get(df, 0) * inv, get(df, 1) * inv);
-        if (col + 1 < dv && (reinterpret_cast<uintptr_t>(orow + col) & 3) == 0) {
+        if (!kAnyDv || (col + 1 < dv && (reinterpret_cast<uintptr_t>(orow + col) & 3) == 0)) {
           *reinterpret_cast<uint32_t*>(orow + col) = x;
         } else {  // an odd Dv's last column, or rows that are only element-aligned
           uint16_t* o2 = reinterpret_cast<uint16_t*>(orow + col);

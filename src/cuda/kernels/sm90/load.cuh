@@ -26,15 +26,17 @@ namespace flashcore::cuda::sm90 {
 // TMA coordinates of an item's K and V: key block n's first row, its KV head and batch
 // entry in the tensors' [B][S][Hkv][D] maps, and (fp8) its first key position in the V^T
 // workspace ([b][Hkv][Dv][vt_sk]; varlen: one block, sequence b from fp8_vt_row0).
-// 16-bit K and V whose heads are the maps' columns (FwdParams::k_hcol, v_hcol): the box's
-// first column (k_col, v_col: the head's first, rounded down to 16 bytes, which TMA wants)
-// and head coordinate 0 (k_head, v_head); else column 0 and hk.
-template <int kBlockN>
+// kCols (16-bit): K and V whose heads are the maps' columns (FwdParams::k_hcol, v_hcol): the
+// box's first column (k_col, v_col: the head's first, rounded down to 16 bytes, which TMA
+// wants) and head coordinate 0 (k_head, v_head); else (and always for fp8, whose producer
+// has no registers to spare for them) column 0 and hk.
+template <int kBlockN, bool kCols>
 struct ContiguousKv {
   int row0, head, batch, vt0, k_col, v_col, k_head, v_head;
   __device__ __forceinline__ ContiguousKv(const FwdParams& p, const SeqInfo& seq, int b, int hk)
       : row0(int(seq.k_row0)), head(hk), batch(int(seq.bb)), vt0(p.cu_k != nullptr ? int(fp8_vt_row0(seq.k_row0, b)) : 0),
-        k_col(hk * p.k_hcol & ~7), v_col(hk * p.v_hcol & ~7), k_head(p.k_hcol != 0 ? 0 : hk), v_head(p.v_hcol != 0 ? 0 : hk) {}
+        k_col(kCols ? hk * p.k_hcol & ~7 : 0), v_col(kCols ? hk * p.v_hcol & ~7 : 0),
+        k_head(kCols && p.k_hcol != 0 ? 0 : hk), v_head(kCols && p.v_hcol != 0 ? 0 : hk) {}
   __device__ __forceinline__ int row(int n) const { return row0 + n * kBlockN; }
   __device__ __forceinline__ int vt_key(int n) const { return vt0 + n * kBlockN; }
 };
@@ -62,8 +64,9 @@ struct Producer {
     if (Tr::kPersistent) q.producer_acquire(qs);
     q.producer_expect(qs, Tr::kTileQ);
     const int c1 = shift > 0 ? w.h << shift : int(seq.q_row0) + w.m0;
-    const int c2 = shift > 0 ? int(seq.q_row0) + (w.m0 >> shift) : p.q_hcol != 0 ? 0 : w.h;
-    const int x0 = shift > 0 ? 0 : w.h * p.q_hcol & ~7;
+    const int hcol = Tr::kFp8 ? 0 : p.q_hcol;
+    const int c2 = shift > 0 ? int(seq.q_row0) + (w.m0 >> shift) : hcol != 0 ? 0 : w.h;
+    const int x0 = shift > 0 ? 0 : w.h * hcol & ~7;
 #pragma unroll
     for (int c = 0; c < Tr::kColBlocks; ++c)
       ptx::tma_load_4d(s.q + c * kBlockM * 128, tm_q, q.full(0), x0 + c * Tr::kColElems, c1, c2, int(seq.bb));
@@ -165,7 +168,7 @@ struct Producer {
       const int hk = sched.kv_head(p, wi);
       const TileRange tiles = sched.item_tiles(p, wi, seq);
       const KeyWalk<Tr> walk(p, tiles, wi.m0, seq);
-      const ContiguousKv<kBlockN> kv(p, seq, wi.b, hk);
+      const ContiguousKv<kBlockN, !Tr::kFp8> kv(p, seq, wi.b, hk);
       if constexpr (Tr::kFp8 && !Tr::kVtIn) {  // the pre-pass's V^T: its stamps are final
         if (!Tr::kVtFused || p.vt_sync == nullptr) copy_stamp(p, qi, kv.batch * p.kv_heads + hk);
       }

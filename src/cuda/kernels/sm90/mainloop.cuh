@@ -282,7 +282,9 @@ struct Mainloop {
     };
 
     q_pipe.consumer_wait(PipelineState<1>{qi});
-    if (p.q_hcol != 0) clear_q_tail(p.d, q_r);
+    if constexpr (!Tr::kFp8) {
+      if (p.q_hcol != 0) clear_q_tail(p.d, q_r);
+    }
     // Tr::kQRegs: Q's buffer is released once its fragments are in registers (persistent:
     // the producer loads the next item's Q while this one runs).
     if constexpr (Tr::kQRegs) {

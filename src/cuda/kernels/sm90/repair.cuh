@@ -90,8 +90,8 @@ struct RowRepair {
           store_row<O, kDF>(get, m, mlo, l, static_cast<O*>(p.o) + at, p.lse != nullptr ? p.lse + ml : nullptr, p.dv, t,
                             ptx::Pack16{p.out_bf16});
         } else {
-          store_row<O, kDF>(get, m, mlo, l, static_cast<O*>(p.o) + at, p.lse != nullptr ? p.lse + ml : nullptr, p.dv, t,
-                            ptx::PackAs<T>{});
+          store_row<O, kDF, true>(get, m, mlo, l, static_cast<O*>(p.o) + at, p.lse != nullptr ? p.lse + ml : nullptr, p.dv,
+                                  t, ptx::PackAs<T>{});
         }
         continue;
       }
