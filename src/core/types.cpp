@@ -1,6 +1,8 @@
 // The out-of-line parts of the basic types (include/flashcore/types.hpp).
 #include "flashcore/types.hpp"
 
+#include <cstdint>
+
 namespace flashcore {
 
 Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
@@ -15,18 +17,25 @@ Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t
     if (i >= kMaxRank) break;
     t.shape[i++] = s;
   }
-  int64_t stride = 1;
+  int64_t stride = 1;  // (saturating: shapes past int64 are refused by the checks, by name)
   for (int d = t.rank - 1; d >= 0; --d) {
     t.strides[d] = stride;
-    stride *= t.shape[d] > 0 ? t.shape[d] : 1;
+    if (__builtin_mul_overflow(stride, t.shape[d] > 0 ? t.shape[d] : 1, &stride)) stride = INT64_MAX;
   }
   return t;
 }
 
+// A zero extent makes 0 whatever the others are; a product past int64 (hostile shapes,
+// which the checks refuse by name) saturates at INT64_MAX instead of overflowing.
 int64_t Tensor::numel() const {
+  if (rank <= 0) return 0;
   int64_t n = 1;
-  for (int i = 0; i < rank && i < kMaxRank; ++i) n *= shape[i];
-  return rank > 0 ? n : 0;
+  bool over = false;
+  for (int i = 0; i < rank && i < kMaxRank; ++i) {
+    if (shape[i] == 0) return 0;
+    if (!over && __builtin_mul_overflow(n, shape[i], &n)) over = true;
+  }
+  return over ? INT64_MAX : n;
 }
 
 const char* to_string(DType d) {
