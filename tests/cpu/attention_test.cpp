@@ -381,8 +381,8 @@ TEST(Attention, DecodeShapesRunTheRowOps) {
 }
 
 // Every row-op set of the build against plain loops: odd sizes, lanes beyond one vector,
-// strided rows, accumulation into a poisoned-border output; the bf16-row forms where a set
-// has them, bit for bit against its fp32 form on the same (bf16-rounded) values.
+// strided rows, accumulation into a poisoned-border output; the 16-bit-row forms (bf16,
+// fp16) where a set has them, bit for bit against its fp32 form on the same (rounded) values.
 TEST(RowOps, MatchLoops) {
   Rng rng;
   FC_TRACE_SEED(rng);
@@ -393,12 +393,12 @@ TEST(RowOps, MatchLoops) {
       continue;
     }
     SCOPED_TRACE(ops.key);
-    for (bool bf16 : {false, true})
+    for (const fc::DType rows_dt : {fc::DType::f32, fc::DType::bf16, fc::DType::f16})
     for (auto [kc, d, mq] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 3},
                              {9, 128, 1}, {17, 64, 16}, {33, 80, 17}, {256, 7, 40},
                              {40, 130, 2}, {15, 256, 8}, {100, 33, 5}, {21, 128, 4},
                              {13, 40, 4}, {6, 64, 6}, {11, 16, 7}}) {
-      SCOPED_TRACE(std::string(bf16 ? "bf16 rows " : "") + "kc " + std::to_string(kc) + " d " + std::to_string(d) +
+      SCOPED_TRACE(std::string(fc::to_string(rows_dt)) + " rows, kc " + std::to_string(kc) + " d " + std::to_string(d) +
                    " mq " + std::to_string(mq));
       const int64_t xs = d + 5, n = d + 3, vs = n + 2, ldo = n + 4, ldt = mq + 3, ldp = mq + 2;
       std::vector<float> x(size_t(kc * xs)), y(size_t(d * mq)), q(size_t(mq * d)), v(size_t(kc * vs)),
@@ -412,23 +412,30 @@ TEST(RowOps, MatchLoops) {
       for (int64_t i = 0; i < mq; ++i)
         for (int64_t e = 0; e < d; ++e) q[size_t(i * d + e)] = y[size_t(e * mq + i)];
       std::vector<float> o0 = o;
-      // (bf16 rows: the same values rounded to bf16, the fp32 form's results bit for bit)
-      std::vector<uint16_t> xb(x.size()), vb(v.size());
-      for (size_t i = 0; i < x.size(); ++i) xb[i] = fc::core::f32_to_bf16(x[i]);
-      for (size_t i = 0; i < v.size(); ++i) vb[i] = fc::core::f32_to_bf16(v[i]);
-      if (bf16) {
-        if (ops.dot_bf16 == nullptr) continue;
-        for (size_t i = 0; i < x.size(); ++i) x[i] = fc::core::bf16_to_f32(xb[i]);
-        for (size_t i = 0; i < v.size(); ++i) v[i] = fc::core::bf16_to_f32(vb[i]);
+      // (16-bit rows: the same values rounded to the row dtype, the fp32 form's results bit for bit)
+      if (rows_dt != fc::DType::f32) {
+        const bool bf16 = rows_dt == fc::DType::bf16;
+        const auto dot16 = ops.dot16(rows_dt);
+        const auto axpy16 = ops.axpy16(rows_dt);
+        if (dot16 == nullptr || axpy16 == nullptr) continue;
+        std::vector<uint16_t> xb(x.size()), vb(v.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          xb[i] = bf16 ? fc::core::f32_to_bf16(x[i]) : fc::core::f32_to_f16(x[i]);
+          x[i] = bf16 ? fc::core::bf16_to_f32(xb[i]) : fc::core::f16_to_f32(xb[i]);
+        }
+        for (size_t i = 0; i < v.size(); ++i) {
+          vb[i] = bf16 ? fc::core::f32_to_bf16(v[i]) : fc::core::f32_to_f16(v[i]);
+          v[i] = bf16 ? fc::core::bf16_to_f32(vb[i]) : fc::core::f16_to_f32(vb[i]);
+        }
         std::vector<float> t32 = t, o32 = o;
         ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t32.data(), ldt);
         ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o32.data(), ldo);
-        ops.dot_bf16(kc, d, xb.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
-        ops.axpy_bf16(kc, mq, pm.data(), ldp, vb.data(), vs, n, o.data(), ldo);
+        dot16(kc, d, xb.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
+        axpy16(kc, mq, pm.data(), ldp, vb.data(), vs, n, o.data(), ldo);
         for (size_t i = 0; i < t.size(); ++i)
-          ASSERT_TRUE(std::memcmp(&t[i], &t32[i], 4) == 0) << "dot_bf16 differs from dot at " << i;
+          ASSERT_TRUE(std::memcmp(&t[i], &t32[i], 4) == 0) << "the 16-bit dot differs from dot at " << i;
         for (size_t i = 0; i < o.size(); ++i)
-          ASSERT_TRUE(std::memcmp(&o[i], &o32[i], 4) == 0) << "axpy_bf16 differs from axpy at " << i;
+          ASSERT_TRUE(std::memcmp(&o[i], &o32[i], 4) == 0) << "the 16-bit axpy differs from axpy at " << i;
       } else {
         ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t.data(), ldt);
         ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o.data(), ldo);

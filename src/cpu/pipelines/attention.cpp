@@ -463,12 +463,12 @@ bool Attention<Src>::scores(const Block& bl, int64_t j0, int64_t kc, float* t, f
     for (int64_t kvi = 0; kvi < a.kvb; ++kvi) {
       const auto kr = k_.head(bl.x.b, bl.x.hk + kvi);
       const float* q = qy(bl.qpack, kvi) + a.mqh * p_.d;
-      if (kr.dtype == DType::bf16 && a.cfg.rows->dot_bf16) {
-        // bf16 rows read in place (widened in registers), a strided run (a page's rows) per call
+      if (const RowOps::Dot16 dot16 = a.cfg.rows->dot16(kr.dtype)) {
+        // 16-bit rows read in place (widened in registers), a strided run (a page's rows) per call
         for (int64_t k = 0, n = 0; k < kc; k += n) {
           n = kr.run_length(j0 + k, kc - k);
-          a.cfg.rows->dot_bf16(n, p_.d, static_cast<const uint16_t*>(kr.row(j0 + k)), kr.stride, q, qy(bl.qpack, kvi),
-                               a.mqh, t + k * a.g.mq + kvi * a.mqh, a.g.mq);
+          dot16(n, p_.d, static_cast<const uint16_t*>(kr.row(j0 + k)), kr.stride, q, qy(bl.qpack, kvi), a.mqh,
+                t + k * a.g.mq + kvi * a.mqh, a.g.mq);
         }
         continue;
       }

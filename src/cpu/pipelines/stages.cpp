@@ -138,11 +138,11 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
         if (!std::isfinite(x)) x = 0.0f;
       vr = vconv.data();
       vs = dv;
-    } else if (v.dtype == DType::bf16 && ops.axpy_bf16) {
-      // bf16 rows read in place (widened in registers), a strided run (a page's rows) per call
+    } else if (const RowOps::Axpy16 axpy16 = ops.axpy16(v.dtype)) {
+      // 16-bit rows read in place (widened in registers), a strided run (a page's rows) per call
       for (int64_t k = k0, m = 0; k < k0 + n; k += m) {
         m = v.run_length(j0 + k, k0 + n - k);
-        ops.axpy_bf16(m, mq, P + k * ldp, ldp, static_cast<const uint16_t*>(v.row(j0 + k)), v.stride, dv, O, ldo);
+        axpy16(m, mq, P + k * ldp, ldp, static_cast<const uint16_t*>(v.row(j0 + k)), v.stride, dv, O, ldo);
       }
       continue;
     } else {

@@ -57,6 +57,6 @@ FC_PORTABLE_CLONES void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp
 
 }  // namespace
 
-const RowOps rowops_generic = {"rowops_generic", Isa::generic, dot, axpy, nullptr, nullptr};
+const RowOps rowops_generic = {"rowops_generic", Isa::generic, dot, axpy, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace flashcore::cpu::ukernels

@@ -147,12 +147,19 @@ struct RowOps {
   // (p: key-major probabilities; v: kc value rows)
   void (*axpy)(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, int64_t vs,
                int64_t n, float* o, int64_t ldo);
-  // The same with bf16 rows x / v (their bits; strides in elements), or null: the caller
-  // then converts the rows to fp32 first.
-  void (*dot_bf16)(int64_t kc, int64_t d, const uint16_t* x, int64_t xs, const float* q, const float* y,
-                   int64_t mq, float* t, int64_t ldt);
-  void (*axpy_bf16)(int64_t kc, int64_t mq, const float* p, int64_t ldp, const uint16_t* v, int64_t vs,
-                    int64_t n, float* o, int64_t ldo);
+  // The same with 16-bit rows x / v (their bits; strides in elements): bf16, then IEEE fp16;
+  // a null pair: the caller converts such rows to fp32 first.
+  using Dot16 = void (*)(int64_t kc, int64_t d, const uint16_t* x, int64_t xs, const float* q, const float* y,
+                         int64_t mq, float* t, int64_t ldt);
+  using Axpy16 = void (*)(int64_t kc, int64_t mq, const float* p, int64_t ldp, const uint16_t* v, int64_t vs,
+                          int64_t n, float* o, int64_t ldo);
+  Dot16 dot_bf16;
+  Axpy16 axpy_bf16;
+  Dot16 dot_f16;
+  Axpy16 axpy_f16;
+  // The form for rows stored as dt, or null (fp32 rows: dot / axpy; others: converted).
+  Dot16 dot16(DType dt) const { return dt == DType::bf16 ? dot_bf16 : dt == DType::f16 ? dot_f16 : nullptr; }
+  Axpy16 axpy16(DType dt) const { return dt == DType::bf16 ? axpy_bf16 : dt == DType::f16 ? axpy_f16 : nullptr; }
 };
 
 // The kernel lists, expanded into declarations here and into tables in dispatch.

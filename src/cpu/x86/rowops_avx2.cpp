@@ -217,6 +217,6 @@ void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const float* v, i
 
 }  // namespace
 
-const RowOps rowops_avx2 = {"rowops_avx2", Isa::avx2, dot, axpy, nullptr, nullptr};
+const RowOps rowops_avx2 = {"rowops_avx2", Isa::avx2, dot, axpy, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace flashcore::cpu::ukernels

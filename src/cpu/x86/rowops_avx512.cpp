@@ -23,7 +23,8 @@
 // Each is compiled for fp32 rows and for bf16 rows (dot_bf16, axpy_bf16: a bf16 KV cache or
 // bf16 K and V read in place, widened in registers: 16 bf16 are the upper halves of 16 fp32,
 // one zero-extension and one shift; without them the rows were first converted to an fp32
-// copy, which took twice the time of the products in a bf16 decode).
+// copy, which took twice the time of the products in a bf16 decode), and for fp16 rows
+// (dot_f16, axpy_f16: one VCVTPH2PS per 16 elements, exact as the bf16 widening is).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -53,10 +54,23 @@ inline __m512 load16(const uint16_t* p) { return widen_bf16(_mm256_loadu_si256(r
 inline __m512 load16(const uint16_t* p, __mmask16 m) { return widen_bf16(_mm256_maskz_loadu_epi16(m, p)); }
 inline float elem(const float* p) { return *p; }
 inline float elem(const uint16_t* p) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(uint32_t(*p) << 16)))); }
+// IEEE fp16 rows: the element type Half (its bits), widened by VCVTPH2PS (exact).
+struct Half {
+  uint16_t bits;
+};
+inline __m512 load16(const Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 load16(const Half* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+inline float elem(const Half* p) {
+  return _mm512_cvtss_f32(_mm512_cvtph_ps(_mm256_zextsi128_si256(_mm_cvtsi32_si128(int(p->bits)))));
+}
 
 constexpr int64_t kFewQueries = 8;
 constexpr int kDotKeys = 8;
 constexpr int64_t kDotAhead = 2 * kDotKeys;  // rows prefetched this many keys ahead
+// dot_few's prefetch distance in keys: a decode tile of 8 kv heads holds 32 keys per head
+// (a call's rows), so a distance of 32 never fired; 16 made the memory-bound B32 decode rows
+// 1.12-1.17x faster (docs/results/cpu-decode-2026-12-02.md).
+constexpr int64_t kFewAhead = 16;
 
 template <int R, typename E>
 inline void dot_keys(int64_t d, const E* x, int64_t xs, const float* y, int64_t mq, __mmask16 m, float* t,
@@ -107,7 +121,7 @@ void dot_few(int64_t kc, int64_t d, const E* x, int64_t xs, const float* q, floa
   for (int r = 0; r < 16; ++r) lane_at[r] = r < L ? int32_t((r / MQ) * ldt + r % MQ) : 0;
   const __m512i idx = _mm512_load_si512(lane_at);
   for (int64_t k = 0; k < kc; k += G) {
-    for (int64_t r = k + 32; r < k + 32 + G && r < kc; ++r) prefetch_row(x + r * xs, row_bytes);
+    for (int64_t r = k + kFewAhead; r < k + kFewAhead + G && r < kc; ++r) prefetch_row(x + r * xs, row_bytes);
     const int64_t nk = kc - k < G ? kc - k : G;
     const E* xr[G];
 #pragma GCC unroll 16
@@ -173,7 +187,7 @@ void dot(int64_t kc, int64_t d, const E* x, int64_t xs, const float* q, const fl
   }
 }
 
-constexpr int64_t kAxpyChunk = 32;  // keys per L1 chunk of V rows
+constexpr int64_t kAxpyChunk = 16;  // keys per L1 chunk of V rows (and the prefetch distance)
 constexpr int kAxpyVecs = 4;        // zmm of value columns per accumulator row
 
 template <int R, typename E>
@@ -188,8 +202,8 @@ inline void axpy_block(int64_t kc, int64_t ldp, const float* p, const E* v, int6
 #pragma GCC unroll 4
     for (int c = 0; c < kAxpyVecs; ++c) acc[r][c] = v::load(o + r * ldo + 16 * c, m[c]);
   for (int64_t k = 0; k < kc; ++k) {
-    // Into L2: the next chunk's rows are as large as L1 (32 rows of 1 KiB at d = 256) and
-    // would evict this chunk's, which the other row blocks read again.
+    // Into L2: the next chunk's rows (16 rows of 1 KiB at d = 256) would evict much of this
+    // chunk's from L1, which the other row blocks read again.
     if (prefetch) prefetch_row<2>(v + (k + kAxpyChunk) * vs, row_bytes);
     __m512 vk[kAxpyVecs];
 #pragma GCC unroll 4
@@ -235,8 +249,19 @@ void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const E* v, int64
   }
 }
 
+// fp16 rows: the forms above on Half (strides in elements, as the bits' pointer).
+void dot_f16(int64_t kc, int64_t d, const uint16_t* x, int64_t xs, const float* q, const float* y, int64_t mq,
+             float* t, int64_t ldt) {
+  dot(kc, d, reinterpret_cast<const Half*>(x), xs, q, y, mq, t, ldt);
+}
+void axpy_f16(int64_t kc, int64_t mq, const float* p, int64_t ldp, const uint16_t* v, int64_t vs, int64_t n, float* o,
+              int64_t ldo) {
+  axpy(kc, mq, p, ldp, reinterpret_cast<const Half*>(v), vs, n, o, ldo);
+}
+
 }  // namespace
 
-const RowOps rowops_avx512 = {"rowops_avx512", Isa::avx512f, dot<float>, axpy<float>, dot<uint16_t>, axpy<uint16_t>};
+const RowOps rowops_avx512 = {"rowops_avx512", Isa::avx512f, dot<float>, axpy<float>, dot<uint16_t>, axpy<uint16_t>,
+                              dot_f16, axpy_f16};
 
 }  // namespace flashcore::cpu::ukernels
