@@ -414,19 +414,14 @@ TEST(RowOps, MatchLoops) {
       std::vector<float> o0 = o;
       // (16-bit rows: the same values rounded to the row dtype, the fp32 form's results bit for bit)
       if (rows_dt != fc::DType::f32) {
-        const bool bf16 = rows_dt == fc::DType::bf16;
         const auto dot16 = ops.dot16(rows_dt);
         const auto axpy16 = ops.axpy16(rows_dt);
         if (dot16 == nullptr || axpy16 == nullptr) continue;
         std::vector<uint16_t> xb(x.size()), vb(v.size());
-        for (size_t i = 0; i < x.size(); ++i) {
-          xb[i] = bf16 ? fc::core::f32_to_bf16(x[i]) : fc::core::f32_to_f16(x[i]);
-          x[i] = bf16 ? fc::core::bf16_to_f32(xb[i]) : fc::core::f16_to_f32(xb[i]);
-        }
-        for (size_t i = 0; i < v.size(); ++i) {
-          vb[i] = bf16 ? fc::core::f32_to_bf16(v[i]) : fc::core::f32_to_f16(v[i]);
-          v[i] = bf16 ? fc::core::bf16_to_f32(vb[i]) : fc::core::f16_to_f32(vb[i]);
-        }
+        fc::core::convert_row(x.data(), int64_t(x.size()), xb.data(), rows_dt);
+        fc::core::convert_row(xb.data(), rows_dt, int64_t(x.size()), x.data());
+        fc::core::convert_row(v.data(), int64_t(v.size()), vb.data(), rows_dt);
+        fc::core::convert_row(vb.data(), rows_dt, int64_t(v.size()), v.data());
         std::vector<float> t32 = t, o32 = o;
         ops.dot(kc, d, x.data(), xs, q.data(), y.data(), mq, t32.data(), ldt);
         ops.axpy(kc, mq, pm.data(), ldp, v.data(), vs, n, o32.data(), ldo);
