@@ -106,7 +106,8 @@ void attention_with_kvcache(const core::KvCacheProblem& pr, PhaseTimes* times) {
   for (const auto& [ptr, name] : ptrs) check_device_pointer(ptr, name, dev.id);
   const int64_t hd = std::max(p.d, p.dv);
   const int pack_shift = gqa_pack_shift(p, p.sq);
-  const InstanceInfo* inst = pick_kvcache(p.dtype, hd, p.sq << pack_shift, dev, kvcache_instances(), fp8);
+  const InstanceInfo* inst =
+      pick_kvcache(p.dtype, hd, p.sq << pack_shift, dev, kvcache_instances(), fp8, paged ? p.page_size : 0);
   if (inst == nullptr)
     throw_error(Status::unsupported, "q: head dim " + std::to_string(hd) + " (" + to_string(p.dtype) +
                                          (fp8 ? " over an e4m3 cache: head dims up to 128" : "") +

@@ -256,14 +256,19 @@ bool heads_in_place(const KernelChoice& in_place, const KernelChoice& padded, in
 }
 
 const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list,
-                                 bool kv_fp8) {
+                                 bool kv_fp8, int64_t page_size) {
   const auto fits = [&](const InstanceInfo& i) { return i.dtype == dtype && i.kv_fp8 == kv_fp8 && i.runs_on(dev); };
   int best_hd = INT_MAX;
   for (const InstanceInfo& i : list)
-    if (fits(i) && i.head_dim >= hd) best_hd = std::min(best_hd, i.head_dim);
+    if (fits(i) && !i.kv_tma && i.head_dim >= hd) best_hd = std::min(best_hd, i.head_dim);
+  const auto boxes_read = [&](const InstanceInfo& i) {
+    return page_size > 0 && (page_size % i.block_n == 0 || i.block_n % page_size == 0);
+  };
+  for (const InstanceInfo& i : list)
+    if (fits(i) && i.kv_tma && i.head_dim == best_hd && rows <= i.block_m && boxes_read(i)) return &i;
   const InstanceInfo* other = nullptr;
   for (const InstanceInfo& i : list)
-    if (fits(i) && i.head_dim == best_hd) {
+    if (fits(i) && !i.kv_tma && i.head_dim == best_hd) {
       const bool split = i.block_m < 16 * i.warps;
       if (split && (kv_fp8 || rows <= i.block_m)) return &i;
       if (!split && other == nullptr) other = &i;

@@ -41,6 +41,7 @@ struct InstanceInfo {
   bool vt_fused = false;       // sm90 e4m3 rows with FwdSm90Config::kVtFused (FwdParams::vt_sync)
   bool score_mod = false;      // sm90 "_sv" rows: the score variants' kernel (FwdSm90Config::kScoreMod)
   bool kv_fp8 = false;         // kvc rows over an e4m3 cache (dtype: q's), dtype keys f16e4m3 / bf16e4m3
+  bool kv_tma = false;         // kvc sm90 rows: K/V tiles by TMA boxes (a cache they can read, pick_kvcache)
   // Dynamic shared memory: sm80, the Q tile + kStages K and V tiles, rows padded to a
   // multiple of 128 bytes (common/swizzle.cuh), and sm80_extra_smem; sm90, the instance's
   // FwdSm90Config::kSmem.
@@ -91,6 +92,16 @@ constexpr bool f16 = false, bf16 = false, tf32 = false, e4m3 = false, f16e4m3 = 
 #define FC_SM80_INSTANCE_INFO(key, dt, hd, bm, bn, wp, st, oc)                                                \
   ::flashcore::cuda::sm80_instance(#key, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, wp, st, \
                                    ::flashcore::cuda::instance_cache_fp8::dt),
+// The kvc rows of the sm90 family (kernels/kvc_sm90.cuh): the key-split form, 4 warps, its
+// K/V tiles by TMA (kv_tma); shared memory cut_tiles.hpp's kvc_tma_smem.
+constexpr InstanceInfo kvc_sm90_instance(const char* key, DType dt, int hd, int bm, int bn, int stages) {
+  InstanceInfo i{key, 90, dt, hd, bm, bn, 4, stages};
+  i.smem90 = kvc_tma_smem(hd, bm, bn, stages);
+  i.kv_tma = true;
+  return i;
+}
+#define FC_SM90_KVC_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
+  ::flashcore::cuda::kvc_sm90_instance(#key, ::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st),
 #define FC_SM90_INSTANCE_INFO(key, dt, hd, bm, bn, st, ps) \
   ::flashcore::cuda::sm90_instance<::flashcore::cuda::instance_dtype::dt, hd, bm, bn, st, ps>(#key),
 
@@ -197,9 +208,12 @@ enum class VtPath { none, prepass, fused, in_kernel };
 // hd that runs on the device, the first key-split row (block_m below 16 per warp,
 // kvc_sm80.cuh) where the rows fit its tile, else the first other row; null if none.
 // kv_fp8 (an e4m3 cache): among the rows over an e4m3 cache, which are all key-split rows,
-// the first at every row count.
+// the first at every row count. page_size: the paged cache's (0: contiguous); a key-split
+// row with TMA loads (kv_tma, Hopper) comes first where its boxes can read the pages: they
+// divide or are a multiple of its key tile (a contiguous cache: the cp.async rows, faster
+// there on an H200, docs/results/cuda-kvcache-tma-2026-12-02.md).
 const InstanceInfo* pick_kvcache(DType dtype, int64_t hd, int64_t rows, const DeviceFacts& dev, InstanceList list,
-                                 bool kv_fp8 = false);
+                                 bool kv_fp8 = false, int64_t page_size = 0);
 // Its KV splits (flash-decoding) for batch sequences of sq rows and heads item heads (with GQA
 // packing: Sq G rows and H / G heads) over at most cache_rows keys each: ns = min(2 SMs / CTAs, key tiles / 2, 32) where that is >= 2
 // (kv_combine.cu merges them), else 1. cache_rows bounds the lengths (they stay on the

@@ -35,13 +35,17 @@ static_assert(std::size(kInstances) == std::size(kLaunchers), "one launcher per 
 
 const InstanceInfo kKvcInstances[] = {
 #define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#define FC_SM90_INST FC_SM90_KVC_INSTANCE_INFO
 #include "instances_kvc.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 };
 const LaunchFn kKvcLaunchers[] = {
 #define FC_SM80_INST(key, dt, hd, bm, bn, wp, st, oc) key,
+#define FC_SM90_INST(key, dt, hd, bm, bn, st, ps) key,
 #include "instances_kvc.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 };
 static_assert(std::size(kKvcInstances) == std::size(kKvcLaunchers), "one launcher per instance");
 

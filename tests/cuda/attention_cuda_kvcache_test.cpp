@@ -76,6 +76,11 @@ const KvCase kCases[] = {
     {"contiguous_hnd_window_f16", DType::f16, 0, true, 2, 2, 4, 2, 96, {30, 3}, 2, false, 4, 4},
     {"contiguous_long_splits_bf16", DType::bf16, 0, false, 2, 1, 4, 4, 128, {3000, 17}, 1},
     {"empty_sequences_page8_f16", DType::f16, 8, false, 2, 2, 4, 2, 64, {0, 0}, 0},
+    // Pages larger than the 64-key tile and between (the TMA rows' boxes: one per tile, or a
+    // page each), and a size neither divides (24: the cp.async rows).
+    {"decode_page256_f16", DType::f16, 256, false, 2, 1, 8, 2, 128, {255, 600}, 1},
+    {"decode_page32_hnd_gqa8to1_bf16", DType::bf16, 32, true, 3, 1, 8, 1, 128, {31, 32, 97}, 1},
+    {"decode_page24_f16", DType::f16, 24, false, 2, 1, 4, 2, 64, {23, 50}, 1},
     // Stale NaN slots before a sliding window (decode; speculative, causal, contiguous).
     {"stale_nan_window_decode_page16_bf16", DType::bf16, 16, false, 2, 1, 8, 2, 64, {200, 70}, 1, false, 30, 0, 2,
      Strategy::automatic, false, true},
@@ -132,16 +137,22 @@ TEST_P(CudaKvCache, MatchesReferenceOnContiguousKeys) {
   std::string kernel;
   f.check(1, Strategy::automatic, gpu_runner(&kernel));
   SCOPED_TRACE("kernel " + kernel);
-  EXPECT_EQ(kernel.rfind("kvc_sm80_", 0), 0u);
   EXPECT_EQ(kernel.find("e4m3_") != std::string::npos, GetParam().fp8 != 0) << "an e4m3 cache's own rows";
+  // On Hopper the TMA rows (kvc_sm90) take a paged 16-bit cache whose pages their boxes read,
+  // where the packed rows fit the key-split tile and a row has its head dim; the cp.async
+  // rows the rest.
+  const KvCase& c = GetParam();
+  const int64_t g = c.h / c.hkv;
+  const bool packed = c.sq < 64 && g >= 2 && g <= 64 && (g & (g - 1)) == 0;
+  const int64_t rows = packed ? c.sq * g : c.sq;
+  const bool tma = sm90_missing().empty() && c.fp8 == 0 && rows <= 16 && c.d <= 128 &&
+                   c.page > 0 && (c.page % 64 == 0 || 64 % c.page == 0);
+  EXPECT_EQ(kernel.rfind(tma ? "kvc_sm90_" : "kvc_sm80_", 0), 0u);
   // A long cache over few (sequence, head) CTAs is split over the keys; a group of 2 to 64
   // query heads (a power of two) over fewer than 64 queries shares its KV head's tile rows.
-  const KvCase& c = GetParam();
   if (c.lens[0] >= 3000) {
     EXPECT_NE(kernel.find("+kv"), std::string::npos);
   }
-  const int64_t g = c.h / c.hkv;
-  const bool packed = c.sq < 64 && g >= 2 && g <= 64 && (g & (g - 1)) == 0;
   EXPECT_EQ(kernel.find("+gqa" + std::to_string(g)) != std::string::npos, packed);
 }
 

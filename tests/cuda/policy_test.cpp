@@ -393,28 +393,58 @@ TEST(CudaPolicy, HeadsInPlace) {
 
 const InstanceInfo kKvc[] = {
 #define FC_SM80_INST FC_SM80_INSTANCE_INFO
+#define FC_SM90_INST FC_SM90_KVC_INSTANCE_INFO
 #include "policy_instances_kvc.inc"
 #undef FC_SM80_INST
+#undef FC_SM90_INST
 };
 
 // attention_with_kvcache: the smallest kvc head dim that covers D and Dv for the dtype, and
 // KV splits only where (sequence, head) CTAs leave SMs idle and the cache has tiles to share.
 TEST(CudaPolicy, KvCacheKernelAndSplits) {
   const InstanceList kvc(kKvc);
-  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev, int64_t rows = 64, bool fp8 = false) {
-    const InstanceInfo* i = pick_kvcache(dt, hd, rows, dev, kvc, fp8);
+  // page: the paged cache's page size (0: contiguous; -1: pages no TMA row takes, e.g. 24).
+  const auto key = [&](DType dt, int64_t hd, const DeviceFacts& dev, int64_t rows = 64, bool fp8 = false,
+                       int64_t page = -1) {
+    const InstanceInfo* i = pick_kvcache(dt, hd, rows, dev, kvc, fp8, page < 0 ? 24 : page);
     return std::string(i != nullptr ? i->key : "none");
   };
-  // The keys: kvc_sm80_<q dtype>[e4m3 over an fp8 cache]_hd<D>_<BM>x<BN>_w<warps>_o<ctas>.
+  // The keys: kvc_sm80_<q dtype>[e4m3 over an fp8 cache]_hd<D>_<BM>x<BN>_w<warps>_o<ctas>, and
+  // the TMA rows kvc_sm90_<q dtype>_hd<D>_16x<BN>_s<stages> (16-bit caches, key-split form).
   const std::regex grammar(R"(^kvc_sm80_(f16|bf16)(e4m3)?_hd(\d+)_(\d+)x(\d+)_w(\d+)_o(\d+)$)");
+  const std::regex grammar90(R"(^kvc_sm90_(f16|bf16)_hd(\d+)_16x(\d+)_s(\d+)$)");
+  int tma_rows = 0;
   for (const InstanceInfo& i : kvc) {
     std::cmatch m;
+    if (i.arch == 90) {
+      ASSERT_TRUE(std::regex_match(i.key, m, grammar90)) << i.key;
+      EXPECT_EQ(m[1].str(), to_string(i.dtype)) << i.key;
+      EXPECT_EQ(std::stoi(m[2].str()), i.head_dim) << i.key;
+      EXPECT_TRUE(i.kv_tma && !i.kv_fp8 && i.block_m < 16 * i.warps) << i.key;
+      EXPECT_EQ(i.smem(), (16 + 4 * i.block_n) * ((i.head_dim * 2 + 127) / 128 * 128) + 16) << i.key;
+      ++tma_rows;
+      continue;
+    }
     ASSERT_TRUE(std::regex_match(i.key, m, grammar)) << i.key;
     EXPECT_EQ(m[1].str(), to_string(i.dtype)) << i.key;
     EXPECT_EQ(m[2].matched, i.kv_fp8) << i.key;
     EXPECT_EQ(std::stoi(m[3].str()), i.head_dim) << i.key;
     EXPECT_TRUE(!i.kv_fp8 || i.block_m < 16 * i.warps) << i.key << ": an fp8 cache's rows are key-split rows";
   }
+  EXPECT_EQ(tma_rows, 6);
+  // The TMA rows on Hopper for pages their boxes read (dividing or a multiple of 64 keys), in
+  // the key-split form; never elsewhere, over a contiguous or e4m3 cache or past 16 rows.
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 0), "kvc_sm80_f16_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::bf16, 128, kH200, 1, false, 16), "kvc_sm90_bf16_hd128_16x64_s2");
+  EXPECT_EQ(key(DType::f16, 64, kH200, 16, false, 64), "kvc_sm90_f16_hd64_16x64_s2");
+  EXPECT_EQ(key(DType::bf16, 80, kH200, 8, false, 256), "kvc_sm90_bf16_hd96_16x64_s2");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 8), "kvc_sm90_f16_hd128_16x64_s2");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 24), "kvc_sm80_f16_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 96), "kvc_sm80_f16_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 17, false, 0), "kvc_sm80_f16_hd128_64x64_w4_o2");
+  EXPECT_EQ(key(DType::f16, 128, kA100, 4, false, 0), "kvc_sm80_f16_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::f16, 128, kH200, 4, true, 0), "kvc_sm80_f16e4m3_hd128_16x64_w4_o3");
+  EXPECT_EQ(key(DType::f16, 256, kH200, 4, false, 0), "kvc_sm80_f16_hd256_64x16_w4_o2");
   // An e4m3 cache: its own rows (the key-split form at every row count; head dims to 128).
   EXPECT_EQ(key(DType::f16, 128, kH200, 64, true), "kvc_sm80_f16e4m3_hd128_16x64_w4_o3");
   EXPECT_EQ(key(DType::bf16, 80, kA100, 1, true), "kvc_sm80_bf16e4m3_hd96_16x64_w4_o3");

@@ -74,8 +74,11 @@ struct WarpSliceTraits {
 
 // TC: the cache's element type (T, or __nv_fp8_e4m3: the ring holds TC tiles, widened into
 // one T tile of K and one of V per key tile).
-template <typename T, typename TC, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+template <typename T_, typename TC_, int kHeadDim_, int kBlockN_, int kWarps_, int kStages_, int kMinBlocks>
 struct KvcSplitTraits {
+  using T = T_;
+  using TC = TC_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kWarps = kWarps_, kStages = kStages_;
   static constexpr bool kWiden = !std::is_same_v<T, TC>;
   static constexpr int kRows = 16, kThreads = 32 * kWarps, kKeys = kBlockN / kWarps;
   using Warp = sm80::WarpSliceTraits<T, kHeadDim, kKeys>;
@@ -94,162 +97,90 @@ struct KvcSplitTraits {
   static_assert(kBlockN % kWarps == 0 && kStages >= 2, "tile shape");
 };
 
-template <typename T, typename TC, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
-__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel(const FwdParams p) {
-  using Tr = KvcSplitTraits<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
-  using W = typename Tr::Warp;
-  constexpr int kRows = Tr::kRows, kThreads = Tr::kThreads, kNF = W::kNF, kDF = W::kDF;
+// Where a key-split CTA stands: its sequence, KV head, rows and run of key tiles, and its
+// shared-memory tiles (kvc_split_cta).
+struct KvcCta {
+  SeqInfo seq;
+  int b, h, hk, m0, rows, shift, split;
+  TileRange tiles;
+  int key_lo;          // keys below it: before every row's window (zero rows)
+  uint32_t sQ, sK, sV;  // the Q tile, the K and V stages
+  int tid, warp, lane;
+};
 
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t sQ = ptx::smem_addr(smem);
-  const uint32_t sK = sQ + Tr::kOffK;  // the ring (TC tiles)
-  const uint32_t sV = sQ + Tr::kOffV;
-  // kWiden: the warps' widened V rows (K's fragments come from the ring itself).
-  const uint32_t sVw = sQ + Tr::kOffWide;
+// The K/V ring over cp.async (every GPU from sm80): CacheKvRows and its page ids, rows of
+// the SwizzledTile layout, keys outside [key_lo, sk) and page ids outside the cache
+// zero-filled by the copies. kWarpRing (the e4m3 cache): each warp copies and reads only
+// its own kKeys rows of every key tile (rows [kKeys warp, kKeys (warp + 1)) of the ring's
+// stages); its rows of tile n are the cache's "tile" n kWarps + warp of kKeys keys, and
+// __syncwarp orders them. Otherwise the whole CTA copies each tile and a CTA barrier orders
+// it. One commit group per tile (an empty one past the run), behind Q's group.
+template <class Tr, bool kWarpRing>
+struct CpAsyncKvRing {
+  using TC = typename Tr::TC;
+  static constexpr int kHeadDim = Tr::kHeadDim, kStages = Tr::kStages, kWarps = Tr::kWarps;
+  static constexpr int kRingRows = kWarpRing ? Tr::kKeys : Tr::kBlockN, kRingThreads = kWarpRing ? 32 : Tr::kThreads;
+  // K's and V's tiles as Mainloop reads them: SwizzledTile rows.
+  static constexpr int kKvRow = Tr::kRowBytes, kKvBlock = 128;
+  sm80::CacheKvRows<TC, kRingRows> kv;
+  sm80::TilePages<sm80::PagedWalk<kRingRows, kHeadDim, kRingThreads, TC>::kPasses> pages;
+  uint32_t sK, sV;
+  int ring_tid, warp, sk, d, dv, hi;
 
-  // p.kv_splits CTAs per query block (consecutive blockIdx.x); rows packed per KV head.
-  const int split = int(blockIdx.x) % p.kv_splits, m0 = int(blockIdx.x) / p.kv_splits * kRows;
-  const int shift = p.pack_shift;
-  const int h = int(blockIdx.y) << shift, b = blockIdx.z;
-  const SeqInfo seq = cache_seq_info(p, b);
-  const int rows = seq.sq << shift;
-  if (m0 >= rows) return;
-  const int hk = h / p.group;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, t = lane % 4;
-  // The scores' scale and the output's factor, with an fp8 cache's per-head factors.
-  float scale_log2 = p.scale_log2, o_scale = p.o_scale;
-  if constexpr (Tr::kWiden) {
-    const int64_t hi = int64_t(b) * p.kv_heads + hk;
-    if (p.k_descale_heads != nullptr) scale_log2 *= p.k_descale_heads[hi];
-    if (p.v_descale_heads != nullptr) o_scale *= p.v_descale_heads[hi];
+  struct None {};
+  template <class Arg>  // (the TMA ring's argument: not used here)
+  __device__ __forceinline__ CpAsyncKvRing(const FwdParams& p, const KvcCta& c, const Arg&) {
+    kv = sm80::CacheKvRows<TC, kRingRows>::make(p, c.b, c.hk);
+    kv.key_lo = c.key_lo;
+    const uint32_t ring_w = kWarpRing ? c.warp * Tr::kKeys * SwizzledTile<kHeadDim, TC>::kRowBytes : 0;
+    sK = c.sK + ring_w, sV = c.sV + ring_w;
+    ring_tid = kWarpRing ? c.lane : c.tid;
+    warp = c.warp, sk = c.seq.sk, d = p.d, dv = p.dv, hi = c.tiles.hi;
   }
-  const core::BandMask mask = band_mask(p, seq);
-  // kWarpRing (the e4m3 cache): each warp copies and reads only its own kKeys rows of every
-  // key tile (rows [kKeys warp, kKeys (warp + 1)) of the ring's stages); its rows of tile n
-  // are the cache's "tile" n kWarps + warp of kKeys keys, and __syncwarp orders them.
-  // Otherwise the whole CTA copies each tile and a CTA barrier orders it.
-  constexpr bool kWarpRing = Tr::kWiden;
-  constexpr int kRingRows = kWarpRing ? Tr::kKeys : kBlockN, kRingThreads = kWarpRing ? 32 : kThreads;
-  const int ring_tid = kWarpRing ? lane : tid;
-  const uint32_t ring_w = kWarpRing ? warp * Tr::kKeys * SwizzledTile<kHeadDim, TC>::kRowBytes : 0;
-  const auto ring_tile = [&](int n) { return kWarpRing ? n * kWarps + warp : n; };
-  const auto kv = [&] {  // keys before the block's first row's window: zero rows (CacheKvRows::key_lo)
-    auto c = sm80::CacheKvRows<TC, kRingRows>::make(p, b, hk);
-    c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));
-    return c;
-  }();
-  TileRange tiles = tile_range(mask, m0 >> shift, (min(m0 + kRows, rows) - 1) >> shift, seq.sk, kBlockN);
-  {  // this split's run of the key tiles (near-equal runs, in order)
-    const int ns = p.kv_splits, per = (tiles.hi - tiles.lo + ns - 1) / ns;
-    tiles.lo = min(tiles.hi, tiles.lo + split * per);
-    tiles.hi = min(tiles.hi, tiles.lo + per);
+  __device__ __forceinline__ int ring_tile(int n) const { return kWarpRing ? n * kWarps + warp : n; }
+  __device__ __forceinline__ void load(int n, int stage) {
+    sm80::load_kv<kRingRows, kHeadDim, kRingThreads, Tr::kTileRing, TC>(sK, sV, kv, pages, ring_tile(n), stage, sk,
+                                                                       d, dv, ring_tid);
+    pages = sm80::fetch_pages<kRingRows, kHeadDim, kRingThreads, TC>(kv, ring_tile(n + 1), sk, ring_tid);
   }
-  const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
-
-  // Q's rows (packed: (query, head) pairs), then the first K/V tiles, one commit group each.
-  {
-    const T* gq0 = static_cast<const T*>(p.q) + seq.bb * p.q_sb + seq.q_row0 * p.q_ss + h * p.q_sh;
-    const auto q_row = [&](int r) {
-      return gq0 + ((m0 + r) >> shift) * p.q_ss + ((m0 + r) & ((1 << shift) - 1)) * p.q_sh;
-    };
-    load_tile_rows<kRows, kHeadDim, kThreads>(sQ, q_row, gq0, rows - m0, p.d, tid);
-  }
-  ptx::cp_async_commit();
-  auto pages = sm80::fetch_pages<kRingRows, kHeadDim, kRingThreads, TC>(kv, ring_tile(tiles.lo), seq.sk, ring_tid);
-  auto load_kv = [&](int n, int stage) {
-    sm80::load_kv<kRingRows, kHeadDim, kRingThreads, Tr::kTileRing, TC>(sK + ring_w, sV + ring_w, kv, pages,
-                                                                        ring_tile(n), stage, seq.sk, p.d, p.dv,
-                                                                        ring_tid);
-    pages = sm80::fetch_pages<kRingRows, kHeadDim, kRingThreads, TC>(kv, ring_tile(n + 1), seq.sk, ring_tid);
-  };
+  // The first kStages - 1 tiles of [lo, hi).
+  __device__ __forceinline__ void start(int lo) {
+    pages = sm80::fetch_pages<kRingRows, kHeadDim, kRingThreads, TC>(kv, ring_tile(lo), sk, ring_tid);
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (tiles.lo + s < tiles.hi) load_kv(tiles.lo + s, s);
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (lo + s < hi) load(lo + s, s);
+      ptx::cp_async_commit();
+    }
+  }
+  // Q's group has landed (for the key loop's Q fragments).
+  __device__ __forceinline__ void wait_q() { ptx::cp_async_wait<kStages - 1>(); }
+  // Key tile `it` of the run has landed, this thread's copies (a barrier then orders all).
+  __device__ __forceinline__ void wait(int) { ptx::cp_async_wait<kStages - 2>(); }
+  // Tile nn into `stage`, whose last reader is past the barrier.
+  __device__ __forceinline__ void refill(int nn, int stage) {
+    if (nn < hi) load(nn, stage);
     ptx::cp_async_commit();
   }
+  // After the barrier, before this warp reads its rows of tile n: nothing to do here.
+  __device__ __forceinline__ void clean(int, int, int) {}
+  // No copy may outlive the CTA's shared memory.
+  __device__ __forceinline__ void drain() { ptx::cp_async_wait<0>(); }
+};
 
-  const int row0 = m0 + lane / 4;  // this lane's rows in the row layout: row0, row0 + 8
-  float acc[1][kDF][4];
-  OnlineSoftmax<2> sm;  // (the e4m3 loop leaves its rows' m and l here, finished)
-  const float e = scale_log2 > 0.f ? scale_log2 : 1.f;
-  if constexpr (Tr::kWiden) {
-    // Keys as the MMA's M (sm80/keys_as_m.cuh): K's fragments straight from the e4m3 ring,
-    // V widened into this warp's 16-bit rows; 8 packed rows per N fragment.
-    ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed, every thread's rows
-    __syncthreads();
-    VOperand<T, Tr::kRowBytes> vop;
-    vop.init(sVw + warp * Tr::kKeys * Tr::kRowBytes, lane);
-    const auto run = [&](auto nq_c) {
-      constexpr int kNQ = decltype(nq_c)::value;
-      sm80::KeysAsM<T, kHeadDim, kNQ> km;
-      km.init(sQ, lane);
-      for (int n = tiles.lo; n < tiles.hi; ++n) {
-        const int it = n - tiles.lo;
-        ptx::cp_async_wait<kStages - 2>();
-        __syncwarp();  // this warp's rows of tile n landed; its reads of tile n-1's stage done
-        {
-          const int nn = n + kStages - 1;
-          if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
-          ptx::cp_async_commit();
-        }
-        const uint32_t ring = (it % kStages) * Tr::kTileRing + ring_w;
-        sm80::widen_rows<Tr::kKeys, kHeadDim, T, TC>(sVw + warp * Tr::kKeys * Tr::kRowBytes, sV + ring, lane);
-        __syncwarp();
-        float s[kNQ][4];
-        km.qk(s, sK + ring, lane);
-        km.mask(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, m0, n * kBlockN + warp * Tr::kKeys,
-                lane, shift);
-        km.softmax_pv(s, e, vop, 0);
-      }
-      ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
-      __syncthreads();          // every warp is done with the ring: to_rows' scratch is there
-      km.to_rows(acc, sm.m, sm.l,
-                 reinterpret_cast<float*>(smem + Tr::kTileQ + warp * sm80::KeysAsM<T, kHeadDim, kNQ>::kScratch),
-                 lane);
-    };
-    if (rows - m0 <= 8)
-      run(std::integral_constant<int, 1>{});
-    else
-      run(std::integral_constant<int, 2>{});
-  } else {
-#pragma unroll
-    for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
-    sm.init();
-    // This warp's keys of each tile: rows [kKeys warp, kKeys (warp + 1)) of the K and V stages
-    // (a multiple of 8 rows: the same chunk swizzle as the tile's first rows).
-    sm80::Mainloop<T, W> ml;
-    ml.init(sQ, sK + warp * Tr::kKeys * Tr::kRowBytes, sV + warp * Tr::kKeys * Tr::kRowBytes, 0, lane);
-    if constexpr (W::kQInRegs) {
-      ptx::cp_async_wait<kStages - 1>();  // the Q group (the oldest) has landed, every thread's rows
-      __syncthreads();
-      ml.load_q_regs();
-    }
-    for (int n = tiles.lo; n < tiles.hi; ++n) {
-      const int it = n - tiles.lo;
-      ptx::cp_async_wait<kStages - 2>();
-      __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
-      {
-        const int nn = n + kStages - 1;
-        if (nn < tiles.hi) load_kv(nn, (it + kStages - 1) % kStages);
-        ptx::cp_async_commit();
-      }
-      const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
-      float s[1][kNF][4];
-      ml.qk(s, stage_off);
-      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, row0,
-                          n * kBlockN + warp * Tr::kKeys, t, shift);
-      float corr[2];
-      sm.template update<1, kNF>(s, e, corr);
-      rescale_rows<1, kDF>(acc, corr);
-      ml.pv(acc, s, stage_off);
-    }
-    ptx::cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
-    sm.finish();
-  }
-  __syncthreads();  // every warp is done with the stages (and the scratch): the merge takes them
-
-  // The warps' states of the same rows merged: M = max m_w, O = sum 2^(m_w - M) O_w, l =
-  // sum 2^(m_w - M) l_w (a warp that saw no key of a row: m_w = -inf, weight 0; NaN stays).
+// The merge of the warps' states of the same rows (each warp saw its own keys of every
+// tile), the epilogue (the output rows, or a KV split's partial rows for kv_combine.cu) and
+// the repair of the rows the key loop could not take. Over the K/V tiles' shared memory: the
+// caller's barrier has freed it.
+template <class Tr>
+__device__ __forceinline__ void kvc_merge_store(const FwdParams& p, const KvcCta& c, unsigned char* smem,
+                                                float (&acc)[1][Tr::Warp::kDF][4], const OnlineSoftmax<2>& sm,
+                                                float scale_log2, float o_scale) {
+  using T = typename Tr::T;
+  using TC = typename Tr::TC;
+  constexpr int kRows = Tr::kRows, kWarps = Tr::kWarps, kHeadDim = Tr::kHeadDim, kDF = Tr::Warp::kDF;
+  const int warp = c.warp, lane = c.lane, t = lane % 4, row0 = c.m0 + lane / 4;
+  // M = max m_w, O = sum 2^(m_w - M) O_w, l = sum 2^(m_w - M) l_w (a warp that saw no key of
+  // a row: m_w = -inf, weight 0; NaN stays).
   float* red_m = reinterpret_cast<float*>(smem + Tr::kTileQ);
   float* red_l = red_m + kWarps * kRows;
   float* red_o = red_l + kWarps * kRows;  // warps 1..: [warp - 1][row][kHeadDim]
@@ -302,20 +233,164 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel
     const float f2[2] = {o_scale, o_scale};
     rescale_rows<1, kDF>(acc, f2);
   }
+  const SeqInfo& seq = c.seq;
   if (p.kv_splits > 1) {  // unnormalized rows and (m, mlo, l) for kv_combine.cu
-    const int64_t i0 = (int64_t(split) * p.o_rows() + int64_t(b) * p.sq) * p.heads + h;
-    store_partial<kDF>(acc[0], m_all, mlo, l_all, p.part_o, p.part_ml, i0, p.heads, row0, seq.sq, p.dv, t, shift);
+    const int64_t i0 = (int64_t(c.split) * p.o_rows() + int64_t(c.b) * p.sq) * p.heads + c.h;
+    store_partial<kDF>(acc[0], m_all, mlo, l_all, p.part_o, p.part_ml, i0, p.heads, row0, seq.sq, p.dv, t, c.shift);
   } else {
-    T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + h * p.o_sh;
-    float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + h * p.lse_sh + seq.q_row0;
-    store_output<T, kDF>(acc[0], m_all, mlo, l_all, go, p.o_ss, glse, row0, seq.sq, p.dv, t, shift, p.o_sh, p.lse_sh);
+    T* go = static_cast<T*>(p.o) + seq.bb * p.o_sb + seq.q_row0 * p.o_ss + c.h * p.o_sh;
+    float* glse = p.lse == nullptr ? nullptr : p.lse + seq.bb * p.lse_sb + c.h * p.lse_sh + seq.q_row0;
+    store_output<T, kDF>(acc[0], m_all, mlo, l_all, go, p.o_ss, glse, row0, seq.sq, p.dv, t, c.shift, p.o_sh,
+                         p.lse_sh);
   }
   // Rows the key loop could not take (sm80/cache_repair.cuh), computed again through the
   // cache's pages over this CTA's keys.
   if (__any_sync(0xffffffffu, fix != 0))
-    sm80::repair_cache_rows<T, TC, 1, kDF, kBlockN>(p, seq, b, h, shift, split, tiles.lo * kBlockN,
-                                                    min(tiles.hi * kBlockN, seq.sk), row0, lane, fix, scale_log2,
-                                                    o_scale);
+    sm80::repair_cache_rows<T, TC, 1, kDF, Tr::kBlockN>(p, seq, c.b, c.h, c.shift, c.split,
+                                                         c.tiles.lo * Tr::kBlockN,
+                                                         min(c.tiles.hi * Tr::kBlockN, seq.sk), row0, lane, fix,
+                                                         scale_log2, o_scale);
+}
+
+// One key-split CTA (the kernels below and kvc_sm90.cuh's): Ring16 is the 16-bit cache's
+// K/V ring (CpAsyncKvRing, or the TMA ring of kvc_sm90.cuh, built from `ring_arg`); the
+// e4m3 cache always takes the per-warp cp.async ring.
+template <class Tr, class Ring16, class RingArg>
+__device__ __forceinline__ void kvc_split_cta(const FwdParams& p, unsigned char* smem, const RingArg& ring_arg) {
+  using T = typename Tr::T;
+  using W = typename Tr::Warp;
+  constexpr int kRows = Tr::kRows, kStages = Tr::kStages, kBlockN = Tr::kBlockN;
+  constexpr int kHeadDim = Tr::kHeadDim, kThreads = Tr::kThreads, kDF = W::kDF, kNF = W::kNF;
+
+  KvcCta c;
+  c.sQ = ptx::smem_addr(smem);
+  c.sK = c.sQ + Tr::kOffK;  // the ring
+  c.sV = c.sQ + Tr::kOffV;
+  // p.kv_splits CTAs per query block (consecutive blockIdx.x); rows packed per KV head.
+  c.split = int(blockIdx.x) % p.kv_splits, c.m0 = int(blockIdx.x) / p.kv_splits * kRows;
+  c.shift = p.pack_shift;
+  c.h = int(blockIdx.y) << c.shift, c.b = blockIdx.z;
+  c.seq = cache_seq_info(p, c.b);
+  c.rows = c.seq.sq << c.shift;
+  if (c.m0 >= c.rows) return;
+  c.hk = c.h / p.group;
+  c.tid = threadIdx.x, c.warp = c.tid / 32, c.lane = c.tid % 32;
+  const int warp = c.warp, lane = c.lane, t = lane % 4, m0 = c.m0, shift = c.shift;
+  const SeqInfo& seq = c.seq;
+  // The scores' scale and the output's factor, with an fp8 cache's per-head factors.
+  float scale_log2 = p.scale_log2, o_scale = p.o_scale;
+  if constexpr (Tr::kWiden) {
+    const int64_t hi = int64_t(c.b) * p.kv_heads + c.hk;
+    if (p.k_descale_heads != nullptr) scale_log2 *= p.k_descale_heads[hi];
+    if (p.v_descale_heads != nullptr) o_scale *= p.v_descale_heads[hi];
+  }
+  const core::BandMask mask = band_mask(p, seq);
+  c.key_lo = int(mask.key_begin(m0 >> shift, seq.sk));  // keys before the block's first row's window
+  c.tiles = tile_range(mask, m0 >> shift, (min(m0 + kRows, c.rows) - 1) >> shift, seq.sk, kBlockN);
+  {  // this split's run of the key tiles (near-equal runs, in order)
+    const int ns = p.kv_splits, per = (c.tiles.hi - c.tiles.lo + ns - 1) / ns;
+    c.tiles.lo = min(c.tiles.hi, c.tiles.lo + c.split * per);
+    c.tiles.hi = min(c.tiles.hi, c.tiles.lo + per);
+  }
+  const TileRange tiles = c.tiles;
+  const Band32 band{p.window_left, p.window_right, seq.sk - seq.sq, seq.sk};
+  using Ring = std::conditional_t<Tr::kWiden, CpAsyncKvRing<Tr, true>, Ring16>;
+  Ring ring(p, c, ring_arg);
+
+  // Q's rows (packed: (query, head) pairs), then the first K/V tiles.
+  {
+    const T* gq0 = static_cast<const T*>(p.q) + seq.bb * p.q_sb + seq.q_row0 * p.q_ss + c.h * p.q_sh;
+    const auto q_row = [&](int r) {
+      return gq0 + ((m0 + r) >> shift) * p.q_ss + ((m0 + r) & ((1 << shift) - 1)) * p.q_sh;
+    };
+    load_tile_rows<kRows, kHeadDim, kThreads>(c.sQ, q_row, gq0, c.rows - m0, p.d, c.tid);
+  }
+  ptx::cp_async_commit();
+  ring.start(tiles.lo);
+
+  const int row0 = m0 + lane / 4;  // this lane's rows in the row layout: row0, row0 + 8
+  float acc[1][kDF][4];
+  OnlineSoftmax<2> sm;  // (the e4m3 loop leaves its rows' m and l here, finished)
+  const float e = scale_log2 > 0.f ? scale_log2 : 1.f;
+  if constexpr (Tr::kWiden) {
+    // Keys as the MMA's M (sm80/keys_as_m.cuh): K's fragments straight from the e4m3 ring,
+    // V widened into this warp's 16-bit rows; 8 packed rows per N fragment.
+    const uint32_t sVw = c.sQ + Tr::kOffWide;  // the warps' widened V rows
+    const uint32_t ring_w = warp * Tr::kKeys * SwizzledTile<kHeadDim, typename Tr::TC>::kRowBytes;
+    ring.wait_q();  // the Q group (the oldest) has landed, every thread's rows
+    __syncthreads();
+    VOperand<T, Tr::kRowBytes> vop;
+    vop.init(sVw + warp * Tr::kKeys * Tr::kRowBytes, lane);
+    const auto run = [&](auto nq_c) {
+      constexpr int kNQ = decltype(nq_c)::value;
+      sm80::KeysAsM<T, kHeadDim, kNQ> km;
+      km.init(c.sQ, lane);
+      for (int n = tiles.lo; n < tiles.hi; ++n) {
+        const int it = n - tiles.lo;
+        ring.wait(it);
+        __syncwarp();  // this warp's rows of tile n landed; its reads of tile n-1's stage done
+        ring.refill(n + kStages - 1, (it + kStages - 1) % kStages);
+        const uint32_t off = (it % kStages) * Tr::kTileRing + ring_w;
+        sm80::widen_rows<Tr::kKeys, kHeadDim, T, typename Tr::TC>(sVw + warp * Tr::kKeys * Tr::kRowBytes, c.sV + off,
+                                                                  lane);
+        __syncwarp();
+        float s[kNQ][4];
+        km.qk(s, c.sK + off, lane);
+        km.mask(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, m0, n * kBlockN + warp * Tr::kKeys,
+                lane, shift);
+        km.softmax_pv(s, e, vop, 0);
+      }
+      ring.drain();
+      __syncthreads();  // every warp is done with the ring: to_rows' scratch is there
+      km.to_rows(acc, sm.m, sm.l,
+                 reinterpret_cast<float*>(smem + Tr::kTileQ + warp * sm80::KeysAsM<T, kHeadDim, kNQ>::kScratch),
+                 lane);
+    };
+    if (c.rows - m0 <= 8)
+      run(std::integral_constant<int, 1>{});
+    else
+      run(std::integral_constant<int, 2>{});
+  } else {
+#pragma unroll
+    for (int i = 0; i < kDF; ++i) acc[0][i][0] = acc[0][i][1] = acc[0][i][2] = acc[0][i][3] = 0.f;
+    sm.init();
+    // This warp's keys of each tile: rows [kKeys warp, kKeys (warp + 1)) of the K and V stages
+    // (a multiple of 8 rows: the same chunk swizzle as the tile's first rows).
+    sm80::Mainloop<T, W, Ring::kKvRow, Ring::kKvBlock> ml;
+    ml.init(c.sQ, c.sK + warp * Tr::kKeys * Ring::kKvRow, c.sV + warp * Tr::kKeys * Ring::kKvRow, 0, lane);
+    if constexpr (W::kQInRegs) {
+      ring.wait_q();  // the Q group has landed, every thread's rows
+      __syncthreads();
+      ml.load_q_regs();
+    }
+    for (int n = tiles.lo; n < tiles.hi; ++n) {
+      const int it = n - tiles.lo;
+      ring.wait(it);
+      __syncthreads();  // tile n visible to all; every warp is done with tile n-1's stage
+      ring.refill(n + kStages - 1, (it + kStages - 1) % kStages);
+      ring.clean(n, it % kStages, lane);
+      const uint32_t stage_off = (it % kStages) * Tr::kTileKV;
+      float s[1][kNF][4];
+      ml.qk(s, stage_off);
+      mask_scores<1, kNF>(s, n >= tiles.full_lo && n < tiles.full_hi, scale_log2, band, row0,
+                          n * kBlockN + warp * Tr::kKeys, t, shift);
+      float corr[2];
+      sm.template update<1, kNF>(s, e, corr);
+      rescale_rows<1, kDF>(acc, corr);
+      ml.pv(acc, s, stage_off);
+    }
+    ring.drain();
+    sm.finish();
+  }
+  __syncthreads();  // every warp is done with the stages (and the scratch): the merge takes them
+  kvc_merge_store<Tr>(p, c, smem, acc, sm, scale_log2, o_scale);
+}
+
+template <typename T, typename TC, int kHeadDim, int kBlockN, int kWarps, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) kvc_split_sm80_kernel(const FwdParams p) {
+  using Tr = KvcSplitTraits<T, TC, kHeadDim, kBlockN, kWarps, kStages, kMinBlocks>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  kvc_split_cta<Tr, CpAsyncKvRing<Tr, false>>(p, smem, typename CpAsyncKvRing<Tr, false>::None{});
 }
 
 // Row (type column R: T, or Fp8Cache<T>) of instances.inc.

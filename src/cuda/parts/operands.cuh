@@ -61,8 +61,11 @@ struct MmaOps<float> {
 
 // B operands of P V for the column fragments df, df + 1 (df even) of k-step pk:
 // bv = {b0, b1} of df, then of df + 1. Per-lane base addresses are set once; the rest of
-// the address (stage, pk, the 128-byte group of df) is a compile-time offset.
-template <typename T, int kRowBytes>
+// the address (stage, pk, the 128-byte group of df) is a compile-time offset. V's rows are
+// kRowBytes apart and its 128-byte column groups kBlockBytes apart: 128 where a row's groups
+// are consecutive (the cp.async tiles), rows x 128 where each group is a tile of its own
+// (what a TMA box of 128-byte rows writes).
+template <typename T, int kRowBytes, int kBlockBytes = 128>
 struct VOperand {
   uint32_t base[4];
   __device__ __forceinline__ void init(uint32_t sV, int lane) {
@@ -73,12 +76,12 @@ struct VOperand {
     for (int j = 0; j < 4; ++j) base[j] = sV + (r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
   }
   __device__ __forceinline__ void load(uint32_t (&bv)[4], uint32_t stage_off, int pk, int df) const {
-    ptx::ldmatrix_x4_trans(bv, base[(df / 2) % 4] + stage_off + pk * 16 * kRowBytes + (df / 8) * 128);
+    ptx::ldmatrix_x4_trans(bv, base[(df / 2) % 4] + stage_off + pk * 16 * kRowBytes + (df / 8) * kBlockBytes);
   }
 };
 
-template <int kRowBytes>
-struct VOperand<float, kRowBytes> {
+template <int kRowBytes, int kBlockBytes>
+struct VOperand<float, kRowBytes, kBlockBytes> {
   // base[j][e]: row 2t + e, column 8 df + g for df = j (mod 4), i.e. 4-fp32 chunk
   // 2 j + g / 4 (swizzled with the row), word g % 4. The 32 lanes of one load read rows
   // {2t + e} x chunks {2 j + g/4} ^ (2t + e): 8 distinct 16-byte bank groups, 4 words each.
@@ -97,7 +100,7 @@ struct VOperand<float, kRowBytes> {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int d = df + h;
-      const uint32_t off = stage_off + pk * 8 * kRowBytes + (d / 4) * 128;
+      const uint32_t off = stage_off + pk * 8 * kRowBytes + (d / 4) * kBlockBytes;
       bv[2 * h] = ptx::tf32_rna(__uint_as_float(ptx::lds32(base[d % 4][0] + off)));
       bv[2 * h + 1] = ptx::tf32_rna(__uint_as_float(ptx::lds32(base[d % 4][1] + off)));
     }

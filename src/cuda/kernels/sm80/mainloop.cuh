@@ -7,7 +7,9 @@
 // owns rows [w * 16 kMI, (w + 1) * 16 kMI) of the block, fragment mi rows +16 mi. Every
 // lane's ldmatrix row is = lane (mod 8), so the swizzled chunk of logical chunk 8 b + 2 j + c
 // is 8 b + ((2 j + c) ^ lane % 8): four per-lane bases per operand (j) and compile-time
-// offsets for the rest (row blocks, b, the stage).
+// offsets for the rest (row blocks, b, the stage). K's and V's tiles may have their own row
+// and 128-byte column-group strides (kKvRow, kKvBlock: a TMA-written tile keeps each column
+// group as a tile of 128-byte rows, kvc_sm90.cuh); Q's are the tile's rows.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +19,14 @@
 
 namespace flashcore::cuda::sm80 {
 
-template <typename T, class Tr>
+template <typename T, class Tr, int kKvRow = Tr::kRowBytes, int kKvBlock = 128>
 struct Mainloop {
   using Op = MmaOps<T>;
   static constexpr int kMI = Tr::kMI, kNF = Tr::kNF, kKS = Tr::kKS, kDF = Tr::kDF, kPK = Tr::kPK;
   static constexpr uint32_t kRowBytes = Tr::kRowBytes;
   static constexpr bool kQInRegs = Tr::kQInRegs;
   uint32_t q_base[4], k_base[4];
-  VOperand<T, kRowBytes> vop;
+  VOperand<T, kKvRow, kKvBlock> vop;
   // Q's fragments, held for the whole key loop where they are few (kQInRegs: one 128-byte
   // row chunk, hd64 16-bit, 16-32 registers): no Q ldmatrix per tile.
   uint32_t qf[kQInRegs ? kKS : 1][kMI][4];
@@ -34,7 +36,7 @@ struct Mainloop {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       q_base[j] = sQ + (warp * 16 * kMI + r7 + ck * 8) * kRowBytes + (((2 * j + cq) ^ r7) * 16);
-      k_base[j] = sK + (r7 + cq * 8) * kRowBytes + (((2 * j + ck) ^ r7) * 16);
+      k_base[j] = sK + (r7 + cq * 8) * kKvRow + (((2 * j + ck) ^ r7) * 16);
     }
     vop.init(sV, lane);
   }
@@ -74,7 +76,7 @@ struct Mainloop {
 #pragma unroll
       for (int nf = 0; nf < kNF; nf += 2) {
         uint32_t bk[4];
-        ptx::ldmatrix_x4(bk, k_base[ks % 4] + stage_off + nf * 8 * kRowBytes + (ks / 4) * 128);
+        ptx::ldmatrix_x4(bk, k_base[ks % 4] + stage_off + nf * 8 * kKvRow + (ks / 4) * kKvBlock);
         Op::operand(bk);
 #pragma unroll
         for (int mi = 0; mi < kMI; ++mi) {
