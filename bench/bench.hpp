@@ -93,8 +93,9 @@ std::vector<Result> run_config(const Config& c, uint64_t seed);
 // ---- ukernels.cpp: op "gemm-ukernel" (--suite ukernels), impl = a GEMM micro-kernel key.
 void run_gemm_ukernel(Result& r, uint64_t seed);
 
-// ---- cuda_runner.cpp (a stub in ops.cpp when built without CUDA)
-Result run_cuda(const Config& c, uint64_t seed);
+// ---- cuda_runner.cpp (a stub in ops.cpp when built without CUDA): the row, and with
+// vs_contiguous on a paged decode the contiguous cache's row timed in pairs with it.
+std::vector<Result> run_cuda(const Config& c, uint64_t seed);
 
 // ---- naive.cpp: O = softmax(scale Q K^T) V, fp32, BSHD, one query row at a time, for
 // the first `units_run` (batch, head) pairs (batch-major) and query rows [row0, sq).

@@ -126,6 +126,33 @@ void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& c
   r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
 }
 
+// vs_contiguous: the calls of two rows timed in pairs (a, then b; no CUDA graph), c.iters
+// pairs or enough for kTargetSeconds: each row's p50 / p90, and *ratio the median over the
+// pairs of b's time / a's.
+void time_pairs(Result& a, Result& b, cudaStream_t stream, const std::function<void()>& call_a,
+                const std::function<void()>& call_b, double* ratio) {
+  Events ev;
+  for (int i = 0; i < 3; ++i) call_a(), call_b();
+  const double est = ev.time_us(stream, [&] { for (int i = 0; i < 5; ++i) call_a(), call_b(); }) / 5;
+  const int n = a.cfg.iters > 0 ? a.cfg.iters
+                                : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / std::max(est, 0.5)),
+                                                 double(kMinIters), 10000.0));
+  std::vector<double> ua, ub, q;
+  for (int i = 0; i < n; ++i) {
+    ua.push_back(ev.time_us(stream, call_a));
+    ub.push_back(ev.time_us(stream, call_b));
+    q.push_back(ub.back() / ua.back());
+  }
+  for (auto [row, us] : {std::pair<Result*, std::vector<double>*>{&a, &ua}, {&b, &ub}}) {
+    row->iters = n;
+    row->p50_us = percentile(*us, 0.5);
+    row->p90_us = percentile(*us, 0.9);
+    row->gflops = flop_count(row->cfg) / (row->p50_us * 1e-6) * 1e-9;
+    row->note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
+  }
+  *ratio = percentile(q, 0.5);
+}
+
 // The device's copy bandwidth, GB/s of bytes read + written by cudaMemcpyAsync between two
 // 512 MiB buffers (best of 10), measured once per process: decode rows' ceiling.
 double copy_gbps(cudaStream_t s) {
@@ -190,10 +217,16 @@ void run_backward(Result& r, AttentionData& d, DeviceCopy& o, const flashcore::T
 
 }  // namespace
 
-Result run_cuda(const Config& c, uint64_t seed) {
+std::vector<Result> run_cuda(const Config& c, uint64_t seed) {
   Result r;
   r.cfg = c;
   r.seed = seed;
+  // vs_contiguous (a paged decode): the same keys in a contiguous cache, a second row.
+  const bool with_contiguous = c.op == "decode" && c.vs_contiguous && c.page_size > 0;
+  Result contig = r;
+  contig.cfg.page_size = 0;
+  contig.cfg.vs_contiguous = false;
+  contig.cfg.label = c.label.empty() ? "" : c.label + "-contiguous";
   OwnedStream owned;
   try {
     int ndev = 0;
@@ -233,7 +266,7 @@ Result run_cuda(const Config& c, uint64_t seed) {
     set_variants(c, d, p, Device::cuda, slopes.get(), sinks.get());
     if (backward) {
       run_backward(r, d, o, tq, tk, tv, to, p, stream, rng);
-      return r;
+      return {r};
     }
     // decode: attention_with_kvcache over the cache of make_decode_cache (contiguous: d.k,
     // d.v themselves), cache_seqlens = Sk on the device.
@@ -256,35 +289,53 @@ Result run_cuda(const Config& c, uint64_t seed) {
     };
     auto call = [&] { run(nullptr); };
 
-    // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.
-    flashcore::PhaseTimes first;
-    cuda_ok(cudaMemsetAsync(o.get(), 0xFF, o.bytes(), stream), "cudaMemset");
-    run(&first);
-    cuda_ok(cudaStreamSynchronize(stream), "first call");
-    r.kernel = first.kernel;
-    r.strategy_ran = first.strategy.empty() ? "fused" : first.strategy;
-    if (c.check) {
-      cuda_ok(cudaMemcpy(d.o.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-      const CheckResult cr = check_attention(c, d, d.o);
-      r.rel_err = cr.rel_err;
-      // fp32 on TF32 tensor cores (the default CUDA f32 path): BENCH.md's TF32 bound.
-      r.tol = c.dtype == "f32" && r.kernel.rfind("fwd_sm80_tf32_", 0) == 0 ? 2e-3 : tolerance(c);
-      r.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= r.tol;
-      r.check_subset = cr.subset;
-    }
+    // The contiguous cache's call (with_contiguous, 16-bit caches): d.k, d.v themselves.
+    auto contiguous = [&](flashcore::PhaseTimes* t) { flashcore::attention_with_kvcache(tq, tk, tv, tlens, to, {}, p, t); };
 
-    time_samples(r, stream, call);
+    // First call: poisoned output (all-ones bytes are NaN in f32, f16 and bf16), kernel key.
+    const auto first_call = [&](Result& row, const std::function<void(flashcore::PhaseTimes*)>& f) {
+      flashcore::PhaseTimes first;
+      cuda_ok(cudaMemsetAsync(o.get(), 0xFF, o.bytes(), stream), "cudaMemset");
+      f(&first);
+      cuda_ok(cudaStreamSynchronize(stream), "first call");
+      row.kernel = first.kernel;
+      row.strategy_ran = first.strategy.empty() ? "fused" : first.strategy;
+      if (c.check) {
+        cuda_ok(cudaMemcpy(d.o.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+        const CheckResult cr = check_attention(c, d, d.o);
+        row.rel_err = cr.rel_err;
+        // fp32 on TF32 tensor cores (the default CUDA f32 path): BENCH.md's TF32 bound.
+        row.tol = c.dtype == "f32" && row.kernel.rfind("fwd_sm80_tf32_", 0) == 0 ? 2e-3 : tolerance(c);
+        row.check_ok = !std::isnan(cr.rel_err) && cr.rel_err <= row.tol;
+        row.check_subset = cr.subset;
+      }
+    };
+    first_call(r, run);
+    if (with_contiguous) {
+      if (c.fp8_cache) throw std::runtime_error("--vs-contiguous: a 16-bit cache only on the CUDA backend");
+      first_call(contig, contiguous);
+      contig.note = r.note;
+      time_pairs(r, contig, stream, call, [&] { contiguous(nullptr); }, &r.speedup_vs_contiguous);
+      contig.note += "; contiguous cache, calls interleaved with the row above";
+    } else {
+      time_samples(r, stream, call);
+    }
     if (const double bytes = decode_bytes(c); bytes > 0) {  // memory-bound rows: GB/s
-      r.gbps = bytes / (r.p50_us * 1e-6) * 1e-9;
-      r.mem_gbps = copy_gbps(stream);
-      r.pct_mem = 100.0 * r.gbps / r.mem_gbps;
-      r.note += "; mem = device-to-device copy (bytes read + written)";
+      for (Result* row : {&r, &contig}) {
+        if (row == &contig && !with_contiguous) continue;
+        row->gbps = bytes / (row->p50_us * 1e-6) * 1e-9;
+        row->mem_gbps = copy_gbps(stream);
+        row->pct_mem = 100.0 * row->gbps / row->mem_gbps;
+        row->note += "; mem = device-to-device copy (bytes read + written)";
+      }
       if (decode) r.note += "; " + dc.describe() + (c.fp8_cache ? ", e4m3" : "");
     }
   } catch (const std::exception& e) {
     r.error = e.what();
+    contig.error = e.what();
   }
-  return r;
+  if (with_contiguous) return {r, contig};
+  return {r};
 }
 
 }  // namespace fcbench

@@ -405,7 +405,7 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
   r.cfg = c0;
   apply_defaults(r.cfg);
   r.seed = seed;
-  if (r.cfg.backend == "cuda") return {run_cuda(r.cfg, seed)};
+  if (r.cfg.backend == "cuda") return run_cuda(r.cfg, seed);
   if (r.cfg.threads <= 0) r.cfg.threads = online_cores();
   const bool packable = r.cfg.op == "softmax-v" || r.cfg.op == "gemm-chain";
   if (!packable) r.cfg.prepacked = r.cfg.vs_unpacked = false;
@@ -447,12 +447,12 @@ std::vector<Result> run_config(const Config& c0, uint64_t seed) {
 }
 
 #if !defined(FLASHCORE_BENCH_CUDA)
-Result run_cuda(const Config& c, uint64_t seed) {
+std::vector<Result> run_cuda(const Config& c, uint64_t seed) {
   Result r;
   r.cfg = c;
   r.seed = seed;
   r.error = "--backend cuda: this flashcore-bench was built without CUDA (FLASHCORE_WITH_CUDA off or no CUDA toolkit)";
-  return r;
+  return {r};
 }
 #endif
 
