@@ -72,11 +72,11 @@ CpuFeatures detect() {
   const uint64_t xcr0 = xgetbv0();
   const bool zmm_state = (xcr0 & 0xE6) == 0xE6;   // SSE, AVX, opmask, ZMM_Hi256, Hi16_ZMM
   const bool ymm_state = (xcr0 & 0x6) == 0x6;     // SSE, AVX
-  const bool fma = (c >> 12) & 1;
+  const bool fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
   const bool tile_state = (xcr0 & 0x60000) == 0x60000;
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
-  f.avx2 = ymm_state && fma && ((b >> 5) & 1);
+  f.avx2 = ymm_state && fma && f16c && ((b >> 5) & 1);
   if (zmm_state) {
     f.avx512f = (b >> 16) & 1;
     f.avx512dq = (b >> 17) & 1;

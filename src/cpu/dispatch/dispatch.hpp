@@ -9,7 +9,7 @@
 namespace flashcore::cpu {
 
 struct CpuFeatures {
-  bool avx2 = false;       // AVX2 + FMA with the OS saving ymm state
+  bool avx2 = false;       // AVX2 + FMA + F16C with the OS saving ymm state
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512fp16 = false, avx512bf16 = false;
   bool amx_bf16 = false;   // CPUID bit *and* the kernel granted tile-data permission

@@ -22,12 +22,12 @@ set_source_files_properties(
   ${_fc_x86_dir}/rowops_avx512.cpp
   PROPERTIES COMPILE_OPTIONS "${_fc_x86_avx512}")
 target_compile_definitions(flashcore_config INTERFACE FC_BUILD_X86)
-# AVX2 + FMA (every x86-64 compiler takes these flags): the 8-wide kernel for CPUs without
-# AVX-512.
+# AVX2 + FMA + F16C (every x86-64 compiler takes these flags; every AVX2 CPU has F16C, and
+# dispatch asks for all three): the 8-wide kernel for CPUs without AVX-512.
 set(_fc_x86_avx2_sources ${_fc_x86_dir}/gemm_f32_avx2.cpp ${_fc_x86_dir}/vecops_avx2.cpp
     ${_fc_x86_dir}/rowops_avx2.cpp)
 target_sources(flashcore_obj PRIVATE ${_fc_x86_avx2_sources})
-set_source_files_properties(${_fc_x86_avx2_sources} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+set_source_files_properties(${_fc_x86_avx2_sources} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 
 # The extensions newer compilers know: each TU with its own flags, its list entries guarded
 # by the define (FC_BUILD_AVX512FP16 / FC_BUILD_AVX512BF16 / FC_BUILD_AMX), so a compiler

@@ -49,7 +49,7 @@ struct TmaKvRing {
   const CUtensorMap *mk, *mv;
   const int32_t* pages;  // the sequence's block-table row
   uint32_t sK, sV, bar;
-  int box_rows, boxes;   // rows per box (a page's, at most kBlockN), boxes per tile and group
+  int box_rows, boxes;   // rows per box (Maps::box_rows), boxes per tile and column group
   int page_size, page_shift;
   int hk, sk, key_lo, hi, warp, lane, tid;
   int id;                // lanes < boxes of warp 0: the page id of their box of the next tile
@@ -111,9 +111,9 @@ struct TmaKvRing {
   __device__ __forceinline__ void refill(int nn, int stage) {
     if (warp == 0 && nn < hi) load(nn, stage);
   }
-  // This warp's rows of tile n outside [key_lo, sk) zeroed in both stages' tiles (uniform:
-  // only a tile that reaches past the sequence or before the window), then fenced against the
-  // TMA writes that will reuse the stage.
+  // This warp's rows of tile n outside [key_lo, sk) zeroed in the stage's K and V tiles
+  // (uniform: only a tile that reaches past the sequence or before the window), then fenced
+  // against the TMA writes that will reuse the stage.
   __device__ __forceinline__ void clean(int n, int stage, int) {
     const int k0 = n * kBlockN;
     if (k0 + kBlockN <= sk && k0 >= key_lo) return;
