@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "cpu/simd/avx512.hpp"
+#include "cpu/ukernels/query_count.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 
 namespace flashcore::cpu::ukernels {
@@ -162,18 +163,7 @@ template <typename E>
 void dot(int64_t kc, int64_t d, const E* x, int64_t xs, const float* q, const float* y, int64_t mq, float* t,
          int64_t ldt) {
   const int64_t row_bytes = d * int64_t(sizeof(E));
-  switch (mq) {
-    case 1: return dot_few<1>(kc, d, x, xs, q, t, ldt);
-    case 2: return dot_few<2>(kc, d, x, xs, q, t, ldt);
-    case 3: return dot_few<3>(kc, d, x, xs, q, t, ldt);
-    case 4: return dot_few<4>(kc, d, x, xs, q, t, ldt);
-    case 5: return dot_few<5>(kc, d, x, xs, q, t, ldt);
-    case 6: return dot_few<6>(kc, d, x, xs, q, t, ldt);
-    case 7: return dot_few<7>(kc, d, x, xs, q, t, ldt);
-    case 8: return dot_few<8>(kc, d, x, xs, q, t, ldt);
-    default: break;
-  }
-  static_assert(kFewQueries == 8, "the cases above");
+  if (few_queries<kFewQueries>(mq, [&](auto c) { dot_few<decltype(c)::value>(kc, d, x, xs, q, t, ldt); })) return;
   for (int64_t i0 = 0; i0 < mq; i0 += 16) {
     const __mmask16 m = v::lanes(mq - i0);
     int64_t k = 0;
