@@ -27,7 +27,7 @@
 
 #include <cstdint>
 
-#include "cpu/ukernels/query_count.hpp"
+#include "cpu/ukernels/row_forms.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 
 namespace flashcore::cpu::ukernels {
@@ -60,9 +60,6 @@ inline void store8(float* p, __m256i m, __m256 x) {
 // Row elements (E: float; uint16_t holding bf16 bits; Half holding fp16 bits) as fp32: 8 of
 // them, the first n (0..8, the rest zero; 16-bit rows through a zeroed copy, as AVX2 has no
 // masked 16-bit load), or one.
-struct Half {
-  uint16_t bits;
-};
 inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 widen8(const uint16_t* p) {
   return _mm256_castsi256_ps(
@@ -262,19 +259,9 @@ void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const E* v, int64
   }
 }
 
-// fp16 rows: the forms above on Half (strides in elements, as the bits' pointer).
-void dot_f16(int64_t kc, int64_t d, const uint16_t* x, int64_t xs, const float* q, const float* y, int64_t mq,
-             float* t, int64_t ldt) {
-  dot(kc, d, reinterpret_cast<const Half*>(x), xs, q, y, mq, t, ldt);
-}
-void axpy_f16(int64_t kc, int64_t mq, const float* p, int64_t ldp, const uint16_t* v, int64_t vs, int64_t n, float* o,
-              int64_t ldo) {
-  axpy(kc, mq, p, ldp, reinterpret_cast<const Half*>(v), vs, n, o, ldo);
-}
-
 }  // namespace
 
 const RowOps rowops_avx2 = {"rowops_avx2", Isa::avx2, dot<float>, axpy<float>, dot<uint16_t>, axpy<uint16_t>,
-                            dot_f16, axpy_f16};
+                            f16_dot<dot<Half>>, f16_axpy<axpy<Half>>};
 
 }  // namespace flashcore::cpu::ukernels

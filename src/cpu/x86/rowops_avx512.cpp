@@ -30,7 +30,7 @@
 #include <cstdint>
 
 #include "cpu/simd/avx512.hpp"
-#include "cpu/ukernels/query_count.hpp"
+#include "cpu/ukernels/row_forms.hpp"
 #include "cpu/ukernels/ukernel.hpp"
 
 namespace flashcore::cpu::ukernels {
@@ -56,9 +56,6 @@ inline __m512 load16(const uint16_t* p, __mmask16 m) { return widen_bf16(_mm256_
 inline float elem(const float* p) { return *p; }
 inline float elem(const uint16_t* p) { return _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(int(uint32_t(*p) << 16)))); }
 // IEEE fp16 rows: the element type Half (its bits), widened by VCVTPH2PS (exact).
-struct Half {
-  uint16_t bits;
-};
 inline __m512 load16(const Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline __m512 load16(const Half* p, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
 inline float elem(const Half* p) {
@@ -239,19 +236,9 @@ void axpy(int64_t kc, int64_t mq, const float* p, int64_t ldp, const E* v, int64
   }
 }
 
-// fp16 rows: the forms above on Half (strides in elements, as the bits' pointer).
-void dot_f16(int64_t kc, int64_t d, const uint16_t* x, int64_t xs, const float* q, const float* y, int64_t mq,
-             float* t, int64_t ldt) {
-  dot(kc, d, reinterpret_cast<const Half*>(x), xs, q, y, mq, t, ldt);
-}
-void axpy_f16(int64_t kc, int64_t mq, const float* p, int64_t ldp, const uint16_t* v, int64_t vs, int64_t n, float* o,
-              int64_t ldo) {
-  axpy(kc, mq, p, ldp, reinterpret_cast<const Half*>(v), vs, n, o, ldo);
-}
-
 }  // namespace
 
 const RowOps rowops_avx512 = {"rowops_avx512", Isa::avx512f, dot<float>, axpy<float>, dot<uint16_t>, axpy<uint16_t>,
-                              dot_f16, axpy_f16};
+                              f16_dot<dot<Half>>, f16_axpy<axpy<Half>>};
 
 }  // namespace flashcore::cpu::ukernels
