@@ -95,19 +95,32 @@ cudaGraphExec_t capture(cudaStream_t s, const std::function<void()>& call) {
   return exec;
 }
 
+// Samples to take of per_sample calls of about est_us each: c.iters, or enough for
+// kTargetSeconds.
+int sample_count(const Config& c, double est_us, int per_sample = 1) {
+  return c.iters > 0 ? c.iters
+                     : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est_us, 0.5) * per_sample)),
+                                      double(kMinIters), 10000.0));
+}
+
+// A row's figures from its n samples (us): iters, p50, p90 and the GFLOP/s at p50.
+void sample_figures(Result& r, const std::vector<double>& us, int n) {
+  r.iters = n;
+  r.p50_us = percentile(us, 0.5);
+  r.p90_us = percentile(us, 0.9);
+  r.gflops = flop_count(r.cfg) / (r.p50_us * 1e-6) * 1e-9;
+  r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
+}
+
 // Warm-up and an estimate, then c.iters (or enough for kTargetSeconds) samples of one call,
-// or of one CUDA graph of kGraphCalls calls for shapes under kGraphBelowUs: p50, p90, iters
-// and the GFLOP/s at p50.
+// or of one CUDA graph of kGraphCalls calls for shapes under kGraphBelowUs.
 void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& call) {
-  const Config& c = r.cfg;
   Events ev;
   for (int i = 0; i < 3; ++i) call();
   const double est = ev.time_us(stream, [&] { for (int i = 0; i < 10; ++i) call(); }) / 10;
   cudaGraphExec_t graph = est < kGraphBelowUs ? capture(stream, call) : nullptr;
   const int per_sample = graph ? kGraphCalls : 1;
-  int n = c.iters > 0 ? c.iters
-                      : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / (std::max(est, 0.5) * per_sample)),
-                                       double(kMinIters), 10000.0));
+  const int n = sample_count(r.cfg, est, per_sample);
   std::vector<double> us;
   for (int i = 0; i < n; ++i) {
     us.push_back(ev.time_us(stream, [&] {
@@ -119,37 +132,26 @@ void time_samples(Result& r, cudaStream_t stream, const std::function<void()>& c
     cudaGraphExecDestroy(graph);
     r.note += "; CUDA graph of " + std::to_string(kGraphCalls) + " calls per sample";
   }
-  r.iters = n;
-  r.p50_us = percentile(us, 0.5);
-  r.p90_us = percentile(us, 0.9);
-  r.gflops = flop_count(c) / (r.p50_us * 1e-6) * 1e-9;
-  r.note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
+  sample_figures(r, us, n);
 }
 
 // vs_contiguous: the calls of two rows timed in pairs (a, then b; no CUDA graph), c.iters
-// pairs or enough for kTargetSeconds: each row's p50 / p90, and *ratio the median over the
+// pairs or enough for kTargetSeconds: each row's figures, and *ratio the median over the
 // pairs of b's time / a's.
 void time_pairs(Result& a, Result& b, cudaStream_t stream, const std::function<void()>& call_a,
                 const std::function<void()>& call_b, double* ratio) {
   Events ev;
   for (int i = 0; i < 3; ++i) call_a(), call_b();
   const double est = ev.time_us(stream, [&] { for (int i = 0; i < 5; ++i) call_a(), call_b(); }) / 5;
-  const int n = a.cfg.iters > 0 ? a.cfg.iters
-                                : int(std::clamp(std::ceil(kTargetSeconds * 1e6 / std::max(est, 0.5)),
-                                                 double(kMinIters), 10000.0));
+  const int n = sample_count(a.cfg, est);
   std::vector<double> ua, ub, q;
   for (int i = 0; i < n; ++i) {
     ua.push_back(ev.time_us(stream, call_a));
     ub.push_back(ev.time_us(stream, call_b));
     q.push_back(ub.back() / ua.back());
   }
-  for (auto [row, us] : {std::pair<Result*, std::vector<double>*>{&a, &ua}, {&b, &ub}}) {
-    row->iters = n;
-    row->p50_us = percentile(*us, 0.5);
-    row->p90_us = percentile(*us, 0.9);
-    row->gflops = flop_count(row->cfg) / (row->p50_us * 1e-6) * 1e-9;
-    row->note += "; no measured GPU compute ceiling in the bench yet (pct_peak null)";
-  }
+  sample_figures(a, ua, n);
+  sample_figures(b, ub, n);
   *ratio = percentile(q, 0.5);
 }
 
