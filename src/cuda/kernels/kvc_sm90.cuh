@@ -47,10 +47,9 @@ struct TmaKvRing {
     int box_rows;  // the maps' box rows: a power of two that divides kBlockN (and the page)
   };
   const CUtensorMap *mk, *mv;
-  const int32_t* pages;  // the sequence's block-table row
+  sm80::CacheKvRows<typename Tr::T, kBlockN> kv;  // the sequence's block-table row and page rule
   uint32_t sK, sV, bar;
   int box_rows, boxes;   // rows per box (Maps::box_rows), boxes per tile and column group
-  int page_size, page_shift;
   int hk, sk, key_lo, hi, warp, lane, tid;
   int id;                // lanes < boxes of warp 0: the page id of their box of the next tile
 
@@ -58,17 +57,14 @@ struct TmaKvRing {
       : mk(m.k), mv(m.v), sK(c.sK), sV(c.sV), hk(c.hk), sk(c.seq.sk), key_lo(c.key_lo), hi(c.tiles.hi),
         warp(c.warp), lane(c.lane), tid(c.tid), id(-1) {
     bar = c.sQ + Tr::kSmem;
-    pages = p.block_table + c.b * p.bt_sb;
-    page_size = p.page_size;
-    page_shift = __popc(p.page_size) == 1 ? __ffs(p.page_size) - 1 : -1;
+    kv = sm80::CacheKvRows<typename Tr::T, kBlockN>::make(p, c.b, c.hk);
     box_rows = m.box_rows;
     boxes = kBlockN / box_rows;
   }
-  __device__ __forceinline__ int slot(int key) const { return page_shift >= 0 ? key >> page_shift : key / page_size; }
   // Lane `lane`'s page id for tile n (-1 past the sequence: an out-of-bounds box).
   __device__ __forceinline__ int fetch(int n) const {
     const int key = n * kBlockN + lane * box_rows;
-    return lane < boxes && key < sk ? __ldg(pages + slot(key)) : -1;
+    return lane < boxes && key < sk ? __ldg(kv.pages + kv.slot(key)) : -1;
   }
   // Warp 0: tile n into `stage`, then the next tile's page ids.
   __device__ __forceinline__ void load(int n, int stage) {
@@ -78,7 +74,7 @@ struct TmaKvRing {
     if (lane < boxes) {
       const int key = n * kBlockN + lane * box_rows;
       // (column, row in the page, KV head, page)
-      const int row = key - slot(key) * page_size;
+      const int row = key - kv.slot(key) * kv.page_size;
       const uint32_t off = stage * Tr::kTileKV + lane * box_rows * 128;
 #pragma unroll
       for (int g = 0; g < kGroups; ++g) {
