@@ -1,5 +1,5 @@
-// flashcore_wgmma_mufu: how fast the fp8 attention kernels' GEMM shapes run on the tensor
-// cores, alone and beside a softmax-like stream of FFMA / MUFU.EX2 / FADD / e4m3 packs, on
+// flashcore_wgmma_mufu: how fast the attention kernels' GEMM shapes (fp8, and bf16's hd128
+// tile) run on the tensor cores, alone and beside a softmax-like stream of FFMA / MUFU.EX2 / FADD / e4m3 packs, on
 // sm_90a. A measurement tool for kernel work (docs/results/cuda-sm90-fp8-2026-11-22.md,
 // 2026-11-27, 7e6b148), not a test: one CTA per SM (132), consumer warpgroups with 240 registers
 // (setmaxnreg, as the sm90 forward kernel) that loop over S = Q K^T (SS wgmma, K-major, 128-byte
@@ -12,7 +12,9 @@
 // `copy` KB per iteration from an L2-resident buffer into the operands' shared memory
 // (cp.async.bulk, the TMA loads' traffic). Prints cycles per iteration (clock64 on every
 // SM, averaged), the tensor cores' share of their nominal 8192 fp8 FLOP per clock and SM,
-// and the cycles of one softmax pass. Operand contents are pseudo-random bytes.
+// and the cycles of one softmax pass. Operand contents are pseudo-random bytes. The bf16
+// rows (MODE 10-12) put the softcap's per-score forms before the softmax on the 16-bit
+// kernels' hd128 tile (docs/results/cuda-variants-2026-12-02.md).
 //   flashcore_wgmma_mufu            (any H100 / H200; about a second)
 #include <cuda_fp8.h>
 #include <cstdio>
@@ -21,7 +23,8 @@
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/common/wgmma_gen.cuh"
 using namespace flashcore::cuda;
-using T = __nv_fp8_e4m3;
+using E4 = __nv_fp8_e4m3;
+using BF = __nv_bfloat16;
 
 // 2^x on the FMA pipe for x <= ~8 (FlashAttention-4's trick, as tried in the kernel
 // on 2026-11-26): x clamped at -126, rounded to an integer r by the 1.5 * 2^23 shift, 2^(x - r) by a
@@ -36,11 +39,51 @@ __device__ __forceinline__ float exp2_poly(float x) {
   return __int_as_float(__float_as_int(xm) * 0x800000 + __float_as_int(p));
 }
 
-// NQK / KQK: S's N and k-steps (32 bytes each); NPV / KPV: P V's N (the head dim; 136: and 8 columns of row sums) and k-steps
-// (32 keys each); NWG consumer warpgroups; PP: ping-pong turns; PV_SS: P from shared
-// memory instead of registers; SMX: the softmax's work (MODE above) between the GEMMs.
-template <int NQK, int KQK, int NPV, int KPV, int NWG, bool PP, bool PV_SS, bool SMX, int MODE>
+// The softcapped score's forms ahead of the softmax's FFMA (parts/score_mod.cuh), for the
+// 16-bit rows (MODE 10-12): 10 exact, u = -1 / (2^y + 1) (FMUL, MUFU.EX2, FADD, MUFU.RCP);
+// 11 Exp2Mode::fast's tanh.approx.f32 (FMUL, MUFU.TANH); 12 a probe, not a kernel's form:
+// tanh.approx.f16x2 on two scores per MUFU operation (with their packing and unpacking).
+template <int MODE>
+__device__ __forceinline__ void softcap4(float& a, float& b, float& c, float& d) {
+  if constexpr (MODE == 10) {
+    a = ptx::rcp_fast(-(ptx::exp2_fast(a * 0.031f) + 1.f));
+    b = ptx::rcp_fast(-(ptx::exp2_fast(b * 0.031f) + 1.f));
+    c = ptx::rcp_fast(-(ptx::exp2_fast(c * 0.031f) + 1.f));
+    d = ptx::rcp_fast(-(ptx::exp2_fast(d * 0.031f) + 1.f));
+  } else if constexpr (MODE == 11) {
+    a = ptx::tanh_fast(a * 0.031f);
+    b = ptx::tanh_fast(b * 0.031f);
+    c = ptx::tanh_fast(c * 0.031f);
+    d = ptx::tanh_fast(d * 0.031f);
+  } else if constexpr (MODE == 12) {
+    uint32_t x = ptx::pack2<__half>(a * 0.031f, b * 0.031f), y = ptx::pack2<__half>(c * 0.031f, d * 0.031f);
+    asm("tanh.approx.f16x2 %0, %0;" : "+r"(x));
+    asm("tanh.approx.f16x2 %0, %0;" : "+r"(y));
+    const float2 u = ptx::unpack2<__half>(x), v = ptx::unpack2<__half>(y);
+    a = u.x; b = u.y; c = v.x; d = v.y;
+  }
+}
+
+// T: the operands' type (e4m3, or bf16 for the 16-bit kernels' tiles); NQK / KQK: S's N and
+// k-steps (32 bytes each); NPV / KPV: P V's N (the head dim; 136: and 8 columns of row sums)
+// and k-steps (32 bytes of keys each: 32 e4m3 or 16 bf16 keys); NWG consumer warpgroups; PP:
+// ping-pong turns; PV_SS: P from shared memory instead of registers (e4m3); SMX: the
+// softmax's work (MODE above) between the GEMMs. The 16-bit P V reads V as the kernels do
+// (MN-major, 128-byte swizzle) and packs P to two 16-bit pairs per four scores.
+template <class T, int NQK, int KQK, int NPV, int KPV, int NWG, bool PP, bool PV_SS, bool SMX, int MODE>
 __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned long long* out, const uint8_t* src, int copy_kb) {
+  constexpr bool kWide = sizeof(T) == 2;
+  static_assert(!(kWide && PV_SS), "P from shared memory: e4m3 only");
+  static_assert(kWide || MODE < 10, "the softcap forms: 16-bit tiles");
+  // P's packing: four e4m3, or two pairs of 16-bit values, into the next P V's operand.
+  auto pack = [](uint32_t (&b)[8], int i, float p0, float p1, float p2, float p3) {
+    if constexpr (kWide) {
+      b[(2 * i) % 8] ^= ptx::pack2<T>(p0, p1);
+      b[(2 * i + 1) % 8] ^= ptx::pack2<T>(p2, p3);
+    } else {
+      b[i % 8] ^= ptx::pack4_e4m3(p0, p1, p2, p3);
+    }
+  };
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (ptx::smem_addr(smem) + 1023u) & ~1023u;
   // Pseudo-random operand bytes (bit 6 and 3 cleared: finite e4m3 of moderate size).
@@ -97,7 +140,13 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
       }
       ptx::wgmma_commit();
     }
-    if constexpr (KPV > 0) {
+    if constexpr (KPV > 0 && kWide) {
+      const uint64_t dv0 = ptx::desc_sw128(sV, KPV * 16 * 128, 1024);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int pk = 0; pk < KPV; ++pk) ptx::wgmma_rs_bt<NPV, T>(acc, pa, ptx::desc_add(dv0, pk * 16 * 128), 1);
+      ptx::wgmma_commit();
+    } else if constexpr (KPV > 0) {
       const uint64_t dv0 = ptx::desc_sw64(sV, 16, 512);
       ptx::wgmma_fence();
 #pragma unroll
@@ -112,7 +161,9 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
     }
     if (PP && NWG > 1) ptx::named_bar_arrive(1 + (wg + 1) % NWG, 256);
     if constexpr (SMX) {
-      ptx::wgmma_wait<1>();
+      // S retired (P V, when there is one, still in flight).
+      if constexpr (KPV > 0) ptx::wgmma_wait<1>();
+      else ptx::wgmma_wait<0>();
       ptx::fence_regs(s);
       uint32_t c0;
       asm volatile("mov.u32 %0, %%clock;" : "=r"(c0));
@@ -133,7 +184,7 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
           p3 = ptx::exp2_chord(fmaf(s[i][3], 0.0001f, ptx::kChordShift - mrow));
           sum0 += p0 + p1;
           sum1 += p2 + p3;
-          pb[i % 8] ^= ptx::pack4_e4m3(p0, p1, p2, p3);
+          pack(pb, i, p0, p1, p2, p3);
           continue;
         }
         if (poly) {
@@ -143,12 +194,22 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
           p3 = exp2_poly(fmaf(s[i][3], 0.0001f, -mrow));
           sum0 += p0 + p1;
           sum1 += p2 + p3;
-          pb[i % 8] ^= ptx::pack4_e4m3(p0, p1, p2, p3);
+          pack(pb, i, p0, p1, p2, p3);
           continue;
         }
         if constexpr (MODE == 2) {
           p0 = ex(s[i][0]); p1 = ex(s[i][1]); p2 = ex(s[i][2]); p3 = ex(s[i][3]);
           sum0 = fmaxf(sum0, __int_as_float(__float_as_int(p0) ^ __float_as_int(p1) ^ __float_as_int(p2) ^ __float_as_int(p3)));
+        } else if constexpr (MODE >= 10) {  // the cap, then the softmax's FFMA (factor, row offset - max)
+          p0 = s[i][0]; p1 = s[i][1]; p2 = s[i][2]; p3 = s[i][3];
+          softcap4<MODE>(p0, p1, p2, p3);
+          p0 = ex(fmaf(p0, 86.5f, 43.2f - mrow));
+          p1 = ex(fmaf(p1, 86.5f, 43.2f - mrow));
+          p2 = ex(fmaf(p2, 86.5f, 43.2f - mrow));
+          p3 = ex(fmaf(p3, 86.5f, 43.2f - mrow));
+          sum0 += p0 + p1;
+          sum1 += p2 + p3;
+          pack(pb, i, p0, p1, p2, p3);
         } else {
           p0 = ex(fmaf(s[i][0], 0.0001f, -mrow));
           p1 = ex(fmaf(s[i][1], 0.0001f, -mrow));
@@ -158,7 +219,7 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
             sum0 += p0 + p1;
             sum1 += p2 + p3;
           }
-          pb[i % 8] ^= ptx::pack4_e4m3(p0, p1, p2, p3);
+          pack(pb, i, p0, p1, p2, p3);
         }
       }
       lsum += sum0 + sum1;
@@ -182,11 +243,12 @@ __global__ void __launch_bounds__(128 * NWG + 128, 1) bench(int iters, unsigned 
   if (threadIdx.x % 128 == 0) out[132 * 4 + blockIdx.x * 4 + wg] = smx_cyc;
 }
 
-template <int NQK, int KQK, int NPV, int KPV, int NWG, bool PP, bool PV_SS = false, bool SMX = false, int MODE = 0>
+template <int NQK, int KQK, int NPV, int KPV, int NWG, bool PP, bool PV_SS = false, bool SMX = false, int MODE = 0,
+          class T = E4>
 void run(const char* name, int copy_kb = 0, int iters = 2000) {
   static uint8_t* src = nullptr;
   if (!src) { cudaMalloc(&src, 8 << 20); cudaMemset(src, 0x33, 8 << 20); }
-  auto k = bench<NQK, KQK, NPV, KPV, NWG, PP, PV_SS, SMX, MODE>;
+  auto k = bench<T, NQK, KQK, NPV, KPV, NWG, PP, PV_SS, SMX, MODE>;
   cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
   unsigned long long* d;
   cudaMalloc(&d, 2 * 132 * 4 * 8);
@@ -200,9 +262,12 @@ void run(const char* name, int copy_kb = 0, int iters = 2000) {
   const double per_it = cyc / iters;
   double smx = 0;
   for (int b = 0; b < 132; ++b) smx += double(h[132 * 4 + b * 4]) / 132 / iters;
-  const double flop = NWG * (64.0 * NQK * 32 * 2 * KQK + 64.0 * NPV * 32 * 2 * KPV);
-  printf("%-30s copy %2d KB %s cycles/iter %8.1f  ideal %7.1f  (%.1f %% of 8192)  softmax %6.1f\n", name, copy_kb, e ? cudaGetErrorString(e) : "",
-         per_it, flop / 8192, 100.0 * flop / per_it / 8192, smx);
+  // Per k-step: 32 e4m3 or 16 bf16 elements; the tensor cores' nominal rate per clock and SM:
+  // 8192 (e4m3) or 4096 (bf16) FLOP.
+  const double kk = 32.0 / sizeof(T), peak = 8192.0 / sizeof(T);
+  const double flop = NWG * (64.0 * NQK * kk * 2 * KQK + 64.0 * NPV * kk * 2 * KPV);
+  printf("%-36s copy %2d KB %s cycles/iter %8.1f  ideal %7.1f  (%.1f %% of %.0f)  softmax %6.1f\n", name, copy_kb,
+         e ? cudaGetErrorString(e) : "", per_it, flop / peak, 100.0 * flop / per_it / peak, peak, smx);
   fflush(stdout);
   cudaFree(d);
 }
@@ -243,5 +308,14 @@ int main() {
   run<192, 4, 128, 6, 2, true, false, true>("hd128 step + softmax, pp", 48);
   run<192, 4, 128, 6, 2, true, false, true>("hd128 step + softmax, pp", 96);
   run<128, 8, 256, 4, 2, true, false, true>("hd256 step + softmax, pp", 64);
+  // The bf16 hd128 128x128 tile of the softcap rows (fwd_sm90_bf16_hd128_128x128_s2_p_sv; per
+  // consumer 8 k-steps of m64n128k16 for S and for P V, 64 scores per thread): the GEMMs
+  // alone, with the plain softmax's speculative step, and with the softcap's two forms before
+  // it (and the f16x2 tanh probe).
+  run<128, 8, 128, 8, 2, true, false, false, 0, BF>("bf16 hd128 gemms, pp");
+  run<128, 8, 128, 8, 2, true, false, true, 0, BF>("bf16 hd128 step + softmax, pp");
+  run<128, 8, 128, 8, 2, true, false, true, 11, BF>("bf16 hd128 step + cap fast, pp");
+  run<128, 8, 128, 8, 2, true, false, true, 10, BF>("bf16 hd128 step + cap exact, pp");
+  run<128, 8, 128, 8, 2, true, false, true, 12, BF>("bf16 hd128 step + cap f16x2, pp");
   return 0;
 }
