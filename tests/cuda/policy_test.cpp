@@ -421,7 +421,9 @@ TEST(CudaPolicy, KvCacheKernelAndSplits) {
       EXPECT_EQ(m[1].str(), to_string(i.dtype)) << i.key;
       EXPECT_EQ(std::stoi(m[2].str()), i.head_dim) << i.key;
       EXPECT_TRUE(i.kv_tma && !i.kv_fp8 && i.block_m < 16 * i.warps) << i.key;
-      EXPECT_EQ(i.smem(), (16 + 4 * i.block_n) * ((i.head_dim * 2 + 127) / 128 * 128) + 16) << i.key;
+      EXPECT_EQ(std::stoi(m[4].str()), i.stages) << i.key;
+      // Q rows and each stage's K and V tiles in whole 128-byte rows, and a stage's 8-byte mbarrier.
+      EXPECT_EQ(i.smem(), (16 + 2 * i.stages * i.block_n) * ((i.head_dim * 2 + 127) / 128 * 128) + 8 * i.stages) << i.key;
       ++tma_rows;
       continue;
     }
@@ -436,7 +438,7 @@ TEST(CudaPolicy, KvCacheKernelAndSplits) {
   // the key-split form; never elsewhere, over a contiguous or e4m3 cache or past 16 rows.
   EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 0), "kvc_sm80_f16_hd128_16x64_w4_o3");
   EXPECT_EQ(key(DType::bf16, 128, kH200, 1, false, 16), "kvc_sm90_bf16_hd128_16x64_s2");
-  EXPECT_EQ(key(DType::f16, 64, kH200, 16, false, 64), "kvc_sm90_f16_hd64_16x64_s2");
+  EXPECT_EQ(key(DType::f16, 64, kH200, 16, false, 64), "kvc_sm90_f16_hd64_16x64_s3");
   EXPECT_EQ(key(DType::bf16, 80, kH200, 8, false, 256), "kvc_sm90_bf16_hd96_16x64_s2");
   EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 8), "kvc_sm90_f16_hd128_16x64_s2");
   EXPECT_EQ(key(DType::f16, 128, kH200, 4, false, 24), "kvc_sm80_f16_hd128_16x64_w4_o3");

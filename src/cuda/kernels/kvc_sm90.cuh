@@ -158,7 +158,8 @@ cudaError_t launch_kvc_sm90(const FwdParams& p, cudaStream_t stream) {
   if (p.kv_splits < 1 || (p.kv_splits > 1 && (p.part_o == nullptr || p.part_ml == nullptr)))
     return cudaErrorInvalidValue;
   // Box rows: the page's, up to 64 at hd64 and up to 16 at wider rows (two or more 128-byte
-  // groups), the fastest of 64 / 32 / 16 / 8 on an H200 (docs/results/cuda-kvcache-tma-2026-12-02.md).
+  // groups), the fastest of 64 / 32 / 16 / 8 on an H200 at pages 16 and 64
+  // (docs/results/cuda-kvcache-tma-2026-12-02.md, "Box heights 8 and 32").
   const int box = std::min(p.page_size, kHeadDim <= 64 ? kBlockN : 16);
   // [num_pages][page_size][Hkv][D] in the caller's strides (NHD or HND alike).
   CUtensorMap tk, tv;
