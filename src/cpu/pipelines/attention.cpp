@@ -463,12 +463,19 @@ bool Attention<Src>::scores(const Block& bl, int64_t j0, int64_t kc, float* t, f
     for (int64_t kvi = 0; kvi < a.kvb; ++kvi) {
       const auto kr = k_.head(bl.x.b, bl.x.hk + kvi);
       const float* q = qy(bl.qpack, kvi) + a.mqh * p_.d;
-      if (const RowOps::Dot16 dot16 = a.cfg.rows->dot16(kr.dtype)) {
-        // 16-bit rows read in place (widened in registers), a strided run (a page's rows) per call
+      const RowOps::Dot16 dot16 = a.cfg.rows->dot16(kr.dtype);
+      if (dot16 != nullptr || kr.dtype == DType::f32) {
+        // fp32 and 16-bit rows read in place (16-bit ones widened in registers), a strided
+        // run (a page's rows) per call
         for (int64_t k = 0, n = 0; k < kc; k += n) {
           n = kr.run_length(j0 + k, kc - k);
-          dot16(n, p_.d, static_cast<const uint16_t*>(kr.row(j0 + k)), kr.stride, q, qy(bl.qpack, kvi), a.mqh,
-                t + k * a.g.mq + kvi * a.mqh, a.g.mq);
+          float* tk = t + k * a.g.mq + kvi * a.mqh;
+          if (dot16 != nullptr)
+            dot16(n, p_.d, static_cast<const uint16_t*>(kr.row(j0 + k)), kr.stride, q, qy(bl.qpack, kvi), a.mqh,
+                  tk, a.g.mq);
+          else
+            a.cfg.rows->dot(n, p_.d, static_cast<const float*>(kr.row(j0 + k)), kr.stride, q, qy(bl.qpack, kvi),
+                            a.mqh, tk, a.g.mq);
         }
         continue;
       }

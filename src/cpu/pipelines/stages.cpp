@@ -138,11 +138,15 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
         if (!std::isfinite(x)) x = 0.0f;
       vr = vconv.data();
       vs = dv;
-    } else if (const RowOps::Axpy16 axpy16 = ops.axpy16(v.dtype)) {
-      // 16-bit rows read in place (widened in registers), a strided run (a page's rows) per call
+    } else if (const RowOps::Axpy16 axpy16 = ops.axpy16(v.dtype); axpy16 != nullptr || v.dtype == DType::f32) {
+      // fp32 and 16-bit rows read in place (16-bit ones widened in registers), a strided run
+      // (a page's rows) per call
       for (int64_t k = k0, m = 0; k < k0 + n; k += m) {
         m = v.run_length(j0 + k, k0 + n - k);
-        axpy16(m, mq, P + k * ldp, ldp, static_cast<const uint16_t*>(v.row(j0 + k)), v.stride, dv, O, ldo);
+        if (axpy16 != nullptr)
+          axpy16(m, mq, P + k * ldp, ldp, static_cast<const uint16_t*>(v.row(j0 + k)), v.stride, dv, O, ldo);
+        else
+          ops.axpy(m, mq, P + k * ldp, ldp, static_cast<const float*>(v.row(j0 + k)), v.stride, dv, O, ldo);
       }
       continue;
     } else {
