@@ -1,6 +1,6 @@
 // flashcore_wgmma_mufu: how fast the attention kernels' GEMM shapes (fp8, and bf16's hd128
-// tile) run on the tensor cores, alone and beside a softmax-like stream of FFMA / MUFU.EX2 / FADD / e4m3 packs, on
-// sm_90a. A measurement tool for kernel work (docs/results/cuda-sm90-fp8-2026-11-22.md,
+// tile) run on the tensor cores, alone and beside a softmax-like stream of FFMA / MUFU.EX2 /
+// FADD / e4m3 packs, on sm_90a. A measurement tool for kernel work (docs/results/cuda-sm90-fp8-2026-11-22.md,
 // 2026-11-27, 7e6b148), not a test: one CTA per SM (132), consumer warpgroups with 240 registers
 // (setmaxnreg, as the sm90 forward kernel) that loop over S = Q K^T (SS wgmma, K-major, 128-byte
 // swizzle) and O += P V (RS wgmma, V^T with the 64-byte swizzle), optionally taking turns

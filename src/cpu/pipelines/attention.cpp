@@ -479,9 +479,8 @@ bool Attention<Src>::scores(const Block& bl, int64_t j0, int64_t kc, float* t, f
         }
         continue;
       }
-      int64_t xs = 0;
-      const float* xr = f32_rows(kr, j0, kc, p_.d, kconv, xs);
-      a.cfg.rows->dot(kc, p_.d, xr, xs, q, qy(bl.qpack, kvi), a.mqh, t + kvi * a.mqh, a.g.mq);
+      const float* xr = f32_rows(kr, j0, kc, p_.d, kconv);
+      a.cfg.rows->dot(kc, p_.d, xr, p_.d, q, qy(bl.qpack, kvi), a.mqh, t + kvi * a.mqh, a.g.mq);
     }
   } else {
     // K's blocks: rows of the caller's tensor (k_inplace) or the packed blocks

@@ -423,12 +423,7 @@ void pack_panels(const R& src, int64_t nrows, int64_t cols, int64_t rp, int64_t 
 }
 
 template <class R>
-const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
-                      int64_t& ld) {
-  if (src.dtype == DType::f32 && src.run_stride(j0, n) != 0) {
-    ld = src.run_stride(j0, n);
-    return static_cast<const float*>(src.row(j0));
-  }
+const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf) {
   constexpr int64_t kAhead = 8;
   const int64_t row_bytes = len * src.es;
   auto row = [&](int64_t k) { return static_cast<const char*>(src.row(j0 + k)); };
@@ -440,7 +435,6 @@ const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vec
       for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(row(k + kAhead) + o);
     core::convert_row(row(k), src.dtype, len, buf.data() + k * len);
   }
-  ld = len;
   return buf.data();
 }
 
@@ -449,7 +443,7 @@ const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vec
                                    void*, DType, Layout, float*, Split);                              \
   template void pack_panels<R>(const R&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, void*, \
                                DType, Layout, float*, void*);                                         \
-  template const float* f32_rows<R>(const R&, int64_t, int64_t, int64_t, std::vector<float>&, int64_t&);
+  template const float* f32_rows<R>(const R&, int64_t, int64_t, int64_t, std::vector<float>&);
 FC_ROW_SOURCE(Rows)
 FC_ROW_SOURCE(PagedRows)
 #undef FC_ROW_SOURCE

@@ -164,13 +164,12 @@ void pack_panels(const R& src, int64_t nrows, int64_t cols, int64_t rp, int64_t 
                  int64_t r1, void* dst, DType t, Layout lay, float* rowbuf, void* dst_lo = nullptr);
 
 // ---------------------------------------------------------------- row-op operands
-// Rows [j0, j0+n) of a row source as fp32 rows the row ops can read: fp32 rows in place
-// where they are one strided run, with ld = the source's stride (a copy into a contiguous
-// buffer first was slower for BSHD rows: docs/results/cpu-pipelines-2026-11-29.md); other
-// storage (and fp32 rows across pages) converted into `buf` (ld = len), prefetching the
-// rows it reads next.
+// Rows [j0, j0+n) of a row source that the row ops cannot read in place (an e4m3 cache, or
+// 16-bit rows under a row-op set without 16-bit forms) as fp32 rows of `len` elements,
+// converted into `buf` (row stride len), prefetching the rows it reads next. (fp32 rows, and
+// 16-bit rows where the set has their forms, are read in place, a page run per call: a copy
+// into a contiguous buffer first was slower for BSHD rows, docs/results/cpu-pipelines-2026-11-29.md.)
 template <class R>
-const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf,
-                      int64_t& ld);
+const float* f32_rows(const R& src, int64_t j0, int64_t n, int64_t len, std::vector<float>& buf);
 
 }  // namespace flashcore::cpu

@@ -129,15 +129,13 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
   thread_local std::vector<float> vconv;
   for (int64_t k0 = 0; k0 < kc; k0 += g.kc) {
     const int64_t n = std::min(g.kc, kc - k0);
-    int64_t vs = 0;
-    const float* vr = nullptr;
+    const float* vr = nullptr;  // converted rows, stride dv
     if (finite_only) {  // a converted copy (fp32 rows too), non-finite elements zeroed
       vconv.resize(static_cast<size_t>(n * dv));
       for (int64_t k = 0; k < n; ++k) core::convert_row(v.row(j0 + k0 + k), v.dtype, dv, vconv.data() + k * dv);
       for (float& x : vconv)
         if (!std::isfinite(x)) x = 0.0f;
       vr = vconv.data();
-      vs = dv;
     } else if (const RowOps::Axpy16 axpy16 = ops.axpy16(v.dtype); axpy16 != nullptr || v.dtype == DType::f32) {
       // fp32 and 16-bit rows read in place (16-bit ones widened in registers), a strided run
       // (a page's rows) per call
@@ -150,9 +148,9 @@ void rows_pv(const Geometry& g, const RowOps& ops, int64_t kc, const float* P, i
       }
       continue;
     } else {
-      vr = f32_rows(v, j0 + k0, n, dv, vconv, vs);
+      vr = f32_rows(v, j0 + k0, n, dv, vconv);
     }
-    ops.axpy(n, mq, P + k0 * ldp, ldp, vr, vs, dv, O, ldo);
+    ops.axpy(n, mq, P + k0 * ldp, ldp, vr, dv, dv, O, ldo);
   }
 }
 
