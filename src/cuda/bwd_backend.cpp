@@ -1,8 +1,9 @@
 // CUDA attention backward: validates what only the device can tell (pointer kinds,
 // alignment, arch, shared memory, device-resident cu_seqlens), picks a bwd_sm90 or bwd_sm80
 // instance (instances.inc's bwd rows) and runs, on the caller's stream:
-//   memset     the fp32 dQ accumulator slices
-//   prepare    per query row: D = rowsum(dO * O) and lse log2 e (bwd_aux.cu)
+//   memset     deterministic mode's counters, if any
+//   prepare    per query row: D = rowsum(dO * O) and lse log2 e, its fp32 dQ accumulators
+//              zeroed in every slice (bwd_aux.cu)
 //   main       dK, dV, and dQ's sums (kernels/bwd_sm90.cuh, kernels/bwd_sm80.cuh)
 //   finish     dQ = scale * sum of the slices, converted; varlen: dK, dV rows past the
 //              last sequence zeroed (bwd_aux.cu)
@@ -135,9 +136,9 @@ void run(const BwdInstanceInfo& inst, BwdParams& b, const DeviceInfo& dev, cudaS
   b.rowstat = reinterpret_cast<float2*>(ws);
   b.dq_acc = reinterpret_cast<float*>(ws + stat_bytes);
   b.dq_sem = sem_bytes > 0 ? reinterpret_cast<unsigned*>(ws + stat_bytes + size_t(b.splits) * slice_bytes) : nullptr;
-  const char* what = "the dQ accumulator's memset";
-  const size_t zeroed = size_t(b.splits) * slice_bytes + sem_bytes;
-  cudaError_t e = zeroed > 0 ? cudaMemsetAsync(b.dq_acc, 0, zeroed, stream) : cudaSuccess;
+  // (the dQ slices are zeroed by bwd_row_stats, row by row; the counters here)
+  const char* what = "the dQ counters' memset";
+  cudaError_t e = sem_bytes > 0 ? cudaMemsetAsync(b.dq_sem, 0, sem_bytes, stream) : cudaSuccess;
   if (e == cudaSuccess) {
     what = "bwd_row_stats";
     e = bwd_prepare(b, bf16, stream);
@@ -200,6 +201,9 @@ void attention_backward(const core::AttentionBackwardProblem& bp) {
     b.dq_split = int64_t(slice_bytes / 4);
   }
   if (b.nb == 0) return;  // (no query heads: the main kernel still writes dK = dV = 0)
+  if (query_rows(b) >= (size_t(1) << 31))  // (bwd_aux.cu's row kernels count them in 32 bits)
+    throw_error(Status::unsupported, "q: batch x heads x query rows = " + std::to_string(query_rows(b)) +
+                                         " must be below 2^31 for the CUDA backward");
   run(inst, b, dev, static_cast<cudaStream_t>(p.stream));
 }
 

@@ -29,7 +29,7 @@ struct BwdParams {
   // Workspace (fp32). rowstat: per query row (bwd_row_stats) {lse log2 e, or +inf where lse
   // is -inf (P = 0 there, never NaN); D = rowsum(dO * O)} at [(bb H + h) rows_q + row]. dq_acc: the
   // unscaled dQ sums at [split][(bb H + h) rows_q + row][acc_ld] (split stride dq_split
-  // floats), zeroed before the main kernel; `splits` slices, summed in order by the
+  // floats), zeroed by bwd_row_stats before the main kernel; `splits` slices, summed in order by the
   // postprocess. acc_ld is the instance's head dim: the main kernel adds whole padded rows
   // (columns past D get exact zeros: K's are zero-filled), so it needs no column test.
   float2* rowstat = nullptr;
