@@ -409,7 +409,8 @@ bool attention_head_columns(const core::AttentionProblem& p, const DeviceInfo& d
     if (inst == nullptr || inst->arch != 90 || !sm90_refusal(pp, *inst, dev).empty()) return false;
   } else {
     if (std::max(pp.d, pp.dv) > kMaxHeadDim) return false;
-    const KernelChoice in_place = choose_kernel(pp, sq, sk, dev, instances()).kernel;
+    const KernelChoice in_place = choose_in_place(pp, sq, sk, dev, instances());
+    if (in_place.inst == nullptr) return false;
     core::AttentionProblem padded = p;
     std::tie(padded.d, padded.dv) = padded_head_dims(p);
     if (!core::env_flag("FLASHCORE_HEAD_IN_PLACE") &&

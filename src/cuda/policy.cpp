@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 namespace flashcore::cuda {
@@ -246,6 +247,22 @@ std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p) {
 
 int64_t copy_width(const InstanceInfo& i, int64_t padded) {
   return i.arch == 90 && i.head_dim % 64 == 0 && i.head_dim >= padded ? i.head_dim : padded;
+}
+
+KernelChoice choose_in_place(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
+                             InstanceList list) {
+  const KernelChoice c = choose_kernel(p, sq, sk, dev, list).kernel;
+  if (c.inst != nullptr && c.inst->arch == 90) return c;
+  core::AttentionProblem w = p;
+  for (int64_t hd = std::max(p.d, p.dv);;) {
+    int64_t next = INT64_MAX;  // the next wider sm90 head dim of the list
+    for (const InstanceInfo& i : list)
+      if (i.arch == 90 && i.dtype == p.dtype && i.head_dim > hd) next = std::min<int64_t>(next, i.head_dim);
+    if (next == INT64_MAX) return {};
+    w.d = w.dv = hd = next;
+    const KernelChoice k = choose_kernel(w, sq, sk, dev, list).kernel;
+    if (k.inst != nullptr && k.inst->arch == 90) return k;
+  }
 }
 
 bool heads_in_place(const KernelChoice& in_place, const KernelChoice& padded, int64_t sk, bool banded) {

@@ -175,6 +175,14 @@ Choice16 choose_kernel(const core::AttentionProblem& p, int64_t sq, int64_t sk, 
 // kernels of the smallest head dim that covers both (both families zero-fill up to their
 // instance's head dim).
 std::pair<int64_t, int64_t> padded_head_dims(const core::AttentionProblem& p);
+// The row for a 16-bit problem read in place (backend.cpp: attention_head_columns; p's D and
+// Dv the widths the kernel must hold): the choice for p where that is an sm90 row, else the
+// choice at the next wider head dim of `list` whose choice is one (null when none is): in
+// place runs on sm90 rows only, and at a few items the choice for hd96 is the sm80 hd96 row
+// (the sm90 hd96 row has only a 128-row tile), which sent D 59 and D 81 at B2 H8 S300 to the
+// copies in builds with hd96. Packing and splits are the choice's (in place takes neither).
+KernelChoice choose_in_place(const core::AttentionProblem& p, int64_t sq, int64_t sk, const DeviceFacts& dev,
+                             InstanceList list);
 // Whether a 16-bit problem with a head dim off the multiples of 8, whose tensors the sm90
 // kernels can read in place (backend.cpp: attention_head_columns), runs in place on the
 // choice `in_place` (a row whose head dim holds D and Dv from their offsets in a 16-byte

@@ -391,6 +391,35 @@ TEST(CudaPolicy, HeadsInPlace) {
   EXPECT_EQ(copy_width(*key("fwd_sm90_bf16_hd96_128x128_s2"), 88), 88);
 }
 
+// The in-place row of an off-multiple head dim (the widened dims D + r): an sm90 row, wider
+// than the policy's choice where that choice is an sm80 row.
+TEST(CudaPolicy, ChooseInPlace) {
+  std::vector<InstanceInfo> no90, no96;
+  for (const InstanceInfo& i : kAll) {
+    if (i.arch == 80) no90.push_back(i);
+    if (i.head_dim != 96) no96.push_back(i);
+  }
+  const auto in_place = [](const Row& r, InstanceList list) {
+    const KernelChoice c = choose_in_place(problem(r), r.sq, r.sk, r.dev, list);
+    return std::string(c.inst != nullptr ? c.inst->key : "null");
+  };
+  int pack = 0, splits = 1;
+  // D 59 (+ 7: 72) at B2 H8 S300: the choice at hd96 is the sm80 row; in place takes hd128's.
+  const Row few{"", kH200, f16, 2, 8, 8, 300, 333, 72, 72, Mask::none, false, 0, 0, "", 0, 1};
+  ASSERT_EQ(choose(few, kAll, &pack, &splits), "fwd_sm80_f16_hd96_64x64_w4_o2");
+  EXPECT_EQ(in_place(few, kAll), "fwd_sm90_f16_hd128_64x64_s2");
+  EXPECT_EQ(in_place(few, no96), "fwd_sm90_f16_hd128_64x64_s2") << "the same row without hd96 in the build";
+  const Row few_causal{"", kH200, bf16, 2, 4, 4, 130, 257, 88, 88, Mask::causal, false, 0, 0, "", 0, 1};
+  EXPECT_EQ(in_place(few_causal, kAll).rfind("fwd_sm90_bf16_hd128_", 0), 0u) << in_place(few_causal, kAll);
+  // Where the policy's choice is an sm90 row, that row.
+  const Row many{"", kH200, f16, 16, 16, 16, 1024, 1024, 72, 72, Mask::none, false, 0, 0, "", 0, 1};
+  const std::string direct = choose(many, kAll, &pack, &splits);
+  ASSERT_EQ(direct.rfind("fwd_sm90_f16_hd96_", 0), 0u) << direct;
+  EXPECT_EQ(in_place(many, kAll), direct);
+  // No sm90 row at all: none.
+  EXPECT_EQ(in_place(few, no90), "null");
+}
+
 const InstanceInfo kKvc[] = {
 #define FC_SM80_INST FC_SM80_INSTANCE_INFO
 #define FC_SM90_INST FC_SM90_KVC_INSTANCE_INFO
