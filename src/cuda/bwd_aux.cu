@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/common/launch.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/kernels/bwd_params.hpp"
 
@@ -27,13 +28,6 @@ namespace {
 
 constexpr int kAuxThreads = 256;
 constexpr int kMaxBlocks = 1 << 16;  // the grid-stride loops' grids: enough to fill any device
-
-// The smallest power of two >= n, within [1, 32].
-int lanes_for(int n) {
-  int l = 1;
-  while (l < n && l < 32) l *= 2;
-  return l;
-}
 
 // A thread group of `lanes` per query row, in the workspace's row order ((bb H + h) rows_q +
 // row), so that the lse reads and the row stats' stores are contiguous (each row of O and dO
@@ -136,7 +130,7 @@ int blocks_for(int64_t threads) {
 
 template <typename T>
 cudaError_t prepare(const BwdParams& p, cudaStream_t stream) {
-  const int lanes = lanes_for(p.f.dv / 8);
+  const int lanes = row_lanes(p.f.dv / 8);
   const int64_t threads = int64_t(p.nb) * p.rows_q * p.f.heads * lanes;
   if (threads == 0) return cudaSuccess;
   bwd_row_stats<T><<<blocks_for(threads), kAuxThreads, 0, stream>>>(p, lanes);
@@ -145,7 +139,7 @@ cudaError_t prepare(const BwdParams& p, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t finish(const BwdParams& p, cudaStream_t stream) {
-  const int lanes = lanes_for(p.f.d / 8);
+  const int lanes = row_lanes(p.f.d / 8);
   const int64_t threads = p.f.d > 0 ? int64_t(p.nb) * p.rows_q * p.f.heads * lanes : 0;
   if (threads > 0) {
     bwd_dq_store<T><<<blocks_for(threads), kAuxThreads, 0, stream>>>(p, lanes);

@@ -136,7 +136,7 @@ void run(const BwdInstanceInfo& inst, BwdParams& b, const DeviceInfo& dev, cudaS
   b.rowstat = reinterpret_cast<float2*>(ws);
   b.dq_acc = reinterpret_cast<float*>(ws + stat_bytes);
   b.dq_sem = sem_bytes > 0 ? reinterpret_cast<unsigned*>(ws + stat_bytes + size_t(b.splits) * slice_bytes) : nullptr;
-  // (the dQ slices are zeroed by bwd_row_stats, row by row; the counters here)
+  // (the dQ slices are zeroed by bwd_row_stats, in the same launch; the counters here)
   const char* what = "the dQ counters' memset";
   cudaError_t e = sem_bytes > 0 ? cudaMemsetAsync(b.dq_sem, 0, sem_bytes, stream) : cudaSuccess;
   if (e == cudaSuccess) {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/common/launch.hpp"
+
 namespace flashcore::cuda {
 namespace {
 
@@ -17,11 +19,6 @@ constexpr int kThreads = 256;
 // slabs of rows that fit), not 64-bit divisions per chunk: 0.93-0.94x the copies' time on an
 // H200 (docs/results/cuda-head-pad-2026-12-02.md). A lane per element instead (each 2-byte
 // access of a warp on contiguous bytes) took 3x the time of the gather.
-int lanes_for(int64_t chunks) {
-  int l = 1;
-  while (l < chunks && l < 32) l *= 2;
-  return l;
-}
 
 // The strided element offset of (row r of the [n0 * n1 * n2] rows, column 0).
 __device__ __forceinline__ int64_t row_offset(const PadView& v, uint32_t r) {
@@ -78,7 +75,7 @@ cudaError_t over_slabs(const PadView& v, Launch&& launch) {
   const int64_t inner = v.n1 * v.n2, limit = int64_t(1) << 31;
   if (inner * v.n0 == 0 || v.cols_p == 0) return cudaSuccess;
   if (inner >= limit || v.cols_p > 8 * kMaxChunks || v.cols > v.cols_p) return cudaErrorInvalidValue;
-  const int lanes = lanes_for(v.cols_p / 8);
+  const int lanes = row_lanes(v.cols_p / 8);
   const int64_t slab = std::min(v.n0, (limit - 1) / inner);
   for (int64_t i0 = 0; i0 < v.n0; i0 += slab) {
     PadView part = v;

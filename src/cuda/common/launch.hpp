@@ -8,6 +8,15 @@
 
 namespace flashcore::cuda {
 
+// Threads per row of the row-wise helper kernels (bwd_aux.cu, head_pad.cu), which give a
+// row n pieces, one per lane: the smallest power of two >= n within [1, 32], so that a
+// row's lanes stay in one warp and a warp holds whole rows.
+constexpr int row_lanes(int64_t n) {
+  int l = 1;
+  while (l < n && l < 32) l *= 2;
+  return l;
+}
+
 // Opts `kernel` in to `bytes` of dynamic shared memory (> 48 KiB needs it) once per device
 // (bit d of `done`, one per kernel): the call costs microseconds, which short shapes
 // would pay on every launch.
